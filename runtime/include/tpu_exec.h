@@ -1,0 +1,33 @@
+/* tpu_exec.h - vTPU executor (prefix tpux_): runs an IR graph on the host
+ * CPU with TPU numerics. Multithreaded through tpurt_parallel_for.
+ */
+#ifndef TPU_EXEC_H
+#define TPU_EXEC_H
+
+#include "tpu_base.h"
+#include "tpu_ir.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Run graph `g` synchronously on the calling thread (plus the pool).
+ * ins[k] binds parameter k (dtype and sizes must match; any strides,
+ * including 0 and overlapping); outs[i] receives output i (dtype and sizes
+ * must match the output value; any non-overlapping strides). Outputs may
+ * alias inputs (in-place ops): the executor gives the same result as if all
+ * inputs were read before any output is written. Temporaries are allocated
+ * on the host heap and freed before return. On error nothing has been
+ * written to any output when the error is an input check (e.g. an index
+ * out of range -> TPU_E_INDEX). Borrowed: g, ins, outs. */
+int tpux_run(const tpuir_graph *g, int nin, const tpu_view *ins, int nout,
+             const tpu_view *outs);
+
+/* Copy/convert: dst[i] = convert(src[i]) for views of equal sizes (any
+ * strides/dtypes). Used for device<->device and host<->device copies. */
+int tpux_copy(const tpu_view *dst, const tpu_view *src);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* TPU_EXEC_H */

@@ -1,0 +1,218 @@
+/* tpu_ir.h - functional graph IR (prefix tpuir_), close to StableHLO.
+ *
+ * A graph is built once, then run by an executor (vTPU: tpu_exec.h) with
+ * parameter views bound at run time. Values are immutable arrays with a
+ * static shape and dtype; every builder call infers the result shape/dtype
+ * and validates its operands (error -> negative status, message via
+ * tpu_last_error). Operands of elementwise ops must already have identical
+ * shapes and dtypes (no implicit broadcasting or promotion: use
+ * tpuir_broadcast_in_dim / tpuir_convert, as in StableHLO).
+ *
+ * Not thread-safe per graph (one builder at a time); distinct graphs are
+ * independent.
+ */
+#ifndef TPU_IR_H
+#define TPU_IR_H
+
+#include "tpu_base.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct tpuir_graph tpuir_graph;
+typedef int32_t tpuir_val; /* >= 0: value id; < 0: tpu_status error */
+
+typedef enum tpuir_op {
+  /* leaves */
+  TPUIR_PARAM = 0, TPUIR_CONST, TPUIR_IOTA, TPUIR_RNG,
+  /* unary elementwise (result dtype = operand dtype unless noted) */
+  TPUIR_NEG, TPUIR_ABS, TPUIR_SIGN, TPUIR_EXP, TPUIR_EXPM1, TPUIR_LOG,
+  TPUIR_LOG1P, TPUIR_SQRT, TPUIR_RSQRT, TPUIR_SIN, TPUIR_COS, TPUIR_TAN,
+  TPUIR_TANH, TPUIR_ASIN, TPUIR_ACOS, TPUIR_ATAN, TPUIR_SINH, TPUIR_COSH,
+  TPUIR_ASINH, TPUIR_ACOSH, TPUIR_ATANH, TPUIR_LOGISTIC, TPUIR_ERF,
+  TPUIR_ERFINV, TPUIR_LGAMMA, TPUIR_DIGAMMA, TPUIR_FLOOR, TPUIR_CEIL,
+  TPUIR_ROUND_EVEN, /* round half to even (torch.round) */
+  TPUIR_TRUNC,
+  TPUIR_NOT,        /* bool: logical not; ints: bitwise not */
+  TPUIR_IS_FINITE, TPUIR_IS_NAN, TPUIR_IS_INF, /* -> bool */
+  /* binary elementwise */
+  TPUIR_ADD, TPUIR_SUB, TPUIR_MUL,
+  TPUIR_DIV,        /* floats: IEEE; ints: truncating (C), /0 -> TPU_E_INVALID
+                       "ZeroDivisionError" at run time */
+  TPUIR_REM,        /* floats: fmod; ints: C % (sign of dividend) */
+  TPUIR_POW, TPUIR_MAX, TPUIR_MIN, /* max/min propagate NaN (torch.maximum) */
+  TPUIR_ATAN2,
+  TPUIR_AND, TPUIR_OR, TPUIR_XOR, /* bool: logical; ints: bitwise */
+  TPUIR_SHL, TPUIR_SHR,           /* ints; SHR arithmetic for signed */
+  /* comparisons: operands same dtype, result bool */
+  TPUIR_EQ, TPUIR_NE, TPUIR_LT, TPUIR_LE, TPUIR_GT, TPUIR_GE,
+  /* other */
+  TPUIR_SELECT,     /* (pred bool, on_true, on_false), same shapes */
+  TPUIR_CONVERT, TPUIR_BROADCAST_IN_DIM, TPUIR_RESHAPE, TPUIR_TRANSPOSE,
+  TPUIR_SLICE, TPUIR_CONCAT, TPUIR_PAD, TPUIR_REVERSE,
+  TPUIR_REDUCE,     /* attr: reduce kind */
+  TPUIR_ARGREDUCE,  /* attr: TPUIR_RED_MAX / TPUIR_RED_MIN */
+  TPUIR_DOT_GENERAL,
+  TPUIR_GATHER,     /* torch.gather along a dim */
+  TPUIR_INDEX_SELECT,
+  TPUIR_SCATTER_ADD,/* torch.scatter_add along a dim */
+  TPUIR_INDEX_ADD,
+  TPUIR_NUM_OPS
+} tpuir_op;
+
+typedef enum tpuir_reduce_kind {
+  TPUIR_RED_SUM = 0, TPUIR_RED_PROD, TPUIR_RED_MAX, TPUIR_RED_MIN,
+  TPUIR_RED_AND, TPUIR_RED_OR
+} tpuir_reduce_kind;
+
+typedef enum tpuir_rng_kind {
+  TPUIR_RNG_UNIFORM = 0, /* U[0,1) in dtype (float dtypes) */
+  TPUIR_RNG_NORMAL,      /* N(0,1) in dtype (float dtypes) */
+  TPUIR_RNG_BITS         /* raw uniformly random bits (int dtypes, u64 cast) */
+} tpuir_rng_kind;
+
+/* Create an empty graph. Caller frees with tpuir_graph_free. NULL on OOM. */
+tpuir_graph *tpuir_graph_new(void);
+void tpuir_graph_free(tpuir_graph *g);
+
+/* ---- leaves ---------------------------------------------------------- */
+/* Parameter number k (k = count of earlier params). Bound to a strided view
+ * with exactly this dtype/shape at run time. */
+tpuir_val tpuir_param(tpuir_graph *g, int dtype, int ndim,
+                      const int64_t *sizes);
+/* Rank-0 constant. The double form is exact for every float dtype value
+ * and for ints up to 2^53; use the int64 form for integers. */
+tpuir_val tpuir_const_f(tpuir_graph *g, int dtype, double v);
+tpuir_val tpuir_const_i(tpuir_graph *g, int dtype, int64_t v);
+/* Array whose element at index i is i[dim] (converted to dtype). */
+tpuir_val tpuir_iota(tpuir_graph *g, int dtype, int ndim, const int64_t *sizes,
+                     int dim);
+/* Counter-based random numbers (Philox4x32-10): the element with linear
+ * (row-major) index i uses counter (offset*4 + i) under key `seed`, so the
+ * result depends only on (seed, offset, shape), never on threading. */
+tpuir_val tpuir_rng(tpuir_graph *g, int kind, int dtype, int ndim,
+                    const int64_t *sizes, uint64_t seed, uint64_t offset);
+
+/* ---- elementwise ----------------------------------------------------- */
+tpuir_val tpuir_unary(tpuir_graph *g, int op, tpuir_val x);
+tpuir_val tpuir_binary(tpuir_graph *g, int op, tpuir_val a, tpuir_val b);
+tpuir_val tpuir_select(tpuir_graph *g, tpuir_val pred, tpuir_val on_true,
+                       tpuir_val on_false);
+/* dtype conversion with PyTorch semantics (float->int truncates, ->bool is
+ * != 0, float narrowing rounds to nearest even). */
+tpuir_val tpuir_convert(tpuir_graph *g, tpuir_val x, int dtype);
+
+/* ---- shape ----------------------------------------------------------- */
+/* StableHLO broadcast_in_dim: operand dim i maps to result dim dims[i];
+ * operand size must be 1 or equal to the result size there. */
+tpuir_val tpuir_broadcast_in_dim(tpuir_graph *g, tpuir_val x, int ndim,
+                                 const int64_t *sizes, const int64_t *dims);
+/* Row-major reshape (same numel). */
+tpuir_val tpuir_reshape(tpuir_graph *g, tpuir_val x, int ndim,
+                        const int64_t *sizes);
+/* Result dim i = operand dim perm[i]. */
+tpuir_val tpuir_transpose(tpuir_graph *g, tpuir_val x, const int64_t *perm);
+/* StableHLO slice: per dim [start, limit) with step stride (> 0). */
+tpuir_val tpuir_slice(tpuir_graph *g, tpuir_val x, const int64_t *start,
+                      const int64_t *limit, const int64_t *stride);
+/* Concatenate n values (same dtype; equal sizes except along dim). */
+tpuir_val tpuir_concat(tpuir_graph *g, int n, const tpuir_val *xs, int dim);
+/* Pad with a rank-0 value: lo/hi (may be negative = crop), interior >= 0. */
+tpuir_val tpuir_pad(tpuir_graph *g, tpuir_val x, tpuir_val padval,
+                    const int64_t *lo, const int64_t *hi,
+                    const int64_t *interior);
+/* Reverse the listed dims. */
+tpuir_val tpuir_reverse(tpuir_graph *g, tpuir_val x, int ndims,
+                        const int64_t *dims);
+
+/* ---- reductions ------------------------------------------------------ */
+/* Reduce the listed dims away (result rank = rank - ndims; ndims == 0 is a
+ * copy). Result dtype = operand dtype; float16/bfloat16 accumulate in f32,
+ * f32 in f32 with pairwise/blocked summation (f64 allowed), ints in i64.
+ * MAX/MIN propagate NaN. Empty reductions give the identity (0, 1, -inf/
+ * lowest, +inf/highest, true, false). */
+tpuir_val tpuir_reduce(tpuir_graph *g, int kind, tpuir_val x, int ndims,
+                       const int64_t *dims);
+/* Index (int64) of the max/min along `dim` (dim removed); first occurrence
+ * wins; a NaN counts as the max (and as the min), like torch.argmax. A
+ * zero-size dim is TPU_E_INDEX at build time. */
+tpuir_val tpuir_argreduce(tpuir_graph *g, int kind, tpuir_val x, int dim);
+
+/* ---- matrix unit ----------------------------------------------------- */
+/* StableHLO dot_general. Result dims: batch dims (in lhs_batch order), then
+ * lhs free dims (in order), then rhs free dims (in order). Operands: same
+ * dtype; result dtype `out_dtype` (usually the operand dtype; accumulation
+ * is always >= fp32). `precision` (tpu_precision) applies to f32 operands;
+ * bf16/f16 use one pass; f64 and ints compute exactly. */
+tpuir_val tpuir_dot_general(tpuir_graph *g, tpuir_val lhs, tpuir_val rhs,
+                            int nbatch, const int64_t *lhs_batch,
+                            const int64_t *rhs_batch, int ncontract,
+                            const int64_t *lhs_contract,
+                            const int64_t *rhs_contract, int precision,
+                            int out_dtype);
+
+/* ---- indexing (indices: int32 or int64 values) ----------------------- */
+/* torch.gather(x, dim, idx): out[i..] = x[.. idx[i..] at dim ..]; idx has
+ * x's rank, out has idx's shape (idx sizes <= x sizes off dim). Negative or
+ * out-of-range index -> TPU_E_INDEX at run time, before anything is
+ * written. */
+tpuir_val tpuir_gather(tpuir_graph *g, tpuir_val x, int dim, tpuir_val idx);
+/* torch.index_select(x, dim, idx): idx rank 1 (or 0); out has x's shape
+ * with size(dim) = numel(idx). Range checked like gather. */
+tpuir_val tpuir_index_select(tpuir_graph *g, tpuir_val x, int dim,
+                             tpuir_val idx);
+/* torch.scatter_add(base, dim, idx, src): a copy of base with src[i..]
+ * added at position idx[i..] along dim. idx and src same shape. */
+tpuir_val tpuir_scatter_add(tpuir_graph *g, tpuir_val base, int dim,
+                            tpuir_val idx, tpuir_val src);
+/* torch.index_add(base, dim, idx, src): idx rank 1; src = base's shape with
+ * size(dim) = numel(idx). */
+tpuir_val tpuir_index_add(tpuir_graph *g, tpuir_val base, int dim,
+                          tpuir_val idx, tpuir_val src);
+
+/* ---- outputs and inspection ------------------------------------------ */
+/* Declare the graph's results (in order). A value may appear twice and may
+ * be a parameter. Must be called once before running. */
+int tpuir_set_outputs(tpuir_graph *g, int n, const tpuir_val *outs);
+int tpuir_num_params(const tpuir_graph *g);
+int tpuir_num_outputs(const tpuir_graph *g);
+tpuir_val tpuir_output(const tpuir_graph *g, int i);
+int tpuir_num_nodes(const tpuir_graph *g);
+/* Shape/dtype of value v (sizes needs TPU_MAX_DIMS room). */
+int tpuir_value_info(const tpuir_graph *g, tpuir_val v, int *dtype, int *ndim,
+                     int64_t *sizes);
+/* Write a human-readable (StableHLO-like) listing into buf (NUL-terminated,
+ * truncated to cap). Returns the length it needed (excl. NUL). */
+size_t tpuir_dump(const tpuir_graph *g, char *buf, size_t cap);
+/* Structural hash (ops, attributes, shapes, dtypes, constants). */
+uint64_t tpuir_hash(const tpuir_graph *g);
+/* Static name of an op ("add", "dot_general", ...). */
+const char *tpuir_op_name(int op);
+
+/* ---- node access for executors and printers -------------------------- */
+typedef struct tpuir_node {
+  int32_t op;                 /* tpuir_op */
+  int32_t dtype, ndim;        /* result */
+  int64_t sizes[TPU_MAX_DIMS];
+  int32_t nin;                /* operand count */
+  tpuir_val in[4];            /* operands (CONCAT uses `list`) */
+  tpuir_val *list; int32_t nlist; /* CONCAT operands (owned by the graph) */
+  /* attributes (meaning depends on op) */
+  int32_t kind;               /* reduce/rng kind, precision for DOT */
+  int32_t dim;                /* gather/index/concat/argreduce/iota dim; param index */
+  int64_t a[TPU_MAX_DIMS];    /* dims / perm / start / lo / lhs_batch ... */
+  int64_t b[TPU_MAX_DIMS];    /* limit / hi / rhs_batch ... */
+  int64_t c[TPU_MAX_DIMS];    /* stride / interior / lhs_contract ... */
+  int64_t d[TPU_MAX_DIMS];    /* rhs_contract */
+  int32_t na, nb;             /* used lengths (ndims, nbatch, ncontract) */
+  double fval; int64_t ival;  /* CONST value */
+  uint64_t seed, offset;      /* RNG */
+} tpuir_node;
+/* Node that defines value v (values and nodes share ids). Borrowed. */
+const tpuir_node *tpuir_get_node(const tpuir_graph *g, tpuir_val v);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* TPU_IR_H */

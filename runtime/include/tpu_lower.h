@@ -1,0 +1,137 @@
+/* tpu_lower.h - ATen -> IR lowering table (prefix tpulw_).
+ *
+ * The PyTorch glue marshals an ATen call (operator name, overload, schema
+ * arguments) into tpulw_arg descriptors; tpulw_prepare finds the lowering,
+ * builds the IR graph, infers every output and decides where each output
+ * goes; the glue allocates/resizes destinations and calls tpulw_launch,
+ * which enqueues the graph on a stream for the vTPU executor.
+ *
+ * Output destinations (decided by tpulw_prepare from the schema flags):
+ *  - in-place ops (base name ends in '_'): output 0 goes into `self`; the
+ *    result must have self's shape ("output with shape [..] doesn't match
+ *    the broadcast shape [..]") and be castable to self's dtype;
+ *  - out= ops: outputs go into the is_output args in order (resize = 1 when
+ *    the destination's shape differs); dtype cast checked likewise;
+ *  - functional ops: dest_arg = -1, the glue allocates a new contiguous
+ *    tensor of the given dtype/sizes.
+ * Type promotion follows torch.result_type (dimensioned tensors > 0-dim
+ * tensors > wrapped Python numbers; bool < int < float).
+ */
+#ifndef TPU_LOWER_H
+#define TPU_LOWER_H
+
+#include "tpu_base.h"
+#include "tpu_ir.h"
+#include "tpu_rt.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef enum tpulw_kind {
+  TPULW_NONE = 0,  /* None / absent optional */
+  TPULW_TENSOR,    /* t */
+  TPULW_TENSORS,   /* tensors[0..n) (Tensor[] or Tensor?[]; undefined
+                      entries have defined == 0) */
+  TPULW_INT,       /* i   (int, SymInt, or an int-valued Scalar) */
+  TPULW_FLOAT,     /* f   (float, or a float-valued Scalar) */
+  TPULW_BOOL,      /* i   (0/1; bool or a bool-valued Scalar) */
+  TPULW_INTS,      /* ints[0..n) */
+  TPULW_FLOATS,    /* floats[0..n) */
+  TPULW_STR,       /* s */
+  TPULW_DTYPE,     /* i = tpu_dtype */
+  TPULW_GENERATOR, /* gen (never NULL: glue substitutes the default one) */
+  TPULW_OTHER      /* layout/device/memory_format...: ignored by lowerings */
+} tpulw_kind;
+
+typedef struct tpulw_tensor {
+  tpu_view view;         /* device memory (device >= 0) */
+  int32_t defined;       /* 0 for an undefined entry of Tensor?[] */
+  int32_t device;        /* tpu device index, or -1: a 0-dim CPU tensor
+                            passed by value in cpu_f/cpu_i (view.base NULL,
+                            view.dtype its dtype) */
+  int32_t wrapped_number;/* Python number wrapped into a tensor */
+  double cpu_f;
+  int64_t cpu_i;
+} tpulw_tensor;
+
+/* Philox generator state; lowerings of random ops read it and advance
+ * `offset` (in 128-bit Philox blocks) by what they consume. The glue holds
+ * the generator's lock during tpulw_prepare. */
+typedef struct tpulw_philox {
+  uint64_t seed;
+  uint64_t offset;
+} tpulw_philox;
+
+typedef struct tpulw_arg {
+  const char *name;            /* schema argument name (borrowed) */
+  int32_t kind;                /* tpulw_kind */
+  int32_t is_output;           /* written by the op (schema alias "(a!)") */
+  int32_t n;                   /* length of ints/floats/tensors */
+  int64_t i;
+  double f;
+  const char *s;
+  const int64_t *ints;
+  const double *floats;
+  tpulw_tensor t;
+  const tpulw_tensor *tensors;
+  tpulw_philox *gen;
+} tpulw_arg;
+
+typedef struct tpulw_ctx {
+  int32_t device;    /* device the op runs on */
+  int32_t precision; /* tpu_precision for f32 matmul-class ops */
+} tpulw_ctx;
+
+typedef struct tpulw_out_info {
+  int32_t dtype, ndim;
+  int64_t sizes[TPU_MAX_DIMS];
+  int32_t dest_arg;  /* -1: new tensor; else index into args */
+  int32_t dest_elem; /* element of a TENSORS dest arg (else 0) */
+  int32_t resize;    /* 1: glue must resize the dest to sizes first */
+} tpulw_out_info;
+
+typedef struct tpulw_plan tpulw_plan;
+
+/* 1 if "name.overload" (e.g. "add.Tensor", "relu" for the default overload;
+ * no "aten::" prefix) has a native lowering. */
+int tpulw_has(const char *name, const char *overload);
+/* Sorted list of every native overload ("add.Tensor", "relu", ...).
+ * Borrowed static strings; *n receives the count. */
+const char *const *tpulw_list(int *n);
+
+/* Build the plan for one ATen call. Caller owns *out (tpulw_launch or
+ * tpulw_plan_free releases it). Errors: TPU_E_UNSUPPORTED when no lowering
+ * covers this call (glue then falls back), else the error PyTorch CPU
+ * would raise (TPU_E_INVALID -> RuntimeError, TPU_E_INDEX -> IndexError,
+ * TPU_E_TYPE -> TypeError, TPU_E_VALUE -> ValueError). Borrowed: args
+ * (copied as needed). */
+int tpulw_prepare(const tpulw_ctx *ctx, const char *name, const char *overload,
+                  const tpulw_arg *args, int nargs, tpulw_plan **out);
+int tpulw_plan_num_outputs(const tpulw_plan *p);
+/* Borrowed; valid while the plan lives. */
+const tpulw_out_info *tpulw_plan_output(const tpulw_plan *p, int i);
+/* The plan's graph (borrowed), e.g. for dumps. */
+const tpuir_graph *tpulw_plan_graph(const tpulw_plan *p);
+/* Enqueue the plan on `s` with destination views outs[0..num_outputs) (on
+ * the plan's device). Takes ownership of the plan (freed also on error).
+ * Ops that must report input errors synchronously (index range checks)
+ * wait for completion and return the task's status. */
+int tpulw_launch(tpulw_plan *p, tpurt_stream *s, const tpu_view *outs);
+void tpulw_plan_free(tpulw_plan *p);
+
+/* ---- copies (the copy engine) ---------------------------------------- */
+/* host -> device: src (host memory, borrowed only during the call) is
+ * staged into a runtime buffer at once, then copied/converted on `s`. */
+int tpulw_copy_h2d(tpurt_stream *s, const tpu_view *dst, const tpu_view *src);
+/* device -> host: enqueued on `s`, then waits for it. */
+int tpulw_copy_d2h(tpurt_stream *s, const tpu_view *dst, const tpu_view *src);
+/* device -> device (same or other chip; dtype conversion allowed):
+ * enqueued on `s` (the destination's stream) after the source's chip has
+ * finished its queued work. */
+int tpulw_copy_d2d(tpurt_stream *s, const tpu_view *dst, const tpu_view *src);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* TPU_LOWER_H */

@@ -1,0 +1,50 @@
+/* tpu_mxu.h - the vTPU matrix unit (prefix tpumxu_): GEMM with TPU
+ * numerics (bf16 products, fp32 accumulation, 1/3/6-pass precision).
+ *
+ * Passes (ARCHITECTURE §4), for an f32 x split into bf16 parts
+ * hi = bf16(x), r1 = bf16(x - hi), r2 = bf16(x - hi - r1):
+ *   DEFAULT: hi*hi
+ *   HIGH:    (hi*r1 + r1*hi) + hi*hi
+ *   HIGHEST: (r1*r1 + r2*hi + hi*r2 + r1*hi + hi*r1) + hi*hi
+ * each product a bf16 x bf16 dot accumulated in fp32; the small-term sum is
+ * zeroed if non-finite before hi*hi is added. FP32 = plain fp32 FMA GEMM.
+ */
+#ifndef TPU_MXU_H
+#define TPU_MXU_H
+
+#include "tpu_base.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* CPU code paths (for tests that force one). */
+typedef enum tpumxu_isa {
+  TPUMXU_ISA_AUTO = 0, TPUMXU_ISA_SCALAR, TPUMXU_ISA_AVX2,
+  TPUMXU_ISA_AVX512, TPUMXU_ISA_AVX512BF16
+} tpumxu_isa;
+
+/* Force a code path (AUTO = best the CPU supports). Returns TPU_E_UNSUPPORTED
+ * if the CPU lacks it. Process-wide, thread-safe. */
+int tpumxu_set_isa(int isa);
+/* Code path currently used. */
+int tpumxu_get_isa(void);
+
+/* Batched strided GEMM:
+ *   for b < batch: C_b[m,n] = alpha * sum_k A_b[m,k] * B_b[k,n] + beta * C_b[m,n]
+ * A element (b,m,k) at a + b*sab + m*sam + k*sak (strides in elements, any
+ * sign/zero: transposed views need no copy); same for B (sbb,sbk,sbn) and C
+ * (sbc, scm, scn). dtype: TPU_F32, TPU_BF16, TPU_F16 (A, B and C share it;
+ * accumulation in f32, C rounded once) or TPU_F64 (exact f64). beta == 0
+ * means C is not read (may hold NaN). `precision` applies to f32.
+ * Uses the runtime thread pool. Borrowed: all pointers. */
+int tpumxu_gemm(int dtype, int precision, int64_t batch, int64_t m, int64_t n,
+                int64_t k, double alpha, const void *a, int64_t sab,
+                int64_t sam, int64_t sak, const void *b, int64_t sbb,
+                int64_t sbk, int64_t sbn, double beta, void *c, int64_t sbc,
+                int64_t scm, int64_t scn);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* TPU_MXU_H */
