@@ -89,8 +89,11 @@ tpuir_val tpuir_const_i(tpuir_graph *g, int dtype, int64_t v);
 tpuir_val tpuir_iota(tpuir_graph *g, int dtype, int ndim, const int64_t *sizes,
                      int dim);
 /* Counter-based random numbers (Philox4x32-10): the element with linear
- * (row-major) index i uses counter (offset*4 + i) under key `seed`, so the
- * result depends only on (seed, offset, shape), never on threading. */
+ * (row-major) index i uses the 128-bit block at counter (offset + i) under
+ * key `seed` (UNIFORM f32: word 0; f64: words 0-1; NORMAL: Box-Muller on
+ * words 0-1 (f32) or 0-3 (f64); BITS: words 0-1). The result depends only
+ * on (seed, offset, shape), never on threading; a lowering advances the
+ * generator's offset by numel. */
 tpuir_val tpuir_rng(tpuir_graph *g, int kind, int dtype, int ndim,
                     const int64_t *sizes, uint64_t seed, uint64_t offset);
 
