@@ -1,0 +1,51 @@
+# torch_tpu - top-level commands (see README.md).
+#   make demo   install what is missing, build, train a small model on tpu
+#   make test   install what is missing, build, run every test
+#               (C runtime tests, the same under ASan+UBSan, pytest suite)
+PY      ?= python3
+EXT     := $(shell $(PY) -c "import sysconfig;print('torch_tpu/_C'+sysconfig.get_config_var('EXT_SUFFIX'))" 2>/dev/null)
+RT_SRCS := $(wildcard runtime/src/*.c runtime/src/*.h runtime/include/*.h)
+GLUE    := $(wildcard torch_tpu/csrc/*.cpp torch_tpu/csrc/*.h)
+
+.PHONY: all deps build demo test test-c test-asan test-py bench clean
+
+all: build
+
+# Python packages: torch 2.13.0 (the CPU wheel on disk) and the test tools.
+deps:
+	@$(PY) -c "import torch,sys;sys.exit(torch.__version__.split('+')[0]!='2.13.0')" 2>/dev/null || \
+	  $(PY) -m pip install -q torch==2.13.0
+	@$(PY) -c "import pytest,numpy" 2>/dev/null || $(PY) -m pip install -q pytest numpy
+
+runtime/build/libtpurt.a: $(RT_SRCS)
+	$(MAKE) -C runtime -j2 all
+
+# First time: an editable install (registers the torch.backends autoload
+# entry point); afterwards only the extension is rebuilt when sources change.
+$(EXT): runtime/build/libtpurt.a $(GLUE) setup.py
+	@if $(PY) -c "import importlib.metadata as m;m.distribution('torch-vtpu')" 2>/dev/null; then \
+	  $(PY) setup.py -q build_ext --inplace; \
+	else \
+	  $(PY) -m pip install -q --no-build-isolation -e .; \
+	fi
+	@touch $(EXT)
+
+build: deps $(EXT)
+
+demo: build
+	$(PY) examples/train_mlp.py
+
+test-c:
+	$(MAKE) -C runtime -j2 test
+test-asan:
+	$(MAKE) -C runtime -j2 test-asan
+test-py: build
+	$(PY) -m pytest tests
+test: build test-c test-asan test-py
+
+bench: build
+	$(PY) benchmarks/mxu.py
+
+clean:
+	$(MAKE) -C runtime clean
+	rm -rf build torch_tpu/_C*.so *.egg-info

@@ -1,0 +1,47 @@
+"""torch_tpu: run PyTorch on TPUs by changing one line, ``.to("cuda")`` ->
+``.to("tpu")``.
+
+Importing this package (or just ``import torch`` once it is installed: it
+registers a ``torch.backends`` autoload entry point) renames PyTorch's
+PrivateUse1 device to ``tpu``, registers ``torch.tpu`` and the tensor/module
+methods (``.tpu()``, ``.is_tpu``), and installs the C runtime behind it. The
+runtime's embedded executor is the vTPU: TPU programs run on the host CPU
+with TPU semantics (per-chip HBM, async queues, MXU numerics).
+"""
+import os as _os
+
+import torch as _torch
+
+from . import _C
+
+__version__ = "0.1.0"
+
+
+def _init():
+    if _torch._C._get_privateuse1_backend_name() != "tpu":
+        _torch.utils.rename_privateuse1_backend("tpu")
+    from . import tpu as _tpu_module
+
+    if not hasattr(_torch, "tpu"):
+        _torch._register_device_module("tpu", _tpu_module)
+    if not hasattr(_torch.Tensor, "is_tpu"):
+        _torch.utils.generate_methods_for_privateuse1_backend(
+            for_tensor=True, for_module=True, for_packed_sequence=True, for_storage=True
+        )
+    _tpu_module._install_precision_hooks()
+    from . import execution_mode
+
+    execution_mode._init_from_env()
+
+
+_init()
+
+from . import execution_mode  # noqa: E402
+from .tpu import Precision, precision  # noqa: E402
+
+
+def _autoload():
+    """Entry point of the ``torch.backends`` group: importing did the work."""
+
+
+__all__ = ["execution_mode", "Precision", "precision"]

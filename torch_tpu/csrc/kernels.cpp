@@ -1,0 +1,599 @@
+// kernels.cpp - ATen registrations for the tpu device:
+//  * explicit metadata/memory kernels a fallback cannot provide (empty,
+//    views, resize_, set_, copies, _local_scalar_dense);
+//  * ONE boxed kernel for every other op: marshal the IValue stack into C
+//    descriptors and hand it to the runtime's lowering table (runtime/src/
+//    lower*.c), which builds IR and runs it on the vTPU;
+//  * the explicit, counted CPU fallback for ops without a native lowering.
+#include "glue.h"
+
+#include <ATen/EmptyTensor.h>
+#include <ATen/InferSize.h>
+#include <ATen/TensorUtils.h>
+#include <ATen/core/dispatch/Dispatcher.h>
+#include <ATen/native/CPUFallback.h>
+#include <torch/library.h>
+
+#include <cstring>
+#include <deque>
+#include <map>
+#include <mutex>
+
+namespace torch_tpu {
+namespace {
+
+using c10::DeviceIndex;
+
+// ---- views (metadata only) ---------------------------------------------------
+void check_in_bounds(const at::Tensor& self, c10::IntArrayRef sizes,
+                     c10::IntArrayRef strides, int64_t offset) {
+  TORCH_CHECK(offset >= 0, "Tensor: invalid storage offset ", offset);
+  int64_t need = 0;  // elements, exclusive end
+  bool empty = false;
+  for (size_t i = 0; i < sizes.size(); i++) {
+    TORCH_CHECK(sizes[i] >= 0, "Trying to create tensor with negative dimension ", sizes[i]);
+    if (sizes[i] == 0) empty = true;
+    TORCH_CHECK(strides[i] >= 0, "as_strided: Negative strides are not supported at the moment, got strides: ", strides);
+    need += (sizes[i] - 1) * strides[i];
+  }
+  if (empty) return;
+  need += offset + 1;
+  int64_t have = static_cast<int64_t>(self.storage().nbytes() / self.dtype().itemsize());
+  TORCH_CHECK(need <= have, "setStorage: sizes ", sizes, ", strides ", strides,
+              ", storage offset ", offset, ", and itemsize ", self.dtype().itemsize(),
+              " requiring a storage size of ", need * (int64_t)self.dtype().itemsize(),
+              " are out of bounds for storage of size ", self.storage().nbytes());
+}
+
+at::Tensor alias_as(const at::Tensor& self, c10::IntArrayRef sizes,
+                    c10::IntArrayRef strides, int64_t offset) {
+  TORCH_CHECK(sizes.size() == strides.size(), "mismatch in length of strides and shape");
+  check_in_bounds(self, sizes, strides, offset);
+  auto impl = c10::make_intrusive<c10::TensorImpl>(
+      c10::TensorImpl::VIEW, c10::Storage(self.storage()), self.key_set(), self.dtype());
+  impl->set_sizes_and_strides(sizes, strides, offset);
+  return at::Tensor(std::move(impl));
+}
+
+at::Tensor as_strided(const at::Tensor& self, c10::SymIntArrayRef size,
+                      c10::SymIntArrayRef stride, std::optional<c10::SymInt> offset) {
+  int64_t off = offset ? offset->guard_int(__FILE__, __LINE__) : self.storage_offset();
+  return alias_as(self, C10_AS_INTARRAYREF_SLOW(size), C10_AS_INTARRAYREF_SLOW(stride), off);
+}
+
+at::Tensor view(const at::Tensor& self, c10::SymIntArrayRef size) {
+  at::DimVector shape = at::infer_size_dv(C10_AS_INTARRAYREF_SLOW(size), self.numel());
+  auto stride = at::detail::computeStride(self.sizes(), self.strides(), shape);
+  TORCH_CHECK(stride.has_value(),
+              "view size is not compatible with input tensor's size and stride (at "
+              "least one dimension spans across two contiguous subspaces). Use "
+              ".reshape(...) instead.");
+  return alias_as(self, shape, *stride, self.storage_offset());
+}
+
+at::Tensor reshape_alias(const at::Tensor& self, c10::SymIntArrayRef size,
+                         c10::SymIntArrayRef stride) {
+  return alias_as(self, C10_AS_INTARRAYREF_SLOW(size), C10_AS_INTARRAYREF_SLOW(stride),
+                  self.storage_offset());
+}
+
+at::Tensor unfold(const at::Tensor& self, int64_t dim, int64_t size, int64_t step) {
+  int64_t nd = std::max<int64_t>(self.dim(), 1);
+  dim = c10::maybe_wrap_dim(dim, nd);
+  int64_t max_size = self.dim() == 0 ? 1 : self.size(dim);
+  TORCH_CHECK(size <= max_size, "maximum size for tensor at dimension ", dim, " is ",
+              max_size, " but size is ", size);
+  TORCH_CHECK(step > 0, "step is ", step, " but must be > 0");
+  std::vector<int64_t> sizes(self.sizes().begin(), self.sizes().end());
+  std::vector<int64_t> strides(self.strides().begin(), self.strides().end());
+  int64_t st = self.dim() == 0 ? 1 : self.stride(dim);
+  if (self.dim() > 0) {
+    sizes[dim] = (sizes[dim] - size) / step + 1;
+    strides[dim] = step * st;
+  }
+  sizes.push_back(size);
+  strides.push_back(st);
+  return alias_as(self, sizes, strides, self.storage_offset());
+}
+
+// ---- storage growth / resize ---------------------------------------------------
+void copy_bytes(DeviceIndex d, void* dst, const void* src, int64_t nbytes) {
+  tpu_view dv, sv;
+  tpu_view_init_contiguous(&dv, dst, TPU_U8, 1, &nbytes);
+  tpu_view_init_contiguous(&sv, const_cast<void*>(src), TPU_U8, 1, &nbytes);
+  check(tpulw_copy_d2d(current_stream(d), &dv, &sv));
+}
+
+void grow_storage(const at::Tensor& self, size_t need_bytes) {
+  c10::Storage storage = self.storage();
+  if (need_bytes <= storage.nbytes()) return;
+  TORCH_CHECK(storage.resizable(), "Trying to resize storage that is not resizable");
+  DeviceIndex d = self.device().index();
+  c10::DeviceGuard g(self.device());
+  c10::DataPtr fresh = allocator()->allocate(need_bytes);
+  if (storage.nbytes() > 0 && storage.data())
+    copy_bytes(d, fresh.get(), storage.data(), static_cast<int64_t>(storage.nbytes()));
+  storage.set_data_ptr_noswap(std::move(fresh));
+  storage.set_nbytes(need_bytes);
+}
+
+void resize_impl(const at::Tensor& self, c10::IntArrayRef sizes,
+                 std::optional<c10::MemoryFormat> mf) {
+  auto* impl = self.unsafeGetTensorImpl();
+  impl->set_sizes_contiguous(sizes);
+  if (mf && *mf != c10::MemoryFormat::Preserve && *mf != c10::MemoryFormat::Contiguous)
+    impl->empty_tensor_restride(*mf);
+  int64_t numel = impl->numel();
+  if (numel > 0)
+    grow_storage(self, (impl->storage_offset() + numel) * self.dtype().itemsize());
+}
+
+const at::Tensor& resize_(const at::Tensor& self, c10::SymIntArrayRef size,
+                          std::optional<c10::MemoryFormat> mf) {
+  resize_impl(self, C10_AS_INTARRAYREF_SLOW(size), mf);
+  return self;
+}
+
+// ---- allocation ---------------------------------------------------------------------
+at::Tensor empty_memory_format(c10::IntArrayRef size, std::optional<c10::ScalarType> dtype,
+                               std::optional<c10::Layout>, std::optional<c10::Device> device,
+                               std::optional<bool>, std::optional<c10::MemoryFormat> mf) {
+  DeviceIndex d = device && device->has_index() ? device->index() : current_device();
+  c10::DeviceGuard g(c10::Device(c10::DeviceType::PrivateUse1, d));
+  return at::detail::empty_generic(size, allocator(),
+                                   c10::DispatchKeySet(c10::DispatchKey::PrivateUse1),
+                                   c10::dtype_or_default(dtype), mf);
+}
+
+at::Tensor empty_strided(c10::IntArrayRef size, c10::IntArrayRef stride,
+                         std::optional<c10::ScalarType> dtype, std::optional<c10::Layout>,
+                         std::optional<c10::Device> device, std::optional<bool>) {
+  DeviceIndex d = device && device->has_index() ? device->index() : current_device();
+  c10::DeviceGuard g(c10::Device(c10::DeviceType::PrivateUse1, d));
+  return at::detail::empty_strided_generic(size, stride, allocator(),
+                                           c10::DispatchKeySet(c10::DispatchKey::PrivateUse1),
+                                           c10::dtype_or_default(dtype));
+}
+
+// ---- set_ ----------------------------------------------------------------------------
+at::Tensor& set_storage_offset(at::Tensor& self, c10::Storage storage, int64_t offset,
+                               c10::IntArrayRef size, c10::IntArrayRef stride) {
+  TORCH_CHECK(!storage.data_ptr() || storage.device().type() == c10::DeviceType::PrivateUse1,
+              "Attempted to set the storage of a tpu tensor to a storage on ", storage.device());
+  auto* impl = self.unsafeGetTensorImpl();
+  impl->set_storage_keep_dtype(std::move(storage));
+  std::vector<int64_t> st;
+  if (stride.empty()) {  // contiguous
+    st.resize(size.size());
+    int64_t s = 1;
+    for (size_t i = size.size(); i-- > 0;) {
+      st[i] = s;
+      s *= std::max<int64_t>(size[i], 1);
+    }
+    stride = st;
+  }
+  impl->set_sizes_and_strides(size, stride, offset);
+  int64_t need = 0;
+  bool empty = false;
+  for (size_t i = 0; i < size.size(); i++) {
+    if (size[i] == 0) empty = true;
+    need += (size[i] - 1) * stride[i];
+  }
+  if (!empty) grow_storage(self, (offset + need + 1) * self.dtype().itemsize());
+  return self;
+}
+
+at::Tensor& set_source_storage(at::Tensor& self, c10::Storage source) {
+  int64_t n = static_cast<int64_t>(source.nbytes() / self.dtype().itemsize());
+  return set_storage_offset(self, std::move(source), 0, {n}, {});
+}
+
+at::Tensor& set_source_tensor(at::Tensor& self, const at::Tensor& src) {
+  if (self.is_same(src)) return self;
+  return set_storage_offset(self, src.storage(), src.storage_offset(), src.sizes(), src.strides());
+}
+
+at::Tensor& set_empty(at::Tensor& self) {
+  c10::Storage st(c10::Storage::use_byte_size_t(), 0, allocator(), true);
+  return set_storage_offset(self, std::move(st), 0, {0}, {});
+}
+
+// ---- copies ----------------------------------------------------------------------------
+at::Tensor copy_from(const at::Tensor& self, const at::Tensor& dst, bool) {
+  copy_between(self, dst);
+  return dst;
+}
+
+at::Tensor copy_from_and_resize(const at::Tensor& self, const at::Tensor& dst) {
+  if (!dst.sizes().equals(self.sizes())) resize_impl(dst, self.sizes(), std::nullopt);
+  copy_between(self, dst);
+  return dst;
+}
+
+c10::Scalar local_scalar_dense(const at::Tensor& self) {
+  TORCH_CHECK(self.numel() == 1, "a Tensor with ", self.numel(),
+              " elements cannot be converted to Scalar");
+  alignas(8) unsigned char buf[8] = {};
+  tpu_view src = make_view(self), dst;
+  tpu_view_init_contiguous(&dst, buf, src.dtype, 0, nullptr);
+  src.ndim = 0;  // numel == 1: the element at the offset
+  check(tpulw_copy_d2h(current_stream(self.device().index()), &dst, &src));
+  switch (src.dtype) {
+    case TPU_BOOL: return c10::Scalar(buf[0] != 0);
+    case TPU_U8: return c10::Scalar(static_cast<int64_t>(buf[0]));
+    case TPU_I8: return c10::Scalar(static_cast<int64_t>(*reinterpret_cast<int8_t*>(buf)));
+    case TPU_I16: return c10::Scalar(static_cast<int64_t>(*reinterpret_cast<int16_t*>(buf)));
+    case TPU_I32: return c10::Scalar(static_cast<int64_t>(*reinterpret_cast<int32_t*>(buf)));
+    case TPU_I64: return c10::Scalar(*reinterpret_cast<int64_t*>(buf));
+    case TPU_F16: return c10::Scalar(c10::Half(*reinterpret_cast<uint16_t*>(buf), c10::Half::from_bits()));
+    case TPU_BF16: return c10::Scalar(c10::BFloat16(*reinterpret_cast<uint16_t*>(buf), c10::BFloat16::from_bits()));
+    case TPU_F32: return c10::Scalar(static_cast<double>(*reinterpret_cast<float*>(buf)));
+    default: return c10::Scalar(*reinterpret_cast<double*>(buf));
+  }
+}
+
+// ---- CPU fallback (explicit and counted) -----------------------------------------------
+std::mutex g_fallback_mu;
+std::map<std::string, int64_t> g_fallback_counts;
+
+std::string op_full_name(const c10::OperatorHandle& op) {
+  const auto& n = op.schema().operator_name();
+  return n.overload_name.empty() ? n.name : n.name + "." + n.overload_name;
+}
+
+void cpu_fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack,
+                  const std::string& why) {
+  std::string name = op_full_name(op);
+  TORCH_CHECK_NOT_IMPLEMENTED(
+      g_fallback_enabled.load(), "torch_tpu: ", name,
+      " has no native tpu implementation", why.empty() ? "" : " (" + why + ")",
+      " and the CPU fallback is disabled (enable it with "
+      "torch_tpu.execution_mode.cpu_fallback_mode(True) or TORCH_TPU_CPU_FALLBACK=1)");
+  bool first;
+  {
+    std::lock_guard<std::mutex> lock(g_fallback_mu);
+    first = g_fallback_counts[name]++ == 0;
+  }
+  if (first)
+    TORCH_WARN("torch_tpu: ", name, " is not natively supported on tpu",
+               why.empty() ? "" : " (" + why + ")",
+               "; running it on the CPU (slow; counted as unsupported)");
+  at::native::cpu_fallback(op, stack);
+}
+
+// ---- the native path: marshal -> tpulw_prepare -> allocate -> tpulw_launch -----------
+struct Marshal {
+  std::vector<tpulw_arg> args;
+  std::deque<std::vector<int64_t>> ints;
+  std::deque<std::vector<double>> floats;
+  std::deque<std::vector<tpulw_tensor>> lists;
+  std::vector<at::Generator> gens;
+  std::vector<int> gen_args;
+  int device = -1;
+  std::string why;  // reason for a CPU fallback
+};
+
+[[noreturn]] void device_mismatch(int a, const c10::Device& b) {
+  TORCH_CHECK(false, "Expected all tensors to be on the same device, but found at least "
+              "two devices, tpu:", a, " and ", b, "!");
+}
+
+bool fill_tensor(Marshal& m, const at::Tensor& t, tpulw_tensor& out) {
+  std::memset(&out, 0, sizeof out);
+  if (!t.defined()) return true;
+  out.defined = 1;
+  out.wrapped_number = t.unsafeGetTensorImpl()->is_wrapped_number();
+  int dt = to_tpu_dtype(t.scalar_type());
+  if (dt < 0) {
+    m.why = std::string("dtype ") + c10::toString(t.scalar_type());
+    return false;
+  }
+  if (t.device().is_cpu()) {
+    if (t.dim() != 0) {
+      if (m.device >= 0) device_mismatch(m.device, t.device());
+      m.why = "non-scalar CPU tensor argument";
+      return false;
+    }
+    c10::Scalar s = t.item();
+    out.device = -1;
+    out.view.dtype = dt;
+    out.cpu_f = s.toDouble();
+    out.cpu_i = s.isFloatingPoint() ? static_cast<int64_t>(out.cpu_f) : s.toLong();
+    return true;
+  }
+  if (t.device().type() != c10::DeviceType::PrivateUse1) {
+    m.why = "tensor on another device";
+    return false;
+  }
+  int d = t.device().index();
+  if (m.device >= 0 && m.device != d) device_mismatch(m.device, t.device());
+  m.device = d;
+  out.view = make_view(t);
+  out.device = d;
+  return true;
+}
+
+std::vector<int64_t> to_ints(const c10::IValue& v) {
+  if (v.isIntList()) return v.toIntVector();
+  std::vector<int64_t> out;
+  if (v.isBoolList()) {
+    for (bool b : v.toBoolList()) out.push_back(b);
+    return out;
+  }
+  for (const auto& e : v.toListRef())
+    out.push_back(e.isSymInt() ? e.toSymInt().guard_int(__FILE__, __LINE__) : e.toInt());
+  return out;
+}
+
+// Fill m.args from the stack; false -> CPU fallback (m.why says why).
+bool marshal(Marshal& m, const c10::FunctionSchema& schema, torch::jit::Stack* stack) {
+  const auto& sargs = schema.arguments();
+  size_t n = sargs.size();
+  auto ivs = torch::jit::last(*stack, n);
+  m.args.resize(n);
+  for (size_t i = 0; i < n; i++) {
+    const c10::IValue& iv = ivs[i];
+    tpulw_arg& a = m.args[i];
+    std::memset(&a, 0, sizeof a);
+    a.name = sargs[i].name().c_str();
+    a.is_output = sargs[i].alias_info() && sargs[i].alias_info()->isWrite();
+    if (iv.isNone()) {
+      a.kind = TPULW_NONE;
+      continue;
+    }
+    c10::TypePtr ty = sargs[i].real_type();
+    if (auto opt = ty->cast<c10::OptionalType>()) ty = opt->getElementType();
+    switch (ty->kind()) {
+      case c10::TypeKind::TensorType:
+        a.kind = TPULW_TENSOR;
+        if (!fill_tensor(m, iv.toTensor(), a.t)) return false;
+        break;
+      case c10::TypeKind::ListType: {
+        auto elem = ty->castRaw<c10::ListType>()->getElementType();
+        if (auto opt = elem->cast<c10::OptionalType>()) elem = opt->getElementType();
+        if (elem->kind() == c10::TypeKind::TensorType) {
+          a.kind = TPULW_TENSORS;
+          auto& lst = m.lists.emplace_back();
+          for (const auto& e : iv.toListRef()) {
+            lst.emplace_back();
+            if (!e.isNone() && !fill_tensor(m, e.toTensor(), lst.back())) return false;
+          }
+          a.tensors = lst.data();
+          a.n = static_cast<int32_t>(lst.size());
+        } else if (elem->kind() == c10::TypeKind::FloatType) {
+          a.kind = TPULW_FLOATS;
+          auto& v = m.floats.emplace_back(iv.toDoubleVector());
+          a.floats = v.data();
+          a.n = static_cast<int32_t>(v.size());
+        } else if (elem->kind() == c10::TypeKind::IntType ||
+                   elem->kind() == c10::TypeKind::SymIntType ||
+                   elem->kind() == c10::TypeKind::BoolType) {
+          a.kind = TPULW_INTS;
+          auto& v = m.ints.emplace_back(to_ints(iv));
+          a.ints = v.data();
+          a.n = static_cast<int32_t>(v.size());
+        } else {
+          m.why = "argument type " + ty->str();
+          return false;
+        }
+        break;
+      }
+      case c10::TypeKind::IntType:
+      case c10::TypeKind::SymIntType:
+        a.kind = TPULW_INT;
+        a.i = iv.isSymInt() ? iv.toSymInt().guard_int(__FILE__, __LINE__) : iv.toInt();
+        break;
+      case c10::TypeKind::FloatType:
+        a.kind = TPULW_FLOAT;
+        a.f = iv.toDouble();
+        break;
+      case c10::TypeKind::BoolType:
+        a.kind = TPULW_BOOL;
+        a.i = iv.toBool();
+        break;
+      case c10::TypeKind::NumberType: {  // Scalar
+        c10::Scalar s = iv.toScalar();
+        if (s.isBoolean()) {
+          a.kind = TPULW_BOOL;
+          a.i = s.toBool();
+        } else if (s.isIntegral(false)) {
+          a.kind = TPULW_INT;
+          a.i = s.toLong();
+          a.f = static_cast<double>(a.i);
+        } else if (s.isFloatingPoint()) {
+          a.kind = TPULW_FLOAT;
+          a.f = s.toDouble();
+        } else {
+          m.why = "complex scalar";
+          return false;
+        }
+        break;
+      }
+      case c10::TypeKind::StringType:
+        a.kind = TPULW_STR;
+        a.s = iv.toStringRef().c_str();
+        break;
+      case c10::TypeKind::ScalarTypeType: {
+        int dt = to_tpu_dtype(static_cast<c10::ScalarType>(iv.toInt()));
+        if (dt < 0) {
+          m.why = std::string("dtype ") + c10::toString(static_cast<c10::ScalarType>(iv.toInt()));
+          return false;
+        }
+        a.kind = TPULW_DTYPE;
+        a.i = dt;
+        break;
+      }
+      case c10::TypeKind::GeneratorType:
+        a.kind = TPULW_GENERATOR;
+        m.gens.push_back(iv.toGenerator());
+        m.gen_args.push_back(static_cast<int>(i));
+        break;
+      case c10::TypeKind::LayoutType:
+      case c10::TypeKind::DeviceObjType:
+      case c10::TypeKind::MemoryFormatType:
+        a.kind = TPULW_OTHER;
+        if (ty->kind() == c10::TypeKind::DeviceObjType && m.device < 0 &&
+            iv.toDevice().type() == c10::DeviceType::PrivateUse1 && iv.toDevice().has_index())
+          m.device = iv.toDevice().index();
+        break;
+      default:
+        m.why = "argument type " + ty->str();
+        return false;
+    }
+  }
+  if (m.device < 0) m.device = current_device();
+  return true;
+}
+
+void warn_resize(const at::Tensor& t, const tpulw_out_info& o) {
+  if (t.numel() != 0)
+    TORCH_WARN("An output with one or more elements was resized since it had shape ",
+               t.sizes(), ", which does not match the required output shape ",
+               c10::IntArrayRef(o.sizes, o.ndim),
+               ". This behavior is deprecated, and in a future PyTorch release outputs "
+               "will not be resized unless they have zero elements. You can explicitly "
+               "reuse an out tensor t by resizing it, inplace, to zero elements with "
+               "t.resize_(0).");
+}
+
+void native_boxed(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
+  const auto& schema = op.schema();
+  const std::string& qual = schema.name();
+  if (qual.rfind("aten::", 0) != 0) return cpu_fallback(op, stack, "not an aten op");
+  const char* name = qual.c_str() + 6;
+  const char* overload = schema.overload_name().c_str();
+  if (!tpulw_has(name, overload)) return cpu_fallback(op, stack, "");
+
+  Marshal m;
+  if (!marshal(m, schema, stack)) return cpu_fallback(op, stack, m.why);
+  c10::DeviceGuard guard(c10::Device(c10::DeviceType::PrivateUse1, m.device));
+
+  // Generators: None -> the device's default; lock each while preparing.
+  std::vector<std::unique_lock<std::mutex>> locks;
+  for (size_t k = 0; k < m.gen_args.size(); k++) {
+    at::Generator g = m.gens[k].defined() ? m.gens[k] : default_generator(m.device);
+    m.gens[k] = g;
+    locks.emplace_back(g.mutex());
+    m.args[m.gen_args[k]].gen = &g.get<TpuGenerator>()->state;
+  }
+  for (auto& a : m.args)  // None generator argument -> default generator
+    if (a.kind == TPULW_NONE && a.name && std::strcmp(a.name, "generator") == 0) {
+      at::Generator g = default_generator(m.device);
+      m.gens.push_back(g);
+      locks.emplace_back(g.mutex());
+      a.kind = TPULW_GENERATOR;
+      a.gen = &g.get<TpuGenerator>()->state;
+    }
+
+  tpulw_ctx ctx{m.device, g_precision.load()};
+  tpulw_plan* plan = nullptr;
+  int rc = tpulw_prepare(&ctx, name, overload, m.args.data(),
+                         static_cast<int>(m.args.size()), &plan);
+  locks.clear();
+  if (rc == TPU_E_UNSUPPORTED) return cpu_fallback(op, stack, tpu_last_error());
+  check(rc);
+
+  // Destinations.
+  size_t nargs = schema.arguments().size();
+  auto ivs = torch::jit::last(*stack, nargs);
+  int nout = tpulw_plan_num_outputs(plan);
+  std::vector<at::Tensor> fresh;
+  std::vector<tpu_view> outs(nout);
+  try {
+    for (int i = 0; i < nout; i++) {
+      const tpulw_out_info* o = tpulw_plan_output(plan, i);
+      at::Tensor dst;
+      if (o->dest_arg < 0) {
+        dst = empty_tpu(c10::IntArrayRef(o->sizes, o->ndim), to_scalar_type(o->dtype), m.device);
+        fresh.push_back(dst);
+      } else {
+        const c10::IValue& iv = ivs[o->dest_arg];
+        dst = iv.isTensor() ? iv.toTensor() : iv.toTensorList().get(o->dest_elem);
+        if (o->resize) {
+          warn_resize(dst, *o);
+          resize_impl(dst, c10::IntArrayRef(o->sizes, o->ndim), std::nullopt);
+        }
+      }
+      outs[i] = make_view(dst);
+    }
+  } catch (...) {
+    tpulw_plan_free(plan);
+    throw;
+  }
+  check(tpulw_launch(plan, current_stream(m.device), outs.data()));
+
+  // Returns: aliased args, else the new outputs in order.
+  std::vector<c10::IValue> rets;
+  size_t next = 0;
+  for (const auto& r : schema.returns()) {
+    if (r.alias_info() && r.alias_info()->isWrite()) {
+      for (size_t j = 0; j < nargs; j++) {
+        const auto* ai = schema.arguments()[j].alias_info();
+        if (ai && ai->beforeSets() == r.alias_info()->beforeSets()) {
+          rets.push_back(ivs[j]);
+          break;
+        }
+      }
+    } else if (r.type()->kind() == c10::TypeKind::ListType) {
+      std::vector<at::Tensor> rest(fresh.begin() + next, fresh.end());
+      next = fresh.size();
+      rets.emplace_back(rest);
+    } else {
+      TORCH_CHECK(next < fresh.size(), "torch_tpu: lowering of ", qual, " produced too few outputs");
+      rets.emplace_back(fresh[next++]);
+    }
+  }
+  torch::jit::drop(*stack, nargs);
+  for (auto& r : rets) torch::jit::push(*stack, std::move(r));
+}
+
+}  // namespace
+
+void copy_between(const at::Tensor& src_in, const at::Tensor& dst) {
+  at::Tensor src = src_in.sizes().equals(dst.sizes()) ? src_in : src_in.expand(dst.sizes());
+  if (dst.numel() == 0) return;
+  tpu_view dv = make_view(dst), sv = make_view(src);
+  bool s_dev = src.device().type() == c10::DeviceType::PrivateUse1;
+  bool d_dev = dst.device().type() == c10::DeviceType::PrivateUse1;
+  TORCH_CHECK(s_dev || src.device().is_cpu(), "torch_tpu: cannot copy from ", src.device());
+  TORCH_CHECK(d_dev || dst.device().is_cpu(), "torch_tpu: cannot copy to ", dst.device());
+  if (s_dev && d_dev)
+    check(tpulw_copy_d2d(current_stream(dst.device().index()), &dv, &sv));
+  else if (s_dev)
+    check(tpulw_copy_d2h(current_stream(src.device().index()), &dv, &sv));
+  else
+    check(tpulw_copy_h2d(current_stream(dst.device().index()), &dv, &sv));
+}
+
+std::vector<std::pair<std::string, int64_t>> fallback_counts() {
+  std::lock_guard<std::mutex> lock(g_fallback_mu);
+  return {g_fallback_counts.begin(), g_fallback_counts.end()};
+}
+
+void reset_fallback_counts() {
+  std::lock_guard<std::mutex> lock(g_fallback_mu);
+  g_fallback_counts.clear();
+}
+
+TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
+  m.impl("empty.memory_format", empty_memory_format);
+  m.impl("empty_strided", empty_strided);
+  m.impl("as_strided", as_strided);
+  m.impl("view", view);
+  m.impl("_reshape_alias", reshape_alias);
+  m.impl("unfold", unfold);
+  m.impl("resize_", resize_);
+  m.impl("set_.source_Storage_storage_offset", set_storage_offset);
+  m.impl("set_.source_Storage", set_source_storage);
+  m.impl("set_.source_Tensor", set_source_tensor);
+  m.impl("set_", set_empty);
+  m.impl("_copy_from", copy_from);
+  m.impl("_copy_from_and_resize", copy_from_and_resize);
+  m.impl("_local_scalar_dense", local_scalar_dense);
+}
+
+TORCH_LIBRARY_IMPL(_, PrivateUse1, m) {
+  m.fallback(torch::CppFunction::makeFromBoxedFunction<&native_boxed>());
+}
+
+}  // namespace torch_tpu

@@ -1,0 +1,70 @@
+// module.cpp - torch_tpu._C: the Python entry points of the glue (device
+// queries, memory statistics, settings, the native-op list, fallback
+// counters). Everything here forwards to the C runtime.
+#include "glue.h"
+
+#include <pybind11/pybind11.h>
+#include <pybind11/stl.h>
+#include <torch/csrc/Generator.h>
+
+namespace py = pybind11;
+using namespace torch_tpu;
+
+static py::dict mem_stats(int dev) {
+  tpurt_mem_stats s{};
+  check(tpurt_mem_get_stats(dev, &s));
+  py::dict d;
+  d["allocated_bytes.all.current"] = s.allocated;
+  d["allocated_bytes.all.peak"] = s.peak_allocated;
+  d["reserved_bytes.all.current"] = s.reserved;
+  d["reserved_bytes.all.peak"] = s.peak_reserved;
+  d["active_bytes.all.current"] = s.allocated;
+  d["active.all.current"] = s.active_blocks;
+  d["allocation.all.allocated"] = s.num_allocs;
+  d["allocation.all.freed"] = s.num_frees;
+  d["num_ooms"] = s.num_ooms;
+  d["capacity"] = s.capacity;
+  return d;
+}
+
+PYBIND11_MODULE(_C, m) {
+  m.doc() = "torch_tpu C runtime bindings";
+  m.def("_device_count", [] { return (int)device_count(); });
+  m.def("_physical_chip", [](int d) { return tpurt_device_physical_id(d); });
+  m.def("_current_device", [] { return (int)current_device(); });
+  m.def("_set_device", [](int d) { set_device(static_cast<c10::DeviceIndex>(d)); });
+  m.def("_synchronize", [](int d) {
+    py::gil_scoped_release nogil;
+    synchronize_device(static_cast<c10::DeviceIndex>(d));
+  });
+  m.def("_device_open", [](int d) { check(tpurt_device_open(d)); });
+  m.def("_is_initialized", [](int d) { return tpurt_device_is_open(d) == 1; });
+  m.def("_hbm_capacity", [](int d) { return tpurt_device_hbm_capacity(d); });
+  m.def("_memory_stats", &mem_stats);
+  m.def("_reset_peak_memory_stats", [](int d) { check(tpurt_mem_reset_peak(d)); });
+  m.def("_empty_cache", [](int d) { check(tpurt_mem_empty_cache(d)); });
+  m.def("_get_default_generator", [](int d) {
+    return py::reinterpret_steal<py::object>(
+        THPGenerator_initDefaultGenerator(default_generator(static_cast<c10::DeviceIndex>(d))));
+  });
+  m.def("_set_precision", [](int p) {
+    TORCH_CHECK(p >= TPU_PREC_DEFAULT && p <= TPU_PREC_HIGHEST, "bad precision ", p);
+    g_precision.store(p);
+  });
+  m.def("_get_precision", [] { return g_precision.load(); });
+  m.def("_set_fallback_enabled", [](bool on) { g_fallback_enabled.store(on); });
+  m.def("_get_fallback_enabled", [] { return g_fallback_enabled.load(); });
+  m.def("_fallback_counts", &fallback_counts);
+  m.def("_reset_fallback_counts", &reset_fallback_counts);
+  m.def("_set_launch_blocking", [](bool on) { tpurt_set_launch_blocking(on); });
+  m.def("_get_launch_blocking", [] { return tpurt_get_launch_blocking() != 0; });
+  m.def("_set_num_threads", [](int n) { tpurt_set_num_threads(n); });
+  m.def("_get_num_threads", [] { return tpurt_num_threads(); });
+  m.def("_native_ops", [] {
+    int n = 0;
+    const char* const* names = tpulw_list(&n);
+    std::vector<std::string> out(names, names + n);
+    return out;
+  });
+  m.def("_current_stream_id", [](int d) { return current_stream_id(static_cast<c10::DeviceIndex>(d)); });
+}

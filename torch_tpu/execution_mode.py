@@ -1,0 +1,97 @@
+"""Eager execution modes (TorchTPU names).
+
+- ``EagerMode.DEFER_NEVER`` (Strict Eager, default): each op is dispatched and
+  queued on the chip's stream; the call returns before the op has run, like
+  CUDA. ``.cpu()``, ``.item()`` and ``torch.tpu.synchronize()`` wait.
+- ``EagerMode.DEFER_NEVER_AND_LAUNCH_BLOCKING`` (Debug Eager): every op runs
+  to completion before the call returns, so errors surface at the op that
+  caused them. Also ``TORCH_TPU_LAUNCH_BLOCKING=1``.
+- ``EagerMode.DEFER_AND_FUSE`` (Fused Eager): records ops into a graph and
+  fuses them. Not implemented yet: selecting it raises NotImplementedError.
+"""
+import contextlib
+import enum
+import os
+import threading
+import warnings
+
+from . import _C
+
+
+class EagerMode(enum.Enum):
+    DEFER_NEVER = "DEFER_NEVER"
+    DEFER_NEVER_AND_LAUNCH_BLOCKING = "DEFER_NEVER_AND_LAUNCH_BLOCKING"
+    DEFER_AND_FUSE = "DEFER_AND_FUSE"
+
+
+_lock = threading.Lock()
+_mode = EagerMode.DEFER_NEVER
+
+
+def set_eager_mode(mode):
+    """Select the eager mode for the whole process."""
+    global _mode
+    mode = EagerMode(mode)
+    if mode is EagerMode.DEFER_AND_FUSE:
+        raise NotImplementedError(
+            "torch_tpu: EagerMode.DEFER_AND_FUSE (Fused Eager) is not implemented yet; "
+            "use DEFER_NEVER or DEFER_NEVER_AND_LAUNCH_BLOCKING"
+        )
+    with _lock:
+        _C._set_launch_blocking(mode is EagerMode.DEFER_NEVER_AND_LAUNCH_BLOCKING)
+        _mode = mode
+
+
+def get_eager_mode():
+    """The current eager mode."""
+    return _mode
+
+
+@contextlib.contextmanager
+def eager_mode(mode):
+    """Context manager: run the block in `mode`, then restore the previous one."""
+    prev = get_eager_mode()
+    set_eager_mode(mode)
+    try:
+        yield
+    finally:
+        set_eager_mode(prev)
+
+
+class cpu_fallback_mode:
+    """Allow (True) or forbid (False) the CPU fallback for ops without a native
+    tpu lowering. Takes effect at once when called; used as a context manager
+    it restores the previous setting on exit. Forbidden fallback raises
+    NotImplementedError naming the op."""
+
+    def __init__(self, enabled):
+        self._prev = _C._get_fallback_enabled()
+        _C._set_fallback_enabled(bool(enabled))
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        _C._set_fallback_enabled(self._prev)
+        return False
+
+
+def is_cpu_fallback_enabled():
+    return _C._get_fallback_enabled()
+
+
+def _env_flag(name):
+    return os.environ.get(name, "").strip().lower() in ("1", "true", "yes", "on")
+
+
+def _init_from_env():
+    global _mode
+    if os.environ.get("TORCH_TPU_CPU_FALLBACK", "").strip() in ("0", "false", "off", "no"):
+        _C._set_fallback_enabled(False)
+    if _env_flag("TORCH_TPU_LAUNCH_BLOCKING"):
+        _C._set_launch_blocking(True)
+        _mode = EagerMode.DEFER_NEVER_AND_LAUNCH_BLOCKING
+    if _env_flag("TORCH_TPU_DEFER_AND_FUSE"):
+        warnings.warn(
+            "torch_tpu: TORCH_TPU_DEFER_AND_FUSE=1 is not implemented yet; running Strict Eager"
+        )

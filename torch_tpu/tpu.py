@@ -1,0 +1,357 @@
+"""The ``torch.tpu`` device module (TorchTPU-compatible names).
+
+Devices are the vTPU chips this process sees (``TPU_VISIBLE_CHIPS``); memory
+figures are the runtime's real per-chip HBM statistics; streams and events
+are runtime queues and events.
+"""
+import contextlib
+import enum
+import threading
+
+import torch
+
+from . import _C
+
+OutOfMemoryError = torch.OutOfMemoryError
+
+# ---- devices -----------------------------------------------------------------
+
+
+def _index(device=None):
+    if device is None:
+        return _C._current_device()
+    if isinstance(device, int):
+        return device
+    if isinstance(device, str):
+        device = torch.device(device)
+    if isinstance(device, torch.device):
+        if device.type != "tpu":
+            raise ValueError(f"Expected a tpu device, but got: {device}")
+        return _C._current_device() if device.index is None else device.index
+    raise TypeError(f"Invalid device {device!r}")
+
+
+def is_available():
+    """True if at least one vTPU chip is visible."""
+    return _C._device_count() > 0
+
+
+def device_count():
+    return _C._device_count()
+
+
+def current_device():
+    return _C._current_device()
+
+
+def set_device(device):
+    _C._set_device(_index(device))
+
+
+def is_initialized():
+    return True
+
+
+def _lazy_init():
+    pass
+
+
+def _is_in_bad_fork():
+    return False
+
+
+class device:
+    """Context manager that changes the current tpu device."""
+
+    def __init__(self, device):
+        self.idx = _index(device) if device is not None else -1
+        self.prev_idx = -1
+
+    def __enter__(self):
+        self.prev_idx = _C._current_device()
+        if self.idx >= 0:
+            _C._set_device(self.idx)
+
+    def __exit__(self, *exc):
+        if self.idx >= 0:
+            _C._set_device(self.prev_idx)
+        return False
+
+
+class device_of(device):
+    """Context manager: the current device becomes the given tensor's."""
+
+    def __init__(self, obj):
+        super().__init__(obj.get_device() if obj.is_tpu else None)
+
+
+class _DeviceProperties:
+    def __init__(self, idx):
+        self.name = get_device_name(idx)
+        self.total_memory = _C._hbm_capacity(idx)
+        self.physical_chip = _C._physical_chip(idx)
+        self.num_threads = _C._get_num_threads()
+        self.type = "vTPU"
+
+    def __repr__(self):
+        return (f"_TpuDeviceProperties(name='{self.name}', total_memory="
+                f"{self.total_memory // (1024 * 1024)}MB, physical_chip={self.physical_chip})")
+
+
+def get_device_name(device=None):
+    idx = _index(device)
+    return f"vTPU chip {_C._physical_chip(idx)} (host CPU executor)"
+
+
+def get_device_properties(device=None):
+    return _DeviceProperties(_index(device))
+
+
+def get_device_capability(device=None):
+    return (0, 0)
+
+
+def synchronize(device=None):
+    """Wait for all work queued on the device's streams (all devices if None
+    and several are in use). Raises errors reported by queued ops."""
+    if device is None:
+        for i in range(device_count()):
+            if _C._is_initialized(i):
+                _C._synchronize(i)
+    else:
+        _C._synchronize(_index(device))
+
+
+# ---- RNG ------------------------------------------------------------------------
+
+
+def _gen(device=None):
+    return _C._get_default_generator(_index(device))
+
+
+def manual_seed(seed):
+    _gen().manual_seed(int(seed))
+
+
+def manual_seed_all(seed):
+    for i in range(device_count()):
+        _gen(i).manual_seed(int(seed))
+
+
+def seed():
+    _gen().seed()
+
+
+def seed_all():
+    for i in range(device_count()):
+        _gen(i).seed()
+
+
+def initial_seed():
+    return _gen().initial_seed()
+
+
+def get_rng_state(device="tpu"):
+    return _gen(device).get_state()
+
+
+def set_rng_state(new_state, device="tpu"):
+    _gen(device).set_state(new_state)
+
+
+def get_rng_state_all():
+    return [get_rng_state(i) for i in range(device_count())]
+
+
+def set_rng_state_all(new_states):
+    for i, s in enumerate(new_states):
+        set_rng_state(s, i)
+
+
+
+# ---- streams and events -------------------------------------------------------------
+
+
+class Stream(torch.Stream):
+    """A tpu stream: its own runtime queue (worker) on a chip."""
+
+    def __new__(cls, device=None, priority=0, **kwargs):
+        if "stream_id" in kwargs:
+            return super().__new__(cls, **kwargs)
+        with torch.tpu.device(device):
+            return super().__new__(cls, device=torch.device("tpu", _index(device)),
+                                   priority=priority)
+
+
+class Event(torch.Event):
+    """A tpu event recorded on a stream."""
+
+    def __new__(cls, enable_timing=False, blocking=False, interprocess=False):
+        return super().__new__(cls, device="tpu", enable_timing=enable_timing,
+                               blocking=blocking, interprocess=interprocess)
+
+
+def _wrap(s):
+    return Stream(stream_id=s.stream_id, device_index=s.device_index,
+                  device_type=s.device_type)
+
+
+def current_stream(device=None):
+    return _wrap(torch.accelerator.current_stream(_index(device)))
+
+
+def default_stream(device=None):
+    s = torch.accelerator.current_stream(_index(device))
+    return Stream(stream_id=0, device_index=s.device_index, device_type=s.device_type)
+
+
+def set_stream(stream):
+    if stream is not None:
+        torch.accelerator.set_stream(stream)
+
+
+@contextlib.contextmanager
+def stream(s):
+    """Context manager: make `s` the current stream of its device."""
+    if s is None:
+        yield
+        return
+    prev = torch.accelerator.current_stream(s.device_index)
+    torch.accelerator.set_stream(s)
+    try:
+        yield
+    finally:
+        torch.accelerator.set_stream(prev)
+
+
+# ---- memory ----------------------------------------------------------------------------
+
+
+def memory_stats(device=None):
+    return dict(_C._memory_stats(_index(device)))
+
+
+def memory_allocated(device=None):
+    return _C._memory_stats(_index(device))["allocated_bytes.all.current"]
+
+
+def max_memory_allocated(device=None):
+    return _C._memory_stats(_index(device))["allocated_bytes.all.peak"]
+
+
+def memory_reserved(device=None):
+    return _C._memory_stats(_index(device))["reserved_bytes.all.current"]
+
+
+def max_memory_reserved(device=None):
+    return _C._memory_stats(_index(device))["reserved_bytes.all.peak"]
+
+
+def reset_peak_memory_stats(device=None):
+    _C._reset_peak_memory_stats(_index(device))
+
+
+def empty_cache():
+    for i in range(device_count()):
+        if _C._is_initialized(i):
+            _C._empty_cache(i)
+
+
+def mem_get_info(device=None):
+    """(free, total) bytes of the chip's HBM."""
+    s = _C._memory_stats(_index(device))
+    return s["capacity"] - s["reserved_bytes.all.current"], s["capacity"]
+
+
+# ---- precision ----------------------------------------------------------------------------
+
+
+class Precision(enum.IntEnum):
+    """MXU precision for float32 matmul-class ops: 1, 3 or 6 bf16 passes."""
+
+    DEFAULT = 0
+    HIGH = 1
+    HIGHEST = 2
+
+
+_PREC_NAMES = {"medium": Precision.DEFAULT, "default": Precision.DEFAULT,
+               "high": Precision.HIGH, "highest": Precision.HIGHEST}
+
+
+def _as_precision(p):
+    if isinstance(p, str):
+        try:
+            return _PREC_NAMES[p.lower()]
+        except KeyError:
+            raise ValueError(f"unknown precision {p!r}") from None
+    return Precision(p)
+
+
+def set_precision(p):
+    _C._set_precision(int(_as_precision(p)))
+
+
+def get_precision():
+    return Precision(_C._get_precision())
+
+
+class precision:
+    """``with torch.tpu.precision(torch.tpu.Precision.HIGHEST): ...`` sets the
+    float32 matmul precision for the block (process-wide), restoring it after.
+    Calling it without ``with`` sets it until changed."""
+
+    def __init__(self, p):
+        self._prev = _C._get_precision()
+        set_precision(p)
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        _C._set_precision(self._prev)
+        return False
+
+
+_hooks_lock = threading.Lock()
+_orig_set_fp32 = None
+
+
+def _install_precision_hooks():
+    """torch.set_float32_matmul_precision('medium'|'high'|'highest') also sets
+    the tpu precision (DEFAULT | HIGH | HIGHEST)."""
+    global _orig_set_fp32
+    with _hooks_lock:
+        if _orig_set_fp32 is not None:
+            return
+        _orig_set_fp32 = torch.set_float32_matmul_precision
+
+        def set_float32_matmul_precision(p):
+            _orig_set_fp32(p)
+            set_precision(p)
+
+        set_float32_matmul_precision.__doc__ = _orig_set_fp32.__doc__
+        torch.set_float32_matmul_precision = set_float32_matmul_precision
+
+
+# ---- autocast ---------------------------------------------------------------------------------
+
+
+def get_amp_supported_dtype():
+    return [torch.bfloat16, torch.float16]
+
+
+def is_bf16_supported(including_emulation=True):
+    return True
+
+
+# ---- diagnostics ---------------------------------------------------------------------------------
+
+
+def native_ops():
+    """Sorted list of ATen overloads with a native tpu lowering."""
+    return list(_C._native_ops())
+
+
+def fallback_counts():
+    """{"aten::op.overload": calls} of ops that ran through the CPU fallback."""
+    return dict(_C._fallback_counts())
