@@ -1,0 +1,366 @@
+/* lower.c - the ATen -> IR lowering table and its generic driver:
+ * tpulw_has/tpulw_list (one sorted table over every family's rows),
+ * tpulw_prepare (find the lowering, build the functional graph, decide
+ * output destinations, check in-place/out= shapes and dtype casts, append
+ * converts) and tpulw_launch (enqueue the graph on a stream).
+ */
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "lower_internal.h"
+#include "tpu_exec.h"
+
+/* ---- the table ---------------------------------------------------------- */
+
+static lw_row *g_table;
+static const char **g_names;
+static int g_ntable;
+static pthread_once_t g_table_once = PTHREAD_ONCE_INIT;
+
+static int row_cmp(const void *a, const void *b) {
+  return strcmp(((const lw_row *)a)->name, ((const lw_row *)b)->name);
+}
+
+static void table_init(void) {
+  const struct { const lw_row *rows; int n; } fam[] = {
+      {lw_rows_pointwise, lw_nrows_pointwise},
+      {lw_rows_reduce, lw_nrows_reduce},
+      {lw_rows_linalg, lw_nrows_linalg},
+      {lw_rows_nn, lw_nrows_nn},
+      {lw_rows_index, lw_nrows_index},
+      {lw_rows_random, lw_nrows_random},
+  };
+  int total = 0;
+  for (size_t f = 0; f < sizeof fam / sizeof fam[0]; f++) total += fam[f].n;
+  lw_row *t = malloc((size_t)(total ? total : 1) * sizeof *t);
+  const char **names = malloc((size_t)(total ? total : 1) * sizeof *names);
+  if (!t || !names) {
+    free(t);
+    free(names);
+    return;
+  }
+  int k = 0;
+  for (size_t f = 0; f < sizeof fam / sizeof fam[0]; f++)
+    for (int i = 0; i < fam[f].n; i++) t[k++] = fam[f].rows[i];
+  qsort(t, (size_t)total, sizeof *t, row_cmp);
+  /* drop duplicate names (first wins; tests check there are none) */
+  int m = 0;
+  for (int i = 0; i < total; i++) {
+    if (m > 0 && strcmp(t[m - 1].name, t[i].name) == 0) continue;
+    t[m++] = t[i];
+  }
+  for (int i = 0; i < m; i++) names[i] = t[i].name;
+  g_table = t;
+  g_names = names;
+  g_ntable = m;
+}
+
+static int overload_is_default(const char *ov) {
+  return !ov || !*ov || strcmp(ov, "default") == 0;
+}
+
+static void make_key(char *buf, size_t cap, const char *name,
+                     const char *overload) {
+  if (overload_is_default(overload))
+    snprintf(buf, cap, "%s", name ? name : "");
+  else
+    snprintf(buf, cap, "%s.%s", name ? name : "", overload);
+}
+
+static const lw_row *find_row(const char *name, const char *overload) {
+  pthread_once(&g_table_once, table_init);
+  if (!g_table) return NULL;
+  char key[256];
+  make_key(key, sizeof key, name, overload);
+  int lo = 0, hi = g_ntable - 1;
+  while (lo <= hi) {
+    int mid = (lo + hi) / 2;
+    int c = strcmp(g_table[mid].name, key);
+    if (c == 0) return &g_table[mid];
+    if (c < 0) lo = mid + 1;
+    else hi = mid - 1;
+  }
+  return NULL;
+}
+
+int tpulw_has(const char *name, const char *overload) {
+  return find_row(name, overload) != NULL;
+}
+
+const char *const *tpulw_list(int *n) {
+  pthread_once(&g_table_once, table_init);
+  if (n) *n = g_ntable;
+  return g_names;
+}
+
+/* ---- plans -------------------------------------------------------------- */
+
+struct tpulw_plan {
+  tpuir_graph *g;
+  int device;
+  int sync;
+  int nparams;
+  tpu_view *params;
+  int nout;
+  tpulw_out_info outs[LW_MAX_RES];
+  tpu_view out_views[LW_MAX_RES];
+};
+
+void tpulw_plan_free(tpulw_plan *p) {
+  if (!p) return;
+  tpuir_graph_free(p->g);
+  free(p->params);
+  free(p);
+}
+
+int tpulw_plan_num_outputs(const tpulw_plan *p) { return p ? p->nout : 0; }
+
+const tpulw_out_info *tpulw_plan_output(const tpulw_plan *p, int i) {
+  if (!p || i < 0 || i >= p->nout) return NULL;
+  return &p->outs[i];
+}
+
+const tpuir_graph *tpulw_plan_graph(const tpulw_plan *p) {
+  return p ? p->g : NULL;
+}
+
+/* "[2, 3]" */
+static void fmt_shape(char *buf, size_t cap, int nd, const int64_t *sizes) {
+  size_t k = (size_t)snprintf(buf, cap, "[");
+  for (int i = 0; i < nd && k < cap; i++)
+    k += (size_t)snprintf(buf + k, cap - k, "%s%lld", i ? ", " : "",
+                          (long long)sizes[i]);
+  if (k < cap) snprintf(buf + k, cap - k, "]");
+}
+
+static int same_shape(int nd, const int64_t *s, int nd2, const int64_t *s2) {
+  if (nd != nd2) return 0;
+  for (int i = 0; i < nd; i++)
+    if (s[i] != s2[i]) return 0;
+  return 1;
+}
+
+static int check_dest_dtype(const lw_b *b, int res_dt, int dest_dt) {
+  if (res_dt == dest_dt) return TPU_OK;
+  if (b->out_rule == LW_OUT_ANY) return TPU_OK;
+  if (b->out_rule == LW_OUT_SAME)
+    return tpu_error(TPU_E_INVALID,
+                     "Expected out tensor to have dtype %s, but got %s instead",
+                     tpu_dtype_name(res_dt), tpu_dtype_name(dest_dt));
+  if (!lw_can_cast(res_dt, dest_dt))
+    return tpu_error(TPU_E_INVALID,
+                     "result type %s can't be cast to the desired output type %s",
+                     lw_torch_name(res_dt), lw_torch_name(dest_dt));
+  return TPU_OK;
+}
+
+static int check_devices(const tpulw_ctx *ctx, const tpulw_arg *args,
+                         int nargs) {
+  for (int i = 0; i < nargs; i++) {
+    const tpulw_arg *a = &args[i];
+    const tpulw_tensor *ts = NULL;
+    int n = 0;
+    if (a->kind == TPULW_TENSOR) {
+      ts = &a->t;
+      n = 1;
+    } else if (a->kind == TPULW_TENSORS) {
+      ts = a->tensors;
+      n = a->n;
+    }
+    for (int j = 0; j < n; j++) {
+      if (!ts[j].defined || ts[j].device < 0) continue;
+      if (ts[j].device != ctx->device)
+        return tpu_error(TPU_E_INVALID,
+                         "Expected all tensors to be on the same device, but "
+                         "found at least two devices, tpu:%d and tpu:%d!",
+                         ctx->device, ts[j].device);
+      if (ts[j].view.dtype < 0 || ts[j].view.dtype >= TPU_NUM_DTYPES)
+        return tpu_error(TPU_E_UNSUPPORTED, "unsupported dtype");
+    }
+  }
+  return TPU_OK;
+}
+
+static int ends_with_underscore(const char *s) {
+  size_t n = strlen(s);
+  return n > 0 && s[n - 1] == '_';
+}
+
+/* Decide where each result goes and append converts. */
+static int place_outputs(lw_b *b, tpulw_plan *p) {
+  int inplace = ends_with_underscore(b->base);
+  /* out= destinations: (arg, element) pairs of is_output args, in order */
+  int dargs[LW_MAX_RES], delems[LW_MAX_RES], nd = 0;
+  if (!inplace) {
+    for (int k = 0; k < b->nargs; k++) {
+      const tpulw_arg *a = &b->args[k];
+      if (!a->is_output) continue;
+      int n = a->kind == TPULW_TENSOR ? 1 : a->kind == TPULW_TENSORS ? a->n : 0;
+      for (int e = 0; e < n; e++) {
+        if (nd == LW_MAX_RES)
+          return tpu_error(TPU_E_UNSUPPORTED, "too many out= tensors");
+        dargs[nd] = k;
+        delems[nd++] = e;
+      }
+    }
+    if (nd > 0 && nd != b->nres)
+      return tpu_error(TPU_E_INTERNAL,
+                       "lowering of %s.%s produced %d results for %d out= "
+                       "tensors", b->base, b->overload, b->nres, nd);
+  }
+  tpuir_val outs[LW_MAX_RES];
+  for (int i = 0; i < b->nres; i++) {
+    lw_shape s = lw_info(b, b->res[i]);
+    tpulw_out_info *o = &p->outs[i];
+    memset(o, 0, sizeof *o);
+    o->dtype = s.dtype;
+    o->ndim = s.ndim;
+    memcpy(o->sizes, s.sizes, sizeof o->sizes);
+    o->dest_arg = -1;
+    const tpulw_tensor *dest = NULL;
+    if (inplace && i == 0) {
+      int idx = -1;
+      for (int k = 0; k < b->nargs; k++)
+        if (b->args[k].name && strcmp(b->args[k].name, "self") == 0) idx = k;
+      if (idx < 0) /* no "self": first tensor arg marked written */
+        for (int k = 0; k < b->nargs && idx < 0; k++)
+          if (b->args[k].is_output && b->args[k].kind == TPULW_TENSOR) idx = k;
+      if (idx < 0 || b->args[idx].kind != TPULW_TENSOR ||
+          !b->args[idx].t.defined || b->args[idx].t.device < 0)
+        return tpu_error(TPU_E_UNSUPPORTED,
+                         "in-place op without a device tensor self");
+      dest = &b->args[idx].t;
+      if (!same_shape(s.ndim, s.sizes, dest->view.ndim, dest->view.sizes)) {
+        char a[256], c[256];
+        fmt_shape(a, sizeof a, dest->view.ndim, dest->view.sizes);
+        fmt_shape(c, sizeof c, s.ndim, s.sizes);
+        return tpu_error(TPU_E_INVALID,
+                         "output with shape %s doesn't match the broadcast "
+                         "shape %s", a, c);
+      }
+      o->dest_arg = idx;
+    } else if (nd > 0) {
+      const tpulw_arg *a = &b->args[dargs[i]];
+      dest = a->kind == TPULW_TENSOR ? &a->t : &a->tensors[delems[i]];
+      if (!dest->defined || dest->device < 0)
+        return tpu_error(TPU_E_UNSUPPORTED, "out= argument is not a device tensor");
+      o->dest_arg = dargs[i];
+      o->dest_elem = delems[i];
+      if (!same_shape(s.ndim, s.sizes, dest->view.ndim, dest->view.sizes))
+        o->resize = 1;
+    }
+    if (dest) {
+      int rc = check_dest_dtype(b, s.dtype, dest->view.dtype);
+      if (rc < 0) return rc;
+      o->dtype = dest->view.dtype;
+    }
+    outs[i] = lw_convert(b, b->res[i], o->dtype);
+    if (outs[i] < 0) return outs[i];
+  }
+  p->nout = b->nres;
+  return tpuir_set_outputs(b->g, b->nres, outs);
+}
+
+int tpulw_prepare(const tpulw_ctx *ctx, const char *name, const char *overload,
+                  const tpulw_arg *args, int nargs, tpulw_plan **out) {
+  if (!out) return tpu_error(TPU_E_INVALID, "tpulw_prepare: out is NULL");
+  *out = NULL;
+  if (!ctx || !name || (nargs > 0 && !args))
+    return tpu_error(TPU_E_INVALID, "tpulw_prepare: bad arguments");
+  const lw_row *row = find_row(name, overload);
+  if (!row) {
+    char key[256];
+    make_key(key, sizeof key, name, overload);
+    return tpu_error(TPU_E_UNSUPPORTED, "no native lowering for aten::%s", key);
+  }
+  int rc = check_devices(ctx, args, nargs);
+  if (rc < 0) return rc;
+
+  lw_b b;
+  memset(&b, 0, sizeof b);
+  b.ctx = ctx;
+  b.base = name;
+  b.overload = overload_is_default(overload) ? "" : overload;
+  b.args = args;
+  b.nargs = nargs;
+  b.op = row->op;
+  b.g = tpuir_graph_new();
+  if (!b.g) return tpu_error(TPU_E_INTERNAL, "out of host memory");
+
+  tpulw_plan *p = calloc(1, sizeof *p);
+  if (!p) {
+    rc = tpu_error(TPU_E_INTERNAL, "out of host memory");
+    goto fail;
+  }
+  rc = row->fn(&b);
+  if (rc >= 0 && b.nres == 0)
+    rc = tpu_error(TPU_E_INTERNAL, "lowering of %s produced no result", name);
+  if (rc >= 0) rc = place_outputs(&b, p);
+  if (rc < 0) goto fail;
+
+  p->g = b.g;
+  p->device = ctx->device;
+  p->sync = b.sync;
+  p->nparams = b.nparams;
+  p->params = b.params; /* ownership moves to the plan */
+  free(b.param_vals);
+  *out = p;
+  return TPU_OK;
+
+fail:
+  /* a lowering failing inside the IR builder reports the builder's error */
+  if (rc == 0) rc = TPU_E_INTERNAL;
+  tpuir_graph_free(b.g);
+  free(b.params);
+  free(b.param_vals);
+  free(p);
+  return rc;
+}
+
+/* ---- launch ------------------------------------------------------------- */
+
+static int run_plan(void *ctx) {
+  tpulw_plan *p = ctx;
+  return tpux_run(p->g, p->nparams, p->params, p->nout, p->out_views);
+}
+
+static void free_plan(void *ctx) { tpulw_plan_free(ctx); }
+
+int tpulw_launch(tpulw_plan *p, tpurt_stream *s, const tpu_view *outs) {
+  if (!p) return tpu_error(TPU_E_INVALID, "tpulw_launch: plan is NULL");
+  if (!s || (p->nout > 0 && !outs)) {
+    tpulw_plan_free(p);
+    return tpu_error(TPU_E_INVALID, "tpulw_launch: bad stream or outputs");
+  }
+  int64_t total = 0;
+  for (int i = 0; i < p->nout; i++) {
+    const tpulw_out_info *o = &p->outs[i];
+    if (outs[i].dtype != o->dtype ||
+        !same_shape(o->ndim, o->sizes, outs[i].ndim, outs[i].sizes)) {
+      char a[256], c[256];
+      fmt_shape(a, sizeof a, outs[i].ndim, outs[i].sizes);
+      fmt_shape(c, sizeof c, o->ndim, o->sizes);
+      tpulw_plan_free(p);
+      return tpu_error(TPU_E_INVALID,
+                       "tpulw_launch: output %d is %s %s, expected %s %s", i,
+                       tpu_dtype_name(outs[i].dtype), a,
+                       tpu_dtype_name(o->dtype), c);
+    }
+    p->out_views[i] = outs[i];
+    total += tpu_view_numel(&outs[i]);
+  }
+  if (total == 0 && !p->sync) { /* nothing to write */
+    tpulw_plan_free(p);
+    return TPU_OK;
+  }
+  int sync = p->sync;
+  int rc = tpurt_stream_enqueue(s, run_plan, free_plan, p);
+  if (rc < 0) return rc;
+  /* Ops that check index ranges on the device (gather, index_select,
+   * embedding, nll_loss, scatter/index_add, ...) must raise IndexError at
+   * the call, like PyTorch CPU: this costs one stream synchronization. */
+  if (sync) return tpurt_stream_synchronize(s);
+  return rc;
+}
