@@ -1,11 +1,13 @@
 /* mxu.c - vTPU matrix unit: public entry points (argument checks, ISA
- * selection) and a simple portable reference implementation. */
+ * selection, dispatch), the float64 path and k == 0. The f32/bf16/f16
+ * paths run in the blocked driver (mxu_driver.c). */
 #include "tpu_mxu.h"
 
-#include <math.h>
 #include <stdatomic.h>
+#include <stdlib.h>
 #include <string.h>
 
+#include "mxu_internal.h"
 #include "tpu_rt.h"
 
 /* ---- ISA selection --------------------------------------------------- */
@@ -55,79 +57,77 @@ int tpumxu_get_isa(void) {
   return isa == TPUMXU_ISA_AUTO ? best_isa() : isa;
 }
 
-/* ---- reference (portable) implementation ----------------------------- */
+/* ---- float64 (exact f64, simple blocked loops) ------------------------ */
 
-static float ld(int dtype, const void *p, int64_t i) {
-  switch (dtype) {
-  case TPU_F32: return ((const float *)p)[i];
-  case TPU_BF16: return tpu_bf16_to_f32(((const uint16_t *)p)[i]);
-  default: return tpu_f16_to_f32(((const uint16_t *)p)[i]);
+typedef struct f64_job {
+  int64_t m, n, k, mb;
+  double alpha, beta;
+  const double *a, *b;
+  double *c;
+  int64_t sab, sam, sak, sbb, sbk, sbn, sbc, scm, scn;
+  int oom;
+} f64_job;
+
+#define F64_ROWS 16
+
+/* Task t = (batch item, block of F64_ROWS rows): rows accumulated in a
+ * contiguous f64 buffer, k outer / n inner, then alpha/beta into C. */
+static void f64_fn(void *ctx, int64_t t0, int64_t t1) {
+  f64_job *J = ctx;
+  double *acc = malloc(sizeof(double) * (size_t)J->n);
+  double *brow = malloc(sizeof(double) * (size_t)J->n);
+  if (!acc || !brow) {
+    __atomic_store_n(&J->oom, 1, __ATOMIC_RELAXED);
+    t1 = t0;
   }
-}
-
-static float bf(float x) { return tpu_bf16_to_f32(tpu_f32_to_bf16(x)); }
-
-/* Split x into bf16 parts hi, r1, r2 (as floats). */
-static void split3(float x, float *p) {
-  p[0] = bf(x);
-  p[1] = bf(x - p[0]);
-  p[2] = bf(x - p[0] - p[1]);
-}
-
-static void ref_gemm_f32(int dtype, int prec, int64_t m, int64_t n,
-                         int64_t k, float alpha, const void *a, int64_t sam,
-                         int64_t sak, const void *b, int64_t sbk, int64_t sbn,
-                         float beta, void *c, int64_t scm, int64_t scn) {
-  /* pass table: pairs (a part, b part) of the small terms, hi*hi last */
-  static const int small_hi[2][2] = {{0, 1}, {1, 0}};
-  static const int small_hst[5][2] = {{1, 1}, {2, 0}, {0, 2}, {1, 0}, {0, 1}};
-  const int(*small)[2] = NULL;
-  int nsmall = 0;
-  int split = dtype == TPU_F32 && prec != TPU_PREC_FP32;
-  if (split && prec == TPU_PREC_HIGH) small = small_hi, nsmall = 2;
-  if (split && prec == TPU_PREC_HIGHEST) small = small_hst, nsmall = 5;
-  for (int64_t i = 0; i < m; i++)
-    for (int64_t j = 0; j < n; j++) {
-      float s = 0.f, h = 0.f;
-      for (int64_t l = 0; l < k; l++) {
-        float x = ld(dtype, a, i * sam + l * sak);
-        float y = ld(dtype, b, l * sbk + j * sbn);
-        if (!split) {
-          h = fmaf(x, y, h);
-          continue;
+  for (int64_t t = t0; t < t1; t++) {
+    int64_t bi = t / J->mb, i0 = (t % J->mb) * F64_ROWS;
+    int64_t i1 = i0 + F64_ROWS < J->m ? i0 + F64_ROWS : J->m;
+    const double *a = J->a + bi * J->sab, *b = J->b + bi * J->sbb;
+    double *c = J->c + bi * J->sbc;
+    for (int64_t i = i0; i < i1; i++) {
+      memset(acc, 0, sizeof(double) * (size_t)J->n);
+      for (int64_t l = 0; l < J->k; l++) {
+        double x = a[i * J->sam + l * J->sak];
+        const double *bl = b + l * J->sbk;
+        if (J->sbn != 1) {
+          for (int64_t j = 0; j < J->n; j++) brow[j] = bl[j * J->sbn];
+          bl = brow;
         }
-        float px[3], py[3];
-        split3(x, px);
-        split3(y, py);
-        for (int t = 0; t < nsmall; t++)
-          s += px[small[t][0]] * py[small[t][1]]; /* exact product */
-        h += px[0] * py[0];
+        for (int64_t j = 0; j < J->n; j++) acc[j] += x * bl[j];
       }
-      if (!isfinite(s)) s = 0.f;
-      float r = alpha * (s + h);
-      int64_t ci = i * scm + j * scn;
-      if (dtype == TPU_F32) {
-        float *cp = (float *)c + ci;
-        *cp = beta != 0.f ? r + beta * *cp : r;
-      } else {
-        uint16_t *cp = (uint16_t *)c + ci;
-        if (beta != 0.f) r += beta * ld(dtype, c, ci);
-        *cp = dtype == TPU_BF16 ? tpu_f32_to_bf16(r) : tpu_f32_to_f16(r);
+      for (int64_t j = 0; j < J->n; j++) {
+        double *cp = c + i * J->scm + j * J->scn;
+        *cp = J->beta != 0. ? J->alpha * acc[j] + J->beta * *cp : J->alpha * acc[j];
       }
     }
+  }
+  free(acc);
+  free(brow);
 }
 
-static void ref_gemm_f64(int64_t m, int64_t n, int64_t k, double alpha,
-                         const double *a, int64_t sam, int64_t sak,
-                         const double *b, int64_t sbk, int64_t sbn,
-                         double beta, double *c, int64_t scm, int64_t scn) {
-  for (int64_t i = 0; i < m; i++)
-    for (int64_t j = 0; j < n; j++) {
-      double s = 0.;
-      for (int64_t l = 0; l < k; l++) s += a[i * sam + l * sak] * b[l * sbk + j * sbn];
-      double *cp = c + i * scm + j * scn;
-      *cp = beta != 0. ? alpha * s + beta * *cp : alpha * s;
-    }
+/* C = beta * C (k == 0), not reading C when beta == 0. */
+static void scale_c(int dtype, int64_t batch, int64_t m, int64_t n,
+                    double beta, char *c, int64_t sbc, int64_t scm,
+                    int64_t scn) {
+  int64_t es = (int64_t)tpu_dtype_size(dtype);
+  for (int64_t bi = 0; bi < batch; bi++)
+    for (int64_t i = 0; i < m; i++)
+      for (int64_t j = 0; j < n; j++) {
+        char *p = c + (bi * sbc + i * scm + j * scn) * es;
+        switch (dtype) {
+        case TPU_F64: *(double *)p = beta != 0. ? beta * *(double *)p : 0.; break;
+        case TPU_F32: *(float *)p = beta != 0. ? (float)beta * *(float *)p : 0.f; break;
+        case TPU_BF16:
+          *(uint16_t *)p = tpu_f32_to_bf16(
+              beta != 0. ? (float)beta * tpu_bf16_to_f32(*(uint16_t *)p) : 0.f);
+          break;
+        default:
+          *(uint16_t *)p = tpu_f32_to_f16(
+              beta != 0. ? (float)beta * tpu_f16_to_f32(*(uint16_t *)p) : 0.f);
+          break;
+        }
+      }
 }
 
 /* ---- public entry point ---------------------------------------------- */
@@ -151,17 +151,19 @@ int tpumxu_gemm(int dtype, int precision, int64_t batch, int64_t m, int64_t n,
   if (batch == 0 || m == 0 || n == 0) return TPU_OK;
   if (!c || (k > 0 && (!a || !b)))
     return tpu_error(TPU_E_INVALID, "tpumxu_gemm: NULL operand");
-  size_t es = tpu_dtype_size(dtype);
-  for (int64_t bi = 0; bi < batch; bi++) {
-    const char *ab = (const char *)a + (k ? bi * sab * (int64_t)es : 0);
-    const char *bb = (const char *)b + (k ? bi * sbb * (int64_t)es : 0);
-    char *cb = (char *)c + bi * sbc * (int64_t)es;
-    if (dtype == TPU_F64)
-      ref_gemm_f64(m, n, k, alpha, (const double *)ab, sam, sak,
-                   (const double *)bb, sbk, sbn, beta, (double *)cb, scm, scn);
-    else
-      ref_gemm_f32(dtype, precision, m, n, k, (float)alpha, ab, sam, sak, bb,
-                   sbk, sbn, (float)beta, cb, scm, scn);
+  if (k == 0) {
+    scale_c(dtype, batch, m, n, beta, c, sbc, scm, scn);
+    return TPU_OK;
   }
-  return TPU_OK;
+  if (dtype == TPU_F64) {
+    f64_job J = {m, n, k, (m + F64_ROWS - 1) / F64_ROWS, alpha, beta, a, b, c,
+                 sab, sam, sak, sbb, sbk, sbn, sbc, scm, scn, 0};
+    int64_t grain = (int64_t)(1 + (1 << 16) / ((double)F64_ROWS * n * k + 1));
+    tpurt_parallel_for(batch * J.mb, grain, f64_fn, &J);
+    return J.oom ? tpu_error(TPU_E_OOM, "tpumxu_gemm: out of host memory") : TPU_OK;
+  }
+  tpumxu_problem p = {dtype, precision, tpumxu_get_isa(), batch, m, n, k,
+                      (float)alpha, (float)beta, a, b, c, sab, sam, sak, sbb,
+                      sbk, sbn, sbc, scm, scn};
+  return tpumxu_run(&p);
 }

@@ -268,7 +268,7 @@ TPU_TEST(mxu_passes_small) {
 TPU_TEST(mxu_passes_large) {
   static const int64_t sz[][3] = {{1023, 3, 5},  {2, 1023, 3}, {3, 2, 1023},
                                   {130, 70, 300}, {45, 97, 1100},
-                                  {3, 2100, 40}, {70, 2, 2500}};
+                                  {3, 2100, 40}, {70, 2, 2500}, {5, 40, 4500}};
   FOR_EACH_ISA(isa) {
     for (int prec = TPU_PREC_DEFAULT; prec <= TPU_PREC_FP32; prec++)
       for (size_t s = 0; s < sizeof sz / sizeof sz[0]; s++)

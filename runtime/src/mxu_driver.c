@@ -1,0 +1,292 @@
+/* mxu_driver.c - blocked, multithreaded GEMM driver for the vTPU matrix
+ * unit: picks a micro-kernel for (ISA, dtype, precision), packs B blocks
+ * (shared by all threads) and A blocks (per task) with the bf16 split done
+ * while packing, runs the micro-kernel over the plane pairs of each pass
+ * and applies the pass order (small terms, zero if non-finite, + hi*hi)
+ * and alpha/beta in the epilogue.
+ *
+ * Loop nest per batch item:
+ *   superblock (rows m0..m1, cols n0..n1)
+ *     k block (kc)           pack B (parallel over NR panels)
+ *       task (MC rows x a share of the superblock's NR panels), parallel:
+ *         pack A (MC x kc), then for each NR panel, for each MR panel:
+ *           small-term pairs -> S tile, hi*hi -> H tile, epilogue on the
+ *           last k block.
+ * With one k block the S/H tiles live on the stack; with several they are
+ * kept in per-superblock buffers so the non-finite test sees the full sum.
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "mxu_internal.h"
+#include "tpu_rt.h"
+
+/* small-term plane pairs (A part, B part); hi*hi = (0, 0) is added last */
+static const int8_t k_small_high[2][2] = {{0, 1}, {1, 0}};
+static const int8_t k_small_highest[5][2] = {{1, 1}, {2, 0}, {0, 2}, {1, 0}, {0, 1}};
+
+typedef struct job {
+  const tpumxu_kernel *kd;
+  int isa, fmt, nplanes, nsmall, dtype;
+  const int8_t (*small)[2];
+  float alpha, beta;
+  int64_t m, n, k;
+  tpumxu_src A, B; /* A: m rows x k; B: n rows x k (its transpose) */
+  char *c;
+  int64_t scm, scn;
+  int64_t kc_max, mc_max, nc_max, mch_max;
+  /* current superblock / k block */
+  int64_t m0, m1, n0, n1, kb0, kbv, kbc;
+  int first, last, multi_k;
+  int64_t mc, nsplit, npn; /* rows per task, column splits, NR panels */
+  char *bpack;
+  int64_t b_panel, b_plane; /* bytes per B panel (one plane), per plane */
+  float *acc_s, *acc_h;
+  int oom;
+} job;
+
+static int64_t cdiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
+static int64_t rup(int64_t a, int64_t b) { return cdiv(a, b) * b; }
+
+static int64_t env_i64(const char *name, int64_t dflt) {
+  const char *s = getenv(name);
+  return s && *s ? strtoll(s, NULL, 10) : dflt;
+}
+
+/* bytes per k-step of one packed row */
+static int64_t kstep_bytes(int fmt) { return fmt == TPUMXU_FMT_F32 ? 4 : 2; }
+
+static void pack_b_fn(void *ctx, int64_t j0, int64_t j1) {
+  job *J = ctx;
+  const int NR = J->kd->nr;
+  for (int64_t j = j0; j < j1; j++) {
+    int64_t c0 = J->n0 + j * NR;
+    int nr = (int)(J->n1 - c0 < NR ? J->n1 - c0 : NR);
+    tpumxu_pack_panel(J->isa, &J->B, c0, nr, NR, J->kb0, J->kbv, J->kbc,
+                      J->fmt, J->nplanes, J->bpack + j * J->b_panel, J->b_plane);
+  }
+}
+
+static void compute_fn(void *ctx, int64_t t0, int64_t t1) {
+  job *J = ctx;
+  const tpumxu_kernel *kd = J->kd;
+  const int MR = kd->mr, NR = kd->nr;
+  const int np = J->nplanes ? J->nplanes : 1;
+  const int64_t a_panel = rup(J->kbc * MR * kstep_bytes(J->fmt), 64);
+  const int64_t a_plane = a_panel * (J->mc / MR);
+  char *apack = aligned_alloc(64, (size_t)(a_plane * np));
+  if (!apack) {
+    __atomic_store_n(&J->oom, 1, __ATOMIC_RELAXED);
+    return;
+  }
+  float tile_s[TPUMXU_MAX_TILE] __attribute__((aligned(64)));
+  float tile_h[TPUMXU_MAX_TILE] __attribute__((aligned(64)));
+  const int64_t es = J->dtype == TPU_F32 ? 4 : 2;
+  for (int64_t t = t0; t < t1; t++) {
+    int64_t mb = t / J->nsplit, sp = t % J->nsplit;
+    int64_t i0 = J->m0 + mb * J->mc;
+    int64_t i1 = i0 + J->mc < J->m1 ? i0 + J->mc : J->m1;
+    int64_t jp0 = J->npn * sp / J->nsplit, jp1 = J->npn * (sp + 1) / J->nsplit;
+    int64_t nip = cdiv(i1 - i0, MR);
+    for (int64_t ii = 0; ii < nip; ii++) {
+      int64_t r0 = i0 + ii * MR;
+      int nr = (int)(i1 - r0 < MR ? i1 - r0 : MR);
+      tpumxu_pack_panel(J->isa, &J->A, r0, nr, MR, J->kb0, J->kbv, J->kbc,
+                        J->fmt, J->nplanes, apack + ii * a_panel, a_plane);
+    }
+    for (int64_t jp = jp0; jp < jp1; jp++) {
+      int64_t cj = J->n0 + jp * NR;
+      int nr_eff = (int)(J->n1 - cj < NR ? J->n1 - cj : NR);
+      const char *bpl = J->bpack + jp * J->b_panel;
+      for (int64_t ii = 0; ii < nip; ii++) {
+        int64_t ci = i0 + ii * MR;
+        int mr_eff = (int)(i1 - ci < MR ? i1 - ci : MR);
+        const char *apl = apack + ii * a_panel;
+        float *S = tile_s, *H = tile_h;
+        if (J->multi_k) {
+          int64_t tix = ((ci - J->m0) / MR) * J->npn + jp;
+          H = J->acc_h + tix * MR * NR;
+          if (J->acc_s) S = J->acc_s + tix * MR * NR;
+        }
+        if (J->nsmall) {
+          const void *ap[5], *bp[5];
+          for (int q = 0; q < J->nsmall; q++) {
+            ap[q] = apl + J->small[q][0] * a_plane;
+            bp[q] = bpl + J->small[q][1] * J->b_plane;
+          }
+          kd->fn(J->nsmall, ap, bp, J->kbc, S, !J->first);
+        }
+        const void *ah = apl, *bh = bpl;
+        kd->fn(1, &ah, &bh, J->kbc, H, !J->first);
+        if (J->last)
+          kd->epi(H, J->nsmall ? S : NULL, NR, mr_eff, nr_eff, J->alpha,
+                  J->beta, J->dtype, J->c + (ci * J->scm + cj * J->scn) * es,
+                  J->scm, J->scn);
+      }
+    }
+  }
+  free(apack);
+}
+
+/* One batch item: superblocks x k blocks. */
+static int run_item(job *J) {
+  const tpumxu_kernel *kd = J->kd;
+  const int MR = kd->mr, NR = kd->nr;
+  const int np = J->nplanes ? J->nplanes : 1;
+  const int kalign = J->fmt == TPUMXU_FMT_BF16P ? 2 : 1;
+  int64_t nkc = cdiv(J->k, J->kc_max);
+  if (nkc < 1) nkc = 1;
+  int64_t kcb = rup(cdiv(J->k, nkc), kalign); /* balanced k block */
+  if (kcb < kalign) kcb = kalign;
+  J->multi_k = nkc > 1;
+  int64_t nch = J->multi_k ? (J->nc_max < J->n ? J->nc_max : J->n) : J->n;
+  if (!J->multi_k) { /* bound the packed B block to ~16 MB */
+    int64_t lim = ((int64_t)16 << 20) / (kcb * kstep_bytes(J->fmt) * np);
+    lim = lim / NR * NR;
+    if (lim < NR) lim = NR;
+    if (nch > lim) nch = lim;
+  }
+  nch = rup(cdiv(J->n, cdiv(J->n, nch)), NR); /* balance superblocks */
+  int64_t mch = J->multi_k ? J->mch_max : J->m;
+  if (mch > J->m) mch = J->m;
+  int64_t npn_max = cdiv(nch, NR);
+  J->b_panel = rup(kcb * NR * kstep_bytes(J->fmt), 64);
+  J->b_plane = J->b_panel * npn_max;
+  J->bpack = aligned_alloc(64, (size_t)(J->b_plane * np));
+  J->acc_s = J->acc_h = NULL;
+  size_t accn = J->multi_k ? (size_t)(rup(mch, MR) * rup(nch, NR)) : 0;
+  if (accn) {
+    J->acc_h = aligned_alloc(64, accn * sizeof(float));
+    if (J->nsmall) J->acc_s = aligned_alloc(64, accn * sizeof(float));
+  }
+  int rc = TPU_OK;
+  if (!J->bpack || (accn && (!J->acc_h || (J->nsmall && !J->acc_s)))) {
+    rc = tpu_error(TPU_E_OOM, "tpumxu_gemm: cannot allocate workspace");
+    goto done;
+  }
+  int T = tpurt_num_threads();
+  for (J->m0 = 0; J->m0 < J->m; J->m0 += mch) {
+    J->m1 = J->m0 + mch < J->m ? J->m0 + mch : J->m;
+    int64_t rows = J->m1 - J->m0;
+    for (J->n0 = 0; J->n0 < J->n; J->n0 += nch) {
+      J->n1 = J->n0 + nch < J->n ? J->n0 + nch : J->n;
+      J->npn = cdiv(J->n1 - J->n0, NR);
+      /* tasks: MC-row blocks, columns split until there are enough */
+      int64_t mb = cdiv(rows, J->mc_max);
+      J->mc = rup(cdiv(rows, mb), MR);
+      mb = cdiv(rows, J->mc);
+      J->nsplit = 1;
+      if (T > 1 && mb % T) {
+        int64_t want = cdiv(4 * T, mb);
+        J->nsplit = want < J->npn ? want : J->npn;
+        if (J->nsplit < 1) J->nsplit = 1;
+      }
+      for (int64_t kb = 0; kb < nkc; kb++) {
+        J->kb0 = kb * kcb;
+        J->kbv = J->k - J->kb0 < kcb ? J->k - J->kb0 : kcb;
+        J->kbc = rup(J->kbv, kalign);
+        J->first = kb == 0;
+        J->last = kb == nkc - 1;
+        tpurt_parallel_for(J->npn, 4, pack_b_fn, J);
+        tpurt_parallel_for(mb * J->nsplit, 1, compute_fn, J);
+        if (J->oom) {
+          rc = tpu_error(TPU_E_OOM, "tpumxu_gemm: cannot allocate workspace");
+          goto done;
+        }
+      }
+    }
+  }
+done:
+  free(J->bpack);
+  free(J->acc_s);
+  free(J->acc_h);
+  return rc;
+}
+
+typedef struct batch_ctx {
+  const tpumxu_problem *p;
+  const job *tmpl;
+  int rc;
+} batch_ctx;
+
+static void item_at(const tpumxu_problem *p, const job *tmpl, int64_t b,
+                    job *J) {
+  *J = *tmpl;
+  int64_t es = p->dtype == TPU_F32 ? 4 : 2;
+  J->A.base = p->a + b * p->sab * es;
+  J->B.base = p->b + b * p->sbb * es;
+  J->c = p->c + b * p->sbc * es;
+}
+
+static void batch_fn(void *ctx, int64_t b0, int64_t b1) {
+  batch_ctx *bc = ctx;
+  for (int64_t b = b0; b < b1; b++) {
+    job J;
+    item_at(bc->p, bc->tmpl, b, &J);
+    int rc = run_item(&J);
+    if (rc) __atomic_store_n(&bc->rc, rc, __ATOMIC_RELAXED);
+  }
+}
+
+/* Run a validated problem (see mxu_internal.h). */
+int tpumxu_run(const tpumxu_problem *p) {
+  job T;
+  memset(&T, 0, sizeof T);
+  T.isa = p->isa;
+  T.dtype = p->dtype;
+  T.alpha = p->alpha;
+  T.beta = p->beta;
+  T.m = p->m;
+  T.n = p->n;
+  T.k = p->k;
+  T.A = (tpumxu_src){p->a, p->sam, p->sak, p->dtype};
+  T.B = (tpumxu_src){p->b, p->sbn, p->sbk, p->dtype};
+  T.scm = p->scm;
+  T.scn = p->scn;
+  /* raw f32 values: FP32 precision, or f16 storage (f16 x f16 products are
+   * exact in f32); bf16 parts: the split precisions and bf16 storage */
+  int raw = p->dtype == TPU_F16 || (p->dtype == TPU_F32 && p->prec == TPU_PREC_FP32);
+  if (raw)
+    T.nplanes = 0;
+  else if (p->dtype == TPU_BF16)
+    T.nplanes = 1;
+  else
+    T.nplanes = p->prec == TPU_PREC_HIGHEST ? 3 : p->prec == TPU_PREC_HIGH ? 2 : 1;
+  if (p->dtype == TPU_F32 && p->prec == TPU_PREC_HIGH)
+    T.small = k_small_high, T.nsmall = 2;
+  if (p->dtype == TPU_F32 && p->prec == TPU_PREC_HIGHEST)
+    T.small = k_small_highest, T.nsmall = 5;
+  switch (p->isa) {
+  case TPUMXU_ISA_AVX512BF16:
+    T.kd = raw ? &tpumxu_kern_avx512_f32 : &tpumxu_kern_avx512bf16_bf16p;
+    break;
+  case TPUMXU_ISA_AVX512: T.kd = &tpumxu_kern_avx512_f32; break;
+  case TPUMXU_ISA_AVX2: T.kd = &tpumxu_kern_avx2_f32; break;
+  default: T.kd = &tpumxu_kern_scalar_f32; break;
+  }
+  T.fmt = T.kd->fmt;
+  /* blocking (k steps / rows / cols); env overrides are for tuning */
+  int np = T.nplanes ? T.nplanes : 1;
+  T.kc_max = env_i64("TPUMXU_KC", T.fmt == TPUMXU_FMT_BF16P ? 4096 / np : 2048 / np);
+  T.mc_max = env_i64("TPUMXU_MC", 8 * T.kd->mr);
+  T.nc_max = env_i64("TPUMXU_NC", 1024);
+  T.mch_max = env_i64("TPUMXU_MCH", 1024);
+  if (T.kc_max < 2) T.kc_max = 2;
+  if (T.mc_max < T.kd->mr) T.mc_max = T.kd->mr;
+  if (T.nc_max < T.kd->nr) T.nc_max = T.kd->nr;
+  if (T.mch_max < T.mc_max) T.mch_max = T.mc_max;
+
+  double work = (double)p->m * (double)p->n * (double)p->k;
+  if (p->batch > 1 && work * p->batch >= 1 << 18 && work < (double)(1 << 22)) {
+    batch_ctx bc = {p, &T, TPU_OK};
+    tpurt_parallel_for(p->batch, 1, batch_fn, &bc);
+    return bc.rc ? tpu_error(bc.rc, "tpumxu_gemm: cannot allocate workspace") : TPU_OK;
+  }
+  for (int64_t b = 0; b < p->batch; b++) {
+    job J;
+    item_at(p, &T, b, &J);
+    int rc = run_item(&J);
+    if (rc) return rc;
+  }
+  return TPU_OK;
+}
