@@ -1,0 +1,92 @@
+"""Execution modes (Strict Eager async, Debug Eager blocking) and the CPU
+fallback switch."""
+import subprocess
+import sys
+import warnings
+
+import pytest
+import torch
+
+import torch_tpu
+from torch_tpu.execution_mode import EagerMode
+from conftest import DEV
+
+
+def _big_work():
+    x = torch.randn(1024, 1024, device=DEV)
+    torch.tpu.synchronize()
+    ys = [x @ x for _ in range(4)]
+    return ys
+
+
+def test_strict_eager_is_async_and_synchronize_waits():
+    assert torch_tpu.execution_mode.get_eager_mode() is EagerMode.DEFER_NEVER
+    ys = _big_work()  # queued; the calls return before the matmuls ran
+    assert torch.tpu.current_stream().query() is False
+    torch.tpu.synchronize()
+    assert torch.tpu.current_stream().query() is True
+    assert ys[-1].shape == (1024, 1024)
+
+
+def test_debug_eager_blocks():
+    with torch_tpu.execution_mode.eager_mode(EagerMode.DEFER_NEVER_AND_LAUNCH_BLOCKING):
+        assert torch_tpu.execution_mode.get_eager_mode() is EagerMode.DEFER_NEVER_AND_LAUNCH_BLOCKING
+        x = torch.randn(512, 512, device=DEV)
+        y = x @ x
+        assert torch.tpu.current_stream().query() is True
+    assert torch_tpu.execution_mode.get_eager_mode() is EagerMode.DEFER_NEVER
+
+
+def test_launch_blocking_env():
+    r = subprocess.run([sys.executable, "-c",
+                        "import torch, torch_tpu; print(torch_tpu.execution_mode.get_eager_mode().name)"],
+                       capture_output=True, text=True, env={**__import__('os').environ,
+                                                            "TORCH_TPU_LAUNCH_BLOCKING": "1"})
+    assert r.stdout.strip() == "DEFER_NEVER_AND_LAUNCH_BLOCKING", r.stderr
+
+
+def test_defer_and_fuse_not_yet():
+    with pytest.raises(NotImplementedError):
+        torch_tpu.execution_mode.set_eager_mode(EagerMode.DEFER_AND_FUSE)
+
+
+# An op with no native lowering, used to exercise the fallback machinery.
+UNSUPPORTED = "aten::_cdist_forward"
+
+
+def _unsupported_op(x):
+    return torch.cdist(x, x)
+
+
+def test_fallback_disabled_raises_not_implemented():
+    x = torch.randn(4, 3, device=DEV)
+    assert not torch_tpu.execution_mode.is_cpu_fallback_enabled()  # conftest
+    with pytest.raises(NotImplementedError, match="_cdist_forward"):
+        _unsupported_op(x)
+
+
+def test_fallback_enabled_warns_once_and_counts():
+    x = torch.randn(4, 3)
+    with torch_tpu.execution_mode.cpu_fallback_mode(True):
+        with warnings.catch_warnings(record=True) as w:
+            warnings.simplefilter("always")
+            before = torch.tpu.fallback_counts().get(UNSUPPORTED, 0)
+            y = _unsupported_op(x.to(DEV))
+            y2 = _unsupported_op(x.to(DEV))
+        msgs = [str(m.message) for m in w if "_cdist_forward" in str(m.message)]
+        assert len(msgs) == 1 and "not natively supported" in msgs[0]
+        assert torch.tpu.fallback_counts()[UNSUPPORTED] == before + 2
+        assert y.is_tpu
+        torch.testing.assert_close(y.cpu(), _unsupported_op(x))
+    assert not torch_tpu.execution_mode.is_cpu_fallback_enabled()
+    assert UNSUPPORTED not in ["aten::" + n for n in torch.tpu.native_ops()]
+
+
+def test_native_op_list_command():
+    r = subprocess.run([sys.executable, "-m", "torch_tpu.ops", "--list"], capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    lines = r.stdout.strip().splitlines()
+    assert lines[-1].endswith("native ATen overloads")
+    n = int(lines[-1].split()[0])
+    assert n == len(lines) - 1 and n >= 100
+    assert "aten::mm" in lines and "aten::add.Tensor" in lines
