@@ -34,7 +34,7 @@ typedef struct job {
   tpumxu_src A, B; /* A: m rows x k; B: n rows x k (its transpose) */
   char *c;
   int64_t scm, scn;
-  int64_t kc_max, mc_max, nc_max, mch_max;
+  int64_t kc_max, mc_max, nc_max, mch_max, a2_bytes;
   /* current superblock / k block */
   int64_t m0, m1, n0, n1, kb0, kbv, kbc;
   int first, last, multi_k;
@@ -171,8 +171,12 @@ static int run_item(job *J) {
     for (J->n0 = 0; J->n0 < J->n; J->n0 += nch) {
       J->n1 = J->n0 + nch < J->n ? J->n0 + nch : J->n;
       J->npn = cdiv(J->n1 - J->n0, NR);
-      /* tasks: MC-row blocks, columns split until there are enough */
-      int64_t mb = cdiv(rows, J->mc_max);
+      /* tasks: MC-row blocks (the packed A block of a task stays within
+       * ~a2_bytes of L2), columns split until there are enough */
+      int64_t mcap = J->a2_bytes / (kcb * kstep_bytes(J->fmt) * np) / MR * MR;
+      if (mcap > J->mc_max) mcap = J->mc_max;
+      if (mcap < MR) mcap = MR;
+      int64_t mb = cdiv(rows, mcap);
       J->mc = rup(cdiv(rows, mb), MR);
       mb = cdiv(rows, J->mc);
       J->nsplit = 1;
@@ -267,7 +271,8 @@ int tpumxu_run(const tpumxu_problem *p) {
   T.fmt = T.kd->fmt;
   /* blocking (k steps / rows / cols); env overrides are for tuning */
   int np = T.nplanes ? T.nplanes : 1;
-  T.kc_max = env_i64("TPUMXU_KC", T.fmt == TPUMXU_FMT_BF16P ? 4096 / np : 2048 / np);
+  T.kc_max = env_i64("TPUMXU_KC", T.fmt == TPUMXU_FMT_BF16P ? 8192 / np : 4096 / np);
+  T.a2_bytes = env_i64("TPUMXU_A2", 384 << 10);
   T.mc_max = env_i64("TPUMXU_MC", 8 * T.kd->mr);
   T.nc_max = env_i64("TPUMXU_NC", 1024);
   T.mch_max = env_i64("TPUMXU_MCH", 1024);

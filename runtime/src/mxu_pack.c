@@ -131,7 +131,36 @@ T512 static void pack_rows_contig(const tpumxu_src *s, int64_t r0, int nr,
   }
 }
 
-/* Panel k-steps contiguous in memory (ks == 1). */
+/* In-register transpose of a 16 x 16 block of dwords: on return r[j]
+ * holds column j (lane i = old r[i] lane j). */
+T512 static inline void transpose16(__m512i r[16]) {
+  __m512i t[16];
+  for (int i = 0; i < 16; i += 2) {
+    t[i] = _mm512_unpacklo_epi32(r[i], r[i + 1]);
+    t[i + 1] = _mm512_unpackhi_epi32(r[i], r[i + 1]);
+  }
+  __m512i u[16]; /* u[4g + c]: lane L = rows 4g..4g+3 of column 4L + c */
+  for (int g = 0; g < 4; g++) {
+    u[4 * g + 0] = _mm512_unpacklo_epi64(t[4 * g], t[4 * g + 2]);
+    u[4 * g + 1] = _mm512_unpackhi_epi64(t[4 * g], t[4 * g + 2]);
+    u[4 * g + 2] = _mm512_unpacklo_epi64(t[4 * g + 1], t[4 * g + 3]);
+    u[4 * g + 3] = _mm512_unpackhi_epi64(t[4 * g + 1], t[4 * g + 3]);
+  }
+  for (int c = 0; c < 4; c++) { /* 4 x 4 transpose of 128-bit lanes */
+    __m512i v0 = _mm512_shuffle_i32x4(u[c], u[4 + c], 0x44);
+    __m512i v1 = _mm512_shuffle_i32x4(u[c], u[4 + c], 0xee);
+    __m512i v2 = _mm512_shuffle_i32x4(u[8 + c], u[12 + c], 0x44);
+    __m512i v3 = _mm512_shuffle_i32x4(u[8 + c], u[12 + c], 0xee);
+    r[c] = _mm512_shuffle_i32x4(v0, v2, 0x88);
+    r[4 + c] = _mm512_shuffle_i32x4(v0, v2, 0xdd);
+    r[8 + c] = _mm512_shuffle_i32x4(v1, v3, 0x88);
+    r[12 + c] = _mm512_shuffle_i32x4(v1, v3, 0xdd);
+  }
+}
+
+/* Panel k-steps contiguous in memory (ks == 1): each row yields 16 packed
+ * words per chunk (16 k-steps, or 32 as bf16 pairs); groups of 16 rows are
+ * transposed in registers and stored as k-step rows of the panel. */
 T512 static void pack_k_contig(const tpumxu_src *s, int64_t r0, int nr, int R,
                                int64_t k0, int64_t kv, int64_t kc, int fmt,
                                int nplanes, char *dst, int64_t pb) {
@@ -142,32 +171,36 @@ T512 static void pack_k_contig(const tpumxu_src *s, int64_t r0, int nr, int R,
                                        33, 35, 37, 39, 41, 43, 45, 47,
                                        49, 51, 53, 55, 57, 59, 61, 63};
   const __m512i idx = _mm512_loadu_si512(odd_idx);
-  for (int r = 0; r < R; r++) {
-    const char *src = s->base + ((r0 + r) * s->rs + k0) * es;
-    int live = r < nr;
-    if (fmt == TPUMXU_FMT_F32) {
-      for (int64_t l = 0; l < kc; l += 16) {
-        __m512i part[3];
-        split16(ld16(s->dtype, src + l * es, live ? lanes(kv - l) : 0), nplanes, part);
-        int64_t nl = kc - l < 16 ? kc - l : 16;
-        for (int p = 0; p < np; p++) {
-          uint32_t t[16], *d = (uint32_t *)(dst + p * pb) + l * R + r;
-          _mm512_storeu_si512(t, part[p]);
-          for (int64_t j = 0; j < nl; j++) d[j * R] = t[j];
+  const int pairs = fmt == TPUMXU_FMT_BF16P;
+  const int64_t chunk = pairs ? 32 : 16; /* k-steps per chunk */
+  for (int g = 0; g < R; g += 16) {
+    int gr = R - g < 16 ? R - g : 16; /* panel rows in this group */
+    __mmask16 smask = lanes(gr);
+    for (int64_t l = 0; l < kc; l += chunk) {
+      __m512i w[3][16];
+      for (int i = 0; i < 16; i++) {
+        int r = g + i;
+        if (r >= nr || i >= gr) {
+          for (int p = 0; p < np; p++) w[p][i] = _mm512_setzero_si512();
+          continue;
         }
+        const char *src = s->base + ((r0 + r) * s->rs + k0 + l) * es;
+        __m512i pa[3];
+        split16(ld16(s->dtype, src, lanes(kv - l)), nplanes, pa);
+        if (!pairs) {
+          for (int p = 0; p < np; p++) w[p][i] = pa[p];
+          continue;
+        }
+        __m512i pb2[3];
+        split16(ld16(s->dtype, src + 16 * es, lanes(kv - l - 16)), nplanes, pb2);
+        for (int p = 0; p < np; p++)
+          w[p][i] = _mm512_permutex2var_epi16(pa[p], idx, pb2[p]);
       }
-    } else {
-      for (int64_t l = 0; l < kc; l += 32) {
-        __m512i pa[3], pb2[3];
-        split16(ld16(s->dtype, src + l * es, live ? lanes(kv - l) : 0), nplanes, pa);
-        split16(ld16(s->dtype, src + (l + 16) * es, live ? lanes(kv - l - 16) : 0),
-                nplanes, pb2);
-        int64_t nl = (kc - l < 32 ? kc - l : 32) >> 1;
-        for (int p = 0; p < np; p++) {
-          uint32_t t[16], *d = (uint32_t *)(dst + p * pb) + (l >> 1) * R + r;
-          _mm512_storeu_si512(t, _mm512_permutex2var_epi16(pa[p], idx, pb2[p]));
-          for (int64_t j = 0; j < nl; j++) d[j * R] = t[j];
-        }
+      int64_t nl = (kc - l < chunk ? kc - l : chunk) >> pairs; /* words */
+      for (int p = 0; p < np; p++) {
+        transpose16(w[p]);
+        uint32_t *d = (uint32_t *)(dst + p * pb) + (l >> pairs) * R + g;
+        for (int64_t j = 0; j < nl; j++) _mm512_mask_storeu_epi32(d + j * R, smask, w[p][j]);
       }
     }
   }
