@@ -1,0 +1,331 @@
+/* exec.c - vTPU executor driver (prefix tpux_): binds parameters, plans
+ * value lifetimes, evaluates nodes in order and writes the outputs.
+ *
+ * Each value is a strided view. PARAM is the bound view; BROADCAST_IN_DIM,
+ * TRANSPOSE, SLICE, REVERSE and RESHAPE (when expressible with strides) are
+ * free views of their operand; everything else materialises into a
+ * contiguous 64-byte aligned temporary that is freed right after its last
+ * user (views extend the life of the storage they look at). Dead nodes are
+ * skipped, except nodes that can fail at run time (index checks, integer
+ * division by zero), which always run so errors are never hidden.
+ *
+ * Outputs are written at the end, from values computed earlier, so outputs
+ * may alias inputs. An elementwise output node writes straight into its
+ * destination when that is provably safe (the destination overlaps no
+ * parameter still needed later, no later node can fail, and any operand
+ * aliasing it is the identical view, read at the same index).
+ */
+#include <stdlib.h>
+
+#include "exec_internal.h"
+
+int tpux__alloc_value(xctx *c, int t) {
+  const tpuir_node *n = tpuir_get_node(c->g, t);
+  int64_t numel = 1;
+  for (int i = 0; i < n->ndim; i++) numel *= n->sizes[i];
+  void *m = tpux__alloc((size_t)numel * tpu_dtype_size(n->dtype));
+  if (!m)
+    return tpu_error(TPU_E_OOM, "vTPU executor: out of host memory (%lld bytes)",
+                     (long long)(numel * (int64_t)tpu_dtype_size(n->dtype)));
+  c->vals[t].mem = m;
+  tpu_view_init_contiguous(&c->vals[t].v, m, n->dtype, n->ndim, n->sizes);
+  return TPU_OK;
+}
+
+static int is_view_op(int op) {
+  return op == TPUIR_BROADCAST_IN_DIM || op == TPUIR_TRANSPOSE ||
+         op == TPUIR_SLICE || op == TPUIR_REVERSE || op == TPUIR_RESHAPE;
+}
+
+static int is_elementwise(int op) {
+  return (op >= TPUIR_NEG && op <= TPUIR_GE) || op == TPUIR_SELECT ||
+         op == TPUIR_CONVERT;
+}
+
+static int node_can_fail(const tpuir_graph *g, const tpuir_node *n) {
+  switch (n->op) {
+  case TPUIR_GATHER: case TPUIR_INDEX_SELECT: case TPUIR_SCATTER_ADD:
+  case TPUIR_INDEX_ADD:
+    return 1;
+  case TPUIR_DIV: case TPUIR_REM: case TPUIR_POW:
+    return tpux__ew_can_fail(n->op, tpuir_get_node(g, n->in[0])->dtype);
+  default: return 0;
+  }
+}
+
+/* operand list of a node */
+static int node_operands(const tpuir_node *n, const tpuir_val **ops) {
+  if (n->op == TPUIR_CONCAT) {
+    *ops = n->list;
+    return n->nlist;
+  }
+  *ops = n->in;
+  return n->nin;
+}
+
+static int eval_view(xctx *c, int t, const tpuir_node *n) {
+  const tpu_view *x = &c->vals[n->in[0]].v;
+  tpu_view *v = &c->vals[t].v;
+  *v = *x;
+  v->ndim = n->ndim;
+  for (int i = 0; i < n->ndim; i++) v->sizes[i] = n->sizes[i];
+  switch (n->op) {
+  case TPUIR_BROADCAST_IN_DIM:
+    for (int i = 0; i < n->ndim; i++) v->strides[i] = 0;
+    for (int i = 0; i < n->na; i++)
+      if (x->sizes[i] == n->sizes[n->a[i]]) v->strides[n->a[i]] = x->strides[i];
+    break;
+  case TPUIR_TRANSPOSE:
+    for (int i = 0; i < n->ndim; i++) v->strides[i] = x->strides[n->a[i]];
+    break;
+  case TPUIR_SLICE:
+    for (int i = 0; i < n->ndim; i++) {
+      if (n->sizes[i] > 0) v->offset += n->a[i] * x->strides[i];
+      v->strides[i] = x->strides[i] * n->c[i];
+    }
+    break;
+  case TPUIR_REVERSE:
+    for (int i = 0; i < n->na; i++) {
+      int d = (int)n->a[i];
+      if (x->sizes[d] > 0) v->offset += (x->sizes[d] - 1) * x->strides[d];
+      v->strides[d] = -x->strides[d];
+    }
+    break;
+  case TPUIR_RESHAPE:
+    if (!tpux__reshape_strides(x->ndim, x->sizes, x->strides, n->ndim,
+                               n->sizes, v->strides)) {
+      /* materialise x contiguously, then view it with the new shape */
+      int rc = tpux__alloc_value(c, t);
+      if (rc) return rc;
+      tpu_view tmp;
+      tpu_view_init_contiguous(&tmp, c->vals[t].mem, x->dtype, x->ndim, x->sizes);
+      rc = tpux__copy_nocheck(&tmp, x);
+      if (rc) return rc;
+    }
+    break;
+  default: return tpu_error(TPU_E_INTERNAL, "eval_view: bad op");
+  }
+  return TPU_OK;
+}
+
+static int check_binding(const char *what, int i, const tpu_view *v,
+                         const tpuir_node *n) {
+  if (v->dtype != n->dtype)
+    return tpu_error(TPU_E_TYPE, "tpux_run: %s %d has dtype %s, expected %s",
+                     what, i, tpu_dtype_name(v->dtype), tpu_dtype_name(n->dtype));
+  int ok = v->ndim == n->ndim;
+  for (int d = 0; ok && d < n->ndim; d++) ok = v->sizes[d] == n->sizes[d];
+  if (!ok)
+    return tpu_error(TPU_E_INVALID,
+                     "tpux_run: %s %d has the wrong shape (rank %d, expected "
+                     "rank %d with the graph's sizes)",
+                     what, i, (int)v->ndim, (int)n->ndim);
+  if (!v->base && tpu_view_numel(v) > 0)
+    return tpu_error(TPU_E_INVALID, "tpux_run: %s %d has a NULL base", what, i);
+  return TPU_OK;
+}
+
+static int eval_node(xctx *c, int t, const tpu_view *ins, const tpu_view *dst) {
+  const tpuir_node *n = tpuir_get_node(c->g, t);
+  switch (n->op) {
+  case TPUIR_PARAM: c->vals[t].v = ins[n->dim]; return TPU_OK;
+  case TPUIR_CONST: return tpux__eval_const(c, t);
+  case TPUIR_IOTA: return tpux__eval_iota(c, t);
+  case TPUIR_RNG: return tpux__eval_rng(c, t);
+  case TPUIR_CONCAT: return tpux__eval_concat(c, t);
+  case TPUIR_PAD: return tpux__eval_pad(c, t);
+  case TPUIR_REDUCE: return tpux__eval_reduce(c, t);
+  case TPUIR_ARGREDUCE: return tpux__eval_argreduce(c, t);
+  case TPUIR_DOT_GENERAL: return tpux__eval_dot(c, t);
+  case TPUIR_GATHER: return tpux__eval_gather(c, t);
+  case TPUIR_INDEX_SELECT: return tpux__eval_index_select(c, t);
+  case TPUIR_SCATTER_ADD: return tpux__eval_scatter_add(c, t);
+  case TPUIR_INDEX_ADD: return tpux__eval_index_add(c, t);
+  default:
+    if (is_view_op(n->op)) return eval_view(c, t, n);
+    if (is_elementwise(n->op)) return tpux__eval_elementwise(c, t, dst);
+    return tpu_error(TPU_E_UNSUPPORTED, "vTPU executor: op %s not supported",
+                     tpuir_op_name(n->op));
+  }
+}
+
+/* Run graph g (see tpu_exec.h). Borrowed: g, ins, outs. */
+int tpux_run(const tpuir_graph *g, int nin, const tpu_view *ins, int nout,
+             const tpu_view *outs) {
+  if (!g) return tpu_error(TPU_E_INVALID, "tpux_run: NULL graph");
+  if (nin != tpuir_num_params(g))
+    return tpu_error(TPU_E_INVALID, "tpux_run: graph has %d parameters, got %d",
+                     tpuir_num_params(g), nin);
+  if (nout != tpuir_num_outputs(g))
+    return tpu_error(TPU_E_INVALID, "tpux_run: graph has %d outputs, got %d",
+                     tpuir_num_outputs(g), nout);
+  if ((nin && !ins) || (nout && !outs))
+    return tpu_error(TPU_E_INVALID, "tpux_run: NULL bindings");
+  int nn = tpuir_num_nodes(g);
+  for (int t = 0, k = 0; t < nn; t++) {
+    const tpuir_node *n = tpuir_get_node(g, t);
+    if (n->op != TPUIR_PARAM) continue;
+    int rc = check_binding("input", k, &ins[n->dim], n);
+    if (rc) return rc;
+    k++;
+  }
+  for (int i = 0; i < nout; i++) {
+    int rc = check_binding("output", i, &outs[i], tpuir_get_node(g, tpuir_output(g, i)));
+    if (rc) return rc;
+  }
+
+  /* ---- plan: liveness, last use, storage roots ---- */
+  size_t nb = (size_t)(nn ? nn : 1);
+  int32_t *last = malloc(nb * sizeof(int32_t));
+  int32_t *root = malloc(nb * sizeof(int32_t));
+  int32_t *users = calloc(nb, sizeof(int32_t));
+  int32_t *head = malloc(nb * sizeof(int32_t)), *next = malloc(nb * sizeof(int32_t));
+  char *live = calloc(nb, 1);
+  xv *vals = calloc(nb, sizeof(xv));
+  const tpu_view **direct = calloc(nb, sizeof(*direct));
+  char *out_done = calloc((size_t)(nout ? nout : 1), 1);
+  int rc = TPU_OK;
+  if (!last || !root || !users || !head || !next || !live || !vals || !direct ||
+      !out_done) {
+    rc = tpu_error(TPU_E_OOM, "tpux_run: out of host memory");
+    goto done;
+  }
+  const int32_t INF = nn;
+  int last_fail = -1;
+  for (int t = 0; t < nn; t++) {
+    last[t] = -1;
+    if (node_can_fail(g, tpuir_get_node(g, t))) {
+      live[t] = 1;
+      last_fail = t;
+    }
+  }
+  for (int i = 0; i < nout; i++) {
+    live[tpuir_output(g, i)] = 1;
+    last[tpuir_output(g, i)] = INF;
+  }
+  for (int t = nn - 1; t >= 0; t--) {
+    if (!live[t]) continue;
+    const tpuir_val *ops;
+    int no = node_operands(tpuir_get_node(g, t), &ops);
+    for (int k = 0; k < no; k++) live[ops[k]] = 1;
+  }
+  for (int t = 0; t < nn; t++) {
+    if (!live[t]) continue;
+    const tpuir_val *ops;
+    int no = node_operands(tpuir_get_node(g, t), &ops);
+    for (int k = 0; k < no; k++) {
+      if (last[ops[k]] < t) last[ops[k]] = t;
+      users[ops[k]]++;
+    }
+  }
+  for (int t = nn - 1; t >= 0; t--) { /* views keep their storage alive */
+    const tpuir_node *n = tpuir_get_node(g, t);
+    if (!live[t] || !is_view_op(n->op)) continue;
+    if (last[n->in[0]] < last[t]) last[n->in[0]] = last[t];
+  }
+  for (int t = 0; t < nn; t++) {
+    const tpuir_node *n = tpuir_get_node(g, t);
+    root[t] = is_view_op(n->op) ? root[n->in[0]] : t;
+    head[t] = -1;
+  }
+  for (int t = 0; t < nn; t++) { /* free lists: value t dies after node last[t] */
+    if (!live[t]) continue;
+    int at = last[t] < 0 ? t : last[t];
+    if (at >= INF) continue;
+    next[t] = head[at];
+    head[at] = t;
+  }
+  /* direct writes of elementwise output nodes into their destination */
+  for (int i = 0; i < nout; i++) {
+    int t = tpuir_output(g, i);
+    const tpuir_node *n = tpuir_get_node(g, t);
+    if (!is_elementwise(n->op) || users[t] != 0 || direct[t] || t <= last_fail)
+      continue;
+    int dup = 0;
+    for (int j = 0; j < nout; j++) dup |= j != i && tpuir_output(g, j) == t;
+    if (dup) continue;
+    int ok = 1;
+    for (int p = 0; p < nn && ok; p++) {
+      const tpuir_node *pn = tpuir_get_node(g, p);
+      if (pn->op != TPUIR_PARAM || !live[p]) continue;
+      if (!tpux__views_overlap(&ins[pn->dim], &outs[i])) continue;
+      if (last[p] > t) ok = 0; /* read later (or itself an output) */
+    }
+    if (ok) direct[t] = &outs[i];
+  }
+
+  /* ---- evaluate ---- */
+  xctx c = {g, vals};
+  for (int t = 0; t < nn && rc == TPU_OK; t++) {
+    if (!live[t]) continue;
+    const tpu_view *dst = direct[t];
+    if (dst) {
+      /* operands aliasing the destination must be the identical view */
+      const tpuir_node *n = tpuir_get_node(g, t);
+      for (int k = 0; k < n->nin && dst; k++) {
+        const tpu_view *ov = &vals[n->in[k]].v;
+        if (tpux__views_overlap(ov, dst) && !tpux__views_same(ov, dst)) dst = NULL;
+      }
+    }
+    rc = eval_node(&c, t, ins, dst);
+    if (rc == TPU_OK && dst)
+      for (int i = 0; i < nout; i++)
+        if (tpuir_output(g, i) == t) out_done[i] = 1;
+    for (int v = head[t]; v >= 0; v = next[v]) {
+      free(vals[v].mem);
+      vals[v].mem = NULL;
+    }
+  }
+  if (rc) goto done;
+
+  /* ---- outputs ---- */
+  /* values that live in caller memory and overlap a destination are copied
+   * to a temporary first, so every output sees the inputs as they were */
+  for (int i = 0; i < nout && rc == TPU_OK; i++) {
+    if (out_done[i]) continue;
+    int v = tpuir_output(g, i);
+    int r = root[v];
+    if (vals[r].mem) continue; /* private temporary */
+    const tpu_view *sv = &vals[v].v;
+    int clash = 0;
+    for (int j = 0; j < nout && !clash; j++) {
+      if (!tpux__views_overlap(sv, &outs[j])) continue;
+      if (j == i && tpux__views_same(sv, &outs[j])) continue;
+      clash = 1;
+    }
+    if (!clash) continue;
+    int64_t numel = tpu_view_numel(sv);
+    void *m = tpux__alloc((size_t)numel * tpu_dtype_size(sv->dtype));
+    if (!m) {
+      rc = tpu_error(TPU_E_OOM, "tpux_run: out of host memory");
+      break;
+    }
+    tpu_view tv;
+    tpu_view_init_contiguous(&tv, m, sv->dtype, sv->ndim, sv->sizes);
+    rc = tpux__copy_nocheck(&tv, sv);
+    free(vals[v].mem);
+    vals[v].mem = m;
+    vals[v].v = tv;
+    root[v] = v;
+  }
+  for (int i = 0; i < nout && rc == TPU_OK; i++) {
+    if (out_done[i]) continue;
+    const tpu_view *sv = &vals[tpuir_output(g, i)].v;
+    if (tpux__views_same(sv, &outs[i])) continue;
+    rc = tpux__copy_nocheck(&outs[i], sv);
+  }
+
+done:
+  if (vals)
+    for (int t = 0; t < nn; t++) free(vals[t].mem);
+  free(last);
+  free(root);
+  free(users);
+  free(head);
+  free(next);
+  free(live);
+  free(vals);
+  free(direct);
+  free(out_done);
+  return rc;
+}

@@ -1,0 +1,198 @@
+/* exec_internal.h - private interfaces of the vTPU executor (exec*.c).
+ *
+ * Values are strided views (tpu_view). Elementwise work runs as a small
+ * "program" over tiles of XK_TILE elements: operands are gathered into
+ * compute-class buffers (float for f16/bf16/f32, double for f64, int64 for
+ * ints and bool), instructions run on whole buffers, results are scattered
+ * to the destination with the final dtype conversion.
+ */
+#ifndef TPU_EXEC_INTERNAL_H
+#define TPU_EXEC_INTERNAL_H
+
+#include <stdatomic.h>
+#include <stdint.h>
+#include <string.h>
+
+#include "tpu_exec.h"
+#include "tpu_ir.h"
+#include "tpu_rt.h"
+
+/* ---- compute classes --------------------------------------------------- */
+enum { XK_F32 = 0, XK_F64 = 1, XK_I64 = 2 };
+/* Compute class of a dtype. */
+static inline int xk_cls(int dt) {
+  if (dt == TPU_F64) return XK_F64;
+  if (dt == TPU_F16 || dt == TPU_BF16 || dt == TPU_F32) return XK_F32;
+  return XK_I64;
+}
+/* The dtype stored natively by a class (no conversion on load/store). */
+static inline int xk_native(int cls) {
+  return cls == XK_F32 ? TPU_F32 : cls == XK_F64 ? TPU_F64 : TPU_I64;
+}
+
+#define XK_TILE 1024
+#define XK_GRAIN 32768 /* elements per parallel chunk (at least) */
+
+/* Element-wise loads/stores of n elements at p (stride in elements) between
+ * dtype `dt` and its compute class buffer. */
+void tpux__load(int dt, const char *p, int64_t stride, int64_t n, void *dst);
+void tpux__store(int dt, char *p, int64_t stride, int64_t n, const void *src);
+
+/* Round a float to bf16 / f16 precision (RNE), as stored. */
+static inline float xk_round_bf16(float f) {
+  uint32_t u;
+  memcpy(&u, &f, 4);
+  uint32_t r = (u + 0x7fffu + ((u >> 16) & 1u)) & 0xffff0000u;
+  uint32_t q = (u | 0x00400000u) & 0xffff0000u;
+  r = ((u & 0x7fffffffu) > 0x7f800000u) ? q : r;
+  float o;
+  memcpy(&o, &r, 4);
+  return o;
+}
+static inline uint16_t xk_f32_to_bf16(float f) {
+  uint32_t u;
+  memcpy(&u, &f, 4);
+  uint32_t r = (u + 0x7fffu + ((u >> 16) & 1u)) >> 16;
+  uint32_t q = (u >> 16) | 0x40u;
+  return (uint16_t)(((u & 0x7fffffffu) > 0x7f800000u) ? q : r);
+}
+static inline float xk_bf16_to_f32(uint16_t h) {
+  uint32_t u = (uint32_t)h << 16;
+  float f;
+  memcpy(&f, &u, 4);
+  return f;
+}
+/* float/double -> int64 with x86 semantics (out of range/NaN -> INT64_MIN). */
+static inline int64_t xk_f2i64(double v) {
+  return (v >= -9223372036854775808.0 && v < 9223372036854775808.0)
+             ? (int64_t)v
+             : INT64_MIN;
+}
+/* float/double -> int32 with x86 semantics (out of range/NaN -> INT32_MIN). */
+static inline int64_t xk_f2i32(double v) {
+  return (v > -2147483649.0 && v < 2147483648.0) ? (int64_t)(int32_t)v
+                                                  : (int64_t)INT32_MIN;
+}
+/* Wrap an int64 to dtype dt's range (bool: != 0). */
+static inline int64_t xk_wrap(int dt, int64_t v) {
+  switch (dt) {
+  case TPU_BOOL: return v != 0;
+  case TPU_U8: return (uint8_t)v;
+  case TPU_I8: return (int8_t)v;
+  case TPU_I16: return (int16_t)v;
+  case TPU_I32: return (int32_t)v;
+  default: return v;
+  }
+}
+
+/* ---- iteration space --------------------------------------------------- */
+#define XK_MAX_ARR 8
+
+typedef struct xk_arr {
+  char *p;                     /* element (0,...,0) */
+  int32_t dt;
+  int64_t st[TPU_MAX_DIMS];    /* element strides */
+} xk_arr;
+
+typedef struct xk_space {
+  int32_t nd;
+  int64_t sz[TPU_MAX_DIMS];
+  int32_t narr;
+  xk_arr arr[XK_MAX_ARR];
+} xk_space;
+
+/* Initialise a space of the given shape (no arrays yet). */
+void tpux__space_init(xk_space *s, int ndim, const int64_t *sizes);
+/* Add a view (its sizes must equal the space's); returns the array index. */
+int tpux__space_add(xk_space *s, const tpu_view *v);
+/* Merge adjacent dims where every array allows it, drop size-1 dims. */
+void tpux__space_coalesce(xk_space *s);
+int64_t tpux__space_numel(const xk_space *s);
+
+/* ---- elementwise programs --------------------------------------------- */
+#define XK_MAX_BUF 16
+#define XK_MAX_INS 32
+enum { XK_OP_COPY = TPUIR_NUM_OPS }; /* class conversion (CONVERT) */
+
+typedef struct xk_ins {
+  int16_t op;         /* tpuir_op (elementwise), TPUIR_CONVERT */
+  int16_t dt;         /* result dtype */
+  int16_t in_dt;      /* operand dtype (values of SELECT) */
+  int16_t r, a, b, c; /* buffers (-1: unused) */
+  int16_t norm;       /* round/wrap the result buffer to dt */
+} xk_ins;
+
+typedef struct xk_prog {
+  xk_space sp;
+  int32_t nload, nins, nstore, nbuf;
+  struct { int16_t arr, buf; } load[XK_MAX_ARR], store[XK_MAX_ARR];
+  xk_ins ins[XK_MAX_INS];
+  int8_t bufcls[XK_MAX_BUF];
+  int8_t direct_ok[XK_MAX_ARR]; /* store array may be written in place */
+  /* run-time error raised by a kernel (first wins) */
+  _Atomic int err;
+  int64_t err_val;
+} xk_prog;
+
+/* Run a program over its space (parallel). Returns TPU_OK or an error
+ * (message set on the calling thread). */
+int tpux__prog_run(xk_prog *p);
+/* Run one elementwise instruction on class buffers (n elements). Returns
+ * TPU_OK or an error code (TPU_E_INVALID for integer /0 and negative int
+ * powers); *bad receives the offending value. */
+int tpux__ew_apply(const xk_ins *in, int64_t n, void *r, const void *a,
+                   const void *b, const void *c, int64_t *bad);
+/* 1 if the op can fail at run time for this operand dtype. */
+int tpux__ew_can_fail(int op, int dt);
+
+/* ---- copies ------------------------------------------------------------ */
+/* dst = convert(src) elementwise; views of equal sizes; no overlap check. */
+int tpux__copy_nocheck(const tpu_view *dst, const tpu_view *src);
+/* 1 if the memory spans of two views may overlap. */
+int tpux__views_overlap(const tpu_view *a, const tpu_view *b);
+/* 1 if identical element mapping (base, offset, dtype, sizes, strides). */
+int tpux__views_same(const tpu_view *a, const tpu_view *b);
+/* Fill a view with a value given as a one-element class buffer. */
+int tpux__fill(const tpu_view *dst, const void *cls_val);
+
+/* ---- executor context -------------------------------------------------- */
+typedef struct xv {
+  tpu_view v;   /* the value as a view */
+  void *mem;    /* owned temporary (freed at last use), or NULL */
+} xv;
+
+typedef struct xctx {
+  const tpuir_graph *g;
+  xv *vals;
+} xctx;
+
+/* Allocate a contiguous temporary for node t's result into c->vals[t]. */
+int tpux__alloc_value(xctx *c, int t);
+/* 64-byte aligned host allocation (never NULL for 0 bytes); free with free. */
+void *tpux__alloc(size_t bytes);
+
+/* Node evaluators (result into c->vals[t]). */
+int tpux__eval_elementwise(xctx *c, int t, const tpu_view *dst);
+int tpux__eval_const(xctx *c, int t);
+int tpux__eval_iota(xctx *c, int t);
+int tpux__eval_rng(xctx *c, int t);
+int tpux__eval_concat(xctx *c, int t);
+int tpux__eval_pad(xctx *c, int t);
+int tpux__eval_reduce(xctx *c, int t);
+int tpux__eval_argreduce(xctx *c, int t);
+int tpux__eval_dot(xctx *c, int t);
+int tpux__eval_gather(xctx *c, int t);
+int tpux__eval_index_select(xctx *c, int t);
+int tpux__eval_scatter_add(xctx *c, int t);
+int tpux__eval_index_add(xctx *c, int t);
+
+/* Philox4x32-10 block for a 128-bit counter (ctr[0] least significant). */
+void tpux__philox(const uint32_t ctr[4], uint64_t seed, uint32_t out[4]);
+
+/* Strides of a reshape of (sizes, strides) to new sizes without copying;
+ * returns 1 and fills new_strides if possible (torch computeStride). */
+int tpux__reshape_strides(int ndim, const int64_t *sizes,
+                          const int64_t *strides, int new_ndim,
+                          const int64_t *new_sizes, int64_t *new_strides);
+
+#endif /* TPU_EXEC_INTERNAL_H */

@@ -1,0 +1,820 @@
+/* test_exec.c - vTPU executor: elementwise ops, conversions, views, copies,
+ * aliasing and error behaviour, against independent scalar references. */
+#include <stdio.h>
+
+#include "tpu_test.h"
+#include "test_exec_util.h"
+
+static const int k_all_dt[] = {TPU_BOOL, TPU_U8,  TPU_I8,   TPU_I16, TPU_I32,
+                               TPU_I64,  TPU_F16, TPU_BF16, TPU_F32, TPU_F64};
+
+/* ---- references ---------------------------------------------------------- */
+
+static int is_cmp(int op) { return op >= TPUIR_EQ && op <= TPUIR_GE; }
+
+static double ref_cmp(int op, double x, double y) {
+  switch (op) {
+  case TPUIR_EQ: return x == y;
+  case TPUIR_NE: return x != y;
+  case TPUIR_LT: return x < y;
+  case TPUIR_LE: return x <= y;
+  case TPUIR_GT: return x > y;
+  default: return x >= y;
+  }
+}
+
+/* float binary op in float (f16/bf16/f32) or double, then rounded */
+static double ref_bin_float(int op, int dt, double x, double y) {
+  if (is_cmp(op)) return ref_cmp(op, x, y);
+  if (dt == TPU_F64) {
+    switch (op) {
+    case TPUIR_ADD: return x + y;
+    case TPUIR_SUB: return x - y;
+    case TPUIR_MUL: return x * y;
+    case TPUIR_DIV: return x / y;
+    case TPUIR_REM: return fmod(x, y);
+    case TPUIR_POW: return pow(x, y);
+    case TPUIR_MAX: return isnan(x) || isnan(y) ? NAN : (x > y ? x : y);
+    case TPUIR_MIN: return isnan(x) || isnan(y) ? NAN : (x < y ? x : y);
+    case TPUIR_ATAN2: return atan2(x, y);
+    }
+    return NAN;
+  }
+  float a = (float)x, b = (float)y, r = NAN;
+  switch (op) {
+  case TPUIR_ADD: r = a + b; break;
+  case TPUIR_SUB: r = a - b; break;
+  case TPUIR_MUL: r = a * b; break;
+  case TPUIR_DIV: r = a / b; break;
+  case TPUIR_REM: r = fmodf(a, b); break;
+  case TPUIR_POW: r = powf(a, b); break;
+  case TPUIR_MAX: r = isnan(a) || isnan(b) ? NAN : (a > b ? a : b); break;
+  case TPUIR_MIN: r = isnan(a) || isnan(b) ? NAN : (a < b ? a : b); break;
+  case TPUIR_ATAN2: r = atan2f(a, b); break;
+  }
+  return round_to(dt, r);
+}
+
+static int64_t wrap_i(int dt, int64_t v) { return (int64_t)round_to(dt, (double)v); }
+
+static int64_t ref_bin_int(int op, int dt, int64_t x, int64_t y) {
+  if (is_cmp(op)) return (int64_t)ref_cmp(op, (double)x, (double)y);
+  int bits = (int)tpu_dtype_size(dt) * 8;
+  int64_t r = 0;
+  switch (op) {
+  case TPUIR_ADD: r = x + y; break;
+  case TPUIR_SUB: r = x - y; break;
+  case TPUIR_MUL: r = x * y; break;
+  case TPUIR_DIV: r = x / y; break;
+  case TPUIR_REM: r = x % y; break;
+  case TPUIR_POW: r = 1; for (int k = 0; k < y; k++) r *= x; break;
+  case TPUIR_MAX: r = x > y ? x : y; break;
+  case TPUIR_MIN: r = x < y ? x : y; break;
+  case TPUIR_AND: r = x & y; break;
+  case TPUIR_OR: r = x | y; break;
+  case TPUIR_XOR: r = x ^ y; break;
+  case TPUIR_SHL: r = y >= bits ? 0 : (int64_t)((uint64_t)x << y); break;
+  case TPUIR_SHR: {
+    int maxs = bits - (dt != TPU_U8);
+    r = y >= maxs ? x >> maxs : x >> y;
+    break;
+  }
+  }
+  return wrap_i(dt, r);
+}
+
+/* run a graph with one output */
+static int run1(tpuir_graph *g, tpuir_val out, int nin, const tpu_view *ins,
+                const tpu_view *o) {
+  int rc = tpuir_set_outputs(g, 1, &out);
+  if (rc) return rc;
+  return tpux_run(g, nin, ins, 1, o);
+}
+
+/* ---- binary ops, every dtype, non-contiguous operand ---------------------- */
+
+TPU_TEST(exec_binary_all_dtypes) {
+  uint64_t seed = 12345;
+  int64_t sz[2] = {3, 37}, szt[2] = {37, 3};
+  int checked = 0;
+  for (size_t di = 0; di < sizeof k_all_dt / sizeof *k_all_dt; di++) {
+    int dt = k_all_dt[di];
+    int fl = tpu_dtype_is_float(dt);
+    for (int op = TPUIR_ADD; op <= TPUIR_GE; op++) {
+      tpuir_graph *g = tpuir_graph_new();
+      tpuir_val a = tpuir_param(g, dt, 2, sz), b = tpuir_param(g, dt, 2, sz);
+      tpuir_val r = tpuir_binary(g, op, a, b);
+      if (r < 0) { /* rejected combination */
+        tpuir_graph_free(g);
+        continue;
+      }
+      tarr A = ta_new(dt, 2, sz), Bt = ta_new(dt, 2, szt);
+      /* B is a transposed (non-contiguous) view of a [37,3] buffer */
+      tpu_view B = Bt.v;
+      B.sizes[0] = 3; B.sizes[1] = 37; B.strides[0] = 1; B.strides[1] = 3;
+      int pos = op == TPUIR_DIV || op == TPUIR_REM || op == TPUIR_POW ||
+                op == TPUIR_SHL || op == TPUIR_SHR;
+      if (dt == TPU_BOOL) {
+        ta_fill(&A.v, &seed, 0, 2);
+        ta_fill(&B, &seed, 0, 2);
+      } else if (fl) {
+        ta_fill(&A.v, &seed, op == TPUIR_POW ? 0.1 : -4, 4);
+        ta_fill(&B, &seed, op == TPUIR_POW ? 0.5 : -3, 3);
+        if (op == TPUIR_MAX || op == TPUIR_MIN || op == TPUIR_EQ) {
+          tv_set(&A.v, 0, NAN);
+          tv_set(&B, 1, NAN);
+          tv_set(&B, 2, tv_get(&A.v, 2));
+        }
+      } else {
+        int u = dt == TPU_U8;
+        ta_fill(&A.v, &seed, u ? 0 : -20, 40);
+        ta_fill(&B, &seed, pos ? 1 : (u ? 0 : -20), pos ? (op == TPUIR_POW ? 4 : 7) : 40);
+        if (op == TPUIR_DIV || op == TPUIR_REM) tv_set(&B, 3, u ? 3 : -3);
+        if (op == TPUIR_SHL || op == TPUIR_SHR) tv_set(&B, 4, 70);
+      }
+      int rdt = is_cmp(op) ? TPU_BOOL : dt;
+      tarr O = ta_new(rdt, 2, sz);
+      tpu_view ins[2] = {A.v, B};
+      CHECK_OK(run1(g, r, 2, ins, &O.v));
+      for (int64_t i = 0; i < 3 * 37; i++) {
+        double x = tv_get(&A.v, i), y = tv_get(&B, i), got = tv_get(&O.v, i);
+        double want;
+        if (fl) want = ref_bin_float(op, dt, x, y);
+        else want = (double)ref_bin_int(op, dt, (int64_t)x, (int64_t)y);
+        if (!is_cmp(op) && dt == TPU_BOOL) want = want != 0;
+        double tol = fl && op == TPUIR_POW ? 1e-6 : 0;
+        if (!near_eq(got, want, tol)) {
+          fprintf(stderr, "  %s %s: %g op %g = %g, want %g\n", tpuir_op_name(op),
+                  tpu_dtype_name(dt), x, y, got, want);
+          CHECK(0);
+        }
+      }
+      checked++;
+      free(A.mem); free(Bt.mem); free(O.mem);
+      tpuir_graph_free(g);
+    }
+  }
+  CHECK(checked > 120);
+}
+
+/* ---- unary float ops ------------------------------------------------------- */
+
+static double ref_digamma(double x) {
+  double h = 1e-5;
+  return (lgamma(x + h) - lgamma(x - h)) / (2 * h);
+}
+
+static double ref_unary(int op, double x) {
+  switch (op) {
+  case TPUIR_NEG: return -x;
+  case TPUIR_ABS: return fabs(x);
+  case TPUIR_SIGN: return x > 0 ? 1 : x < 0 ? -1 : x;
+  case TPUIR_EXP: return exp(x);
+  case TPUIR_EXPM1: return expm1(x);
+  case TPUIR_LOG: return log(x);
+  case TPUIR_LOG1P: return log1p(x);
+  case TPUIR_SQRT: return sqrt(x);
+  case TPUIR_RSQRT: return 1 / sqrt(x);
+  case TPUIR_SIN: return sin(x);
+  case TPUIR_COS: return cos(x);
+  case TPUIR_TAN: return tan(x);
+  case TPUIR_TANH: return tanh(x);
+  case TPUIR_ASIN: return asin(x);
+  case TPUIR_ACOS: return acos(x);
+  case TPUIR_ATAN: return atan(x);
+  case TPUIR_SINH: return sinh(x);
+  case TPUIR_COSH: return cosh(x);
+  case TPUIR_ASINH: return asinh(x);
+  case TPUIR_ACOSH: return acosh(x);
+  case TPUIR_ATANH: return atanh(x);
+  case TPUIR_LOGISTIC: return 1 / (1 + exp(-x));
+  case TPUIR_ERF: return erf(x);
+  case TPUIR_LGAMMA: return lgamma(x);
+  case TPUIR_DIGAMMA: return ref_digamma(x);
+  case TPUIR_FLOOR: return floor(x);
+  case TPUIR_CEIL: return ceil(x);
+  case TPUIR_ROUND_EVEN: return nearbyint(x);
+  case TPUIR_TRUNC: return trunc(x);
+  case TPUIR_IS_FINITE: return isfinite(x) ? 1 : 0;
+  case TPUIR_IS_NAN: return isnan(x) ? 1 : 0;
+  case TPUIR_IS_INF: return isinf(x) ? 1 : 0;
+  }
+  return NAN;
+}
+
+TPU_TEST(exec_unary_float) {
+  static const int fdt[] = {TPU_F32, TPU_F64, TPU_BF16, TPU_F16};
+  uint64_t seed = 99;
+  int64_t sz[1] = {300};
+  for (int di = 0; di < 4; di++) {
+    int dt = fdt[di];
+    double tol = dt == TPU_F64 ? 1e-12 : dt == TPU_F32 ? 2e-6 : dt == TPU_F16 ? 2e-3 : 1e-2;
+    for (int op = TPUIR_NEG; op <= TPUIR_IS_INF; op++) {
+      if (op == TPUIR_NOT) continue;
+      double lo = -3, hi = 3;
+      switch (op) {
+      case TPUIR_LOG: case TPUIR_SQRT: case TPUIR_RSQRT: case TPUIR_LGAMMA:
+      case TPUIR_DIGAMMA: lo = 0.1; hi = 6; break;
+      case TPUIR_ACOSH: lo = 1; hi = 5; break;
+      case TPUIR_ASIN: case TPUIR_ACOS: case TPUIR_ATANH: case TPUIR_ERFINV:
+        lo = -0.95; hi = 0.95; break;
+      case TPUIR_LOG1P: lo = -0.9; break;
+      case TPUIR_TAN: lo = -1.4; hi = 1.4; break;
+      }
+      tpuir_graph *g = tpuir_graph_new();
+      tpuir_val p = tpuir_param(g, dt, 1, sz);
+      tpuir_val r = tpuir_unary(g, op, p);
+      CHECK(r >= 0);
+      int rdt = op >= TPUIR_IS_FINITE ? TPU_BOOL : dt;
+      tarr A = ta_new(dt, 1, sz), O = ta_new(rdt, 1, sz);
+      ta_fill(&A.v, &seed, lo, hi);
+      tv_set(&A.v, 0, 0.5);
+      tv_set(&A.v, 1, op == TPUIR_ROUND_EVEN ? 2.5 : 1.0);
+      tv_set(&A.v, 2, op == TPUIR_ROUND_EVEN ? -0.5 : 0.25);
+      if (op == TPUIR_IS_NAN || op == TPUIR_IS_INF || op == TPUIR_IS_FINITE ||
+          op == TPUIR_SIGN || op == TPUIR_ABS || op == TPUIR_EXP) {
+        tv_set(&A.v, 3, NAN);
+        tv_set(&A.v, 4, INFINITY);
+        tv_set(&A.v, 5, -INFINITY);
+      }
+      CHECK_OK(run1(g, r, 1, &A.v, &O.v));
+      for (int64_t i = 0; i < sz[0]; i++) {
+        double x = tv_get(&A.v, i), got = tv_get(&O.v, i);
+        double want;
+        if (op == TPUIR_ERFINV) {
+          /* check through the inverse */
+          got = erf(got);
+          want = x;
+        } else {
+          want = ref_unary(op, x);
+          if (rdt != TPU_BOOL) want = round_to(dt, want);
+        }
+        double t2 = op == TPUIR_DIGAMMA && dt == TPU_F64 ? 1e-8 : tol;
+        if (op == TPUIR_ERFINV && dt != TPU_F64) t2 = dt == TPU_F32 ? 1e-5 : 2e-2;
+        if (!near_eq(got, want, t2)) {
+          fprintf(stderr, "  %s(%s %.9g) = %.9g, want %.9g\n", tpuir_op_name(op),
+                  tpu_dtype_name(dt), x, got, want);
+          CHECK(0);
+        }
+      }
+      free(A.mem); free(O.mem);
+      tpuir_graph_free(g);
+    }
+  }
+}
+
+TPU_TEST(exec_unary_special_values) {
+  int64_t sz[1] = {8};
+  struct { int op; double in[8], out[8]; } cases[] = {
+    {TPUIR_DIGAMMA, {0, -0.0, -1, -2, 1, 10, -0.5, INFINITY},
+     {-INFINITY, INFINITY, NAN, NAN, -0.5772156649015329, 2.251752589066721,
+      0.03648997397857652, INFINITY}},
+    {TPUIR_ERFINV, {1, -1, 0, 2, -2, NAN, 0.5, -0.5},
+     {INFINITY, -INFINITY, 0, NAN, NAN, NAN, 0.4769362762044699, -0.4769362762044699}},
+    {TPUIR_LOGISTIC, {-200, 200, 0, -INFINITY, INFINITY, NAN, 1, -1},
+     {0, 1, 0.5, 0, 1, NAN, 0.7310585786300049, 0.2689414213699951}},
+    {TPUIR_SIGN, {-0.0, 0, NAN, -3, 3, INFINITY, -INFINITY, 1e-30},
+     {0, 0, NAN, -1, 1, 1, -1, 1}},
+    {TPUIR_ROUND_EVEN, {0.5, 1.5, 2.5, -0.5, -1.5, 2.4999, NAN, -INFINITY},
+     {0, 2, 2, 0, -2, 2, NAN, -INFINITY}},
+  };
+  for (size_t c = 0; c < sizeof cases / sizeof *cases; c++)
+    for (int dt = TPU_F32; dt <= TPU_F64; dt++) {
+      tpuir_graph *g = tpuir_graph_new();
+      tpuir_val r = tpuir_unary(g, cases[c].op, tpuir_param(g, dt, 1, sz));
+      tarr A = ta_new(dt, 1, sz), O = ta_new(dt, 1, sz);
+      for (int i = 0; i < 8; i++) tv_set(&A.v, i, cases[c].in[i]);
+      CHECK_OK(run1(g, r, 1, &A.v, &O.v));
+      for (int i = 0; i < 8; i++) {
+        double got = tv_get(&O.v, i), want = cases[c].out[i];
+        if (!near_eq(got, want, dt == TPU_F32 ? 1e-6 : 1e-12)) {
+          fprintf(stderr, "  %s(%g) [%s] = %.17g want %.17g\n",
+                  tpuir_op_name(cases[c].op), cases[c].in[i], tpu_dtype_name(dt),
+                  got, want);
+          CHECK(0);
+        }
+      }
+      free(A.mem); free(O.mem);
+      tpuir_graph_free(g);
+    }
+}
+
+TPU_TEST(exec_unary_int) {
+  int64_t sz[1] = {6};
+  int64_t in[6] = {-128, -5, 0, 7, 127, -1};
+  static const int idt[] = {TPU_I8, TPU_I16, TPU_I32, TPU_I64, TPU_U8, TPU_BOOL};
+  for (int di = 0; di < 6; di++) {
+    int dt = idt[di];
+    for (int op = TPUIR_NEG; op <= TPUIR_IS_INF; op++) {
+      tpuir_graph *g = tpuir_graph_new();
+      tpuir_val r = tpuir_unary(g, op, tpuir_param(g, dt, 1, sz));
+      if (r < 0) {
+        tpuir_graph_free(g);
+        continue;
+      }
+      int rdt = op >= TPUIR_IS_FINITE ? TPU_BOOL : dt;
+      tarr A = ta_new(dt, 1, sz), O = ta_new(rdt, 1, sz);
+      for (int i = 0; i < 6; i++) tv_set(&A.v, i, round_to(dt, (double)in[i]));
+      CHECK_OK(run1(g, r, 1, &A.v, &O.v));
+      for (int i = 0; i < 6; i++) {
+        int64_t x = (int64_t)tv_get(&A.v, i), want;
+        switch (op) {
+        case TPUIR_NEG: want = -x; break;
+        case TPUIR_ABS: want = x < 0 ? -x : x; break;
+        case TPUIR_SIGN: want = (x > 0) - (x < 0); break;
+        case TPUIR_NOT: want = dt == TPU_BOOL ? !x : ~x; break;
+        case TPUIR_IS_FINITE: want = 1; break;
+        case TPUIR_IS_NAN: case TPUIR_IS_INF: want = 0; break;
+        default: want = x; break; /* floor, ceil, round, trunc */
+        }
+        if (rdt != TPU_BOOL || op < TPUIR_IS_FINITE) want = wrap_i(rdt, want);
+        CHECK(tv_get(&O.v, i) == (double)want);
+      }
+      free(A.mem); free(O.mem);
+      tpuir_graph_free(g);
+    }
+  }
+}
+
+/* ---- conversions ------------------------------------------------------------ */
+
+TPU_TEST(exec_convert_all_pairs) {
+  static const double vals[] = {0, 1, -1, 2.5, -2.5, 127, 128, 255, 256, -129,
+                                65504, 1e10, -1e10, 0.1, 3.999, -0.0, NAN, INFINITY,
+                                1.00390625, 70000};
+  int n = (int)(sizeof vals / sizeof *vals);
+  int64_t sz[1] = {n};
+  for (int si = 0; si < 10; si++)
+    for (int di = 0; di < 10; di++) {
+      int s = k_all_dt[si], d = k_all_dt[di];
+      tpuir_graph *g = tpuir_graph_new();
+      tpuir_val r = tpuir_convert(g, tpuir_param(g, s, 1, sz), d);
+      tarr A = ta_new(s, 1, sz), O = ta_new(d, 1, sz);
+      for (int i = 0; i < n; i++) {
+        double v = vals[i];
+        if (!tpu_dtype_is_float(s) && !isfinite(v)) v = 3;
+        if (!tpu_dtype_is_float(s)) v = trunc(v);
+        if (!tpu_dtype_is_float(s) && (v > 1e9 || v < -1e9)) v = 1000;
+        tv_set(&A.v, i, round_to(s, v));
+      }
+      CHECK_OK(run1(g, r, 1, &A.v, &O.v));
+      for (int i = 0; i < n; i++) {
+        double x = tv_get(&A.v, i), got = tv_get(&O.v, i), want;
+        if (d == TPU_BOOL) want = x != 0;
+        else if (tpu_dtype_is_float(d)) want = round_to(d, x);
+        else if (!tpu_dtype_is_float(s)) want = round_to(d, x);
+        else {
+          /* float -> int: truncate toward zero (in range cases only) */
+          double tx = trunc(x);
+          if (isnan(x) || fabs(tx) >= 2147483648.0) continue; /* platform-defined */
+          want = round_to(d, tx);
+        }
+        if (!near_eq(got, want, 0)) {
+          fprintf(stderr, "  convert %s %.17g -> %s = %.17g, want %.17g\n",
+                  tpu_dtype_name(s), x, tpu_dtype_name(d), got, want);
+          CHECK(0);
+        }
+      }
+      free(A.mem); free(O.mem);
+      tpuir_graph_free(g);
+    }
+}
+
+TPU_TEST(exec_convert_rounding) {
+  /* f32 -> bf16 ties to even; f64 -> bf16 goes through f32 like c10 */
+  int64_t sz[1] = {3};
+  tpuir_graph *g = tpuir_graph_new();
+  tpuir_val r = tpuir_convert(g, tpuir_param(g, TPU_F32, 1, sz), TPU_BF16);
+  float in[3] = {1.0f + 0x1p-8f, 1.0f + 3 * 0x1p-8f, -(1.0f + 0x1p-8f + 0x1p-20f)};
+  uint16_t out[3];
+  tpu_view A, O;
+  tpu_view_init_contiguous(&A, in, TPU_F32, 1, sz);
+  tpu_view_init_contiguous(&O, out, TPU_BF16, 1, sz);
+  CHECK_OK(run1(g, r, 1, &A, &O));
+  CHECK(tpu_bf16_to_f32(out[0]) == 1.0f);
+  CHECK(tpu_bf16_to_f32(out[1]) == 1.0f + 4 * 0x1p-8f);
+  CHECK(tpu_bf16_to_f32(out[2]) == -(1.0f + 2 * 0x1p-8f));
+  tpuir_graph_free(g);
+}
+
+/* ---- select, const, iota, broadcasting ----------------------------------- */
+
+TPU_TEST(exec_select_const_broadcast) {
+  int64_t sz[2] = {4, 5}, row[1] = {5};
+  tpuir_graph *g = tpuir_graph_new();
+  tpuir_val x = tpuir_param(g, TPU_F32, 2, sz);
+  tpuir_val bias = tpuir_param(g, TPU_F32, 1, row);
+  int64_t d1[1] = {1};
+  tpuir_val bb = tpuir_broadcast_in_dim(g, bias, 2, sz, d1);
+  tpuir_val zero = tpuir_broadcast_in_dim(g, tpuir_const_f(g, TPU_F32, 0.0), 2, sz, NULL);
+  tpuir_val s = tpuir_binary(g, TPUIR_ADD, x, bb);
+  tpuir_val pos = tpuir_binary(g, TPUIR_GT, s, zero);
+  tpuir_val relu = tpuir_select(g, pos, s, zero);
+  tpuir_val io = tpuir_convert(g, tpuir_iota(g, TPU_I32, 2, sz, 0), TPU_F32);
+  tpuir_val outv[3] = {relu, io, bb};
+  CHECK_OK(tpuir_set_outputs(g, 3, outv));
+  uint64_t seed = 7;
+  tarr X = ta_new(TPU_F32, 2, sz), B = ta_new(TPU_F32, 1, row);
+  tarr O0 = ta_new(TPU_F32, 2, sz), O1 = ta_new(TPU_F32, 2, sz), O2 = ta_new(TPU_F32, 2, sz);
+  ta_fill(&X.v, &seed, -2, 2);
+  ta_fill(&B.v, &seed, -1, 1);
+  tpu_view ins[2] = {X.v, B.v}, outs[3] = {O0.v, O1.v, O2.v};
+  CHECK_OK(tpux_run(g, 2, ins, 3, outs));
+  for (int i = 0; i < 4; i++)
+    for (int j = 0; j < 5; j++) {
+      float s2 = (float)tv_get(&X.v, i * 5 + j) + (float)tv_get(&B.v, j);
+      CHECK(tv_get(&O0.v, i * 5 + j) == (s2 > 0 ? s2 : 0));
+      CHECK(tv_get(&O1.v, i * 5 + j) == i);
+      CHECK(tv_get(&O2.v, i * 5 + j) == tv_get(&B.v, j));
+    }
+  free(X.mem); free(B.mem); free(O0.mem); free(O1.mem); free(O2.mem);
+  tpuir_graph_free(g);
+}
+
+TPU_TEST(exec_rank0_and_empty) {
+  /* rank 0 */
+  tpuir_graph *g = tpuir_graph_new();
+  tpuir_val a = tpuir_param(g, TPU_I64, 0, NULL);
+  tpuir_val r = tpuir_binary(g, TPUIR_MUL, a, tpuir_const_i(g, TPU_I64, -3));
+  int64_t av = 1234567890123ll, ov = 0;
+  tpu_view A, O;
+  tpu_view_init_contiguous(&A, &av, TPU_I64, 0, NULL);
+  tpu_view_init_contiguous(&O, &ov, TPU_I64, 0, NULL);
+  CHECK_OK(run1(g, r, 1, &A, &O));
+  CHECK(ov == -3703703670369ll);
+  tpuir_graph_free(g);
+  /* empty */
+  int64_t sz[3] = {4, 0, 3};
+  g = tpuir_graph_new();
+  tpuir_val e = tpuir_param(g, TPU_F32, 3, sz);
+  r = tpuir_unary(g, TPUIR_EXP, e);
+  int64_t rd[1] = {1}, rs[2] = {4, 3};
+  tpuir_val s = tpuir_reduce(g, TPUIR_RED_SUM, e, 1, rd);
+  tpuir_val m = tpuir_reduce(g, TPUIR_RED_MAX, e, 1, rd);
+  tpuir_val outs[3] = {r, s, m};
+  CHECK_OK(tpuir_set_outputs(g, 3, outs));
+  float sb[12], mb[12];
+  tpu_view E, S, M, R;
+  tpu_view_init_contiguous(&E, NULL, TPU_F32, 3, sz);
+  tpu_view_init_contiguous(&R, NULL, TPU_F32, 3, sz);
+  tpu_view_init_contiguous(&S, sb, TPU_F32, 2, rs);
+  tpu_view_init_contiguous(&M, mb, TPU_F32, 2, rs);
+  tpu_view ov3[3] = {R, S, M};
+  CHECK_OK(tpux_run(g, 1, &E, 3, ov3));
+  for (int i = 0; i < 12; i++) CHECK(sb[i] == 0 && mb[i] == -INFINITY);
+  tpuir_graph_free(g);
+}
+
+/* ---- shape ops ------------------------------------------------------------- */
+
+TPU_TEST(exec_shape_ops) {
+  int64_t sz[3] = {2, 3, 4};
+  tarr X = ta_new(TPU_I32, 3, sz);
+  for (int i = 0; i < 24; i++) tv_set(&X.v, i, i);
+  tpuir_graph *g = tpuir_graph_new();
+  tpuir_val x = tpuir_param(g, TPU_I32, 3, sz);
+  int64_t perm[3] = {2, 0, 1};
+  tpuir_val tr = tpuir_transpose(g, x, perm);                     /* [4,2,3] */
+  int64_t rs[2] = {4, 6};
+  tpuir_val rsh = tpuir_reshape(g, tr, 2, rs);                    /* copy */
+  int64_t st[3] = {0, 1, 1}, li[3] = {2, 3, 4}, sd[3] = {1, 1, 2};
+  tpuir_val sl = tpuir_slice(g, x, st, li, sd);                   /* [2,2,2] */
+  int64_t rvd[2] = {0, 2};
+  tpuir_val rv = tpuir_reverse(g, x, 2, rvd);
+  tpuir_val cl[3] = {x, sl, x};
+  int64_t cs[3] = {2, 3, 4};
+  (void)cs;
+  int64_t st2[3] = {0, 0, 0}, li2[3] = {2, 3, 2}, sd2[3] = {1, 1, 1};
+  tpuir_val sl2 = tpuir_slice(g, x, st2, li2, sd2);               /* [2,3,2] */
+  cl[1] = sl2;
+  tpuir_val cc = tpuir_concat(g, 3, cl, 2);                       /* [2,3,10] */
+  int64_t lo[3] = {1, -1, 0}, hi[3] = {0, 1, -1}, in[3] = {0, 1, 1};
+  tpuir_val pd = tpuir_pad(g, x, tpuir_const_i(g, TPU_I32, -7), lo, hi, in);
+  CHECK(pd >= 0);
+  tpuir_val outs[5] = {rsh, sl, rv, cc, pd};
+  CHECK_OK(tpuir_set_outputs(g, 5, outs));
+  int pdn, pdd;
+  int64_t pds[TPU_MAX_DIMS];
+  CHECK_OK(tpuir_value_info(g, pd, &pdd, &pdn, pds));
+  CHECK(pds[0] == 3 && pds[1] == 5 && pds[2] == 6);
+  int64_t s_sl[3] = {2, 2, 2}, s_cc[3] = {2, 3, 10};
+  tarr O0 = ta_new(TPU_I32, 2, rs), O1 = ta_new(TPU_I32, 3, s_sl),
+       O2 = ta_new(TPU_I32, 3, sz), O3 = ta_new(TPU_I32, 3, s_cc),
+       O4 = ta_new(TPU_I32, 3, pds);
+  tpu_view ov[5] = {O0.v, O1.v, O2.v, O3.v, O4.v};
+  CHECK_OK(tpux_run(g, 1, &X.v, 5, ov));
+  /* transpose+reshape: O0[a, b*3+c] = x[b, c, a] */
+  for (int a = 0; a < 4; a++)
+    for (int b = 0; b < 2; b++)
+      for (int c = 0; c < 3; c++)
+        CHECK(tv_get(&O0.v, a * 6 + b * 3 + c) == b * 12 + c * 4 + a);
+  for (int a = 0; a < 2; a++)
+    for (int b = 0; b < 2; b++)
+      for (int c = 0; c < 2; c++)
+        CHECK(tv_get(&O1.v, a * 4 + b * 2 + c) == a * 12 + (1 + b) * 4 + (1 + 2 * c));
+  for (int a = 0; a < 2; a++)
+    for (int b = 0; b < 3; b++)
+      for (int c = 0; c < 4; c++)
+        CHECK(tv_get(&O2.v, a * 12 + b * 4 + c) == (1 - a) * 12 + b * 4 + (3 - c));
+  for (int a = 0; a < 2; a++)
+    for (int b = 0; b < 3; b++)
+      for (int c = 0; c < 10; c++) {
+        double want = c < 4 ? a * 12 + b * 4 + c
+                    : c < 6 ? a * 12 + b * 4 + (c - 4) : a * 12 + b * 4 + (c - 6);
+        CHECK(tv_get(&O3.v, a * 30 + b * 10 + c) == want);
+      }
+  /* pad: out[i,j,k]; source (i-1, (j+1)/2 if odd.., k/2 if even) */
+  for (int i = 0; i < 3; i++)
+    for (int j = 0; j < 5; j++)
+      for (int k = 0; k < 6; k++) {
+        int si = i - 1, pj = j + 1, pk = k;
+        double want = -7;
+        if (si >= 0 && pj % 2 == 0 && pj / 2 < 3 && pk % 2 == 0 && pk / 2 < 4)
+          want = si * 12 + (pj / 2) * 4 + pk / 2;
+        CHECK(tv_get(&O4.v, i * 30 + j * 6 + k) == want);
+      }
+  free(X.mem); free(O0.mem); free(O1.mem); free(O2.mem); free(O3.mem); free(O4.mem);
+  tpuir_graph_free(g);
+}
+
+TPU_TEST(exec_reshape_views) {
+  /* reshape of a sliced / broadcast view keeps working (view or copy) */
+  int64_t sz[2] = {4, 6};
+  tarr X = ta_new(TPU_F64, 2, sz);
+  for (int i = 0; i < 24; i++) tv_set(&X.v, i, i * 0.5);
+  tpuir_graph *g = tpuir_graph_new();
+  tpuir_val x = tpuir_param(g, TPU_F64, 2, sz);
+  int64_t st[2] = {1, 0}, li[2] = {3, 6}, sd[2] = {1, 1};
+  tpuir_val sl = tpuir_slice(g, x, st, li, sd); /* rows 1..2: contiguous */
+  int64_t r1[3] = {2, 2, 3};
+  tpuir_val a = tpuir_reshape(g, sl, 3, r1);
+  int64_t st2[2] = {0, 1}, li2[2] = {4, 5}, sd2[2] = {2, 2};
+  tpuir_val sl2 = tpuir_slice(g, x, st2, li2, sd2); /* [2,2] strided */
+  int64_t r2[1] = {4};
+  tpuir_val b = tpuir_reshape(g, sl2, 1, r2);
+  int64_t bs[3] = {3, 2, 2}, bd[2] = {1, 2};
+  tpuir_val bc = tpuir_broadcast_in_dim(g, sl2, 3, bs, bd);
+  int64_t r3[2] = {3, 4};
+  tpuir_val c = tpuir_reshape(g, bc, 2, r3);
+  tpuir_val outs[3] = {a, b, c};
+  CHECK_OK(tpuir_set_outputs(g, 3, outs));
+  tarr A = ta_new(TPU_F64, 3, r1), B = ta_new(TPU_F64, 1, r2), C = ta_new(TPU_F64, 2, r3);
+  tpu_view ov[3] = {A.v, B.v, C.v};
+  CHECK_OK(tpux_run(g, 1, &X.v, 3, ov));
+  for (int i = 0; i < 12; i++) CHECK(tv_get(&A.v, i) == (6 + i) * 0.5);
+  double wb[4] = {1 * 0.5, 3 * 0.5, 13 * 0.5, 15 * 0.5};
+  for (int i = 0; i < 4; i++) CHECK(tv_get(&B.v, i) == wb[i]);
+  for (int i = 0; i < 12; i++) CHECK(tv_get(&C.v, i) == wb[i % 4]);
+  free(X.mem); free(A.mem); free(B.mem); free(C.mem);
+  tpuir_graph_free(g);
+}
+
+/* ---- strided inputs and outputs -------------------------------------------- */
+
+TPU_TEST(exec_strided_inputs_outputs) {
+  /* input: column-major view with a zero-stride dim; output: strided slice */
+  int64_t sz[3] = {3, 4, 5};
+  double buf[4 * 5 * 2];
+  for (int i = 0; i < 40; i++) buf[i] = i;
+  tpu_view X;
+  memset(&X, 0, sizeof X);
+  X.base = buf; X.dtype = TPU_F64; X.ndim = 3; X.offset = 1;
+  X.sizes[0] = 3; X.sizes[1] = 4; X.sizes[2] = 5;
+  X.strides[0] = 0; X.strides[1] = 1; X.strides[2] = 8; /* x[i,j,k] = buf[1+j+8k] */
+  double obuf[3 * 4 * 5 * 3];
+  for (int i = 0; i < 180; i++) obuf[i] = -1;
+  tpu_view O;
+  memset(&O, 0, sizeof O);
+  O.base = obuf; O.dtype = TPU_F64; O.ndim = 3; O.offset = 2;
+  O.sizes[0] = 3; O.sizes[1] = 4; O.sizes[2] = 5;
+  O.strides[0] = 60; O.strides[1] = 15; O.strides[2] = 3;
+  tpuir_graph *g = tpuir_graph_new();
+  tpuir_val x = tpuir_param(g, TPU_F64, 3, sz);
+  tpuir_val r = tpuir_binary(g, TPUIR_MUL, x, x);
+  CHECK_OK(run1(g, r, 1, &X, &O));
+  for (int i = 0; i < 3; i++)
+    for (int j = 0; j < 4; j++)
+      for (int k = 0; k < 5; k++) {
+        double v = 1 + j + 8 * k;
+        CHECK(obuf[2 + 60 * i + 15 * j + 3 * k] == v * v);
+      }
+  int untouched = 0;
+  for (int i = 0; i < 180; i++) untouched += obuf[i] == -1;
+  CHECK(untouched == 180 - 60);
+  tpuir_graph_free(g);
+}
+
+TPU_TEST(exec_large_elementwise_parallel) {
+  /* 1M+ elements, broadcast row + scalar, bf16 output */
+  int64_t sz[2] = {1031, 1029}, row[1] = {1029};
+  tpuir_graph *g = tpuir_graph_new();
+  tpuir_val x = tpuir_param(g, TPU_F32, 2, sz);
+  tpuir_val b = tpuir_param(g, TPU_F32, 1, row);
+  int64_t d1[1] = {1};
+  tpuir_val t = tpuir_binary(g, TPUIR_MUL, x, tpuir_broadcast_in_dim(g, b, 2, sz, d1));
+  t = tpuir_unary(g, TPUIR_TANH, t);
+  t = tpuir_convert(g, t, TPU_BF16);
+  tarr X = ta_new(TPU_F32, 2, sz), B = ta_new(TPU_F32, 1, row), O = ta_new(TPU_BF16, 2, sz);
+  uint64_t seed = 5;
+  ta_fill(&X.v, &seed, -2, 2);
+  ta_fill(&B.v, &seed, -2, 2);
+  tpu_view ins[2] = {X.v, B.v};
+  CHECK_OK(run1(g, t, 2, ins, &O.v));
+  const float *xp = X.mem, *bp = B.mem;
+  const uint16_t *op = O.mem;
+  for (int64_t i = 0; i < sz[0] * sz[1]; i += 7) {
+    float want = tanhf(xp[i] * bp[i % 1029]);
+    CHECK(fabsf(tpu_bf16_to_f32(op[i]) - tpu_bf16_to_f32(tpu_f32_to_bf16(want))) <= 0.0079f);
+  }
+  free(X.mem); free(B.mem); free(O.mem);
+  tpuir_graph_free(g);
+}
+
+/* ---- errors ----------------------------------------------------------------- */
+
+TPU_TEST(exec_int_errors_leave_output) {
+  int64_t sz[1] = {4};
+  int32_t a[4] = {1, 2, 3, 4}, b[4] = {1, 0, 1, 1}, o[4] = {9, 9, 9, 9};
+  tpu_view A, B, O;
+  tpu_view_init_contiguous(&A, a, TPU_I32, 1, sz);
+  tpu_view_init_contiguous(&B, b, TPU_I32, 1, sz);
+  tpu_view_init_contiguous(&O, o, TPU_I32, 1, sz);
+  for (int op = TPUIR_DIV; op <= TPUIR_REM; op++) {
+    tpuir_graph *g = tpuir_graph_new();
+    tpuir_val p0 = tpuir_param(g, TPU_I32, 1, sz);
+    tpuir_val p1 = tpuir_param(g, TPU_I32, 1, sz);
+    tpuir_val r = tpuir_binary(g, op, p0, p1);
+    tpu_view ins[2] = {A, B};
+    CHECK(run1(g, r, 2, ins, &O) == TPU_E_INVALID);
+    CHECK(strstr(tpu_last_error(), "ZeroDivisionError"));
+    for (int i = 0; i < 4; i++) CHECK(o[i] == 9);
+    tpuir_graph_free(g);
+  }
+  /* negative integer power */
+  b[1] = -2;
+  tpuir_graph *g = tpuir_graph_new();
+  tpuir_val p0 = tpuir_param(g, TPU_I32, 1, sz);
+  tpuir_val p1 = tpuir_param(g, TPU_I32, 1, sz);
+  tpuir_val r = tpuir_binary(g, TPUIR_POW, p0, p1);
+  tpu_view ins[2] = {A, B};
+  CHECK(run1(g, r, 2, ins, &O) == TPU_E_INVALID);
+  CHECK(strstr(tpu_last_error(), "negative integer powers"));
+  for (int i = 0; i < 4; i++) CHECK(o[i] == 9);
+  tpuir_graph_free(g);
+  /* INT64_MIN / -1 and % -1 do not trap */
+  int64_t x[2] = {INT64_MIN, 7}, y[2] = {-1, -1}, q[2];
+  int64_t s2[1] = {2};
+  tpu_view X, Y, Q;
+  tpu_view_init_contiguous(&X, x, TPU_I64, 1, s2);
+  tpu_view_init_contiguous(&Y, y, TPU_I64, 1, s2);
+  tpu_view_init_contiguous(&Q, q, TPU_I64, 1, s2);
+  g = tpuir_graph_new();
+  p0 = tpuir_param(g, TPU_I64, 1, s2);
+  p1 = tpuir_param(g, TPU_I64, 1, s2);
+  r = tpuir_binary(g, TPUIR_DIV, p0, p1);
+  tpuir_val r2 = tpuir_binary(g, TPUIR_REM, 0, 1);
+  tpuir_val outs[2] = {r, r2};
+  CHECK_OK(tpuir_set_outputs(g, 2, outs));
+  int64_t q2[2];
+  tpu_view Q2;
+  tpu_view_init_contiguous(&Q2, q2, TPU_I64, 1, s2);
+  tpu_view ins2[2] = {X, Y}, ov[2] = {Q, Q2};
+  CHECK_OK(tpux_run(g, 2, ins2, 2, ov));
+  CHECK(q[0] == INT64_MIN && q[1] == -7 && q2[0] == 0 && q2[1] == 0);
+  tpuir_graph_free(g);
+}
+
+TPU_TEST(exec_binding_errors) {
+  int64_t sz[1] = {4}, sz5[1] = {5};
+  tpuir_graph *g = tpuir_graph_new();
+  tpuir_val r = tpuir_unary(g, TPUIR_NEG, tpuir_param(g, TPU_F32, 1, sz));
+  CHECK_OK(tpuir_set_outputs(g, 1, &r));
+  float a[5], o[5];
+  tpu_view A, O, A5, Ai;
+  tpu_view_init_contiguous(&A, a, TPU_F32, 1, sz);
+  tpu_view_init_contiguous(&O, o, TPU_F32, 1, sz);
+  tpu_view_init_contiguous(&A5, a, TPU_F32, 1, sz5);
+  tpu_view_init_contiguous(&Ai, a, TPU_I32, 1, sz);
+  CHECK(tpux_run(g, 0, NULL, 1, &O) == TPU_E_INVALID);
+  CHECK(tpux_run(g, 1, &A, 0, NULL) == TPU_E_INVALID);
+  CHECK(tpux_run(g, 1, &A5, 1, &O) == TPU_E_INVALID);
+  CHECK(tpux_run(g, 1, &Ai, 1, &O) == TPU_E_TYPE);
+  CHECK(tpux_run(g, 1, &A, 1, &A5) == TPU_E_INVALID);
+  tpuir_graph_free(g);
+}
+
+/* ---- aliasing ---------------------------------------------------------------- */
+
+TPU_TEST(exec_inplace_aliasing) {
+  int64_t sz[2] = {16, 16};
+  uint64_t seed = 3;
+  /* out aliases in: x = x * 2 + 1 (direct write path) */
+  tarr X = ta_new(TPU_F32, 2, sz), ref = ta_new(TPU_F32, 2, sz);
+  ta_fill(&X.v, &seed, -5, 5);
+  memcpy(ref.mem, X.mem, 256 * 4);
+  tpuir_graph *g = tpuir_graph_new();
+  tpuir_val x = tpuir_param(g, TPU_F32, 2, sz);
+  tpuir_val two = tpuir_broadcast_in_dim(g, tpuir_const_f(g, TPU_F32, 2), 2, sz, NULL);
+  tpuir_val one = tpuir_broadcast_in_dim(g, tpuir_const_f(g, TPU_F32, 1), 2, sz, NULL);
+  tpuir_val r = tpuir_binary(g, TPUIR_ADD, tpuir_binary(g, TPUIR_MUL, x, two), one);
+  CHECK_OK(run1(g, r, 1, &X.v, &X.v));
+  for (int i = 0; i < 256; i++) CHECK(((float *)X.mem)[i] == ((float *)ref.mem)[i] * 2 + 1);
+  tpuir_graph_free(g);
+  /* in-place transpose: x = x.T + x (output overlaps a differently-strided operand) */
+  memcpy(ref.mem, X.mem, 256 * 4);
+  g = tpuir_graph_new();
+  x = tpuir_param(g, TPU_F32, 2, sz);
+  int64_t perm[2] = {1, 0};
+  r = tpuir_binary(g, TPUIR_ADD, tpuir_transpose(g, x, perm), x);
+  CHECK_OK(run1(g, r, 1, &X.v, &X.v));
+  const float *rp = ref.mem, *xp = X.mem;
+  for (int i = 0; i < 16; i++)
+    for (int j = 0; j < 16; j++) CHECK(xp[i * 16 + j] == rp[j * 16 + i] + rp[i * 16 + j]);
+  tpuir_graph_free(g);
+  /* output = transpose(x) written onto x itself (pure view output) */
+  memcpy(ref.mem, X.mem, 256 * 4);
+  g = tpuir_graph_new();
+  x = tpuir_param(g, TPU_F32, 2, sz);
+  r = tpuir_transpose(g, x, perm);
+  CHECK_OK(run1(g, r, 1, &X.v, &X.v));
+  for (int i = 0; i < 16; i++)
+    for (int j = 0; j < 16; j++) CHECK(xp[i * 16 + j] == rp[j * 16 + i]);
+  tpuir_graph_free(g);
+  /* two outputs: (x + 1 -> into x, old x -> into y); y must see the old x */
+  memcpy(ref.mem, X.mem, 256 * 4);
+  tarr Y = ta_new(TPU_F32, 2, sz);
+  g = tpuir_graph_new();
+  x = tpuir_param(g, TPU_F32, 2, sz);
+  one = tpuir_broadcast_in_dim(g, tpuir_const_f(g, TPU_F32, 1), 2, sz, NULL);
+  r = tpuir_binary(g, TPUIR_ADD, x, one);
+  tpuir_val outs[2] = {r, x};
+  CHECK_OK(tpuir_set_outputs(g, 2, outs));
+  tpu_view ov[2] = {X.v, Y.v};
+  CHECK_OK(tpux_run(g, 1, &X.v, 2, ov));
+  for (int i = 0; i < 256; i++) {
+    CHECK(xp[i] == rp[i] + 1);
+    CHECK(((float *)Y.mem)[i] == rp[i]);
+  }
+  /* same with the outputs swapped and a later reader of x */
+  memcpy(ref.mem, X.mem, 256 * 4);
+  tpuir_graph_free(g);
+  g = tpuir_graph_new();
+  x = tpuir_param(g, TPU_F32, 2, sz);
+  one = tpuir_broadcast_in_dim(g, tpuir_const_f(g, TPU_F32, 1), 2, sz, NULL);
+  r = tpuir_binary(g, TPUIR_ADD, x, one);
+  tpuir_val r2 = tpuir_binary(g, TPUIR_MUL, x, x);
+  tpuir_val outs2[3] = {r, r2, r};
+  CHECK_OK(tpuir_set_outputs(g, 3, outs2));
+  tarr Z = ta_new(TPU_F32, 2, sz);
+  tpu_view ov2[3] = {X.v, Y.v, Z.v};
+  CHECK_OK(tpux_run(g, 1, &X.v, 3, ov2));
+  for (int i = 0; i < 256; i++) {
+    CHECK(xp[i] == rp[i] + 1);
+    CHECK(((float *)Y.mem)[i] == rp[i] * rp[i]);
+    CHECK(((float *)Z.mem)[i] == rp[i] + 1);
+  }
+  tpuir_graph_free(g);
+  free(X.mem); free(ref.mem); free(Y.mem); free(Z.mem);
+}
+
+/* ---- tpux_copy ---------------------------------------------------------------- */
+
+TPU_TEST(exec_copy_convert_and_overlap) {
+  int64_t sz[2] = {70, 90};
+  tarr A = ta_new(TPU_F32, 2, sz);
+  uint64_t seed = 11;
+  ta_fill(&A.v, &seed, -100, 100);
+  /* transposing copy with conversion to f16 */
+  int64_t tz[2] = {90, 70};
+  tarr T = ta_new(TPU_F16, 2, tz);
+  tpu_view Tt = T.v;
+  Tt.sizes[0] = 70; Tt.sizes[1] = 90; Tt.strides[0] = 1; Tt.strides[1] = 70;
+  CHECK_OK(tpux_copy(&Tt, &A.v));
+  for (int i = 0; i < 70 * 90; i++)
+    CHECK(tv_get(&Tt, i) == round_to(TPU_F16, tv_get(&A.v, i)));
+  /* same-dtype transposing copy (blocked path) */
+  tarr T2 = ta_new(TPU_F32, 2, tz);
+  tpu_view T2t = T2.v;
+  T2t.sizes[0] = 70; T2t.sizes[1] = 90; T2t.strides[0] = 1; T2t.strides[1] = 70;
+  CHECK_OK(tpux_copy(&T2t, &A.v));
+  for (int i = 0; i < 70 * 90; i++) CHECK(tv_get(&T2t, i) == tv_get(&A.v, i));
+  /* overlapping shift: a[1:] = a[:-1] */
+  int64_t n[1] = {1000};
+  tarr B = ta_new(TPU_I64, 1, n);
+  for (int i = 0; i < 1000; i++) ((int64_t *)B.mem)[i] = i;
+  tpu_view d = B.v, s = B.v;
+  d.sizes[0] = s.sizes[0] = 999;
+  d.offset = 1;
+  CHECK_OK(tpux_copy(&d, &s));
+  CHECK(((int64_t *)B.mem)[0] == 0);
+  for (int i = 1; i < 1000; i++) CHECK(((int64_t *)B.mem)[i] == i - 1);
+  /* big contiguous copy */
+  int64_t big[1] = {3 << 20};
+  tarr C = ta_new(TPU_I8, 1, big), D = ta_new(TPU_I8, 1, big);
+  for (int64_t i = 0; i < big[0]; i++) ((int8_t *)C.mem)[i] = (int8_t)(i * 7);
+  CHECK_OK(tpux_copy(&D.v, &C.v));
+  CHECK(memcmp(C.mem, D.mem, (size_t)big[0]) == 0);
+  /* mismatched sizes */
+  CHECK(tpux_copy(&A.v, &T.v) == TPU_E_INVALID);
+  free(A.mem); free(T.mem); free(T2.mem); free(B.mem); free(C.mem); free(D.mem);
+}
