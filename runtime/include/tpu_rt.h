@@ -91,12 +91,15 @@ typedef void (*tpurt_cleanup_fn)(void *ctx);
  * NULL on error (see tpu_last_error). */
 tpurt_stream *tpurt_default_stream(int dev);
 /* Create a new stream on `dev` (own worker thread). Borrowed: the runtime
- * owns streams and keeps them until exit. NULL on error. */
+ * owns streams and keeps them until exit. NULL on error. A chip has at most
+ * 64 streams (ids 0..63); past that, existing non-default streams are handed
+ * out round-robin (like CUDA's stream pool). */
 tpurt_stream *tpurt_stream_create(int dev);
 /* Device of a stream; its id (0 = default stream, then 1, 2, ... per chip). */
 int tpurt_stream_device(const tpurt_stream *s);
 int tpurt_stream_id(const tpurt_stream *s);
-/* Look a stream up by (dev, id); NULL if none. Borrowed. */
+/* Look a stream up by (dev, id); NULL if none. Borrowed. id 0 always yields
+ * the default stream (opening the device). */
 tpurt_stream *tpurt_stream_get(int dev, int id);
 
 /* Enqueue a task. Returns immediately (unless launch-blocking is on, then it

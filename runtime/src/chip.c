@@ -164,8 +164,15 @@ static void env_init(void) {
   e->launch_blocking = v && strcmp(v, "1") == 0;
 }
 
+static void atfork_child(void);
+
+static void env_once(void) {
+  env_init();
+  pthread_atfork(NULL, NULL, atfork_child);
+}
+
 const rt_env *rt_env_get(void) {
-  pthread_once(&g_env_once, env_init);
+  pthread_once(&g_env_once, env_once);
   return &g_env;
 }
 
@@ -174,6 +181,21 @@ const rt_env *rt_env_get(void) {
 static pthread_mutex_t g_open_mu = PTHREAD_MUTEX_INITIALIZER;
 static _Atomic int g_open[RT_MAX_CHIPS];
 static int g_lock_fd[RT_MAX_CHIPS]; /* under g_open_mu; kept open until exit */
+
+/* A forked child shares the parent's open lock files (flock locks belong to
+ * the open file description): drop the child's references, so the chips
+ * stay the parent's and are freed when the parent exits even if the child
+ * lives on. In the child the devices count as not open; opening one again
+ * fails with TPU_E_BUSY while the parent holds it. */
+static void atfork_child(void) {
+  pthread_mutex_init(&g_open_mu, NULL);
+  for (int i = 0; i < RT_MAX_CHIPS; i++)
+    if (atomic_load_explicit(&g_open[i], memory_order_relaxed)) {
+      close(g_lock_fd[i]);
+      g_lock_fd[i] = -1;
+      atomic_store_explicit(&g_open[i], 0, memory_order_relaxed);
+    }
+}
 
 /* Visible chips of this process (0 if TPU_VISIBLE_CHIPS is invalid). */
 int tpurt_device_count(void) { return rt_env_get()->ndev; }

@@ -317,7 +317,7 @@ int tpurt_malloc(int dev, size_t nbytes, void **out) {
   uint64_t cap = tpurt_device_hbm_capacity(dev);
   rt_mem *m = &g_mem[dev];
   pthread_mutex_lock(&m->mu);
-  if (nbytes > cap) {
+  if (nbytes > cap || nbytes > SIZE_MAX - RT_LARGE_ROUND) {
     rc = oom_error(m, dev, nbytes, cap);
     pthread_mutex_unlock(&m->mu);
     return rc;

@@ -25,6 +25,7 @@
 #include <linux/futex.h>
 #include <pthread.h>
 #include <sched.h>
+#include <stdio.h>
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <sys/syscall.h>
@@ -109,6 +110,9 @@ static void worker_leave(void) {
 static void *worker_main(void *arg) {
   int idx = (int)(intptr_t)arg;
   tl_in_region = 1; /* nested parallel_for inside fn runs inline */
+  char name[16];
+  snprintf(name, sizeof name, "tpu-pool%d", idx % 10000);
+  pthread_setname_np(pthread_self(), name);
   uint64_t last_gen = 0;
   for (;;) {
     uint32_t seen = atomic_load_explicit(&g_wake_seq, memory_order_acquire);

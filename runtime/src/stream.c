@@ -105,7 +105,7 @@ static tpurt_stream *table_add_locked(int dev, int id) {
 /* Default stream (id 0) of `dev`; opens the device. Borrowed; NULL on error. */
 tpurt_stream *tpurt_default_stream(int dev) {
   tpurt_stream *s = table_get(dev, 0);
-  if (s) return s;
+  if (s && tpurt_device_is_open(dev)) return s;
   if (tpurt_device_open(dev) != TPU_OK) return NULL;
   pthread_mutex_lock(&g_create_mu);
   s = table_add_locked(dev, 0);
@@ -181,6 +181,9 @@ tpurt_stream *rt_current_worker_stream(void) { return tl_worker; }
 static void *worker_main(void *arg) {
   tpurt_stream *s = arg;
   tl_worker = s;
+  char name[16];
+  snprintf(name, sizeof name, "tpu%d-s%d", s->dev % 1000, s->id % 100);
+  pthread_setname_np(pthread_self(), name);
   char msg[RT_MSG_LEN];
   pthread_mutex_lock(&s->mu);
   for (;;) {
@@ -268,6 +271,12 @@ int tpurt_stream_enqueue(tpurt_stream *s, tpurt_task_fn run,
   if (!s) {
     if (cleanup) cleanup(ctx);
     return tpu_error(TPU_E_INVALID, "tpurt_stream_enqueue: NULL stream");
+  }
+  if (!tpurt_device_is_open(s->dev)) { /* e.g. in a forked child */
+    if (cleanup) cleanup(ctx);
+    return tpu_error(TPU_E_INVALID,
+                     "tpu:%d is not open in this process (streams do not survive fork)",
+                     s->dev);
   }
   /* launch-blocking waits for the task, except when enqueued by a task of
    * the same stream (that would wait for itself) */

@@ -671,9 +671,9 @@ __attribute__((constructor(200))) static void rt_test_child_entry(void) {
   if (sscanf(mode, "env %d", &wfd) == 1) {
     int count = tpurt_device_count();
     int rc = tpurt_device_open(0);
-    int n = snprintf(buf, sizeof buf, "%d %d %llu %s", count, rc,
+    int n = snprintf(buf, sizeof buf, "%d %d %llu %d %s", count, rc,
                      (unsigned long long)tpurt_device_hbm_capacity(0),
-                     rc ? tpu_last_error() : "-");
+                     tpurt_get_launch_blocking(), rc ? tpu_last_error() : "-");
     if (write(wfd, buf, (size_t)n) < 0) _exit(2);
     _exit(0);
   }
@@ -850,23 +850,77 @@ TPU_TEST(rt_env_in_child) {
   snprintf(lockenv, sizeof lockenv, "TORCH_TPU_LOCK_DIR=%s", dir);
 
   const char *e1[] = {"TPU_VISIBLE_CHIPS=5,1", "TORCH_TPU_VTPU_CHIPS=8",
-                      "TORCH_TPU_HBM_BYTES=3M", lockenv, NULL};
+                      "TORCH_TPU_HBM_BYTES=3M", "TORCH_TPU_LAUNCH_BLOCKING=1", lockenv,
+                      NULL};
   CHECK(run_env_child(e1, out, sizeof out) == 0);
-  CHECK(strncmp(out, "2 0 3145728 -", 13) == 0);
+  CHECK(strcmp(out, "2 0 3145728 1 -") == 0);
   char path[700];
   snprintf(path, sizeof path, "%s/vtpu_chip5.lock", dir);
   CHECK(access(path, F_OK) == 0); /* physical chip 5 was locked */
 
-  const char *e2[] = {"TPU_VISIBLE_CHIPS=1,x", lockenv, NULL};
+  const char *e2[] = {"TPU_VISIBLE_CHIPS=1,x", "TORCH_TPU_LAUNCH_BLOCKING=0", lockenv, NULL};
   CHECK(run_env_child(e2, out, sizeof out) == 0);
-  CHECK(strncmp(out, "0 -1 0 ", 7) == 0);
+  CHECK(strncmp(out, "0 -1 0 0 ", 9) == 0);
   CHECK(strstr(out, "TPU_VISIBLE_CHIPS='1,x' is invalid") != NULL);
 
-  const char *e3[] = {"TPU_VISIBLE_CHIPS=", lockenv, NULL};
+  const char *e3[] = {"TPU_VISIBLE_CHIPS=", "TORCH_TPU_LAUNCH_BLOCKING=0", lockenv, NULL};
   CHECK(run_env_child(e3, out, sizeof out) == 0);
-  CHECK(strncmp(out, "0 -1 0 ", 7) == 0);
+  CHECK(strncmp(out, "0 -1 0 0 ", 9) == 0);
 
-  const char *e4[] = {"TORCH_TPU_HBM_BYTES=bogus", lockenv, NULL};
+  /* defaults: 4 chips, 16 GiB, a bad HBM value is ignored */
+  const char *e4[] = {"TORCH_TPU_HBM_BYTES=bogus", "TORCH_TPU_VTPU_CHIPS=",
+                      "TPU_VISIBLE_CHIPS=0,1,2,3", "TORCH_TPU_LAUNCH_BLOCKING=0", lockenv,
+                      NULL};
   CHECK(run_env_child(e4, out, sizeof out) == 0);
-  CHECK(strncmp(out, "4 0 17179869184 -", 17) == 0);
+  CHECK(strcmp(out, "4 0 17179869184 0 -") == 0);
+}
+
+/* A plain fork() child of a process that has opened a chip: it must not
+ * keep the parent's lock alive, must see the chip as taken by the parent,
+ * must not hang on the parent's streams, and the pool still works. */
+static void fork_sum(void *ctx, int64_t b, int64_t e) {
+  int64_t s = 0;
+  for (int64_t i = b; i < e; i++) s += i;
+  atomic_fetch_add((_Atomic int64_t *)ctx, s);
+}
+
+TPU_TEST(rt_fork_child_does_not_inherit_chip) {
+  CHECK_OK(tpurt_device_open(0));
+  tpurt_stream *s = tpurt_default_stream(0);
+  CHECK(s);
+  _Atomic int64_t sum0 = 0;
+  tpurt_parallel_for(100000, 100, fork_sum, &sum0); /* pool threads exist */
+  pid_t pid = fork();
+  if (pid == 0) {
+    int code = 0;
+    if (tpurt_device_is_open(0) != 0) code |= 1;
+    if (tpurt_device_open(0) != TPU_E_BUSY) code |= 2;
+    char want[64];
+    snprintf(want, sizeof want, "(pid %d)", (int)getppid());
+    if (!strstr(tpu_last_error(), want)) code |= 4;
+    if (tpurt_stream_enqueue(s, count_task, NULL, NULL) == TPU_OK) code |= 8;
+    if (tpurt_default_stream(0) != NULL) code |= 16;
+    _Atomic int64_t sum = 0;
+    tpurt_parallel_for(100000, 100, fork_sum, &sum);
+    if (atomic_load(&sum) != (int64_t)100000 * 99999 / 2) code |= 32;
+    _exit(code);
+  }
+  CHECK(pid > 0);
+  int status;
+  waitpid(pid, &status, 0);
+  CHECK(WIFEXITED(status));
+  if (WEXITSTATUS(status)) fprintf(stderr, "  child code %d\n", WEXITSTATUS(status));
+  CHECK(WEXITSTATUS(status) == 0);
+  /* the parent still holds the chip */
+  int keep, crc;
+  pid_t c = child_hold(0, &keep, &crc);
+  CHECK(c > 0);
+  close(keep);
+  waitpid(c, &status, 0);
+  CHECK(crc == TPU_E_BUSY);
+  CHECK(tpurt_device_is_open(0) == 1);
+  _Atomic int count = 0;
+  CHECK_OK(tpurt_stream_enqueue(s, count_task, NULL, &count));
+  CHECK_OK(tpurt_stream_synchronize(s));
+  CHECK(atomic_load(&count) == 1);
 }
