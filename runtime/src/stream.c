@@ -21,6 +21,23 @@
 #include "tpu_rt.h"
 
 #define RT_MSG_LEN 1024
+#define RT_SPIN 4000 /* pause iterations (~tens of us) before sleeping */
+
+static inline void cpu_relax(void) {
+#if defined(__x86_64__) || defined(__i386__)
+  __builtin_ia32_pause();
+#endif
+}
+
+/* Spin briefly until `*ctr >= target`; 1 if reached. Cheap hand-offs
+ * without a futex round trip when the other side is quick. */
+static int spin_until(_Atomic uint64_t *ctr, uint64_t target) {
+  for (int i = 0; i < RT_SPIN; i++) {
+    if (atomic_load_explicit(ctr, memory_order_acquire) >= target) return 1;
+    cpu_relax();
+  }
+  return atomic_load_explicit(ctr, memory_order_acquire) >= target;
+}
 
 typedef struct rt_blocking_result {
   int status;
@@ -41,7 +58,10 @@ struct tpurt_stream {
   pthread_cond_t cv_done; /* synchronizers wait for `done` */
   rt_task *ring;
   size_t cap, head, len;
-  _Atomic uint64_t enq, done; /* written under mu, read lock-free */
+  /* written under mu, read lock-free; own cache lines (spinning readers) */
+  _Alignas(64) _Atomic uint64_t enq;
+  _Alignas(64) _Atomic uint64_t done;
+  _Alignas(64) int pad_;
   int waiters;                /* threads waiting on cv_done */
   int worker_idle;            /* worker is waiting on cv_work */
   int started;                /* worker thread exists */
@@ -76,8 +96,9 @@ int tpurt_get_launch_blocking(void) {
 /* ---- stream table ---------------------------------------------------- */
 
 static tpurt_stream *stream_new(int dev, int id) {
-  tpurt_stream *s = calloc(1, sizeof *s);
+  tpurt_stream *s = aligned_alloc(64, (sizeof *s + 63) & ~(size_t)63);
   if (!s) return NULL;
+  memset(s, 0, sizeof *s);
   s->dev = dev;
   s->id = id;
   pthread_mutex_init(&s->mu, NULL);
@@ -187,6 +208,12 @@ static void *worker_main(void *arg) {
   char msg[RT_MSG_LEN];
   pthread_mutex_lock(&s->mu);
   for (;;) {
+    if (s->len == 0) { /* spin a little for the next task before sleeping */
+      uint64_t d = atomic_load_explicit(&s->done, memory_order_relaxed);
+      pthread_mutex_unlock(&s->mu);
+      spin_until(&s->enq, d + 1);
+      pthread_mutex_lock(&s->mu);
+    }
     while (s->len == 0) {
       s->worker_idle = 1;
       pthread_cond_wait(&s->cv_work, &s->mu);
@@ -298,11 +325,19 @@ int tpurt_stream_enqueue(tpurt_stream *s, tpurt_task_fn run,
     pthread_mutex_unlock(&s->mu);
     return TPU_OK;
   }
-  s->waiters++;
-  while (atomic_load_explicit(&s->done, memory_order_relaxed) < ticket)
-    pthread_cond_wait(&s->cv_done, &s->mu);
-  s->waiters--;
   pthread_mutex_unlock(&s->mu);
+  if (!spin_until(&s->done, ticket)) {
+    pthread_mutex_lock(&s->mu);
+    s->waiters++;
+    while (atomic_load_explicit(&s->done, memory_order_relaxed) < ticket)
+      pthread_cond_wait(&s->cv_done, &s->mu);
+    s->waiters--;
+    pthread_mutex_unlock(&s->mu);
+  } else {
+    /* pair with the worker's unlock after filling br */
+    pthread_mutex_lock(&s->mu);
+    pthread_mutex_unlock(&s->mu);
+  }
   if (br.status != TPU_OK) return tpu_error(br.status, "%s", br.msg);
   return TPU_OK;
 }
@@ -315,6 +350,7 @@ int tpurt_stream_synchronize(tpurt_stream *s) {
                      "tpu:%d stream %d synchronized from one of its own tasks", s->dev,
                      s->id);
   char msg[RT_MSG_LEN];
+  spin_until(&s->done, atomic_load_explicit(&s->enq, memory_order_acquire));
   pthread_mutex_lock(&s->mu);
   uint64_t target = atomic_load_explicit(&s->enq, memory_order_relaxed);
   if (atomic_load_explicit(&s->done, memory_order_relaxed) < target) {
