@@ -857,6 +857,8 @@ TPU_TEST(rt_env_in_child) {
   char path[700];
   snprintf(path, sizeof path, "%s/vtpu_chip5.lock", dir);
   CHECK(access(path, F_OK) == 0); /* physical chip 5 was locked */
+  struct stat sb;
+  CHECK(stat(dir, &sb) == 0 && (sb.st_mode & 0777) == 0777); /* created shared */
 
   const char *e2[] = {"TPU_VISIBLE_CHIPS=1,x", "TORCH_TPU_LAUNCH_BLOCKING=0", lockenv, NULL};
   CHECK(run_env_child(e2, out, sizeof out) == 0);
@@ -922,5 +924,30 @@ TPU_TEST(rt_fork_child_does_not_inherit_chip) {
   _Atomic int count = 0;
   CHECK_OK(tpurt_stream_enqueue(s, count_task, NULL, &count));
   CHECK_OK(tpurt_stream_synchronize(s));
+  CHECK(atomic_load(&count) == 1);
+}
+
+/* Past RT_MAX_STREAMS streams per chip, creation hands out the existing
+ * non-default streams round-robin (consecutive creates stay distinct). */
+TPU_TEST(rt_stream_create_round_robin) {
+  int dev = 0;
+  tpurt_stream *d = tpurt_default_stream(dev);
+  CHECK(d);
+  tpurt_stream *prev = NULL;
+  int seen[RT_MAX_STREAMS] = {0};
+  for (int i = 0; i < 2 * RT_MAX_STREAMS; i++) {
+    tpurt_stream *s = tpurt_stream_create(dev);
+    CHECK(s && s != d && s != prev);
+    int id = tpurt_stream_id(s);
+    CHECK(id >= 1 && id < RT_MAX_STREAMS);
+    CHECK(tpurt_stream_get(dev, id) == s);
+    seen[id] = 1;
+    prev = s;
+  }
+  for (int id = 1; id < RT_MAX_STREAMS; id++) CHECK(seen[id]);
+  /* the streams still work */
+  _Atomic int count = 0;
+  CHECK_OK(tpurt_stream_enqueue(prev, count_task, NULL, &count));
+  CHECK_OK(tpurt_device_synchronize(dev));
   CHECK(atomic_load(&count) == 1);
 }
