@@ -182,7 +182,11 @@ int tpux__eval_dot(xctx *c, int t) {
     int64_t numel = tpu_view_numel(&cv);
     cbuf = tpux__alloc((size_t)numel * tpu_dtype_size(gdt));
     if (!cbuf) rc = tpu_error(TPU_E_OOM, "dot_general: out of host memory");
-    else tpu_view_init_contiguous(&cv, cbuf, gdt, cv.ndim, cv.sizes);
+    else {
+      int64_t csz[TPU_MAX_DIMS];
+      memcpy(csz, cv.sizes, sizeof csz);
+      tpu_view_init_contiguous(&cv, cbuf, gdt, cv.ndim, csz);
+    }
   }
   if (!rc && batch * m * nn > 0) {
     if (k == 0) {
