@@ -565,3 +565,85 @@ TPU_TEST(mxu_inf_nan) {
   }
   tpumxu_set_isa(TPUMXU_ISA_AUTO);
 }
+
+/* Many small batch items (the batch-parallel path), per-item strides,
+ * B broadcast (stride 0), C with padded rows. */
+TPU_TEST(mxu_batch_many_small) {
+  const int64_t bt = 24, m = 40, n = 36, k = 48, ldc = 40;
+  float *a = malloc(sizeof(float) * bt * m * k);
+  float *b = malloc(sizeof(float) * k * n);
+  float *c = malloc(sizeof(float) * bt * m * ldc);
+  for (int64_t i = 0; i < bt * m * k; i++) a[i] = (float)urand();
+  for (int64_t i = 0; i < k * n; i++) b[i] = (float)urand();
+  FOR_EACH_ISA(isa) {
+    for (int prec = TPU_PREC_DEFAULT; prec <= TPU_PREC_FP32; prec += 2) {
+      CHECK_OK(tpumxu_gemm(TPU_F32, prec, bt, m, n, k, 1.0, a, m * k, k, 1, b,
+                           0, n, 1, 0.0, c, m * ldc, ldc, 1));
+      int bad = 0;
+      double *ref = malloc(sizeof(double) * m * n);
+      double *mag = malloc(sizeof(double) * m * n);
+      double *c0 = calloc((size_t)(m * n), sizeof(double));
+      for (int64_t q = 0; q < bt && !bad; q++) {
+        tmat A = {NULL, (char *)(a + q * m * k), k, 1, m, k, TPU_F32};
+        tmat B = {NULL, (char *)b, n, 1, k, n, TPU_F32};
+        emulate_f32(prec, m, n, k, &A, &B, 1.0, 0.0, c0, ref, mag);
+        for (int64_t i = 0; i < m; i++)
+          for (int64_t j = 0; j < n; j++)
+            if (!(fabs(c[q * m * ldc + i * ldc + j] - ref[i * n + j]) <=
+                  3 * EPS32 * (sqrt((double)k) + 2) * mag[i * n + j]))
+              bad = 1;
+      }
+      free(ref);
+      free(mag);
+      free(c0);
+      CHECK(!bad);
+    }
+  }
+  tpumxu_set_isa(TPUMXU_ISA_AUTO);
+  free(a);
+  free(b);
+  free(c);
+}
+
+/* Concurrent calls from several threads give the same results as serial
+ * ones (the shared pool runs a busy caller's work inline). */
+#include <pthread.h>
+typedef struct conc_arg {
+  const float *a, *b;
+  float *c;
+  int64_t m, n, k;
+  int prec, rc;
+} conc_arg;
+static void *conc_main(void *p) {
+  conc_arg *x = p;
+  for (int r = 0; r < 3 && !x->rc; r++)
+    x->rc = tpumxu_gemm(TPU_F32, x->prec, 1, x->m, x->n, x->k, 1.0, x->a, 0,
+                        x->k, 1, x->b, 0, x->n, 1, 0.0, x->c, 0, x->n, 1);
+  return NULL;
+}
+TPU_TEST(mxu_concurrent_calls) {
+  const int64_t m = 150, n = 130, k = 170;
+  float *a = malloc(sizeof(float) * m * k), *b = malloc(sizeof(float) * k * n);
+  for (int64_t i = 0; i < m * k; i++) a[i] = (float)urand();
+  for (int64_t i = 0; i < k * n; i++) b[i] = (float)urand();
+  float *want[4], *got[4];
+  conc_arg args[4];
+  pthread_t th[4];
+  for (int t = 0; t < 4; t++) {
+    want[t] = malloc(sizeof(float) * m * n);
+    got[t] = malloc(sizeof(float) * m * n);
+    CHECK_OK(tpumxu_gemm(TPU_F32, t % 4, 1, m, n, k, 1.0, a, 0, k, 1, b, 0, n,
+                         1, 0.0, want[t], 0, n, 1));
+    args[t] = (conc_arg){a, b, got[t], m, n, k, t % 4, 0};
+  }
+  for (int t = 0; t < 4; t++) CHECK(pthread_create(&th[t], NULL, conc_main, &args[t]) == 0);
+  for (int t = 0; t < 4; t++) pthread_join(th[t], NULL);
+  for (int t = 0; t < 4; t++) {
+    CHECK(args[t].rc == 0);
+    CHECK(memcmp(want[t], got[t], sizeof(float) * m * n) == 0);
+    free(want[t]);
+    free(got[t]);
+  }
+  free(a);
+  free(b);
+}
