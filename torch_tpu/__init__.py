@@ -29,9 +29,29 @@ def _init():
             for_tensor=True, for_module=True, for_packed_sequence=True, for_storage=True
         )
     _tpu_module._install_precision_hooks()
+    _install_print_hook()
     from . import execution_mode
 
     execution_mode._init_from_env()
+
+
+def _install_print_hook():
+    """Printing a tpu tensor formats its host copy: printing is a
+    synchronisation point, and the formatter's helper ops (masked_select,
+    isfinite, ...) then run where the digits are, not as device work."""
+    import torch._tensor_str as ts
+
+    if getattr(ts._tensor_str, "_torch_tpu", False):
+        return
+    orig = ts._tensor_str
+
+    def _tensor_str(self, indent):
+        if self.device.type == "tpu":
+            self = self.cpu()
+        return orig(self, indent)
+
+    _tensor_str._torch_tpu = True
+    ts._tensor_str = _tensor_str
 
 
 _init()

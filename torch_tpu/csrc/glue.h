@@ -72,5 +72,7 @@ void copy_between(const at::Tensor& src, const at::Tensor& dst);
 // Counted CPU fallback statistics: "aten::op.overload" -> calls.
 std::vector<std::pair<std::string, int64_t>> fallback_counts();
 void reset_fallback_counts();
+// ATen overloads registered with a native lowering ("add.Tensor", ...).
+std::vector<std::string> native_ops();
 
 }  // namespace torch_tpu

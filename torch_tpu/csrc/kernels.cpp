@@ -232,6 +232,14 @@ c10::Scalar local_scalar_dense(const at::Tensor& self) {
   }
 }
 
+// scaled_dot_product_attention picks its backend per device: on tpu it is
+// the math path, which decomposes into native matmul/softmax ops.
+int64_t fused_sdp_choice(const at::Tensor&, const at::Tensor&, const at::Tensor&,
+                         const std::optional<at::Tensor>&, double, bool,
+                         std::optional<double>, bool) {
+  return 0;  // sdp::SDPBackend::math
+}
+
 // ---- CPU fallback (explicit and counted) -----------------------------------------------
 std::mutex g_fallback_mu;
 std::map<std::string, int64_t> g_fallback_counts;
@@ -590,10 +598,44 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   m.impl("_copy_from", copy_from);
   m.impl("_copy_from_and_resize", copy_from_and_resize);
   m.impl("_local_scalar_dense", local_scalar_dense);
+  m.impl("_fused_sdp_choice", fused_sdp_choice);
 }
 
 TORCH_LIBRARY_IMPL(_, PrivateUse1, m) {
   m.fallback(torch::CppFunction::makeFromBoxedFunction<&native_boxed>());
 }
+
+// Every natively lowered overload is also registered as an explicit
+// PrivateUse1 kernel: a backend fallback loses to CompositeExplicitAutograd
+// kernels, so without this an op like native_layer_norm would decompose
+// instead of using its lowering. CompositeImplicitAutograd ops are left to
+// decompose (into native ops): a direct backend kernel would take their
+// autograd support away.
+namespace {
+struct RegisterNativeOps {
+  torch::Library lib{torch::Library::IMPL, "aten",
+                     std::optional<c10::DispatchKey>(c10::DispatchKey::PrivateUse1),
+                     __FILE__, __LINE__};
+  std::vector<std::string> registered;
+  RegisterNativeOps() {
+    int n = 0;
+    const char* const* names = tpulw_list(&n);
+    for (int i = 0; i < n; i++) {
+      std::string full(names[i]);
+      size_t dot = full.find('.');
+      c10::OperatorName opname("aten::" + full.substr(0, dot),
+                               dot == std::string::npos ? "" : full.substr(dot + 1));
+      auto op = c10::Dispatcher::singleton().findOp(opname);
+      if (!op || op->hasKernelForDispatchKey(c10::DispatchKey::CompositeImplicitAutograd))
+        continue;
+      lib.impl(names[i], torch::CppFunction::makeFromBoxedFunction<&native_boxed>());
+      registered.push_back(full);
+    }
+  }
+};
+RegisterNativeOps g_register_native_ops;
+}  // namespace
+
+std::vector<std::string> native_ops() { return g_register_native_ops.registered; }
 
 }  // namespace torch_tpu

@@ -60,11 +60,6 @@ PYBIND11_MODULE(_C, m) {
   m.def("_get_launch_blocking", [] { return tpurt_get_launch_blocking() != 0; });
   m.def("_set_num_threads", [](int n) { tpurt_set_num_threads(n); });
   m.def("_get_num_threads", [] { return tpurt_num_threads(); });
-  m.def("_native_ops", [] {
-    int n = 0;
-    const char* const* names = tpulw_list(&n);
-    std::vector<std::string> out(names, names + n);
-    return out;
-  });
+  m.def("_native_ops", &native_ops);
   m.def("_current_stream_id", [](int d) { return current_stream_id(static_cast<c10::DeviceIndex>(d)); });
 }
