@@ -6,6 +6,7 @@
  * Hot loops are compiled for x86-64-v4 / v3 / baseline and picked at run
  * time (target_clones).
  */
+#include <immintrin.h>
 #include <math.h>
 #include <stdlib.h>
 
@@ -313,17 +314,17 @@ static float lgamma_f(float x) {
   switch (op) {                                                                \
   UN(TPUIR_NEG, -x)                                                            \
   UN(TPUIR_ABS, fabs##S(x))                                                    \
-  UN(TPUIR_SIGN, x > 0 ? (T)1 : (x < 0 ? (T)-1 : x))                           \
-  UN(TPUIR_EXP, exp##S(x))                                                     \
+  UN(TPUIR_SIGN, (T)((x > 0) - (x < 0))) /* torch: sign(NaN) = 0 */                           \
+  UN(TPUIR_EXP, fexp##X(x))                                                     \
   UN(TPUIR_EXPM1, expm1##S(x))                                                 \
   UN(TPUIR_LOG, log##S(x))                                                     \
   UN(TPUIR_LOG1P, log1p##S(x))                                                 \
-  UN(TPUIR_SQRT, sqrt##S(x))                                                   \
-  UN(TPUIR_RSQRT, (T)1 / sqrt##S(x))                                           \
+  case TPUIR_SQRT: vsqrt##X(n, r, a, 0); break;                                \
+  case TPUIR_RSQRT: vsqrt##X(n, r, a, 1); break;                               \
   UN(TPUIR_SIN, sin##S(x))                                                     \
   UN(TPUIR_COS, cos##S(x))                                                     \
   UN(TPUIR_TAN, tan##S(x))                                                     \
-  UN(TPUIR_TANH, tanh##S(x))                                                   \
+  UN(TPUIR_TANH, ftanh##X(x))                                                   \
   UN(TPUIR_ASIN, asin##S(x))                                                   \
   UN(TPUIR_ACOS, acos##S(x))                                                   \
   UN(TPUIR_ATAN, atan##S(x))                                                   \
@@ -394,8 +395,99 @@ static float lgamma_f(float x) {
     }                                                                          \
     break;
 
+/* exp for float, branch-free so loops vectorise (Cephes expf: range
+ * reduction by ln2 in two parts, degree-6 polynomial, 2^n applied in two
+ * halves so results down to the denormal range are right). ~1 ulp. */
+static inline float fexp_f(float x) {
+  float xc = x < -104.0f ? -104.0f : x;
+  xc = xc > 89.0f ? 89.0f : xc;
+  const float magic = 12582912.0f; /* 1.5 * 2^23: round to integer */
+  float t = xc * 1.44269504088896341f + magic;
+  uint32_t ti;
+  memcpy(&ti, &t, 4);
+  float nf = t - magic;
+  int32_t n = (int32_t)(ti - 0x4B400000u);
+  float r = xc - nf * 0.693359375f;
+  r = r - nf * -2.12194440e-4f;
+  float p = 1.9875691500E-4f;
+  p = p * r + 1.3981999507E-3f;
+  p = p * r + 8.3334519073E-3f;
+  p = p * r + 4.1665795894E-2f;
+  p = p * r + 1.6666665459E-1f;
+  p = p * r + 5.0000001201E-1f;
+  p = p * r * r + r + 1.0f;
+  int32_t n1 = n / 2, n2 = n - n1;
+  uint32_t b1 = ((uint32_t)(n1 + 127) & 0xffu) << 23;
+  uint32_t b2 = ((uint32_t)(n2 + 127) & 0xffu) << 23;
+  float s1, s2;
+  memcpy(&s1, &b1, 4);
+  memcpy(&s2, &b2, 4);
+  float res = p * s1 * s2;
+  res = x > 88.72283935546875f ? INFINITY : res;
+  res = x < -103.97208f ? 0.0f : res;
+  return x != x ? x : res;
+}
+static inline double fexp_d(double x) { return exp(x); }
+
+/* tanh for float: Cephes odd polynomial below 0.625, else
+ * 1 - 2 / (exp(2|x|) + 1) with the sign of x. */
+static inline float ftanh_f(float x) {
+  float ax = fabsf(x), z = x * x;
+  float ps = ((((-5.70498872745E-3f * z + 2.06390887954E-2f) * z -
+                5.37397155531E-2f) * z + 1.33314422036E-1f) * z -
+              3.33332819422E-1f) * z * x + x;
+  float e = fexp_f(2.0f * ax);
+  float pl = copysignf(1.0f - 2.0f / (e + 1.0f), x);
+  return ax < 0.625f ? ps : pl;
+}
+static inline double ftanh_d(double x) { return tanh(x); }
+
+/* sqrt / rsqrt without libm's errno path (which blocks vectorisation). */
+__attribute__((target("avx512f"))) static void vsqrt_f32_512(int64_t n, float *r,
+                                                            const float *a,
+                                                            int inv) {
+  int64_t i = 0;
+  const __m512 one = _mm512_set1_ps(1.0f);
+  for (; i + 16 <= n; i += 16) {
+    __m512 v = _mm512_sqrt_ps(_mm512_loadu_ps(a + i));
+    _mm512_storeu_ps(r + i, inv ? _mm512_div_ps(one, v) : v);
+  }
+  for (; i < n; i++) {
+    float v = _mm_cvtss_f32(_mm_sqrt_ss(_mm_set_ss(a[i])));
+    r[i] = inv ? 1.0f / v : v;
+  }
+}
+static void vsqrt_f(int64_t n, float *r, const float *a, int inv) {
+  if (__builtin_cpu_supports("avx512f")) {
+    vsqrt_f32_512(n, r, a, inv);
+    return;
+  }
+  int64_t i = 0;
+  const __m128 one = _mm_set1_ps(1.0f);
+  for (; i + 4 <= n; i += 4) {
+    __m128 v = _mm_sqrt_ps(_mm_loadu_ps(a + i));
+    _mm_storeu_ps(r + i, inv ? _mm_div_ps(one, v) : v);
+  }
+  for (; i < n; i++) {
+    float v = _mm_cvtss_f32(_mm_sqrt_ss(_mm_set_ss(a[i])));
+    r[i] = inv ? 1.0f / v : v;
+  }
+}
+static void vsqrt_d(int64_t n, double *r, const double *a, int inv) {
+  int64_t i = 0;
+  const __m128d one = _mm_set1_pd(1.0);
+  for (; i + 2 <= n; i += 2) {
+    __m128d v = _mm_sqrt_pd(_mm_loadu_pd(a + i));
+    _mm_storeu_pd(r + i, inv ? _mm_div_pd(one, v) : v);
+  }
+  for (; i < n; i++) {
+    __m128d v = _mm_sqrt_sd(_mm_setzero_pd(), _mm_set_sd(a[i]));
+    r[i] = inv ? 1.0 / _mm_cvtsd_f64(v) : _mm_cvtsd_f64(v);
+  }
+}
+
 static inline float logistic_f(float x) {
-  float e = expf(-fabsf(x));
+  float e = fexp_f(-fabsf(x));
   return x >= 0 ? 1.0f / (1.0f + e) : e / (1.0f + e);
 }
 static inline double logistic_d(double x) {

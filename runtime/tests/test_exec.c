@@ -168,7 +168,7 @@ static double ref_unary(int op, double x) {
   switch (op) {
   case TPUIR_NEG: return -x;
   case TPUIR_ABS: return fabs(x);
-  case TPUIR_SIGN: return x > 0 ? 1 : x < 0 ? -1 : x;
+  case TPUIR_SIGN: return (x > 0) - (x < 0); /* torch: sign(NaN) = 0 */
   case TPUIR_EXP: return exp(x);
   case TPUIR_EXPM1: return expm1(x);
   case TPUIR_LOG: return log(x);
@@ -274,7 +274,7 @@ TPU_TEST(exec_unary_special_values) {
     {TPUIR_LOGISTIC, {-200, 200, 0, -INFINITY, INFINITY, NAN, 1, -1},
      {0, 1, 0.5, 0, 1, NAN, 0.7310585786300049, 0.2689414213699951}},
     {TPUIR_SIGN, {-0.0, 0, NAN, -3, 3, INFINITY, -INFINITY, 1e-30},
-     {0, 0, NAN, -1, 1, 1, -1, 1}},
+     {0, 0, 0, -1, 1, 1, -1, 1}},
     {TPUIR_ROUND_EVEN, {0.5, 1.5, 2.5, -0.5, -1.5, 2.4999, NAN, -INFINITY},
      {0, 2, 2, 0, -2, 2, NAN, -INFINITY}},
   };
