@@ -191,12 +191,15 @@ static int ends_with_underscore(const char *s) {
 /* Decide where each result goes and append converts. */
 static int place_outputs(lw_b *b, tpulw_plan *p) {
   int inplace = ends_with_underscore(b->base);
-  /* out= destinations: (arg, element) pairs of is_output args, in order */
-  int dargs[LW_MAX_RES], delems[LW_MAX_RES], nd = 0;
+  /* out= destinations: (arg, element) pairs of is_output args, in order,
+   * except args written explicitly (lw_result_to / lw_not_out) */
+  int dargs[LW_MAX_RES], delems[LW_MAX_RES], nd = 0, nauto = 0;
+  for (int i = 0; i < b->nres; i++)
+    if (b->res_dest[i] < 0 && !(inplace && i == 0)) nauto++;
   if (!inplace) {
     for (int k = 0; k < b->nargs; k++) {
       const tpulw_arg *a = &b->args[k];
-      if (!a->is_output) continue;
+      if (!a->is_output || (k < 64 && (b->not_out >> k) & 1)) continue;
       int n = a->kind == TPULW_TENSOR ? 1 : a->kind == TPULW_TENSORS ? a->n : 0;
       for (int e = 0; e < n; e++) {
         if (nd == LW_MAX_RES)
@@ -205,12 +208,13 @@ static int place_outputs(lw_b *b, tpulw_plan *p) {
         delems[nd++] = e;
       }
     }
-    if (nd > 0 && nd != b->nres)
+    if (nd > 0 && nd != nauto)
       return tpu_error(TPU_E_INTERNAL,
                        "lowering of %s.%s produced %d results for %d out= "
-                       "tensors", b->base, b->overload, b->nres, nd);
+                       "tensors", b->base, b->overload, nauto, nd);
   }
   tpuir_val outs[LW_MAX_RES];
+  int next = 0;
   for (int i = 0; i < b->nres; i++) {
     lw_shape s = lw_info(b, b->res[i]);
     tpulw_out_info *o = &p->outs[i];
@@ -220,13 +224,16 @@ static int place_outputs(lw_b *b, tpulw_plan *p) {
     memcpy(o->sizes, s.sizes, sizeof o->sizes);
     o->dest_arg = -1;
     const tpulw_tensor *dest = NULL;
-    if (inplace && i == 0) {
-      int idx = -1;
-      for (int k = 0; k < b->nargs; k++)
-        if (b->args[k].name && strcmp(b->args[k].name, "self") == 0) idx = k;
-      if (idx < 0) /* no "self": first tensor arg marked written */
-        for (int k = 0; k < b->nargs && idx < 0; k++)
-          if (b->args[k].is_output && b->args[k].kind == TPULW_TENSOR) idx = k;
+    int explicit_dest = b->res_dest[i] >= 0;
+    if (explicit_dest || (inplace && i == 0)) {
+      int idx = b->res_dest[i];
+      if (!explicit_dest) {
+        for (int k = 0; k < b->nargs; k++)
+          if (b->args[k].name && strcmp(b->args[k].name, "self") == 0) idx = k;
+        if (idx < 0) /* no "self": first tensor arg marked written */
+          for (int k = 0; k < b->nargs && idx < 0; k++)
+            if (b->args[k].is_output && b->args[k].kind == TPULW_TENSOR) idx = k;
+      }
       if (idx < 0 || b->args[idx].kind != TPULW_TENSOR ||
           !b->args[idx].t.defined || b->args[idx].t.device < 0)
         return tpu_error(TPU_E_UNSUPPORTED,
@@ -242,18 +249,21 @@ static int place_outputs(lw_b *b, tpulw_plan *p) {
       }
       o->dest_arg = idx;
     } else if (nd > 0) {
-      const tpulw_arg *a = &b->args[dargs[i]];
-      dest = a->kind == TPULW_TENSOR ? &a->t : &a->tensors[delems[i]];
+      const tpulw_arg *a = &b->args[dargs[next]];
+      dest = a->kind == TPULW_TENSOR ? &a->t : &a->tensors[delems[next]];
       if (!dest->defined || dest->device < 0)
         return tpu_error(TPU_E_UNSUPPORTED, "out= argument is not a device tensor");
-      o->dest_arg = dargs[i];
-      o->dest_elem = delems[i];
+      o->dest_arg = dargs[next];
+      o->dest_elem = delems[next];
+      next++;
       if (!same_shape(s.ndim, s.sizes, dest->view.ndim, dest->view.sizes))
         o->resize = 1;
     }
     if (dest) {
-      int rc = check_dest_dtype(b, s.dtype, dest->view.dtype);
-      if (rc < 0) return rc;
+      if (!explicit_dest) {
+        int rc = check_dest_dtype(b, s.dtype, dest->view.dtype);
+        if (rc < 0) return rc;
+      }
       o->dtype = dest->view.dtype;
     }
     outs[i] = lw_convert(b, b->res[i], o->dtype);

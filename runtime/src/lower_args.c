@@ -248,6 +248,12 @@ int64_t lw_numel(const lw_shape *s) {
   return n;
 }
 
+static int same_sizes(int nd, const int64_t *a, const int64_t *c) {
+  for (int i = 0; i < nd; i++)
+    if (a[i] != c[i]) return 0;
+  return 1;
+}
+
 static int same_view(const tpu_view *a, const tpu_view *c) {
   if (a->base != c->base || a->offset != c->offset || a->dtype != c->dtype ||
       a->ndim != c->ndim)
@@ -336,9 +342,7 @@ tpuir_val lw_opnd_val(lw_b *b, const lw_opnd *o, int dtype) {
 tpuir_val lw_bcast(lw_b *b, tpuir_val v, int ndim, const int64_t *sizes) {
   if (v < 0) return v;
   lw_shape s = lw_info(b, v);
-  if (s.ndim == ndim &&
-      memcmp(s.sizes, sizes, (size_t)ndim * sizeof(int64_t)) == 0)
-    return v;
+  if (s.ndim == ndim && same_sizes(ndim, s.sizes, sizes)) return v;
   if (s.ndim > ndim)
     return tpu_error(TPU_E_INVALID, "cannot broadcast a %d-dim value to %d dims",
                      s.ndim, ndim);
@@ -425,9 +429,7 @@ tpuir_val lw_sel(lw_b *b, tpuir_val p, tpuir_val t, tpuir_val f) {
 tpuir_val lw_reshape(lw_b *b, tpuir_val v, int ndim, const int64_t *sizes) {
   if (v < 0) return v;
   lw_shape s = lw_info(b, v);
-  if (s.ndim == ndim &&
-      memcmp(s.sizes, sizes, (size_t)ndim * sizeof(int64_t)) == 0)
-    return v;
+  if (s.ndim == ndim && same_sizes(ndim, s.sizes, sizes)) return v;
   return tpuir_reshape(b->g, v, ndim, sizes);
 }
 
@@ -435,8 +437,33 @@ int lw_result(lw_b *b, tpuir_val v) {
   if (v < 0) return v;
   if (b->nres >= LW_MAX_RES)
     return tpu_error(TPU_E_INTERNAL, "lowering: too many results");
+  b->res_dest[b->nres] = -1;
   b->res[b->nres++] = v;
   return TPU_OK;
+}
+
+static int arg_index(const lw_b *b, const char *name) {
+  for (int i = 0; i < b->nargs; i++)
+    if (b->args[i].name && strcmp(b->args[i].name, name) == 0) return i;
+  return -1;
+}
+
+int lw_result_to(lw_b *b, tpuir_val v, const char *name) {
+  int idx = arg_index(b, name);
+  if (idx < 0 || idx >= 64 || b->args[idx].kind != TPULW_TENSOR ||
+      !b->args[idx].t.defined || b->args[idx].t.device < 0)
+    return tpu_error(TPU_E_UNSUPPORTED, "%s: '%s' is not a device tensor",
+                     b->base, name);
+  int rc = lw_result(b, v);
+  if (rc < 0) return rc;
+  b->res_dest[b->nres - 1] = idx;
+  b->not_out |= 1ull << idx;
+  return TPU_OK;
+}
+
+void lw_not_out(lw_b *b, const char *name) {
+  int idx = arg_index(b, name);
+  if (idx >= 0 && idx < 64) b->not_out |= 1ull << idx;
 }
 
 int lw_result_as(lw_b *b, tpuir_val v, int dtype) {

@@ -43,6 +43,8 @@ typedef struct lw_b {
   /* results */
   int nres;
   tpuir_val res[LW_MAX_RES];
+  int res_dest[LW_MAX_RES]; /* explicit destination arg index, or -1 */
+  uint64_t not_out;         /* args (bit = index) written only explicitly */
   int sync;       /* launch must synchronize (op checks index ranges) */
   int out_rule;   /* LW_OUT_* */
 } lw_b;
@@ -180,6 +182,14 @@ tpuir_val lw_reshape(lw_b *b, tpuir_val v, int ndim, const int64_t *sizes);
 int lw_result(lw_b *b, tpuir_val v);
 /* Convert v to dtype, then declare it as result. */
 int lw_result_as(lw_b *b, tpuir_val v, int dtype);
+/* Declare a result that is written into tensor argument `name` (a side
+ * effect such as batch norm's running stats; shape must match, converted
+ * to the argument's dtype). Not one of the op's returns; the argument is
+ * no longer an out= destination for the other results. */
+int lw_result_to(lw_b *b, tpuir_val v, const char *name);
+/* Exclude tensor argument `name` from the out= destinations (an is_output
+ * argument that this call leaves untouched). */
+void lw_not_out(lw_b *b, const char *name);
 
 /* Normalize a dim against rank ndim (wrap negatives; rank 0 accepts -1, 0).
  * Error: TPU_E_INDEX "Dimension out of range (expected to be in range of
