@@ -125,7 +125,15 @@ static int check_binding(const char *what, int i, const tpu_view *v,
   return TPU_OK;
 }
 
-static int eval_node(xctx *c, int t, const tpu_view *ins, const tpu_view *dst) {
+static int uf_find(int32_t *par, int x) {
+  while (par[x] != x) {
+    par[x] = par[par[x]];
+    x = par[x];
+  }
+  return x;
+}
+
+static int eval_node(xctx *c, int t, const tpu_view *ins) {
   const tpuir_node *n = tpuir_get_node(c->g, t);
   switch (n->op) {
   case TPUIR_PARAM: c->vals[t].v = ins[n->dim]; return TPU_OK;
@@ -143,7 +151,6 @@ static int eval_node(xctx *c, int t, const tpu_view *ins, const tpu_view *dst) {
   case TPUIR_INDEX_ADD: return tpux__eval_index_add(c, t);
   default:
     if (is_view_op(n->op)) return eval_view(c, t, n);
-    if (is_elementwise(n->op)) return tpux__eval_elementwise(c, t, dst);
     return tpu_error(TPU_E_UNSUPPORTED, "vTPU executor: op %s not supported",
                      tpuir_op_name(n->op));
   }
@@ -174,19 +181,26 @@ int tpux_run(const tpuir_graph *g, int nin, const tpu_view *ins, int nout,
     if (rc) return rc;
   }
 
-  /* ---- plan: liveness, last use, storage roots ---- */
+  /* ---- plan: liveness, fused regions, last use, storage roots ---- */
   size_t nb = (size_t)(nn ? nn : 1);
   int32_t *last = malloc(nb * sizeof(int32_t));
   int32_t *root = malloc(nb * sizeof(int32_t));
   int32_t *users = calloc(nb, sizeof(int32_t));
   int32_t *head = malloc(nb * sizeof(int32_t)), *next = malloc(nb * sizeof(int32_t));
+  int32_t *reg = malloc(nb * sizeof(int32_t));   /* region (union-find) or -1 */
+  int32_t *rpar = malloc(nb * sizeof(int32_t));  /* union-find parent */
+  int32_t *rfirst = malloc(nb * sizeof(int32_t)), *rlast = malloc(nb * sizeof(int32_t));
+  int32_t *rsize = malloc(nb * sizeof(int32_t)), *rin = malloc(nb * sizeof(int32_t));
+  char *rclosed = calloc(nb, 1), *rfail = calloc(nb, 1), *ext = calloc(nb, 1);
   char *live = calloc(nb, 1);
   xv *vals = calloc(nb, sizeof(xv));
   const tpu_view **direct = calloc(nb, sizeof(*direct));
   char *out_done = calloc((size_t)(nout ? nout : 1), 1);
+  int32_t *members = malloc(sizeof(int32_t) * XK_REGION_MAX_NODES);
   int rc = TPU_OK;
-  if (!last || !root || !users || !head || !next || !live || !vals || !direct ||
-      !out_done) {
+  if (!last || !root || !users || !head || !next || !reg || !rpar || !rfirst ||
+      !rlast || !rsize || !rin || !rclosed || !rfail || !ext || !live || !vals ||
+      !direct || !out_done || !members) {
     rc = tpu_error(TPU_E_OOM, "tpux_run: out of host memory");
     goto done;
   }
@@ -194,6 +208,8 @@ int tpux_run(const tpuir_graph *g, int nin, const tpu_view *ins, int nout,
   int last_fail = -1;
   for (int t = 0; t < nn; t++) {
     last[t] = -1;
+    reg[t] = -1;
+    rpar[t] = t;
     if (node_can_fail(g, tpuir_get_node(g, t))) {
       live[t] = 1;
       last_fail = t;
@@ -209,15 +225,87 @@ int tpux_run(const tpuir_graph *g, int nin, const tpu_view *ins, int nout,
     int no = node_operands(tpuir_get_node(g, t), &ops);
     for (int k = 0; k < no; k++) live[ops[k]] = 1;
   }
+  /* fused elementwise regions: an elementwise node joins the open regions
+   * of its operands; a region closes when anything outside it consumes one
+   * of its values (it then runs before that consumer) */
+  for (int t = 0; t < nn; t++) {
+    if (!live[t]) continue;
+    const tpuir_node *n = tpuir_get_node(g, t);
+    const tpuir_val *ops;
+    int no = node_operands(n, &ops);
+    int R = -1;
+    if (is_elementwise(n->op)) {
+      int cand[3], nc = 0;
+      for (int k = 0; k < no; k++) {
+        if (reg[ops[k]] < 0) continue;
+        int r = uf_find(rpar, reg[ops[k]]);
+        if (rclosed[r]) continue;
+        int dup = 0;
+        for (int q = 0; q < nc; q++) dup |= cand[q] == r;
+        if (!dup) cand[nc++] = r;
+      }
+      /* try all candidates, then each alone */
+      for (int mode = 0; mode <= nc && R < 0; mode++) {
+        int sel[3], ns = 0;
+        if (mode == 0) {
+          for (int q = 0; q < nc; q++) sel[ns++] = cand[q];
+          if (ns == 0) break;
+        } else {
+          sel[ns++] = cand[mode - 1];
+        }
+        int size = 1, in = 0, fail = node_can_fail(g, n);
+        for (int q = 0; q < ns; q++) {
+          size += rsize[sel[q]];
+          in += rin[sel[q]];
+          fail |= rfail[sel[q]];
+        }
+        for (int k = 0; k < no; k++) {
+          int inside = 0;
+          if (reg[ops[k]] >= 0)
+            for (int q = 0; q < ns; q++) inside |= uf_find(rpar, reg[ops[k]]) == sel[q];
+          in += !inside;
+        }
+        if (size > XK_REGION_MAX_NODES || in > XK_REGION_MAX_INPUTS) continue;
+        R = sel[0];
+        for (int q = 1; q < ns; q++) {
+          rpar[sel[q]] = R;
+          if (rfirst[sel[q]] < rfirst[R]) rfirst[R] = rfirst[sel[q]];
+        }
+        rsize[R] = size;
+        rin[R] = in;
+        rfail[R] = (char)fail;
+      }
+      if (R < 0) { /* a new region */
+        R = t;
+        rfirst[R] = t;
+        rsize[R] = 1;
+        rin[R] = no;
+        rfail[R] = (char)node_can_fail(g, n);
+      }
+      reg[t] = R;
+      rlast[R] = t;
+    }
+    for (int k = 0; k < no; k++) { /* consumers outside a region close it */
+      if (reg[ops[k]] < 0) continue;
+      int r = uf_find(rpar, reg[ops[k]]);
+      if (r != R) rclosed[r] = 1;
+    }
+  }
+  /* last use: a region member consumes its operands when the region runs */
   for (int t = 0; t < nn; t++) {
     if (!live[t]) continue;
     const tpuir_val *ops;
     int no = node_operands(tpuir_get_node(g, t), &ops);
+    int R = reg[t] >= 0 ? uf_find(rpar, reg[t]) : -1;
+    int pos = R >= 0 ? rlast[R] : t;
     for (int k = 0; k < no; k++) {
-      if (last[ops[k]] < t) last[ops[k]] = t;
-      users[ops[k]]++;
+      int o = ops[k];
+      if (last[o] < pos) last[o] = pos;
+      users[o]++;
+      if (reg[o] >= 0 && uf_find(rpar, reg[o]) != R) ext[o] = 1;
     }
   }
+  for (int i = 0; i < nout; i++) ext[tpuir_output(g, i)] = 1;
   for (int t = nn - 1; t >= 0; t--) { /* views keep their storage alive */
     const tpuir_node *n = tpuir_get_node(g, t);
     if (!live[t] || !is_view_op(n->op)) continue;
@@ -231,46 +319,75 @@ int tpux_run(const tpuir_graph *g, int nin, const tpu_view *ins, int nout,
   for (int t = 0; t < nn; t++) { /* free lists: value t dies after node last[t] */
     if (!live[t]) continue;
     int at = last[t] < 0 ? t : last[t];
+    if (reg[t] >= 0 && at < rlast[uf_find(rpar, reg[t])])
+      at = rlast[uf_find(rpar, reg[t])];
     if (at >= INF) continue;
     next[t] = head[at];
     head[at] = t;
   }
-  /* direct writes of elementwise output nodes into their destination */
+  /* direct writes of region outputs into their destination */
   for (int i = 0; i < nout; i++) {
     int t = tpuir_output(g, i);
-    const tpuir_node *n = tpuir_get_node(g, t);
-    if (!is_elementwise(n->op) || users[t] != 0 || direct[t] || t <= last_fail)
-      continue;
-    int dup = 0;
-    for (int j = 0; j < nout; j++) dup |= j != i && tpuir_output(g, j) == t;
-    if (dup) continue;
+    if (reg[t] < 0 || direct[t]) continue;
+    int R = uf_find(rpar, reg[t]), E = rlast[R];
+    if (rfail[R] || E < last_fail) continue; /* errors must precede writes */
     int ok = 1;
+    for (int j = 0; j < nout; j++) ok &= j == i || tpuir_output(g, j) != t;
+    for (int u = t + 1; u < nn && ok; u++) { /* all users inside the region */
+      if (!live[u]) continue;
+      const tpuir_val *ops;
+      int no = node_operands(tpuir_get_node(g, u), &ops);
+      for (int k = 0; k < no; k++)
+        if (ops[k] == t && (reg[u] < 0 || uf_find(rpar, reg[u]) != R)) ok = 0;
+    }
     for (int p = 0; p < nn && ok; p++) {
       const tpuir_node *pn = tpuir_get_node(g, p);
       if (pn->op != TPUIR_PARAM || !live[p]) continue;
       if (!tpux__views_overlap(&ins[pn->dim], &outs[i])) continue;
-      if (last[p] > t) ok = 0; /* read later (or itself an output) */
+      if (last[p] > E) ok = 0; /* read later (or itself an output) */
     }
     if (ok) direct[t] = &outs[i];
   }
 
   /* ---- evaluate ---- */
   xctx c = {g, vals};
+  char store[XK_REGION_MAX_NODES];
+  const tpu_view *dsts[XK_REGION_MAX_NODES];
   for (int t = 0; t < nn && rc == TPU_OK; t++) {
     if (!live[t]) continue;
-    const tpu_view *dst = direct[t];
-    if (dst) {
-      /* operands aliasing the destination must be the identical view */
-      const tpuir_node *n = tpuir_get_node(g, t);
-      for (int k = 0; k < n->nin && dst; k++) {
-        const tpu_view *ov = &vals[n->in[k]].v;
-        if (tpux__views_overlap(ov, dst) && !tpux__views_same(ov, dst)) dst = NULL;
+    if (reg[t] >= 0) {
+      int R = uf_find(rpar, reg[t]);
+      if (rlast[R] == t) {
+        int nm = 0;
+        for (int u = rfirst[R]; u <= t; u++) {
+          if (!live[u] || reg[u] < 0 || uf_find(rpar, reg[u]) != R) continue;
+          store[nm] = ext[u];
+          dsts[nm] = direct[u];
+          members[nm++] = u;
+        }
+        /* loads aliasing a direct destination must be the identical view */
+        for (int k = 0; k < nm; k++) {
+          if (!dsts[k]) continue;
+          for (int q = 0; q < nm && dsts[k]; q++) {
+            const tpuir_node *m = tpuir_get_node(g, members[q]);
+            for (int a = 0; a < m->nin && dsts[k]; a++) {
+              int o = m->in[a];
+              if (reg[o] >= 0 && uf_find(rpar, reg[o]) == R) continue;
+              const tpu_view *ov = &vals[o].v;
+              if (tpux__views_overlap(ov, dsts[k]) && !tpux__views_same(ov, dsts[k]))
+                dsts[k] = NULL;
+            }
+          }
+        }
+        rc = tpux__eval_region(&c, nm, members, store, dsts);
+        for (int k = 0; k < nm && rc == TPU_OK; k++)
+          if (dsts[k])
+            for (int i = 0; i < nout; i++)
+              if (tpuir_output(g, i) == members[k]) out_done[i] = 1;
       }
+    } else {
+      rc = eval_node(&c, t, ins);
     }
-    rc = eval_node(&c, t, ins, dst);
-    if (rc == TPU_OK && dst)
-      for (int i = 0; i < nout; i++)
-        if (tpuir_output(g, i) == t) out_done[i] = 1;
     for (int v = head[t]; v >= 0; v = next[v]) {
       free(vals[v].mem);
       vals[v].mem = NULL;
@@ -318,6 +435,16 @@ int tpux_run(const tpuir_graph *g, int nin, const tpu_view *ins, int nout,
 done:
   if (vals)
     for (int t = 0; t < nn; t++) free(vals[t].mem);
+  free(reg);
+  free(rpar);
+  free(rfirst);
+  free(rlast);
+  free(rsize);
+  free(rin);
+  free(rclosed);
+  free(rfail);
+  free(ext);
+  free(members);
   free(last);
   free(root);
   free(users);

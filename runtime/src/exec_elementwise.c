@@ -681,9 +681,12 @@ typedef struct prog_job {
 static void run_tile(xk_prog *p, int64_t L, int64_t n, int in_row,
                      char *scratch) {
   const xk_space *s = &p->sp;
-  void *bp[XK_MAX_BUF];
+  void *bp[XK_MAX_BUF], *dout[XK_MAX_BUF];
   char stored[XK_MAX_ARR] = {0};
-  for (int i = 0; i < p->nbuf; i++) bp[i] = scratch + (size_t)i * XK_TILE * 8;
+  for (int i = 0; i < p->nbuf; i++) {
+    bp[i] = scratch + (size_t)i * XK_TILE * 8;
+    dout[i] = NULL;
+  }
   int64_t idx[TPU_MAX_DIMS];
   /* loads */
   for (int k = 0; k < p->nload; k++) {
@@ -700,24 +703,21 @@ static void run_tile(xk_prog *p, int64_t L, int64_t n, int in_row,
   for (int k = 0; k < p->nstore; k++) {
     int a = p->store[k].arr, bi = p->store[k].buf;
     const xk_arr *ar = &s->arr[a];
-    int produced = 0;
-    for (int j = 0; j < p->nins; j++) produced |= p->ins[j].r == bi;
-    if (produced && p->direct_ok[k] && in_row && ar->st[s->nd - 1] == 1 &&
+    if (p->direct_ok[k] && in_row && ar->st[s->nd - 1] == 1 && !dout[bi] &&
         ar->dt == xk_native(p->bufcls[bi])) {
-      int dup = 0;
-      for (int j = 0; j < k; j++) dup |= p->store[j].buf == bi;
-      if (dup) continue;
       int64_t off = space_offset(s, a, L, idx);
-      bp[bi] = ar->p + off * (int64_t)tpu_dtype_size(ar->dt);
+      dout[bi] = ar->p + off * (int64_t)tpu_dtype_size(ar->dt);
       stored[k] = 1;
     }
   }
   for (int j = 0; j < p->nins; j++) {
     const xk_ins *in = &p->ins[j];
     int64_t bad = 0;
-    int rc = tpux__ew_apply(in, n, bp[in->r], in->a >= 0 ? bp[in->a] : NULL,
+    void *r = dout[in->r] ? dout[in->r] : scratch + (size_t)in->r * XK_TILE * 8;
+    int rc = tpux__ew_apply(in, n, r, in->a >= 0 ? bp[in->a] : NULL,
                             in->b >= 0 ? bp[in->b] : NULL,
                             in->c >= 0 ? bp[in->c] : NULL, &bad);
+    bp[in->r] = r;
     if (rc != TPU_OK) {
       int z = TPU_OK;
       if (atomic_compare_exchange_strong(&p->err, &z, rc)) p->err_val = bad;
@@ -799,40 +799,108 @@ int tpux__prog_run(xk_prog *p) {
 
 /* ---- node evaluation ---------------------------------------------------- */
 
-/* Evaluate an elementwise node (unary, binary, select, convert) into a new
- * temporary, or into `dst` when given (the driver checked it is safe). */
-int tpux__eval_elementwise(xctx *c, int t, const tpu_view *dst) {
-  const tpuir_node *n = tpuir_get_node(c->g, t);
-  if (dst) {
-    c->vals[t].v = *dst;
-  } else {
-    int rc = tpux__alloc_value(c, t);
-    if (rc) return rc;
+static int needs_norm(int dt) {
+  return dt == TPU_BF16 || dt == TPU_F16 || (xk_cls(dt) == XK_I64 && dt != TPU_I64);
+}
+
+/* Evaluate a fused elementwise region (see exec_internal.h). */
+int tpux__eval_region(xctx *c, int n, const int32_t *members, const char *store,
+                      const tpu_view *const *dst) {
+  if (n < 1 || n > XK_MAX_INS)
+    return tpu_error(TPU_E_INTERNAL, "eval_region: bad region size %d", n);
+  const tpuir_graph *g = c->g;
+  int rc = TPU_OK;
+  for (int k = 0; k < n && rc == TPU_OK; k++) {
+    if (!store[k]) continue;
+    if (dst[k]) c->vals[members[k]].v = *dst[k];
+    else rc = tpux__alloc_value(c, members[k]);
   }
+  if (rc) return rc;
   xk_prog *p = calloc(1, sizeof *p);
-  if (!p) return tpu_error(TPU_E_OOM, "%s: out of host memory", tpuir_op_name(n->op));
-  tpux__space_init(&p->sp, n->ndim, n->sizes);
-  int ar = tpux__space_add(&p->sp, &c->vals[t].v);
-  for (int k = 0; k < n->nin; k++) {
-    const tpu_view *ov = &c->vals[n->in[k]].v;
-    p->load[k].arr = (int16_t)tpux__space_add(&p->sp, ov);
-    p->load[k].buf = (int16_t)k;
-    p->bufcls[k] = (int8_t)xk_cls(ov->dtype);
+  if (!p) return tpu_error(TPU_E_OOM, "elementwise: out of host memory");
+  const tpuir_node *n0 = tpuir_get_node(g, members[0]);
+  tpux__space_init(&p->sp, n0->ndim, n0->sizes);
+  /* virtual registers in program order: member k's new loads (all loaded at
+   * the start of a tile), then its result */
+  int32_t vid[XK_MAX_BUF], vdef[XK_MAX_BUF], lastuse[XK_MAX_BUF];
+  int8_t vcls[XK_MAX_BUF], consumed[XK_MAX_BUF], vload[XK_MAX_BUF];
+  int16_t res_v[XK_MAX_INS], ops_v[XK_MAX_INS][3];
+  int nv = 0;
+  for (int k = 0; k < n; k++) {
+    const tpuir_node *m = tpuir_get_node(g, members[k]);
+    for (int q = 0; q < 3; q++) ops_v[k][q] = -1;
+    for (int q = 0; q < m->nin; q++) {
+      int o = m->in[q], v = -1;
+      for (int j = 0; j < nv; j++)
+        if (vid[j] == o) v = j;
+      if (v < 0) { /* a value from outside the region: load it */
+        if (nv >= XK_MAX_BUF - 1 || p->sp.narr >= XK_MAX_ARR - (n - k)) {
+          free(p);
+          return tpu_error(TPU_E_INTERNAL, "eval_region: too many inputs");
+        }
+        v = nv++;
+        vid[v] = o;
+        vdef[v] = 0; /* every load happens at the start of a tile */
+        lastuse[v] = k;
+        vcls[v] = (int8_t)xk_cls(c->vals[o].v.dtype);
+        consumed[v] = 0;
+        vload[v] = 1;
+        p->load[p->nload].arr = (int16_t)tpux__space_add(&p->sp, &c->vals[o].v);
+        p->load[p->nload].buf = (int16_t)v; /* renamed to physical below */
+        p->nload++;
+      }
+      ops_v[k][q] = (int16_t)v;
+      if (lastuse[v] < k) lastuse[v] = k;
+      consumed[v] = 1;
+    }
+    int v = nv++;
+    vid[v] = members[k];
+    vdef[v] = k;
+    lastuse[v] = store[k] ? n : k; /* stored values are held to the end */
+    vcls[v] = (int8_t)xk_cls(m->dtype);
+    consumed[v] = 0;
+    vload[v] = 0;
+    res_v[k] = (int16_t)v;
   }
-  p->nload = n->nin;
-  int r = n->nin;
-  p->nbuf = r + 1;
-  p->bufcls[r] = (int8_t)xk_cls(n->dtype);
-  int in_dt = c->vals[n->in[n->op == TPUIR_SELECT ? 1 : 0]].v.dtype;
-  p->ins[0] = (xk_ins){(int16_t)n->op, (int16_t)n->dtype, (int16_t)in_dt,
-                       (int16_t)r, 0, (int16_t)(n->nin > 1 ? 1 : -1),
-                       (int16_t)(n->nin > 2 ? 2 : -1), 0};
-  p->nins = 1;
-  p->nstore = 1;
-  p->store[0].arr = (int16_t)ar;
-  p->store[0].buf = (int16_t)r;
-  p->direct_ok[0] = 1; /* one instruction: exact aliasing is harmless */
-  int rc = tpux__prog_run(p);
+  /* linear-scan allocation: a physical buffer is free for a register
+   * defined at member k if its holder's last use is before k */
+  int16_t phys[XK_MAX_BUF];
+  int32_t busy[XK_MAX_BUF];
+  int np = 0;
+  for (int j = 0; j < nv; j++) {
+    int pick = -1;
+    for (int b = 0; b < np && pick < 0; b++)
+      if (busy[b] < vdef[j]) pick = b;
+    if (pick < 0) pick = np++;
+    busy[pick] = lastuse[j];
+    phys[j] = (int16_t)pick;
+    p->bufcls[pick] = vcls[j];
+  }
+  p->nbuf = np;
+  for (int l = 0; l < p->nload; l++) p->load[l].buf = phys[p->load[l].buf];
+  for (int k = 0; k < n; k++) {
+    const tpuir_node *m = tpuir_get_node(g, members[k]);
+    int in_dt = tpuir_get_node(g, m->in[m->op == TPUIR_SELECT ? 1 : 0])->dtype;
+    int rv = res_v[k];
+    p->ins[k] = (xk_ins){(int16_t)m->op, (int16_t)m->dtype, (int16_t)in_dt,
+                         phys[rv],
+                         ops_v[k][0] >= 0 ? phys[ops_v[k][0]] : -1,
+                         ops_v[k][1] >= 0 ? phys[ops_v[k][1]] : -1,
+                         ops_v[k][2] >= 0 ? phys[ops_v[k][2]] : -1,
+                         (int16_t)(consumed[rv] && needs_norm(m->dtype))};
+    if (!store[k]) continue;
+    int s = p->nstore++;
+    p->store[s].arr = (int16_t)tpux__space_add(&p->sp, &c->vals[members[k]].v);
+    p->store[s].buf = phys[rv];
+    /* caller memory that a load also reads: write only at the tile end */
+    p->direct_ok[s] = 1;
+    if (dst[k])
+      for (int j = 0; j < nv; j++)
+        if (vload[j] && tpux__views_overlap(&c->vals[vid[j]].v, dst[k]))
+          p->direct_ok[s] = 0;
+  }
+  p->nins = n;
+  rc = tpux__prog_run(p);
   free(p);
   return rc;
 }

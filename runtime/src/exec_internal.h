@@ -86,7 +86,7 @@ static inline int64_t xk_wrap(int dt, int64_t v) {
 }
 
 /* ---- iteration space --------------------------------------------------- */
-#define XK_MAX_ARR 8
+#define XK_MAX_ARR 48
 
 typedef struct xk_arr {
   char *p;                     /* element (0,...,0) */
@@ -110,8 +110,11 @@ void tpux__space_coalesce(xk_space *s);
 int64_t tpux__space_numel(const xk_space *s);
 
 /* ---- elementwise programs --------------------------------------------- */
-#define XK_MAX_BUF 16
 #define XK_MAX_INS 32
+#define XK_MAX_BUF (XK_MAX_INS + XK_MAX_ARR)
+/* limits of a fused elementwise region (leave room for stores) */
+#define XK_REGION_MAX_NODES XK_MAX_INS
+#define XK_REGION_MAX_INPUTS 15
 enum { XK_OP_COPY = TPUIR_NUM_OPS }; /* class conversion (CONVERT) */
 
 typedef struct xk_ins {
@@ -171,8 +174,14 @@ int tpux__alloc_value(xctx *c, int t);
 /* 64-byte aligned host allocation (never NULL for 0 bytes); free with free. */
 void *tpux__alloc(size_t bytes);
 
+/* Evaluate a fused elementwise region: members[0..n) (node ids in order,
+ * all unary/binary/select/convert of one shape). Member k's value is
+ * materialised when store[k] (into *dst[k] when non-NULL, else a new
+ * temporary); other members live only in tile buffers. */
+int tpux__eval_region(xctx *c, int n, const int32_t *members, const char *store,
+                      const tpu_view *const *dst);
+
 /* Node evaluators (result into c->vals[t]). */
-int tpux__eval_elementwise(xctx *c, int t, const tpu_view *dst);
 int tpux__eval_const(xctx *c, int t);
 int tpux__eval_iota(xctx *c, int t);
 int tpux__eval_rng(xctx *c, int t);

@@ -818,3 +818,205 @@ TPU_TEST(exec_copy_convert_and_overlap) {
   CHECK(tpux_copy(&A.v, &T.v) == TPU_E_INVALID);
   free(A.mem); free(T.mem); free(T2.mem); free(B.mem); free(C.mem); free(D.mem);
 }
+
+/* ---- fused elementwise regions ------------------------------------------------ */
+
+/* Random elementwise programs (exact ops only, several dtypes, values used
+ * inside and outside regions, reductions closing regions, several outputs)
+ * against a per-element scalar interpreter with unfused semantics. */
+TPU_TEST(exec_fusion_random_programs) {
+  uint64_t seed = 4242;
+  static const int pdt[4] = {TPU_F32, TPU_BF16, TPU_I32, TPU_I8};
+  int64_t sz[2] = {37, 29};
+  const int64_t N = 37 * 29;
+  for (int trial = 0; trial < 40; trial++) {
+    tpuir_graph *g = tpuir_graph_new();
+    enum { MAXV = 80 };
+    tpuir_val v[MAXV];
+    int dt[MAXV], nv = 0;
+    /* per-element reference values */
+    double *ref = calloc((size_t)MAXV * N, sizeof(double));
+    tarr P[4];
+    for (int k = 0; k < 4; k++) {
+      P[k] = ta_new(pdt[k], 2, sz);
+      ta_fill(&P[k].v, &seed, -6, 6);
+      v[nv] = tpuir_param(g, pdt[k], 2, sz);
+      dt[nv] = pdt[k];
+      for (int64_t i = 0; i < N; i++) ref[nv * N + i] = tv_get(&P[k].v, i);
+      nv++;
+    }
+    int nodes = 10 + (int)(trand_next(&seed) % 40);
+    for (int s = 0; s < nodes && nv < MAXV; s++) {
+      int kind = (int)(trand_next(&seed) % 7);
+      int a = (int)(trand_next(&seed) % (uint64_t)nv);
+      int b = -1;
+      for (int tries = 0; tries < 20; tries++) { /* same dtype partner */
+        int c = (int)(trand_next(&seed) % (uint64_t)nv);
+        if (dt[c] == dt[a]) { b = c; break; }
+      }
+      if (b < 0) b = a;
+      int fl = tpu_dtype_is_float(dt[a]);
+      tpuir_val r;
+      int rdt = dt[a];
+      double *ra = ref + a * N, *rb = ref + b * N, *rr = ref + nv * N;
+      if (kind <= 1) { /* binary arithmetic */
+        static const int bops[5] = {TPUIR_ADD, TPUIR_SUB, TPUIR_MUL, TPUIR_MAX, TPUIR_MIN};
+        int op = bops[trand_next(&seed) % 5];
+        if (dt[a] == TPU_BOOL && op == TPUIR_SUB) op = TPUIR_ADD;
+        r = tpuir_binary(g, op, v[a], v[b]);
+        for (int64_t i = 0; i < N; i++) {
+          double w = fl ? ref_bin_float(op, rdt, ra[i], rb[i])
+                        : (double)ref_bin_int(op, rdt == TPU_BOOL ? TPU_I64 : rdt,
+                                              (int64_t)ra[i], (int64_t)rb[i]);
+          rr[i] = rdt == TPU_BOOL ? w != 0 : w;
+        }
+      } else if (kind == 2) { /* unary */
+        int op = (int)(trand_next(&seed) % 3) == 0 ? TPUIR_ABS : TPUIR_NEG;
+        if (fl && trand_next(&seed) % 2) op = TPUIR_FLOOR;
+        if (dt[a] == TPU_BOOL) op = TPUIR_NOT;
+        r = tpuir_unary(g, op, v[a]);
+        for (int64_t i = 0; i < N; i++) {
+          double x = ra[i], w;
+          if (op == TPUIR_NOT) w = !x;
+          else if (op == TPUIR_FLOOR) w = floor(x);
+          else if (op == TPUIR_ABS) w = fabs(x);
+          else w = -x;
+          rr[i] = round_to(rdt, w);
+        }
+      } else if (kind == 3) { /* convert (never float -> int) */
+        static const int cdt[6] = {TPU_F32, TPU_BF16, TPU_F16, TPU_F64, TPU_I16, TPU_U8};
+        int to = cdt[trand_next(&seed) % 6];
+        if (fl && !tpu_dtype_is_float(to)) to = TPU_F64;
+        r = tpuir_convert(g, v[a], to);
+        rdt = to;
+        for (int64_t i = 0; i < N; i++) rr[i] = round_to(to, ra[i]);
+      } else if (kind == 4) { /* compare + select */
+        int c = (int)(trand_next(&seed) % (uint64_t)nv);
+        tpuir_val pr = tpuir_binary(g, TPUIR_LT, v[a], v[b]);
+        if (dt[c] == dt[a]) {
+          r = tpuir_select(g, pr, v[c], v[a]);
+          for (int64_t i = 0; i < N; i++) rr[i] = ra[i] < rb[i] ? ref[c * N + i] : ra[i];
+        } else {
+          r = pr;
+          rdt = TPU_BOOL;
+          for (int64_t i = 0; i < N; i++) rr[i] = ra[i] < rb[i];
+        }
+      } else if (kind == 5) { /* reduce over dim 1 and broadcast back (closes regions) */
+        if (dt[a] == TPU_BOOL || dt[a] == TPU_I8 || dt[a] == TPU_U8) continue;
+        int64_t d1[1] = {1}, d0[1] = {0};
+        tpuir_val red = tpuir_reduce(g, TPUIR_RED_MAX, v[a], 1, d1);
+        r = tpuir_broadcast_in_dim(g, red, 2, sz, d0);
+        for (int64_t i = 0; i < N; i++) {
+          double m = -INFINITY;
+          int64_t row = i / 29;
+          for (int j = 0; j < 29; j++) {
+            double x = ra[row * 29 + j];
+            m = isnan(x) || isnan(m) ? NAN : (x > m ? x : m);
+          }
+          rr[i] = m;
+        }
+      } else { /* transpose twice (a view of a region value) */
+        int64_t perm[2] = {1, 0};
+        r = tpuir_transpose(g, tpuir_transpose(g, v[a], perm), perm);
+        for (int64_t i = 0; i < N; i++) rr[i] = ra[i];
+      }
+      CHECK(r >= 0);
+      v[nv] = r;
+      dt[nv] = rdt;
+      nv++;
+    }
+    /* outputs: the last value, plus a few random ones (maybe duplicates) */
+    int nout = 1 + (int)(trand_next(&seed) % 4);
+    tpuir_val ov[4];
+    int oi[4];
+    for (int k = 0; k < nout; k++) {
+      oi[k] = k == 0 ? nv - 1 : 4 + (int)(trand_next(&seed) % (uint64_t)(nv - 4 > 0 ? nv - 4 : 1));
+      if (oi[k] >= nv) oi[k] = nv - 1;
+      ov[k] = v[oi[k]];
+    }
+    CHECK_OK(tpuir_set_outputs(g, nout, ov));
+    tarr O[4];
+    tpu_view outs[4], ins[4];
+    for (int k = 0; k < nout; k++) {
+      O[k] = ta_new(dt[oi[k]], 2, sz);
+      outs[k] = O[k].v;
+    }
+    for (int k = 0; k < 4; k++) ins[k] = P[k].v;
+    CHECK_OK(tpux_run(g, 4, ins, nout, outs));
+    for (int k = 0; k < nout; k++)
+      for (int64_t i = 0; i < N; i++) {
+        double got = tv_get(&O[k].v, i), want = ref[oi[k] * N + i];
+        if (!near_eq(got, want, 0)) {
+          fprintf(stderr, "  trial %d out %d (value %d, %s) [%lld]: %.9g want %.9g\n",
+                  trial, k, oi[k], tpu_dtype_name(dt[oi[k]]), (long long)i, got, want);
+          CHECK(0);
+        }
+      }
+    for (int k = 0; k < nout; k++) free(O[k].mem);
+    for (int k = 0; k < 4; k++) free(P[k].mem);
+    free(ref);
+    tpuir_graph_free(g);
+  }
+}
+
+TPU_TEST(exec_fusion_limits_and_inplace) {
+  /* a chain of 100 ops (several regions) and a sum of 20 inputs */
+  int64_t sz[1] = {3000};
+  tpuir_graph *g = tpuir_graph_new();
+  tpuir_val p[20];
+  for (int k = 0; k < 20; k++) p[k] = tpuir_param(g, TPU_F64, 1, sz);
+  tpuir_val acc = p[0];
+  for (int k = 1; k < 20; k++) acc = tpuir_binary(g, TPUIR_ADD, acc, p[k]);
+  tpuir_val ch = p[0];
+  for (int k = 0; k < 100; k++) ch = tpuir_unary(g, TPUIR_NEG, ch);
+  ch = tpuir_binary(g, TPUIR_MUL, ch, acc);
+  tpuir_val outs[2] = {ch, acc};
+  CHECK_OK(tpuir_set_outputs(g, 2, outs));
+  tarr P[20];
+  tpu_view ins[20];
+  uint64_t seed = 8;
+  for (int k = 0; k < 20; k++) {
+    P[k] = ta_new(TPU_F64, 1, sz);
+    ta_fill(&P[k].v, &seed, -1, 1);
+    ins[k] = P[k].v;
+  }
+  /* write ch in place over input 0 */
+  tarr A = ta_new(TPU_F64, 1, sz);
+  double *x0 = malloc(3000 * sizeof(double));
+  memcpy(x0, P[0].mem, 3000 * sizeof(double));
+  tpu_view ov[2] = {P[0].v, A.v};
+  CHECK_OK(tpux_run(g, 20, ins, 2, ov));
+  for (int i = 0; i < 3000; i++) {
+    double s = x0[i];
+    for (int k = 1; k < 20; k++) s += ((double *)P[k].mem)[i];
+    CHECK(((double *)A.mem)[i] == s);
+    CHECK(((double *)P[0].mem)[i] == x0[i] * s);
+  }
+  free(x0);
+  free(A.mem);
+  for (int k = 0; k < 20; k++) free(P[k].mem);
+  tpuir_graph_free(g);
+  /* integer division by zero inside a fused region: error, outputs untouched */
+  g = tpuir_graph_new();
+  tpuir_val a = tpuir_param(g, TPU_I32, 1, sz), b = tpuir_param(g, TPU_I32, 1, sz);
+  tpuir_val q = tpuir_binary(g, TPUIR_DIV, tpuir_binary(g, TPUIR_ADD, a, b), b);
+  q = tpuir_binary(g, TPUIR_MUL, q, a);
+  CHECK_OK(tpuir_set_outputs(g, 1, &q));
+  tarr IA = ta_new(TPU_I32, 1, sz), IB = ta_new(TPU_I32, 1, sz);
+  for (int i = 0; i < 3000; i++) {
+    ((int32_t *)IA.mem)[i] = i;
+    ((int32_t *)IB.mem)[i] = i == 2999 ? 0 : 1 + i % 5;
+  }
+  tpu_view ins2[2] = {IA.v, IB.v};
+  CHECK(tpux_run(g, 2, ins2, 1, &IA.v) == TPU_E_INVALID);
+  for (int i = 0; i < 3000; i++) CHECK(((int32_t *)IA.mem)[i] == i);
+  ((int32_t *)IB.mem)[2999] = 7;
+  CHECK_OK(tpux_run(g, 2, ins2, 1, &IA.v));
+  for (int i = 0; i < 3000; i++) {
+    int32_t bb = ((int32_t *)IB.mem)[i];
+    CHECK(((int32_t *)IA.mem)[i] == ((i + bb) / bb) * i);
+  }
+  free(IA.mem);
+  free(IB.mem);
+  tpuir_graph_free(g);
+}
