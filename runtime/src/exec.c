@@ -389,7 +389,7 @@ int tpux_run(const tpuir_graph *g, int nin, const tpu_view *ins, int nout,
       rc = eval_node(&c, t, ins);
     }
     for (int v = head[t]; v >= 0; v = next[v]) {
-      free(vals[v].mem);
+      tpux__free(vals[v].mem);
       vals[v].mem = NULL;
     }
   }
@@ -420,7 +420,7 @@ int tpux_run(const tpuir_graph *g, int nin, const tpu_view *ins, int nout,
     tpu_view tv;
     tpu_view_init_contiguous(&tv, m, sv->dtype, sv->ndim, sv->sizes);
     rc = tpux__copy_nocheck(&tv, sv);
-    free(vals[v].mem);
+    tpux__free(vals[v].mem);
     vals[v].mem = m;
     vals[v].v = tv;
     root[v] = v;
@@ -434,7 +434,7 @@ int tpux_run(const tpuir_graph *g, int nin, const tpu_view *ins, int nout,
 
 done:
   if (vals)
-    for (int t = 0; t < nn; t++) free(vals[t].mem);
+    for (int t = 0; t < nn; t++) tpux__free(vals[t].mem);
   free(reg);
   free(rpar);
   free(rfirst);

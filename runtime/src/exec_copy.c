@@ -1,16 +1,73 @@
 /* exec_copy.c - vTPU strided copies: tpux_copy (with dtype conversion),
  * raw same-dtype copies (memcpy / row loops / blocked 2-D transposes),
  * fills, view overlap tests and temporary allocation. */
+#include <pthread.h>
 #include <stdlib.h>
 
 #include "exec_internal.h"
 
+/* ---- temporaries --------------------------------------------------------
+ * Large temporaries come from mmap in glibc, so every run would fault in
+ * (and zero) fresh pages. Freed blocks of >= 1 MiB are kept in a small
+ * process-wide cache (at most 16 blocks / 256 MiB, under a mutex) and
+ * reused for requests between half their size and their size. */
+#define TMP_HDR 64
+#define CACHE_MIN ((size_t)1 << 20)
+#define CACHE_SLOTS 16
+#define CACHE_MAX_BYTES ((size_t)256 << 20)
+
+static pthread_mutex_t g_cache_mu = PTHREAD_MUTEX_INITIALIZER;
+static void *g_cache[CACHE_SLOTS]; /* block bases (headers) */
+static size_t g_cache_size[CACHE_SLOTS];
+static size_t g_cache_bytes;
+
 /* 64-byte aligned host memory (never NULL for 0 bytes unless OOM). Caller
- * frees with free(). */
+ * frees with tpux__free. */
 void *tpux__alloc(size_t bytes) {
   size_t n = (bytes + 63) & ~(size_t)63;
   if (n == 0) n = 64;
-  return aligned_alloc(64, n);
+  if (n >= CACHE_MIN) {
+    pthread_mutex_lock(&g_cache_mu);
+    int best = -1;
+    for (int i = 0; i < CACHE_SLOTS; i++)
+      if (g_cache[i] && g_cache_size[i] >= n && g_cache_size[i] / 2 <= n &&
+          (best < 0 || g_cache_size[i] < g_cache_size[best]))
+        best = i;
+    void *b = NULL;
+    if (best >= 0) {
+      b = g_cache[best];
+      g_cache[best] = NULL;
+      g_cache_bytes -= g_cache_size[best];
+    }
+    pthread_mutex_unlock(&g_cache_mu);
+    if (b) return (char *)b + TMP_HDR;
+  }
+  char *b = aligned_alloc(64, n + TMP_HDR);
+  if (!b) return NULL;
+  memcpy(b, &n, sizeof n);
+  return b + TMP_HDR;
+}
+
+/* Release memory from tpux__alloc (NULL is a no-op). */
+void tpux__free(void *p) {
+  if (!p) return;
+  char *b = (char *)p - TMP_HDR;
+  size_t n;
+  memcpy(&n, b, sizeof n);
+  if (n >= CACHE_MIN) {
+    pthread_mutex_lock(&g_cache_mu);
+    int slot = -1;
+    for (int i = 0; i < CACHE_SLOTS && slot < 0; i++)
+      if (!g_cache[i]) slot = i;
+    if (slot >= 0 && g_cache_bytes + n <= CACHE_MAX_BYTES) {
+      g_cache[slot] = b;
+      g_cache_size[slot] = n;
+      g_cache_bytes += n;
+      b = NULL;
+    }
+    pthread_mutex_unlock(&g_cache_mu);
+  }
+  free(b);
 }
 
 /* Byte span [lo, hi) touched by a view; 0 if empty. */
@@ -227,7 +284,7 @@ int tpux_copy(const tpu_view *dst, const tpu_view *src) {
     tpu_view_init_contiguous(&t, tmp, src->dtype, src->ndim, src->sizes);
     raw_copy(&t, src);
     int rc = tpux__copy_nocheck(dst, &t);
-    free(tmp);
+    tpux__free(tmp);
     return rc;
   }
   return tpux__copy_nocheck(dst, src);

@@ -100,7 +100,7 @@ static int prepare(dot_op *o, int dt, int force, int64_t tot[3],
   tpu_view_init_contiguous(&c, m, dt, o->v.ndim, o->v.sizes);
   int rc = numel ? tpux__copy_nocheck(&c, &o->v) : TPU_OK;
   if (rc) {
-    free(m);
+    tpux__free(m);
     return rc;
   }
   o->v = c;
@@ -207,8 +207,8 @@ int tpux__eval_dot(xctx *c, int t) {
     }
   }
   if (!rc && cbuf) rc = tpux__copy_nocheck(&c->vals[t].v, &cv);
-  free(cbuf);
-  free(lo.own);
-  free(ro.own);
+  tpux__free(cbuf);
+  tpux__free(lo.own);
+  tpux__free(ro.own);
   return rc;
 }

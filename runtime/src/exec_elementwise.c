@@ -761,7 +761,7 @@ static void prog_range(void *ctx, int64_t b, int64_t e) {
       run_tile(p, L, n, p->sp.nd == 1, scratch);
     }
   }
-  free(scratch);
+  tpux__free(scratch);
 }
 
 int tpux__prog_run(xk_prog *p) {

@@ -21,7 +21,7 @@ static int load_indices(const tpu_view *idx, int64_t **out, int64_t *n) {
   tpu_view_init_contiguous(&d, m, TPU_I64, idx->ndim, idx->sizes);
   int rc = *n ? tpux__copy_nocheck(&d, idx) : TPU_OK;
   if (rc) {
-    free(m);
+    tpux__free(m);
     return rc;
   }
   *out = m;
@@ -127,7 +127,7 @@ int tpux__eval_gather(xctx *c, int t) {
   rc = check_range(ix, ni, dsize, n->dim, 0);
   if (!rc) rc = tpux__alloc_value(c, t);
   if (rc || ni == 0) {
-    free(ix);
+    tpux__free(ix);
     return rc;
   }
   gather_job j;
@@ -148,7 +148,7 @@ int tpux__eval_gather(xctx *c, int t) {
   } else {
     tpurt_parallel_for(ni, XK_GRAIN, gather_range, &j);
   }
-  free(ix);
+  tpux__free(ix);
   return TPU_OK;
 }
 
@@ -267,7 +267,7 @@ int tpux__eval_index_select(xctx *c, int t) {
   rc = check_range(ix, ni, dsize, n->dim, 1);
   if (!rc) rc = tpux__alloc_value(c, t);
   if (rc) {
-    free(ix);
+    tpux__free(ix);
     return rc;
   }
   const tpu_view *out = &c->vals[t].v;
@@ -283,7 +283,7 @@ int tpux__eval_index_select(xctx *c, int t) {
     if (ntask <= grain) isel_range(&j, 0, ntask);
     else tpurt_parallel_for(ntask, grain, isel_range, &j);
   }
-  free(ix);
+  tpux__free(ix);
   return TPU_OK;
 }
 
@@ -299,7 +299,7 @@ int tpux__eval_index_add(xctx *c, int t) {
   if (!rc) rc = tpux__alloc_value(c, t);
   if (!rc) rc = tpux__copy_nocheck(&c->vals[t].v, base);
   if (rc) {
-    free(ix);
+    tpux__free(ix);
     return rc;
   }
   const tpu_view *out = &c->vals[t].v;
@@ -319,7 +319,7 @@ int tpux__eval_index_add(xctx *c, int t) {
     if (ntask <= grain) isel_range(&j, 0, ntask);
     else tpurt_parallel_for(ntask, grain, isel_range, &j);
   }
-  free(ix);
+  tpux__free(ix);
   return TPU_OK;
 }
 
@@ -367,7 +367,7 @@ int tpux__eval_scatter_add(xctx *c, int t) {
   if (!rc) rc = tpux__alloc_value(c, t);
   if (!rc) rc = tpux__copy_nocheck(&c->vals[t].v, base);
   if (rc || ni == 0) {
-    free(ix);
+    tpux__free(ix);
     return rc;
   }
   const tpu_view *out = &c->vals[t].v;
@@ -406,6 +406,6 @@ int tpux__eval_scatter_add(xctx *c, int t) {
   if (grain < 1) grain = 1;
   if (lines <= grain) scat_range(&j, 0, lines);
   else tpurt_parallel_for(lines, grain, scat_range, &j);
-  free(ix);
+  tpux__free(ix);
   return TPU_OK;
 }

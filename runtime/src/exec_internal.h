@@ -171,8 +171,10 @@ typedef struct xctx {
 
 /* Allocate a contiguous temporary for node t's result into c->vals[t]. */
 int tpux__alloc_value(xctx *c, int t);
-/* 64-byte aligned host allocation (never NULL for 0 bytes); free with free. */
+/* 64-byte aligned host allocation (never NULL for 0 bytes); release with
+ * tpux__free (large blocks are cached for reuse across runs). */
 void *tpux__alloc(size_t bytes);
+void tpux__free(void *p);
 
 /* Evaluate a fused elementwise region: members[0..n) (node ids in order,
  * all unary/binary/select/convert of one shape). Member k's value is

@@ -212,9 +212,13 @@ static acc_t reduce_inner(const red_plan *p, int64_t base, int64_t lo,
     int64_t done = 0;
     while (done < seg) {
       int64_t m = seg - done > XK_TILE ? XK_TILE : seg - done;
-      tpux__load(p->dt, p->x + (base + off + done * ist) * (int64_t)p->es, ist,
-                 m, buf);
-      fold_lanes(p->kind, p->cls, m, buf, lanes);
+      const char *src = p->x + (base + off + done * ist) * (int64_t)p->es;
+      if (ist == 1 && p->dt == xk_native(p->cls)) {
+        fold_lanes(p->kind, p->cls, m, src, lanes); /* straight from memory */
+      } else {
+        tpux__load(p->dt, src, ist, m, buf);
+        fold_lanes(p->kind, p->cls, m, buf, lanes);
+      }
       done += m;
     }
     left -= seg;
@@ -249,8 +253,13 @@ static void reduce_outer(const red_plan *p, int64_t base, int64_t len,
   }
   int64_t kst = p->kx[p->nk - 1];
   for (int64_t r = lo; r < hi; r++) {
-    tpux__load(p->dt, p->x + (base + off) * (int64_t)p->es, kst, len, buf);
-    fold_vec(p->kind, p->cls, len, buf, acc);
+    const char *src = p->x + (base + off) * (int64_t)p->es;
+    if (kst == 1 && p->dt == xk_native(p->cls)) {
+      fold_vec(p->kind, p->cls, len, src, acc);
+    } else {
+      tpux__load(p->dt, src, kst, len, buf);
+      fold_vec(p->kind, p->cls, len, buf, acc);
+    }
     for (int d = nr - 1; d >= 0; d--) {
       idx[d]++;
       off += p->rx[d];
