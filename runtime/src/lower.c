@@ -101,6 +101,7 @@ struct tpulw_plan {
   tpuir_graph *g;
   int device;
   int sync;
+  int err_remap;
   int nparams;
   tpu_view *params;
   int nout;
@@ -313,6 +314,7 @@ int tpulw_prepare(const tpulw_ctx *ctx, const char *name, const char *overload,
   p->g = b.g;
   p->device = ctx->device;
   p->sync = b.sync;
+  p->err_remap = b.err_remap;
   p->nparams = b.nparams;
   p->params = b.params; /* ownership moves to the plan */
   free(b.param_vals);
@@ -330,6 +332,20 @@ fail:
 }
 
 /* ---- launch ------------------------------------------------------------- */
+
+/* Re-report an executor index error the way PyTorch CPU raises it. */
+static int remap_index_error(int remap) {
+  char msg[1024];
+  snprintf(msg, sizeof msg, "%s", tpu_last_error());
+  if (remap == LW_ERR_RUNTIME) return tpu_error(TPU_E_INVALID, "%s", msg);
+  if (remap == LW_ERR_NLL_TARGET) {
+    long long v;
+    if (sscanf(msg, "index %lld is out of bounds", &v) == 1)
+      return tpu_error(TPU_E_INDEX, "Target %lld is out of bounds.", v);
+    return tpu_error(TPU_E_INDEX, "Target is out of bounds.");
+  }
+  return TPU_E_INDEX;
+}
 
 static int run_plan(void *ctx) {
   tpulw_plan *p = ctx;
@@ -365,12 +381,12 @@ int tpulw_launch(tpulw_plan *p, tpurt_stream *s, const tpu_view *outs) {
     tpulw_plan_free(p);
     return TPU_OK;
   }
-  int sync = p->sync;
+  int sync = p->sync, remap = p->err_remap;
   int rc = tpurt_stream_enqueue(s, run_plan, free_plan, p);
-  if (rc < 0) return rc;
   /* Ops that check index ranges on the device (gather, index_select,
-   * embedding, nll_loss, scatter/index_add, ...) must raise IndexError at
-   * the call, like PyTorch CPU: this costs one stream synchronization. */
-  if (sync) return tpurt_stream_synchronize(s);
+   * embedding, nll_loss, scatter/index_add, ...) must raise at the call,
+   * like PyTorch CPU: this costs one stream synchronization. */
+  if (rc >= 0 && sync) rc = tpurt_stream_synchronize(s);
+  if (rc == TPU_E_INDEX) rc = remap_index_error(remap);
   return rc;
 }

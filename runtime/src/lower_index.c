@@ -67,6 +67,7 @@ static int gather_fn(lw_b *b) {
     idx = lw_reshape(b, idx, 1, &one);
   }
   b->sync = 1;
+  b->err_remap = LW_ERR_RUNTIME;
   tpuir_val r = tpuir_gather(b->g, x, dim, idx);
   return lw_result(b, lw_reshape(b, r, iv->ndim, iv->sizes));
 }
@@ -113,6 +114,7 @@ static int scatter_prep(lw_b *b, tpuir_val *x, tpuir_val *idx, tpuir_val *src,
     return tpu_error(TPU_E_UNSUPPORTED, "%s: no src", b->base);
   }
   b->sync = 1;
+  b->err_remap = LW_ERR_RUNTIME;
   return TPU_OK;
 }
 
@@ -195,6 +197,7 @@ static int index_add_fn(lw_b *b) {
     idx = lw_reshape(b, idx, 1, &one);
   }
   b->sync = 1;
+  b->err_remap = LW_ERR_RUNTIME;
   tpuir_val r = tpuir_index_add(b->g, x, dim, idx, src);
   if (scalar) r = lw_reshape(b, r, 0, NULL);
   if (dt == TPU_BOOL) r = lw_bin(b, TPUIR_NE, r, lw_const(b, cdt, 0));

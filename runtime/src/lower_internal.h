@@ -28,6 +28,14 @@ enum {
   LW_OUT_ANY       /* any conversion allowed (copy-like ops) */
 };
 
+/* How a run-time index error (TPU_E_INDEX from the executor) is reported
+ * by a synchronizing launch, to match PyTorch CPU's exception. */
+enum {
+  LW_ERR_KEEP = 0,   /* IndexError as is */
+  LW_ERR_RUNTIME,    /* RuntimeError, same message (gather, scatter, ...) */
+  LW_ERR_NLL_TARGET  /* IndexError "Target N is out of bounds." */
+};
+
 typedef struct lw_b {
   const tpulw_ctx *ctx;
   const char *base;     /* ATen base name, e.g. "add_" */
@@ -46,6 +54,7 @@ typedef struct lw_b {
   int res_dest[LW_MAX_RES]; /* explicit destination arg index, or -1 */
   uint64_t not_out;         /* args (bit = index) written only explicitly */
   int sync;       /* launch must synchronize (op checks index ranges) */
+  int err_remap;  /* LW_ERR_*: how a run-time TPU_E_INDEX is reported */
   int out_rule;   /* LW_OUT_* */
 } lw_b;
 

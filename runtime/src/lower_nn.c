@@ -422,6 +422,7 @@ static int nll_setup(lw_b *b, nll_ctx *c) {
   c->x = x;
   c->ts = ts;
   b->sync = 1; /* target range check: IndexError at the call */
+  b->err_remap = LW_ERR_NLL_TARGET;
   return TPU_OK;
 }
 
