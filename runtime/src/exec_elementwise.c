@@ -317,7 +317,7 @@ static float lgamma_f(float x) {
   UN(TPUIR_SIGN, (T)((x > 0) - (x < 0))) /* torch: sign(NaN) = 0 */                           \
   UN(TPUIR_EXP, fexp##X(x))                                                     \
   UN(TPUIR_EXPM1, expm1##S(x))                                                 \
-  UN(TPUIR_LOG, log##S(x))                                                     \
+  UN(TPUIR_LOG, flog##X(x))                                                     \
   UN(TPUIR_LOG1P, log1p##S(x))                                                 \
   case TPUIR_SQRT: vsqrt##X(n, r, a, 0); break;                                \
   case TPUIR_RSQRT: vsqrt##X(n, r, a, 1); break;                               \
@@ -428,6 +428,43 @@ static inline float fexp_f(float x) {
   return x != x ? x : res;
 }
 static inline double fexp_d(double x) { return exp(x); }
+
+/* log for float, branch-free (Cephes logf: mantissa in [sqrt(1/2),
+ * sqrt(2)), degree-8 polynomial, exponent added in two parts). ~1 ulp;
+ * denormals are pre-scaled; log(0) = -inf, log(x<0) = NaN. */
+static inline float flog_f(float x) {
+  float xs = x < 1.17549435e-38f ? x * 8388608.0f : x; /* 2^23 for denormals */
+  float eadj = x < 1.17549435e-38f ? -23.0f : 0.0f;
+  uint32_t u;
+  memcpy(&u, &xs, 4);
+  float e = (float)((int32_t)((u >> 23) & 0xffu) - 126) + eadj;
+  uint32_t mu = (u & 0x807fffffu) | 0x3f000000u; /* mantissa in [0.5, 1) */
+  float m;
+  memcpy(&m, &mu, 4);
+  int small = m < 0.707106781186547524f;
+  e = small ? e - 1.0f : e;
+  float t = small ? m + m - 1.0f : m - 1.0f;
+  float z = t * t;
+  float y = 7.0376836292E-2f;
+  y = y * t - 1.1514610310E-1f;
+  y = y * t + 1.1676998740E-1f;
+  y = y * t - 1.2420140846E-1f;
+  y = y * t + 1.4249322787E-1f;
+  y = y * t - 1.6668057665E-1f;
+  y = y * t + 2.0000714765E-1f;
+  y = y * t - 2.4999993993E-1f;
+  y = y * t + 3.3333331174E-1f;
+  y = y * t * z;
+  y += -2.12194440e-4f * e;
+  y += -0.5f * z;
+  float r = t + y;
+  r += 0.693359375f * e;
+  r = x == 0.0f ? -INFINITY : r;
+  r = x < 0.0f ? NAN : r;
+  r = x == INFINITY ? INFINITY : r;
+  return x != x ? x : r;
+}
+static inline double flog_d(double x) { return log(x); }
 
 /* tanh for float: Cephes odd polynomial below 0.625, else
  * 1 - 2 / (exp(2|x|) + 1) with the sign of x. */

@@ -1020,3 +1020,60 @@ TPU_TEST(exec_fusion_limits_and_inplace) {
   free(IB.mem);
   tpuir_graph_free(g);
 }
+
+/* The vectorised float32 exp/log/tanh/logistic against double libm over
+ * wide ranges (denormals included): within 3 ulp of the correctly rounded
+ * value. */
+TPU_TEST(exec_fast_f32_math_accuracy) {
+  enum { NPT = 40000 };
+  static const int ops[4] = {TPUIR_EXP, TPUIR_LOG, TPUIR_TANH, TPUIR_LOGISTIC};
+  int64_t sz[1] = {NPT};
+  float *in = malloc(NPT * sizeof(float)), *out = malloc(NPT * sizeof(float));
+  for (int oi = 0; oi < 4; oi++) {
+    int op = ops[oi];
+    for (int i = 0; i < NPT; i++) {
+      double f = (double)i / (NPT - 1);
+      switch (op) {
+      case TPUIR_EXP: in[i] = (float)(-110 + 200 * f); break;
+      case TPUIR_LOG: in[i] = (float)pow(10.0, -45 + 83.5 * f); break;
+      case TPUIR_TANH: in[i] = (float)(-12 + 24 * f * f * f); break;
+      default: in[i] = (float)(-100 + 200 * f); break;
+      }
+    }
+    in[0] = op == TPUIR_LOG ? 1.0f : 0.0f;
+    in[1] = op == TPUIR_LOG ? 0x1p-149f : 1e-30f;
+    in[2] = op == TPUIR_TANH ? -1e-6f : 88.7f;
+    tpuir_graph *g = tpuir_graph_new();
+    tpuir_val r = tpuir_unary(g, op, tpuir_param(g, TPU_F32, 1, sz));
+    tpu_view A, O;
+    tpu_view_init_contiguous(&A, in, TPU_F32, 1, sz);
+    tpu_view_init_contiguous(&O, out, TPU_F32, 1, sz);
+    CHECK_OK(run1(g, r, 1, &A, &O));
+    double worst = 0;
+    for (int i = 0; i < NPT; i++) {
+      double x = in[i], ref;
+      switch (op) {
+      case TPUIR_EXP: ref = exp(x); break;
+      case TPUIR_LOG: ref = log(x); break;
+      case TPUIR_TANH: ref = tanh(x); break;
+      default: ref = 1.0 / (1.0 + exp(-x)); break;
+      }
+      float rf = (float)ref;
+      double ulp = fabs((double)nextafterf(rf, INFINITY) - (double)rf);
+      if (ulp == 0 || isinf(ulp)) ulp = 0x1p-149;
+      double err = isinf(ref) || isinf(out[i]) ? (out[i] == rf ? 0 : 1e9)
+                                               : fabs(out[i] - ref) / ulp;
+      if (err > worst) worst = err;
+      if (err > 3) {
+        fprintf(stderr, "  %s(%.9g) = %.9g, want %.9g (%.1f ulp)\n",
+                tpuir_op_name(op), x, out[i], ref, err);
+        CHECK(0);
+      }
+    }
+    if (getenv("TPU_TEST_VERBOSE"))
+      fprintf(stderr, "  %s: worst %.2f ulp\n", tpuir_op_name(op), worst);
+    tpuir_graph_free(g);
+  }
+  free(in);
+  free(out);
+}
