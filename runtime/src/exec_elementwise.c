@@ -334,7 +334,7 @@ static float lgamma_f(float x) {
   UN(TPUIR_ACOSH, acosh##S(x))                                                 \
   UN(TPUIR_ATANH, atanh##S(x))                                                 \
   UN(TPUIR_LOGISTIC, logistic##X(x))                                           \
-  UN(TPUIR_ERF, erf##S(x))                                                     \
+  UN(TPUIR_ERF, ferf##X(x))                                                     \
   UN(TPUIR_ERFINV, erfinv##X(x))                                               \
   UN(TPUIR_LGAMMA, lgamma##X(x))                                               \
   UN(TPUIR_DIGAMMA, digamma##X(x))                                             \
@@ -465,6 +465,36 @@ static inline float flog_f(float x) {
   return x != x ? x : r;
 }
 static inline double flog_d(double x) { return log(x); }
+
+/* erf for float, branch-free: |x| < 1: x * P7(x^2); else
+ * sign(x) * (1 - exp(-x^2) * Q8(1/|x|)) (least-squares fits of erf(x)/x
+ * and exp(x^2) erfc(x)); within 3 ulp. */
+static inline float ferf_f(float x) {
+  float ax = fabsf(x), z = x * x;
+  float p = -9.728414117e-06f;
+  p = p * z + 1.128817663e-04f;
+  p = p * z - 8.487267968e-04f;
+  p = p * z + 5.221261510e-03f;
+  p = p * z - 2.686551745e-02f;
+  p = p * z + 1.128378411e-01f;
+  p = p * z - 3.761263859e-01f;
+  p = p * z + 1.128379167e+00f;
+  float r1 = x * p;
+  float t = 1.0f / (ax > 1.0f ? ax : 1.0f);
+  float q = -7.995059136e-03f;
+  q = q * t + 2.116690447e-02f;
+  q = q * t + 3.977871942e-02f;
+  q = q * t - 2.612839504e-01f;
+  q = q * t + 5.111928552e-01f;
+  q = q * t - 4.781195561e-01f;
+  q = q * t + 4.377910644e-02f;
+  q = q * t + 5.587775939e-01f;
+  q = q * t + 2.869468911e-04f;
+  float r2 = copysignf(1.0f - fexp_f(-z) * q, x);
+  r2 = ax > 4.0f ? copysignf(1.0f, x) : r2;
+  return x != x ? x : (ax < 1.0f ? r1 : r2);
+}
+static inline double ferf_d(double x) { return erf(x); }
 
 /* tanh for float: Cephes odd polynomial below 0.625, else
  * 1 - 2 / (exp(2|x|) + 1) with the sign of x. */

@@ -1021,15 +1021,15 @@ TPU_TEST(exec_fusion_limits_and_inplace) {
   tpuir_graph_free(g);
 }
 
-/* The vectorised float32 exp/log/tanh/logistic against double libm over
+/* The vectorised float32 exp/log/tanh/logistic/erf against double libm over
  * wide ranges (denormals included): within 3 ulp of the correctly rounded
  * value. */
 TPU_TEST(exec_fast_f32_math_accuracy) {
   enum { NPT = 40000 };
-  static const int ops[4] = {TPUIR_EXP, TPUIR_LOG, TPUIR_TANH, TPUIR_LOGISTIC};
+  static const int ops[5] = {TPUIR_EXP, TPUIR_LOG, TPUIR_TANH, TPUIR_LOGISTIC, TPUIR_ERF};
   int64_t sz[1] = {NPT};
   float *in = malloc(NPT * sizeof(float)), *out = malloc(NPT * sizeof(float));
-  for (int oi = 0; oi < 4; oi++) {
+  for (int oi = 0; oi < 5; oi++) {
     int op = ops[oi];
     for (int i = 0; i < NPT; i++) {
       double f = (double)i / (NPT - 1);
@@ -1037,6 +1037,7 @@ TPU_TEST(exec_fast_f32_math_accuracy) {
       case TPUIR_EXP: in[i] = (float)(-110 + 200 * f); break;
       case TPUIR_LOG: in[i] = (float)pow(10.0, -45 + 83.5 * f); break;
       case TPUIR_TANH: in[i] = (float)(-12 + 24 * f * f * f); break;
+      case TPUIR_ERF: in[i] = (float)(-6 + 12 * f); break;
       default: in[i] = (float)(-100 + 200 * f); break;
       }
     }
@@ -1056,6 +1057,7 @@ TPU_TEST(exec_fast_f32_math_accuracy) {
       case TPUIR_EXP: ref = exp(x); break;
       case TPUIR_LOG: ref = log(x); break;
       case TPUIR_TANH: ref = tanh(x); break;
+      case TPUIR_ERF: ref = erf(x); break;
       default: ref = 1.0 / (1.0 + exp(-x)); break;
       }
       float rf = (float)ref;
