@@ -3,9 +3,7 @@
  *
  * Indices (int32/int64 views) are first converted to a contiguous int64
  * array and range-checked as a whole (negative indices are errors, as on
- * torch CPU), so a failing node writes nothing. Errors follow torch CPU:
- * index_select -> TPU_E_INDEX (IndexError), gather / scatter_add /
- * index_add -> TPU_E_INVALID (RuntimeError). Accumulating ops compute
+ * torch CPU), so a failing node writes nothing (TPU_E_INDEX). Accumulating ops compute
  * in the dtype's class (f16/bf16 via float, rounded per addition; ints
  * wrap) and run duplicates in index order, so results are deterministic.
  */
@@ -30,15 +28,16 @@ static int load_indices(const tpu_view *idx, int64_t **out, int64_t *n) {
   return TPU_OK;
 }
 
-/* Range check with torch CPU's errors: index_select raises IndexError
- * ("index out of range in self"); gather, scatter_add and index_add raise
- * RuntimeError ("index 5 is out of bounds for dimension 1 with size 3"). */
+/* Range check: TPU_E_INDEX (tpu_ir.h), message "index out of range in self"
+ * for index_select, else "index 5 is out of bounds for dimension 1 with
+ * size 3" (torch CPU's text; the lowering re-reports gather/scatter/
+ * index_add as RuntimeError, like PyTorch). */
 static int check_range(const int64_t *ix, int64_t n, int64_t size, int dim,
                        int select_msg) {
   for (int64_t i = 0; i < n; i++)
     if (ix[i] < 0 || ix[i] >= size) {
       if (select_msg) return tpu_error(TPU_E_INDEX, "index out of range in self");
-      return tpu_error(TPU_E_INVALID,
+      return tpu_error(TPU_E_INDEX,
                        "index %lld is out of bounds for dimension %d with size %lld",
                        (long long)ix[i], dim, (long long)size);
     }

@@ -423,8 +423,7 @@ TPU_TEST(exec_gather_scatter) {
     free(G.mem); free(SA.mem);
     tpuir_graph_free(g);
   }
-  /* out-of-range / negative index: TPU_E_INVALID (torch raises RuntimeError
-   * for gather), outputs untouched */
+  /* out-of-range / negative index: TPU_E_INDEX, outputs untouched */
   for (int bad = 0; bad < 2; bad++) {
     ((int64_t *)I.mem)[7] = bad ? -1 : 5;
     tpuir_graph *g = tpuir_graph_new();
@@ -442,7 +441,7 @@ TPU_TEST(exec_gather_scatter) {
       /* in range for dim 1 (size 5) -> ok; make it out of range */
       ((int64_t *)I.mem)[7] = 5;
     }
-    CHECK(tpux_run(g, 2, ins, 2, ov) == TPU_E_INVALID); /* RuntimeError, like torch */
+    CHECK(tpux_run(g, 2, ins, 2, ov) == TPU_E_INDEX);
     CHECK(strstr(tpu_last_error(), bad ? "index -1 is out of bounds for dimension 1 with size 5"
                                        : "index 5 is out of bounds for dimension 1 with size 5"));
     for (int k = 0; k < 15; k++) CHECK(((uint32_t *)G.mem)[k] == 0x55555555u);
