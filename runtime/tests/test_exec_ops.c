@@ -665,3 +665,60 @@ TPU_TEST(exec_rng_properties) {
   free(U.mem);
   tpuir_graph_free(g);
 }
+
+TPU_TEST(exec_dead_failable_nodes_still_check) {
+  /* a gather whose result is unused still reports its bad index, and an
+   * unused integer division still reports division by zero */
+  int64_t s[1] = {4};
+  float xv[4] = {1, 2, 3, 4}, ov[4] = {0, 0, 0, 0};
+  int64_t iv[4] = {0, 1, 9, 2};
+  int32_t a[4] = {1, 2, 3, 4}, z[4] = {1, 0, 1, 1};
+  tpu_view X, I, O, A, Z;
+  tpu_view_init_contiguous(&X, xv, TPU_F32, 1, s);
+  tpu_view_init_contiguous(&I, iv, TPU_I64, 1, s);
+  tpu_view_init_contiguous(&O, ov, TPU_F32, 1, s);
+  tpu_view_init_contiguous(&A, a, TPU_I32, 1, s);
+  tpu_view_init_contiguous(&Z, z, TPU_I32, 1, s);
+  tpuir_graph *g = tpuir_graph_new();
+  tpuir_val x = tpuir_param(g, TPU_F32, 1, s);
+  tpuir_val ix = tpuir_param(g, TPU_I64, 1, s);
+  tpuir_val pa = tpuir_param(g, TPU_I32, 1, s);
+  tpuir_val pz = tpuir_param(g, TPU_I32, 1, s);
+  CHECK(tpuir_gather(g, x, 0, ix) >= 0);
+  CHECK(tpuir_binary(g, TPUIR_DIV, pa, pz) >= 0);
+  tpuir_val r = tpuir_unary(g, TPUIR_NEG, x);
+  CHECK_OK(tpuir_set_outputs(g, 1, &r));
+  tpu_view ins[4] = {X, I, A, Z};
+  CHECK(tpux_run(g, 4, ins, 1, &O) == TPU_E_INDEX);
+  CHECK(ov[0] == 0 && ov[3] == 0);
+  iv[2] = 3;
+  CHECK(tpux_run(g, 4, ins, 1, &O) == TPU_E_INVALID);
+  CHECK(strstr(tpu_last_error(), "ZeroDivisionError"));
+  CHECK(ov[0] == 0);
+  z[1] = 5;
+  CHECK_OK(tpux_run(g, 4, ins, 1, &O));
+  CHECK(ov[0] == -1 && ov[3] == -4);
+  tpuir_graph_free(g);
+}
+
+TPU_TEST(exec_rng_int_bits_and_normal_f64) {
+  int64_t s[1] = {100000};
+  tpuir_graph *g = tpuir_graph_new();
+  tpuir_val b32 = tpuir_rng(g, TPUIR_RNG_BITS, TPU_I32, 1, s, 99, 5);
+  tpuir_val b64 = tpuir_rng(g, TPUIR_RNG_BITS, TPU_I64, 1, s, 99, 5);
+  tpuir_val outs[2] = {b32, b64};
+  CHECK_OK(tpuir_set_outputs(g, 2, outs));
+  tarr O32 = ta_new(TPU_I32, 1, s), O64 = ta_new(TPU_I64, 1, s);
+  tpu_view ov[2] = {O32.v, O64.v};
+  CHECK_OK(tpux_run(g, 0, NULL, 2, ov));
+  int neg = 0;
+  for (int i = 0; i < 100000; i++) {
+    /* int32 bits are the low 32 bits of the 64-bit draw */
+    CHECK(((int32_t *)O32.mem)[i] == (int32_t)((int64_t *)O64.mem)[i]);
+    neg += ((int32_t *)O32.mem)[i] < 0;
+  }
+  CHECK(neg > 49000 && neg < 51000);
+  free(O32.mem);
+  free(O64.mem);
+  tpuir_graph_free(g);
+}
