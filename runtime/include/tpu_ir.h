@@ -58,6 +58,9 @@ typedef enum tpuir_op {
   TPUIR_INDEX_SELECT,
   TPUIR_SCATTER_ADD,/* torch.scatter_add along a dim */
   TPUIR_INDEX_ADD,
+  TPUIR_CONVOLUTION,   /* see tpuir_convolution */
+  TPUIR_REDUCE_WINDOW, /* attr: reduce kind (SUM / MAX) */
+  TPUIR_WINDOW_ARGMAX, /* max-pool indices */
   TPUIR_NUM_OPS
 } tpuir_op;
 
@@ -173,6 +176,56 @@ tpuir_val tpuir_scatter_add(tpuir_graph *g, tpuir_val base, int dim,
  * size(dim) = numel(idx). */
 tpuir_val tpuir_index_add(tpuir_graph *g, tpuir_val base, int dim,
                           tpuir_val idx, tpuir_val src);
+
+/* ---- convolution and windows (ir_conv.c) ----------------------------- */
+/* StableHLO convolution restricted to PyTorch layouts: lhs [N, C, s...],
+ * rhs [O, C/groups, k...], result [N, O, o...] with 1..3 spatial dims
+ * (nsp = rank - 2). Per spatial dim i (arrays of nsp entries; NULL means
+ * all 1 for strides/dilations, all 0 for padding):
+ *   the input is dilated by lhs_dilation[i] (ld - 1 zeros between
+ *   elements; transposed convs / input gradients), padded by pad_lo[i] /
+ *   pad_hi[i] zeros (negative = crop), the kernel dilated by
+ *   rhs_dilation[i], and the window moved by window_strides[i]:
+ *     o[i] = (pad_lo + (s - 1) * ld + 1 + pad_hi - ((k - 1) * rd + 1))
+ *            / stride + 1          (0 when the padded input is smaller
+ *                                   than the dilated window, or s == 0)
+ * feature_group_count g: C and O are split into g groups; output group j
+ * sees input group j only. Operands: same float dtype (f16, bf16, f32,
+ * f64); result in that dtype; accumulation >= fp32; `precision`
+ * (tpu_precision) applies to f32 like dot_general. */
+tpuir_val tpuir_convolution(tpuir_graph *g, tpuir_val lhs, tpuir_val rhs,
+                            const int64_t *window_strides,
+                            const int64_t *pad_lo, const int64_t *pad_hi,
+                            const int64_t *lhs_dilation,
+                            const int64_t *rhs_dilation,
+                            int64_t feature_group_count, int precision);
+/* StableHLO reduce_window over every dim of x (rank <= 8; arrays of rank
+ * entries; NULL strides/dilations = 1, NULL padding = 0): kind
+ * TPUIR_RED_SUM (padding adds 0; f16/bf16 accumulate in f32) or
+ * TPUIR_RED_MAX (padding never wins; NaN propagates). Result dim
+ *   (pad_lo + s + pad_hi - ((w - 1) * dil + 1)) / stride + 1   (or 0).
+ * Result dtype = x's dtype (float or int; not bool). */
+tpuir_val tpuir_reduce_window(tpuir_graph *g, int kind, tpuir_val x,
+                              const int64_t *window, const int64_t *strides,
+                              const int64_t *pad_lo, const int64_t *pad_hi,
+                              const int64_t *dilation);
+/* Max-pool indices: same windows as tpuir_reduce_window(TPUIR_RED_MAX, ...)
+ * but the int64 position of the max instead of its value, as a row-major
+ * index over the last `index_dims` dims of x (PyTorch's max_pool indices:
+ * index_dims = number of spatial dims). Padding positions are never
+ * chosen; ties keep the first; a NaN is taken as the max (the last NaN of
+ * the window wins, like PyTorch CPU). An all-padding window gives -1. */
+tpuir_val tpuir_window_argmax(tpuir_graph *g, tpuir_val x,
+                              const int64_t *window, const int64_t *strides,
+                              const int64_t *pad_lo, const int64_t *pad_hi,
+                              const int64_t *dilation, int index_dims);
+/* Node attributes of these ops (tpuir_node below):
+ *   CONVOLUTION  na = nsp, a = window_strides, b = pad_lo, c = pad_hi,
+ *                d[0..nsp) = lhs_dilation, d[8..8+nsp) = rhs_dilation,
+ *                dim = feature_group_count, kind = precision
+ *   REDUCE_WINDOW / WINDOW_ARGMAX  na = rank, a = window, b = strides,
+ *                c[0..8) = pad_lo, c[8..16) = pad_hi, d[0..8) = dilation,
+ *                kind = reduce kind (RED_MAX for argmax), dim = index_dims */
 
 /* ---- outputs and inspection ------------------------------------------ */
 /* Declare the graph's results (in order). A value may appear twice and may

@@ -41,6 +41,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "ir_internal.h"
+
 struct tpuir_graph {
   tpuir_node *nodes;
   int32_t n, cap;
@@ -99,7 +101,9 @@ static const char *const k_op_names[TPUIR_NUM_OPS] = {
     [TPUIR_REDUCE] = "reduce", [TPUIR_ARGREDUCE] = "argreduce",
     [TPUIR_DOT_GENERAL] = "dot_general", [TPUIR_GATHER] = "gather",
     [TPUIR_INDEX_SELECT] = "index_select", [TPUIR_SCATTER_ADD] = "scatter_add",
-    [TPUIR_INDEX_ADD] = "index_add",
+    [TPUIR_INDEX_ADD] = "index_add", [TPUIR_CONVOLUTION] = "convolution",
+    [TPUIR_REDUCE_WINDOW] = "reduce_window",
+    [TPUIR_WINDOW_ARGMAX] = "window_argmax",
 };
 
 /* Static name of an op ("add", "dot_general", ...); "?" if invalid. */
@@ -152,6 +156,10 @@ static tpuir_node *new_node(tpuir_graph *g, int op) {
 
 /* Commit the node most recently returned by new_node. */
 static tpuir_val commit(tpuir_graph *g) { return g->n++; }
+
+/* Hooks for the builders in ir_conv.c (see ir_internal.h). */
+tpuir_node *tpuir__new_node(tpuir_graph *g, int op) { return new_node(g, op); }
+tpuir_val tpuir__commit(tpuir_graph *g) { return commit(g); }
 
 static int dtype_ok(int dt) { return dt >= 0 && dt < TPU_NUM_DTYPES; }
 
@@ -1178,6 +1186,14 @@ size_t tpuir_dump(const tpuir_graph *g, char *buf, size_t cap) {
       sb_ints(&s, "rhs_contract", n->nb, n->d);
       sb_printf(&s, ", precision=%d}", (int)n->kind);
       break;
+    case TPUIR_CONVOLUTION:
+    case TPUIR_REDUCE_WINDOW:
+    case TPUIR_WINDOW_ARGMAX: {
+      char at[400];
+      tpuir__window_attr_str(n, at, sizeof at);
+      sb_printf(&s, " {%s}", at);
+      break;
+    }
     default: break;
     }
     char ts[200];

@@ -1,0 +1,22 @@
+/* ir_internal.h - private hooks between ir.c and the builders that live in
+ * other ir_*.c files (ir_conv.c). Not installed. */
+#ifndef TPU_IR_INTERNAL_H
+#define TPU_IR_INTERNAL_H
+
+#include <stddef.h>
+
+#include "tpu_ir.h"
+
+/* Append a zeroed node with op `op` (not yet a value: call tpuir__commit
+ * after filling it). NULL on OOM. May move every node: re-fetch operand
+ * nodes after calling it. Defined in ir.c. */
+tpuir_node *tpuir__new_node(tpuir_graph *g, int op);
+/* Commit the node most recently returned by tpuir__new_node; returns its
+ * value id. Defined in ir.c. */
+tpuir_val tpuir__commit(tpuir_graph *g);
+/* Attribute text of a CONVOLUTION / REDUCE_WINDOW / WINDOW_ARGMAX node for
+ * tpuir_dump ("stride=[..], ..."), NUL-terminated in buf. Defined in
+ * ir_conv.c. */
+void tpuir__window_attr_str(const tpuir_node *n, char *buf, size_t cap);
+
+#endif /* TPU_IR_INTERNAL_H */
