@@ -100,6 +100,12 @@ int tpulw_has(const char *name, const char *overload);
  * Borrowed static strings; *n receives the count. */
 const char *const *tpulw_list(int *n);
 
+/* 1 if the lowering of "name.overload" draws random numbers although its
+ * schema has no Generator argument (native_dropout): the glue then appends
+ * one extra argument {name "generator", kind TPULW_GENERATOR, gen = the
+ * device's default generator} (held locked during tpulw_prepare). */
+int tpulw_needs_default_generator(const char *name, const char *overload);
+
 /* Build the plan for one ATen call. Caller owns *out (tpulw_launch or
  * tpulw_plan_free releases it). Errors: TPU_E_UNSUPPORTED when no lowering
  * covers this call (glue then falls back), else the error PyTorch CPU

@@ -16,12 +16,12 @@ enum { RN_UNIFORM = 1, RN_NORMAL, RN_NORMAL_TT, RN_BERNOULLI_F, RN_BERNOULLI_T,
 /* Random numbers of `kind` in dtype over a shape; advances the generator. */
 static tpuir_val rng(lw_b *b, int kind, int dtype, int nd, const int64_t *sizes) {
   const tpulw_arg *g = lw_arg(b, "generator");
-  if (!g || g->kind != TPULW_GENERATOR || !g->gen)
-    return tpu_error(TPU_E_UNSUPPORTED, "%s: no generator", b->base);
+  tpulw_philox *gen = (g && g->kind == TPULW_GENERATOR) ? g->gen : NULL;
+  if (!gen) return tpu_error(TPU_E_UNSUPPORTED, "%s: no generator", b->base);
   int64_t n = 1;
   for (int i = 0; i < nd; i++) n *= sizes[i];
-  tpuir_val v = tpuir_rng(b->g, kind, dtype, nd, sizes, g->gen->seed, g->gen->offset);
-  if (v >= 0) g->gen->offset += (uint64_t)n;
+  tpuir_val v = tpuir_rng(b->g, kind, dtype, nd, sizes, gen->seed, gen->offset);
+  if (v >= 0) gen->offset += (uint64_t)n;
   return v;
 }
 
@@ -222,6 +222,11 @@ static int dropout_bw_fn(lw_b *b) {
   tpuir_val r = lw_bin(b, TPUIR_MUL, lw_convert(b, lw_tensor(b, g), cdt),
                        lw_convert(b, lw_tensor(b, m), cdt));
   return lw_result_as(b, lw_bin_c(b, TPUIR_MUL, r, scale), dt);
+}
+
+int tpulw_needs_default_generator(const char *name, const char *overload) {
+  (void)overload;
+  return name && strcmp(name, "native_dropout") == 0;
 }
 
 const lw_row lw_rows_random[] = {
