@@ -468,7 +468,7 @@ def _summarise(res):
 
 
 def check_model(name, stages=STAGES, fallback_rerun=True, timeout=None, log=None,
-                precision="HIGHEST"):
+                precision="HIGHEST", on_stage=None):
     """Run the zoo check of one architecture in this process; returns a
     JSON-able dict. Never raises for model failures."""
     import torch
@@ -586,6 +586,8 @@ def check_model(name, stages=STAGES, fallback_rerun=True, timeout=None, log=None
                 continue
             sr = res["stages"][stage]
             t0 = time.time()
+            if on_stage:
+                on_stage(stage)
             # ---- CPU reference ----
             try:
                 if stage == "forward":
@@ -713,19 +715,25 @@ def _worker(names, out_path, timeout, stages, fallback_rerun, precision):
         for name in names:
             f.write(json.dumps({"event": "start", "name": name}) + "\n")
             f.flush()
+
+            def on_stage(stage, name=name):
+                f.write(json.dumps({"event": "stage", "name": name, "stage": stage}) + "\n")
+                f.flush()
+
             res = check_model(name, stages=stages, fallback_rerun=fallback_rerun,
-                              timeout=timeout, log=sys.stderr, precision=precision)
+                              timeout=timeout, log=sys.stderr, precision=precision,
+                              on_stage=on_stage)
             f.write(json.dumps({"event": "done", "result": res}) + "\n")
             f.flush()
 
 
-def _dead_result(name, status, text):
+def _dead_result(name, status, text, stage=None):
     spec = SPEC_BY_NAME[name]
     res = {"name": name, "kind": spec.kind, "model": spec.model_cls, "attn": None, "params": None,
            "error": text, "time": None, "notes": [],
            "stages": {s: dataclasses.asdict(StageResult()) for s in STAGES}}
     for s in STAGES:
-        if s != "generate" or spec.generate:
+        if stage in (None, s) and (s != "generate" or spec.generate):
             res["stages"][s].update(status=status, first_op=text)
             break
     return _summarise(res)
@@ -765,7 +773,7 @@ def run_models(names, timeout=DEFAULT_TIMEOUT, stages=STAGES, fallback_rerun=Tru
         with open(log_path, "w") as logf:
             proc = subprocess.Popen(cmd, env=env, stdout=logf,
                                     stderr=None if verbose else subprocess.STDOUT)
-            pos, current, started = 0, None, time.time()
+            pos, current, started, cur_stage = 0, None, time.time(), None
             while True:
                 rc = proc.poll()
                 with open(out_path) as f:
@@ -777,7 +785,9 @@ def run_models(names, timeout=DEFAULT_TIMEOUT, stages=STAGES, fallback_rerun=Tru
                 for line in chunk[:cut].splitlines():
                     ev = json.loads(line)
                     if ev["event"] == "start":
-                        current, started = ev["name"], time.time()
+                        current, started, cur_stage = ev["name"], time.time(), None
+                    elif ev["event"] == "stage":
+                        cur_stage = ev["stage"]
                     else:
                         r = ev["result"]
                         results.append(r)
@@ -803,9 +813,11 @@ def run_models(names, timeout=DEFAULT_TIMEOUT, stages=STAGES, fallback_rerun=Tru
                 sig = f"signal {-rc}" if isinstance(rc, int) and rc < 0 else f"exit code {rc}"
                 with open(log_path, errors="replace") as f:
                     tail = [ln.strip() for ln in f.read().splitlines() if ln.strip()][-3:]
-                text = f"crash ({sig}): " + " | ".join(tail)[-300:]
+                text = f"crash ({sig})" + (": " + " | ".join(tail)[-300:] if tail else "")
                 status = "crash"
-            r = _dead_result(current, status, text)
+            if cur_stage:
+                text = f"{text} [in {cur_stage}]"
+            r = _dead_result(current, status, text, cur_stage)
             results.append(r)
             todo.remove(current)
             if on_result:
@@ -991,6 +1003,40 @@ def write_report(results, path, argv=None, elapsed=None):
                     break
         w(f"| {n} | `{op}` | {', '.join(who)} |")
     w("")
+    fb_errs = collections.Counter()
+    fb_who = collections.defaultdict(list)
+    for r in results:
+        seen = set()
+        for s in STAGES:
+            e = r["stages"][s].get("fallback_error")
+            if e and e not in seen:
+                seen.add(e)
+                fb_errs[e] += 1
+                fb_who[e].append(r["name"])
+    if fb_errs:
+        w("## Blocked even with the CPU fallback\n")
+        w("Stages that still fail when re-run with the fallback enabled (their list of missing "
+          "ops above is cut short there): these need a native kernel or a glue registration, "
+          "the fallback cannot stand in.\n")
+        w("| architectures | error with the fallback enabled | which |")
+        w("|---|---|---|")
+        for e, n in fb_errs.most_common():
+            w(f"| {n} | `{e.replace('|', '/')[:200]}` | {', '.join(fb_who[e])} |")
+        w("")
+    notes = collections.Counter(n for r in results for n in (r.get("notes") or []))
+    untied = [r["name"] for r in results
+              if any("untied" in n for n in (r.get("notes") or []))]
+    if untied:
+        w("## Other findings\n")
+        w(f"- `Module.to('tpu')` unties tied weights in {len(untied)} architectures "
+          f"({', '.join(untied)}): tpu tensors are not shallow-copy compatible with CPU ones "
+          "(`torch._has_compatible_shallow_copy_type` is False for PrivateUse1), so "
+          "`nn.Module._apply` replaces each Parameter instead of setting `.data`, and tied "
+          "parameters (embeddings / LM head) become two. Training then silently diverges "
+          "from the CPU (the LM-head gradient never reaches the embedding). The harness "
+          "records it and re-ties with `model.tie_weights()` before comparing.")
+        w("")
+    del notes
     w("## Details\n")
     w("| architecture | model class | attn | params | stage errors (fwd / bwd / step / gen) | "
       "time s | notes |")
@@ -1078,7 +1124,15 @@ def main(argv=None):
         with open(args.json, "w") as f:
             json.dump(results, f, indent=1)
     if args.report:
-        write_report(results, args.report, argv=[a for a in argv if a != "-v"], elapsed=elapsed)
+        shown, skip = [], False
+        for a in argv:  # the command line minus the local-only options
+            if skip:
+                skip = False
+            elif a in ("--json", "--out"):
+                skip = True
+            elif a not in ("-v", "--verbose") and not a.startswith("--json="):
+                shown.append(a)
+        write_report(results, args.report, argv=shown, elapsed=elapsed)
         print(f"wrote {args.report}")
     return 0
 
