@@ -1,5 +1,9 @@
 """``python -m torch_tpu.ops --list``: the ATen overloads with a native tpu
-lowering (ATen -> IR -> vTPU executor, no CPU fallback), and their count."""
+lowering (ATen -> IR -> vTPU executor, no CPU fallback), and their count.
+
+``python -m torch_tpu.ops --opinfo [--dtypes float32|all] [--report FILE]``:
+run PyTorch's OpInfo samples on CPU and tpu (fallback disabled) and compare
+(see torch_tpu/opinfo.py)."""
 import argparse
 import sys
 
@@ -7,6 +11,17 @@ import sys
 def main(argv=None):
     ap = argparse.ArgumentParser(prog="python -m torch_tpu.ops")
     ap.add_argument("--list", action="store_true", help="print the native ATen overloads")
+    ap.add_argument("--opinfo", action="store_true",
+                    help="run the OpInfo sweep (CPU vs tpu, fallback disabled)")
+    ap.add_argument("--dtypes", default="float32",
+                    help="float32 (CI form), all, or a comma list of dtype names")
+    ap.add_argument("--report", default=None, help="write a markdown report to this file")
+    ap.add_argument("--max-samples", type=int, default=None,
+                    help="samples per (op, dtype) (default 5 for float32, 10 for all)")
+    ap.add_argument("--budget", type=float, default=None,
+                    help="seconds per (op, dtype) (default 2 for float32, 5 for all)")
+    ap.add_argument("--ops", default=None, help="comma list of OpInfo names to restrict to")
+    ap.add_argument("-v", "--verbose", action="store_true", help="one line per (op, dtype)")
     args = ap.parse_args(argv)
     import torch_tpu  # noqa: F401
     import torch
@@ -16,6 +31,14 @@ def main(argv=None):
         for name in ops:
             print(f"aten::{name}")
         print(f"{len(ops)} native ATen overloads")
+    if args.opinfo:
+        from torch_tpu import opinfo
+
+        cmd = "python -m torch_tpu.ops " + " ".join(argv if argv is not None else sys.argv[1:])
+        opinfo.main(dtypes=args.dtypes, report=args.report, max_samples=args.max_samples,
+                    budget_s=args.budget,
+                    ops=args.ops.split(",") if args.ops else None,
+                    verbose=args.verbose, command=cmd)
     return 0
 
 
