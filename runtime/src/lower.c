@@ -31,6 +31,7 @@ static void table_init(void) {
       {lw_rows_nn, lw_nrows_nn},
       {lw_rows_index, lw_nrows_index},
       {lw_rows_random, lw_nrows_random},
+      {lw_rows_conv, lw_nrows_conv},
   };
   int total = 0;
   for (size_t f = 0; f < sizeof fam / sizeof fam[0]; f++) total += fam[f].n;

@@ -79,6 +79,8 @@ extern const lw_row lw_rows_index[];
 extern const int lw_nrows_index;
 extern const lw_row lw_rows_random[];
 extern const int lw_nrows_random;
+extern const lw_row lw_rows_conv[];
+extern const int lw_nrows_conv;
 
 /* ---- scalars ------------------------------------------------------------ */
 enum { LW_SK_BOOL = 0, LW_SK_INT, LW_SK_FLOAT };
