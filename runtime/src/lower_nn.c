@@ -212,6 +212,54 @@ static int layer_norm_bw_fn(lw_b *b) {
   return lw_result_as(b, lw_reshape(b, gbt, nn, ns), bdt);
 }
 
+/* native_group_norm_backward: input [N, C, *] viewed as [N, G, C/G, HxW];
+ * mean/rstd [N, G]; weight [C]. */
+static int group_norm_bw_fn(lw_b *b) {
+  const tpulw_tensor *go = lw_tensor_arg(b, "grad_out");
+  const tpulw_tensor *in = lw_tensor_arg(b, "input");
+  const tpulw_tensor *mt = lw_tensor_arg(b, "mean"), *rt = lw_tensor_arg(b, "rstd");
+  if (!go || !in || !mt || !rt)
+    return tpu_error(TPU_E_UNSUPPORTED, "native_group_norm_backward: missing operand");
+  int dt = in->view.dtype;
+  int rc = float_only(b, dt);
+  if (rc < 0) return rc;
+  int64_t n = lw_int(b, "N", 0), c = lw_int(b, "C", 0), hw = lw_int(b, "HxW", 0);
+  int64_t grp = lw_int(b, "group", 1);
+  if (grp <= 0 || c % grp != 0 || n * c * hw != tpu_view_numel(&in->view))
+    return tpu_error(TPU_E_INVALID, "native_group_norm_backward: bad N/C/HxW/group");
+  const tpulw_tensor *w = lw_tensor_arg(b, "weight");
+  int cdt = lw_opmath(dt);
+  int64_t s4[4] = {n, grp, c / grp, hw}, s2[4] = {n, grp, 1, 1}, wc[4] = {1, grp, c / grp, 1};
+  tpuir_val x = lw_reshape(b, lw_convert(b, lw_tensor(b, in), cdt), 4, s4);
+  tpuir_val g = lw_reshape(b, lw_convert(b, lw_tensor(b, go), cdt), 4, s4);
+  tpuir_val mean = lw_reshape(b, lw_convert(b, lw_tensor(b, mt), cdt), 4, s2);
+  tpuir_val rstd = lw_reshape(b, lw_convert(b, lw_tensor(b, rt), cdt), 4, s2);
+  tpuir_val xhat = lw_bin(b, TPUIR_MUL, lw_bin(b, TPUIR_SUB, x, mean), rstd);
+  tpuir_val gw = g;
+  if (w) gw = lw_bin(b, TPUIR_MUL, g, lw_reshape(b, lw_convert(b, lw_tensor(b, w), cdt), 4, wc));
+  double cnt = (double)(c / grp * hw);
+  uint32_t inner = (1u << 2) | (1u << 3);
+  tpuir_val m1 = lw_bin_c(b, TPUIR_DIV, lw_reduce_dims(b, TPUIR_RED_SUM, gw, inner, 1), cnt);
+  tpuir_val m2 = lw_bin_c(b, TPUIR_DIV,
+                          lw_reduce_dims(b, TPUIR_RED_SUM, lw_bin(b, TPUIR_MUL, gw, xhat), inner, 1),
+                          cnt);
+  tpuir_val gi = lw_bin(b, TPUIR_MUL, rstd,
+                        lw_bin(b, TPUIR_SUB, lw_bin(b, TPUIR_SUB, gw, m1),
+                               lw_bin(b, TPUIR_MUL, xhat, m2)));
+  if (!mask_bit(b, 0)) gi = lw_full(b, cdt, 4, s4, 0);
+  gi = lw_reshape(b, gi, in->view.ndim, in->view.sizes);
+  if ((rc = lw_result_as(b, gi, dt)) < 0) return rc;
+  uint32_t outer = (1u << 0) | (1u << 3);
+  int pdt = w ? w->view.dtype : dt;
+  tpuir_val gwt = mask_bit(b, 1)
+                      ? lw_reduce_dims(b, TPUIR_RED_SUM, lw_bin(b, TPUIR_MUL, g, xhat), outer, 0)
+                      : lw_full(b, cdt, 1, &c, 0);
+  if ((rc = lw_result_as(b, lw_reshape(b, gwt, 1, &c), pdt)) < 0) return rc;
+  tpuir_val gbt = mask_bit(b, 2) ? lw_reduce_dims(b, TPUIR_RED_SUM, g, outer, 0)
+                                 : lw_full(b, cdt, 1, &c, 0);
+  return lw_result_as(b, lw_reshape(b, gbt, 1, &c), pdt);
+}
+
 /* ---- batch norm --------------------------------------------------------- */
 
 /* per-channel [C] value -> shape [1, C, 1, ...] of rank nd */
@@ -591,6 +639,8 @@ const lw_row lw_rows_nn[] = {
     {"native_layer_norm", layer_norm_fn, 0}, {"native_layer_norm.out", layer_norm_fn, 0},
     {"native_layer_norm_backward", layer_norm_bw_fn, 0},
     {"native_layer_norm_backward.out", layer_norm_bw_fn, 0},
+    {"native_group_norm_backward", group_norm_bw_fn, 0},
+    {"native_group_norm_backward.out", group_norm_bw_fn, 0},
     {"native_batch_norm", batch_norm_fn, N_BN_NATIVE},
     {"native_batch_norm.out", batch_norm_fn, N_BN_NATIVE},
     {"_native_batch_norm_legit", batch_norm_fn, N_BN_LEGIT},

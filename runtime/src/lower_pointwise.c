@@ -32,7 +32,13 @@ enum {
   P_LEAKY_RELU_BW, P_HARDTANH_BW, P_ELU_BW, P_SOFTPLUS_BW,
   P_HARDSIGMOID_BW, P_HARDSWISH_BW, P_MISH_BW,
   /* clamps */
-  P_CLAMP, P_CLAMP_MIN, P_CLAMP_MAX, P_HARDTANH
+  P_CLAMP, P_CLAMP_MIN, P_CLAMP_MAX, P_HARDTANH,
+  /* more binary float ops */
+  P_XLOGY, P_COPYSIGN, P_HYPOT, P_LOGADDEXP, P_LOGADDEXP2, P_HEAVISIDE,
+  P_FMAX, P_FMIN,
+  /* more activations */
+  P_LOGSIGMOID, P_LOGSIGMOID_BW, P_HARDSHRINK, P_SOFTSHRINK, P_SHRINK_BW,
+  P_LOGIT, P_LOGIT_BW, P_PRELU, P_PRELU_BW, P_GLU, P_GLU_BW
 };
 
 static int unsupported_dtype(const char *what, int dt) {
@@ -193,6 +199,7 @@ static int binary_fn(lw_b *b) {
   ops[0] = lw_opnd_arg(b, "self");
   ops[1] = lw_opnd_arg(b, "other");
   if (ops[1].kind == LW_OPND_NONE) ops[1] = lw_opnd_arg(b, "exponent");
+  if (ops[1].kind == LW_OPND_NONE) ops[1] = lw_opnd_arg(b, "values");
   if (ops[0].kind == LW_OPND_NONE || ops[1].kind == LW_OPND_NONE)
     return tpu_error(TPU_E_UNSUPPORTED, "%s: missing operand", b->base);
   int op = b->op;
@@ -288,6 +295,13 @@ static int binary_fn(lw_b *b) {
     return lw_result_as(b, python_rem(b, v[0], v[1]), dt);
   }
   case P_POW: {
+    if (dt == TPU_BOOL && ops[0].kind == LW_OPND_TENSOR && ops[1].kind == LW_OPND_SCALAR &&
+        (ops[1].s.f == 1 || ops[1].s.f == 0)) { /* CPU: x ** 1 -> x, x ** 0 -> 1 */
+      x = lw_opnd_val(b, &ops[0], dt);
+      if (ops[1].s.f == 1) return lw_result(b, x);
+      lw_shape xs = lw_info(b, x);
+      return lw_result(b, lw_full(b, dt, xs.ndim, xs.sizes, 1));
+    }
     if (dt == TPU_BOOL) return unsupported_dtype("pow", dt);
     if (tpu_dtype_is_int(dt)) {
       if (ops[1].kind == LW_OPND_SCALAR && ops[1].s.kind != LW_SK_FLOAT &&
@@ -345,6 +359,85 @@ static int binary_fn(lw_b *b) {
     x = lw_opnd_val(b, &ops[0], dt);
     y = lw_opnd_val(b, &ops[1], dt);
     return lw_result(b, lw_bin(b, cmp[op - P_EQ], x, y));
+  }
+  case P_XLOGY: case P_COPYSIGN: case P_HYPOT: case P_LOGADDEXP:
+  case P_LOGADDEXP2: case P_HEAVISIDE: case P_FMAX: case P_FMIN: {
+    if (op == P_HEAVISIDE) {
+      if (ops[0].kind == LW_OPND_TENSOR && ops[1].kind == LW_OPND_TENSOR &&
+          ops[0].t->view.dtype != ops[1].t->view.dtype)
+        return tpu_error(TPU_E_INVALID,
+                         "heaviside is not yet implemented for tensors with different dtypes");
+      x = lw_opnd_val(b, &ops[0], dt);
+      y = lw_opnd_val(b, &ops[1], dt);
+      tpuir_val zero = lw_const(b, dt, 0);
+      tpuir_val pos = lw_convert(b, lw_bin(b, TPUIR_GT, x, zero), dt);
+      return lw_result(b, lw_sel(b, lw_bin(b, TPUIR_EQ, x, zero), y, pos));
+    }
+    if ((op == P_HYPOT || op == P_LOGADDEXP || op == P_LOGADDEXP2) && !tpu_dtype_is_float(dt))
+      return unsupported_dtype(op == P_HYPOT ? "hypot_cpu" : op == P_LOGADDEXP ? "logaddexp_cpu"
+                                                                               : "logaddexp2_cpu",
+                               dt);
+    if ((op == P_FMAX || op == P_FMIN) && !tpu_dtype_is_float(dt)) {
+      int iop = op == P_FMAX ? (dt == TPU_BOOL ? TPUIR_OR : TPUIR_MAX)
+                             : (dt == TPU_BOOL ? TPUIR_AND : TPUIR_MIN);
+      return lw_result(b, lw_bin(b, iop, lw_opnd_val(b, &ops[0], dt), lw_opnd_val(b, &ops[1], dt)));
+    }
+    dt = lw_float_or_default(dt);
+    cdt = lw_opmath(dt);
+    x = lw_opnd_val(b, &ops[0], cdt);
+    y = lw_opnd_val(b, &ops[1], cdt);
+    tpuir_val v2[2] = {x, y};
+    int rc = lw_bcast_all(b, 2, v2);
+    if (rc < 0) return rc;
+    x = v2[0];
+    y = v2[1];
+    tpuir_val zero = lw_const(b, cdt, 0);
+    switch (op) {
+    case P_XLOGY: /* 0 where x == 0 (unless y is NaN) */
+      r = lw_bin(b, TPUIR_MUL, x, lw_un(b, TPUIR_LOG, y));
+      r = lw_sel(b, lw_bin(b, TPUIR_AND, lw_bin(b, TPUIR_EQ, x, zero),
+                           lw_un(b, TPUIR_NOT, lw_un(b, TPUIR_IS_NAN, y))), zero, r);
+      break;
+    case P_COPYSIGN: { /* |x| with the sign bit of y (-0.0 counts as negative) */
+      tpuir_val neg = lw_bin(b, TPUIR_OR, lw_bin(b, TPUIR_LT, y, zero),
+                             lw_bin(b, TPUIR_AND, lw_bin(b, TPUIR_EQ, y, zero),
+                                    lw_bin(b, TPUIR_LT, lw_bin(b, TPUIR_DIV, lw_const(b, cdt, 1), y),
+                                           zero)));
+      tpuir_val ax = lw_un(b, TPUIR_ABS, x);
+      r = lw_sel(b, neg, lw_un(b, TPUIR_NEG, ax), ax);
+      break;
+    }
+    case P_HYPOT: {
+      tpuir_val ax = lw_un(b, TPUIR_ABS, x), ay = lw_un(b, TPUIR_ABS, y);
+      tpuir_val mx = lw_bin(b, TPUIR_MAX, ax, ay), mn = lw_bin(b, TPUIR_MIN, ax, ay);
+      tpuir_val q = lw_bin(b, TPUIR_DIV, mn, mx);
+      tpuir_val h = lw_bin(b, TPUIR_MUL, mx, lw_un(b, TPUIR_SQRT, lw_bin_c(b, TPUIR_ADD,
+                                                                        lw_bin(b, TPUIR_MUL, q, q), 1)));
+      h = lw_sel(b, lw_bin(b, TPUIR_EQ, mx, zero), zero, h);
+      r = lw_sel(b, lw_bin(b, TPUIR_OR, lw_un(b, TPUIR_IS_INF, x), lw_un(b, TPUIR_IS_INF, y)),
+                 lw_const(b, cdt, INFINITY), h);
+      break;
+    }
+    case P_LOGADDEXP:
+    case P_LOGADDEXP2: {
+      double k = op == P_LOGADDEXP ? 1.0 : M_LN2;
+      tpuir_val mx = lw_bin(b, TPUIR_MAX, x, y);
+      tpuir_val d = lw_un(b, TPUIR_NEG, lw_un(b, TPUIR_ABS, lw_bin(b, TPUIR_SUB, x, y)));
+      tpuir_val t = lw_un(b, TPUIR_LOG1P, lw_un(b, TPUIR_EXP, lw_bin_c(b, TPUIR_MUL, d, k)));
+      r = lw_bin(b, TPUIR_ADD, mx, lw_bin_c(b, TPUIR_DIV, t, k));
+      /* equal infinities: the result is that infinity */
+      r = lw_sel(b, lw_bin(b, TPUIR_AND, lw_un(b, TPUIR_IS_INF, x), lw_bin(b, TPUIR_EQ, x, y)), x, r);
+      break;
+    }
+    default: { /* fmax / fmin: NaN loses */
+      int iop = op == P_FMAX ? TPUIR_MAX : TPUIR_MIN;
+      r = lw_bin(b, iop, x, y);
+      r = lw_sel(b, lw_un(b, TPUIR_IS_NAN, x), y, r);
+      r = lw_sel(b, lw_un(b, TPUIR_IS_NAN, y), x, r);
+      break;
+    }
+    }
+    return lw_result_as(b, r, dt);
   }
   default:
     return tpu_error(TPU_E_INTERNAL, "binary_fn: bad op %d", op);
@@ -789,6 +882,132 @@ static int activation_fn(lw_b *b) {
   return lw_result_as(b, r, dt);
 }
 
+/* log_sigmoid, shrinks, logit, prelu, glu (+ backward) */
+static int activation2_fn(lw_b *b) {
+  int op = b->op;
+  const char *xname = "self";
+  const tpulw_tensor *self = lw_tensor_arg(b, xname);
+  const tpulw_tensor *go = lw_tensor_arg(b, "grad_output");
+  if (!go) go = lw_tensor_arg(b, "grad_out");
+  int bw = op == P_LOGSIGMOID_BW || op == P_SHRINK_BW || op == P_PRELU_BW || op == P_GLU_BW ||
+           op == P_LOGIT_BW;
+  if (!self || (bw && !go)) return tpu_error(TPU_E_UNSUPPORTED, "%s: missing operand", b->base);
+  int dt = self->view.dtype;
+  if (!tpu_dtype_is_float(dt)) return unsupported_dtype(b->base, dt);
+  int cdt = lw_opmath(dt);
+  tpuir_val x = lw_convert(b, lw_tensor(b, self), cdt);
+  tpuir_val g = bw ? lw_convert(b, lw_tensor(b, go), cdt) : -1;
+  tpuir_val zero = lw_const(b, cdt, 0), one = lw_const(b, cdt, 1), r;
+  int rc;
+  switch (op) {
+  case P_LOGSIGMOID: { /* min(x, 0) - log1p(exp(-|x|)); buffer = exp(-|x|) */
+    tpuir_val z = lw_un(b, TPUIR_EXP, lw_un(b, TPUIR_NEG, lw_un(b, TPUIR_ABS, x)));
+    r = lw_bin(b, TPUIR_SUB, lw_bin(b, TPUIR_MIN, x, zero), lw_un(b, TPUIR_LOG1P, z));
+    if ((rc = lw_result_as(b, r, dt)) < 0) return rc;
+    return lw_result_as(b, z, dt);
+  }
+  case P_LOGSIGMOID_BW: {
+    tpuir_val z = lw_un(b, TPUIR_EXP, lw_un(b, TPUIR_NEG, lw_un(b, TPUIR_ABS, x)));
+    tpuir_val neg = lw_bin(b, TPUIR_LT, x, zero);
+    tpuir_val q = lw_bin(b, TPUIR_DIV, z, lw_bin(b, TPUIR_ADD, one, z));
+    r = lw_sel(b, neg, lw_bin(b, TPUIR_SUB, one, q), q);
+    return lw_result_as(b, lw_bin(b, TPUIR_MUL, r, g), dt);
+  }
+  case P_HARDSHRINK:
+  case P_SOFTSHRINK:
+  case P_SHRINK_BW: {
+    double l = lw_float(b, "lambd", 0.5);
+    tpuir_val in = lw_bin(b, TPUIR_AND, lw_bin_c(b, TPUIR_GE, x, -l), lw_bin_c(b, TPUIR_LE, x, l));
+    if (op == P_HARDSHRINK) r = lw_sel(b, in, zero, x);
+    else if (op == P_SHRINK_BW) r = lw_sel(b, in, zero, g);
+    else
+      r = lw_sel(b, lw_bin_c(b, TPUIR_GT, x, l), lw_bin_c(b, TPUIR_SUB, x, l),
+                 lw_sel(b, lw_bin_c(b, TPUIR_LT, x, -l), lw_bin_c(b, TPUIR_ADD, x, l), zero));
+    return lw_result_as(b, r, dt);
+  }
+  case P_LOGIT: {
+    if (!lw_none(b, "eps")) {
+      double e = lw_float(b, "eps", 0);
+      x = lw_bin_c(b, TPUIR_MIN, lw_bin_c(b, TPUIR_MAX, x, e), 1 - e);
+    }
+    r = lw_un(b, TPUIR_LOG, lw_bin(b, TPUIR_DIV, x, lw_bin(b, TPUIR_SUB, one, x)));
+    return lw_result_as(b, r, dt);
+  }
+  case P_LOGIT_BW: {
+    tpuir_val den = lw_bin(b, TPUIR_MUL, x, lw_bin(b, TPUIR_SUB, one, x));
+    r = lw_bin(b, TPUIR_DIV, g, den);
+    if (!lw_none(b, "eps")) {
+      double e = lw_float(b, "eps", 0);
+      tpuir_val out = lw_bin(b, TPUIR_OR, lw_bin_c(b, TPUIR_LT, x, e), lw_bin_c(b, TPUIR_GT, x, 1 - e));
+      r = lw_sel(b, out, zero, r);
+    } else {
+      tpuir_val out = lw_bin(b, TPUIR_OR, lw_bin(b, TPUIR_LT, x, zero), lw_bin(b, TPUIR_GT, x, one));
+      r = lw_sel(b, out, lw_const(b, cdt, NAN), r);
+    }
+    return lw_result_as(b, r, dt);
+  }
+  case P_PRELU:
+  case P_PRELU_BW: {
+    const tpulw_tensor *wt = lw_tensor_arg(b, "weight");
+    if (!wt) return tpu_error(TPU_E_UNSUPPORTED, "prelu: no weight");
+    tpuir_val w = lw_convert(b, lw_tensor(b, wt), cdt);
+    lw_shape xs = lw_info(b, x), ws = lw_info(b, w);
+    /* weight [C] applies along dim 1 (or broadcasts if it has one element) */
+    if (ws.ndim == 1 && xs.ndim >= 2 && ws.sizes[0] != 1) {
+      int64_t sz[TPU_MAX_DIMS];
+      for (int d = 0; d < xs.ndim; d++) sz[d] = d == 1 ? ws.sizes[0] : 1;
+      w = lw_reshape(b, w, xs.ndim, sz);
+    }
+    tpuir_val pos = lw_bin(b, TPUIR_GT, x, zero);
+    if (op == P_PRELU) return lw_result_as(b, lw_sel(b, pos, x, lw_bin(b, TPUIR_MUL, w, x)), dt);
+    r = lw_sel(b, pos, g, lw_bin(b, TPUIR_MUL, w, g));
+    if ((rc = lw_result_as(b, r, dt)) < 0) return rc;
+    /* grad_weight: sum of g * x where x <= 0, reduced to weight's shape */
+    tpuir_val gw = lw_sel(b, pos, zero, lw_bin(b, TPUIR_MUL, g, x));
+    lw_shape wa = lw_info(b, w); /* weight as broadcast against x */
+    uint32_t m = 0;
+    for (int d = 0; d < xs.ndim; d++) {
+      int k = d - (xs.ndim - wa.ndim);
+      if (k < 0 || wa.sizes[k] == 1) m |= 1u << d;
+    }
+    gw = lw_reduce_dims(b, TPUIR_RED_SUM, gw, m, 0);
+    return lw_result_as(b, lw_reshape(b, gw, ws.ndim, ws.sizes), wt->view.dtype);
+  }
+  case P_GLU:
+  case P_GLU_BW: {
+    lw_shape xs = lw_info(b, x);
+    int dim;
+    if ((rc = lw_wrap_dim(lw_int(b, "dim", -1), xs.ndim, &dim)) < 0) return rc;
+    if (xs.ndim == 0 || xs.sizes[dim] % 2)
+      return tpu_error(TPU_E_INVALID,
+                       "Halving dimension must be even, but dimension %d is size %lld", dim,
+                       (long long)(xs.ndim ? xs.sizes[dim] : 0));
+    int64_t st[TPU_MAX_DIMS] = {0}, lim[TPU_MAX_DIMS], str[TPU_MAX_DIMS];
+    for (int d = 0; d < xs.ndim; d++) {
+      lim[d] = xs.sizes[d];
+      str[d] = 1;
+    }
+    int64_t h = xs.sizes[dim] / 2;
+    lim[dim] = h;
+    tpuir_val a = tpuir_slice(b->g, x, st, lim, str);
+    st[dim] = h;
+    lim[dim] = 2 * h;
+    tpuir_val c = tpuir_slice(b->g, x, st, lim, str);
+    tpuir_val sg = lw_un(b, TPUIR_LOGISTIC, c);
+    if (op == P_GLU) return lw_result_as(b, lw_bin(b, TPUIR_MUL, a, sg), dt);
+    tpuir_val ga = lw_bin(b, TPUIR_MUL, g, sg);
+    tpuir_val gb = lw_bin(b, TPUIR_MUL, lw_bin(b, TPUIR_MUL, g, a),
+                          lw_bin(b, TPUIR_MUL, sg, lw_bin(b, TPUIR_SUB, one, sg)));
+    tpuir_val parts[2] = {ga, gb};
+    if (ga < 0) return ga;
+    if (gb < 0) return gb;
+    return lw_result_as(b, tpuir_concat(b->g, 2, parts, dim), dt);
+  }
+  default:
+    return tpu_error(TPU_E_INTERNAL, "activation2_fn: bad op");
+  }
+}
+
 static int threshold_fn(lw_b *b) {
   lw_opnd s;
   int rc = get_self(b, "self", &s);
@@ -1130,6 +1349,34 @@ const lw_row lw_rows_pointwise[] = {
     {"hardswish_backward", backward_fn, P_HARDSWISH_BW},
     {"hardswish_backward.out", backward_fn, P_HARDSWISH_BW},
     {"mish_backward", backward_fn, P_MISH_BW},
+    {"log_sigmoid_forward", activation2_fn, P_LOGSIGMOID},
+    {"log_sigmoid_forward.output", activation2_fn, P_LOGSIGMOID},
+    {"log_sigmoid_backward", activation2_fn, P_LOGSIGMOID_BW},
+    {"log_sigmoid_backward.grad_input", activation2_fn, P_LOGSIGMOID_BW},
+    {"hardshrink", activation2_fn, P_HARDSHRINK}, {"hardshrink.out", activation2_fn, P_HARDSHRINK},
+    {"softshrink", activation2_fn, P_SOFTSHRINK}, {"softshrink.out", activation2_fn, P_SOFTSHRINK},
+    {"hardshrink_backward", activation2_fn, P_SHRINK_BW},
+    {"hardshrink_backward.grad_input", activation2_fn, P_SHRINK_BW},
+    FUNC3("logit", activation2_fn, P_LOGIT),
+    {"logit_backward", activation2_fn, P_LOGIT_BW},
+    {"logit_backward.grad_input", activation2_fn, P_LOGIT_BW},
+    {"softshrink_backward", activation2_fn, P_SHRINK_BW},
+    {"softshrink_backward.grad_input", activation2_fn, P_SHRINK_BW},
+    {"_prelu_kernel", activation2_fn, P_PRELU},
+    {"_prelu_kernel_backward", activation2_fn, P_PRELU_BW},
+    {"glu", activation2_fn, P_GLU}, {"glu.out", activation2_fn, P_GLU},
+    {"glu_backward", activation2_fn, P_GLU_BW}, {"glu_backward.grad_input", activation2_fn, P_GLU_BW},
+    /* more binary float ops */
+    {"xlogy.Tensor", binary_fn, P_XLOGY}, {"xlogy_.Tensor", binary_fn, P_XLOGY},
+    {"xlogy.OutTensor", binary_fn, P_XLOGY},
+    {"copysign.Tensor", binary_fn, P_COPYSIGN}, {"copysign_.Tensor", binary_fn, P_COPYSIGN},
+    {"copysign.out", binary_fn, P_COPYSIGN},
+    FUNC3("hypot", binary_fn, P_HYPOT),
+    {"logaddexp", binary_fn, P_LOGADDEXP}, {"logaddexp.out", binary_fn, P_LOGADDEXP},
+    {"logaddexp2", binary_fn, P_LOGADDEXP2}, {"logaddexp2.out", binary_fn, P_LOGADDEXP2},
+    FUNC3("heaviside", binary_fn, P_HEAVISIDE),
+    {"fmax", binary_fn, P_FMAX}, {"fmax.out", binary_fn, P_FMAX},
+    {"fmin", binary_fn, P_FMIN}, {"fmin.out", binary_fn, P_FMIN},
     /* factories (out= forms the composites call) */
     {"arange.start_out", arange_fn, 0}, {"arange.out", arange_fn, 0},
     {"linspace.out", linspace_fn, 0},

@@ -186,6 +186,14 @@ static int amax_fn(lw_b *b) {
   } else {
     rc = lw_dim_mask(b, "dim", s.ndim, &mask);
     if (rc < 0) return rc;
+    int nd_list;
+    int64_t scratch;
+    lw_ints(b, "dim", &nd_list, &scratch);
+    if (nd_list <= 0 && lw_numel(&s) == 0)
+      return tpu_error(TPU_E_INVALID,
+                       "%s(): Expected reduction dim to be specified for input.numel() "
+                       "== 0. Specify the reduction dim with the 'dim' argument.",
+                       b->op == R_AMAX ? "amax" : "amin");
     if (s.ndim > 0 && lw_numel(&s) == 0) {
       rc = check_nonempty(b->op == R_AMAX ? "amax" : "amin", &s, mask);
       if (rc < 0) return rc;
@@ -206,6 +214,8 @@ static int argmax_fn(lw_b *b) {
   int rc = get_self(b, &self);
   if (rc < 0) return rc;
   const char *nm = b->op == R_ARGMAX ? "argmax" : "argmin";
+  if (self->view.dtype == TPU_BOOL)
+    return tpu_error(TPU_E_INVALID, "%s(): does not support bool input", nm);
   int kind = b->op == R_ARGMAX ? TPUIR_RED_MAX : TPUIR_RED_MIN;
   tpuir_val x = lw_tensor(b, self);
   lw_shape s = lw_info(b, x);
