@@ -607,14 +607,16 @@ static int maxpool_bw_fn(lw_b *b) {
   return lw_result_as(b, lw_reshape(b, r, rank, in->view.sizes), dt);
 }
 
-/* per-output divisor of avg_pool, shape [1.., out...] in dtype cdt */
+/* per-output divisor of avg_pool, shape [1.., out...] in dtype cdt. Built
+ * with arithmetic in cdt only (no int/bool temporaries next to a float
+ * result in one fused region). */
 static tpuir_val avg_divisor(lw_b *b, const pparams *P, int rank, int cip,
                              int cdt) {
   tpuir_val div = -1;
   for (int i = 0; i < P->nsp; i++) {
     int64_t o = P->out[i];
     int64_t sz1[1] = {o};
-    tpuir_val q = tpuir_iota(b->g, TPU_I64, 1, sz1, 0);
+    tpuir_val q = tpuir_iota(b->g, cdt, 1, sz1, 0);
     tpuir_val start = lw_bin_c(b, TPUIR_SUB, lw_bin_c(b, TPUIR_MUL, q, (double)P->s[i]),
                                (double)P->p[i]);
     tpuir_val end = lw_bin_c(b, TPUIR_MIN, lw_bin_c(b, TPUIR_ADD, start, (double)P->k[i]),
@@ -627,7 +629,6 @@ static tpuir_val avg_divisor(lw_b *b, const pparams *P, int rank, int cip,
       tpuir_val e0 = lw_bin_c(b, TPUIR_MIN, end, (double)P->in[i]);
       cnt = lw_bin(b, TPUIR_SUB, e0, s0);
     }
-    cnt = lw_convert(b, cnt, cdt);
     int64_t sz[TPU_MAX_DIMS];
     for (int d = 0; d < rank; d++) sz[d] = 1;
     sz[P->lead + i] = o;
@@ -706,21 +707,25 @@ static int avgpool_fn(lw_b *b) {
   return lw_result_as(b, r, dt);
 }
 
-/* averaging matrix [out, in] (adaptive pooling) in dtype cdt */
+/* averaging matrix [out, in] (adaptive pooling) in float dtype cdt:
+ * M[o, i] = [start(o) <= i < end(o)] / (end(o) - start(o)) with
+ * start = floor(o * in / out), end = ceil((o + 1) * in / out) (exact in
+ * cdt while o * in < 2^24). Float arithmetic only: the indicator is
+ * clamp(i - start + 1, 0, 1) * clamp(end - i, 0, 1). */
 static tpuir_val adapt_matrix(lw_b *b, int64_t out, int64_t in, int cdt) {
   int64_t sz[2] = {out, in};
-  tpuir_val o = tpuir_iota(b->g, TPU_I64, 2, sz, 0);
-  tpuir_val i = tpuir_iota(b->g, TPU_I64, 2, sz, 1);
-  /* start = floor(o * in / out), end = ceil((o + 1) * in / out) */
-  tpuir_val start = lw_bin_c(b, TPUIR_DIV, lw_bin_c(b, TPUIR_MUL, o, (double)in), (double)out);
-  tpuir_val end = lw_bin_c(b, TPUIR_DIV,
-                           lw_bin_c(b, TPUIR_ADD,
-                                    lw_bin_c(b, TPUIR_MUL, lw_bin_c(b, TPUIR_ADD, o, 1), (double)in),
-                                    (double)(out - 1)),
-                           (double)out);
-  tpuir_val inside = lw_bin(b, TPUIR_AND, lw_bin(b, TPUIR_GE, i, start), lw_bin(b, TPUIR_LT, i, end));
-  tpuir_val cnt = lw_convert(b, lw_bin(b, TPUIR_SUB, end, start), cdt);
-  return lw_bin(b, TPUIR_DIV, lw_convert(b, inside, cdt), cnt);
+  tpuir_val o = tpuir_iota(b->g, cdt, 2, sz, 0);
+  tpuir_val i = tpuir_iota(b->g, cdt, 2, sz, 1);
+  tpuir_val start = lw_un(b, TPUIR_FLOOR,
+                          lw_bin_c(b, TPUIR_DIV, lw_bin_c(b, TPUIR_MUL, o, (double)in), (double)out));
+  tpuir_val end = lw_un(b, TPUIR_CEIL,
+                        lw_bin_c(b, TPUIR_DIV,
+                                 lw_bin_c(b, TPUIR_MUL, lw_bin_c(b, TPUIR_ADD, o, 1), (double)in),
+                                 (double)out));
+  tpuir_val ge = lw_bin_c(b, TPUIR_MIN,
+                          lw_bin_c(b, TPUIR_MAX, lw_bin_c(b, TPUIR_ADD, lw_bin(b, TPUIR_SUB, i, start), 1), 0), 1);
+  tpuir_val lt = lw_bin_c(b, TPUIR_MIN, lw_bin_c(b, TPUIR_MAX, lw_bin(b, TPUIR_SUB, end, i), 0), 1);
+  return lw_bin(b, TPUIR_DIV, lw_bin(b, TPUIR_MUL, ge, lt), lw_bin(b, TPUIR_SUB, end, start));
 }
 
 static int adapt_fn(lw_b *b) {
