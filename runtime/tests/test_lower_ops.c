@@ -746,3 +746,90 @@ TPU_TEST(lower_random_ops) {
   lt_result_free(&r);
   lt_free(&x); lt_free(&y); lt_free(&iv); lt_free(&in);
 }
+
+TPU_TEST(lower_more_activations_and_binary) {
+  double xs[6] = {-3, -0.5, 0, 0.25, 1, 4};
+  tpu_view x = lt_from(TPU_F32, 2, SZ(2, 3), xs);
+  lt_result r = RUN("log_sigmoid_forward", "", lt_tensor("self", x));
+  CHECK_OK(r.rc);
+  CHECK(r.nout == 2);
+  double w[6];
+  for (int i = 0; i < 6; i++) w[i] = -log1p(exp(-xs[i]));
+  CHECK_VALS(r.out[0], w, 6, 1e-6);
+  lt_result_free(&r);
+  r = RUN("glu", "", lt_tensor("self", x), lt_int("dim", 1));
+  CHECK(r.rc == TPU_E_INVALID); /* odd halving dim */
+  tpu_view x4 = lt_from(TPU_F32, 1, SZ(4), ARR(1, 2, 0, -1));
+  r = RUN("glu", "", lt_tensor("self", x4), lt_int("dim", 0));
+  CHECK_OK(r.rc);
+  CHECK_VALS(r.out[0], ARR(1 * 0.5, 2 / (1 + exp(1))), 2, 1e-6);
+  lt_result_free(&r);
+  r = RUN("hardshrink", "", lt_tensor("self", x), lt_float("lambd", 0.5));
+  CHECK_OK(r.rc);
+  CHECK_VALS(r.out[0], ARR(-3, 0, 0, 0, 1, 4), 6, 0);
+  lt_result_free(&r);
+  tpu_view y = lt_from(TPU_F32, 1, SZ(3), ARR(4, -0.0, NAN));
+  r = RUN("hypot", "", lt_tensor("self", x), lt_tensor("other", y));
+  CHECK_OK(r.rc);
+  CHECK_VALS(r.out[0], ARR(5, 0.5, NAN, sqrt(16.0625), 1, NAN), 6, 1e-6);
+  lt_result_free(&r);
+  r = RUN("copysign", "Tensor", lt_tensor("self", x), lt_tensor("other", y));
+  CHECK_OK(r.rc);
+  CHECK(lt_get(&r.out[0], 1) == -0.5 && lt_get(&r.out[0], 4) == -1);
+  lt_result_free(&r);
+  r = RUN("logaddexp", "", lt_tensor("self", x), lt_tensor("other", x));
+  CHECK_OK(r.rc);
+  for (int i = 0; i < 6; i++) w[i] = xs[i] + log(2.0);
+  CHECK_VALS(r.out[0], w, 6, 1e-6);
+  lt_result_free(&r);
+  /* native_dropout draws from a generator appended by the glue */
+  CHECK(tpulw_needs_default_generator("native_dropout", ""));
+  CHECK(!tpulw_needs_default_generator("add", "Tensor"));
+  r = RUN("native_dropout", "", lt_tensor("input", x), lt_float("p", 0.5), lt_bool("train", 1));
+  CHECK(r.rc == TPU_E_UNSUPPORTED);
+  lt_free(&x); lt_free(&x4); lt_free(&y);
+}
+
+TPU_TEST(lower_group_norm_backward) {
+  /* N=1, C=4, HxW=2, groups=2: compare with the layer-norm-per-group math */
+  tpu_view x = lt_new(TPU_F32, 3, SZ(1, 4, 2)), g = lt_new(TPU_F32, 3, SZ(1, 4, 2));
+  fill_rand(&x, 11);
+  fill_rand(&g, 12);
+  tpu_view w = lt_from(TPU_F32, 1, SZ(4), ARR(1, -2, 0.5, 3));
+  double mean[2], rstd[2];
+  for (int k = 0; k < 2; k++) {
+    double m = 0, v = 0;
+    for (int i = 0; i < 4; i++) m += lt_get(&x, k * 4 + i);
+    m /= 4;
+    for (int i = 0; i < 4; i++) v += pow(lt_get(&x, k * 4 + i) - m, 2);
+    mean[k] = m;
+    rstd[k] = 1 / sqrt(v / 4 + 1e-5);
+  }
+  tpu_view mv = lt_from(TPU_F32, 2, SZ(1, 2), mean), rv = lt_from(TPU_F32, 2, SZ(1, 2), rstd);
+  int64_t mask[3] = {1, 1, 1};
+  lt_result r = RUN("native_group_norm_backward", "", lt_tensor("grad_out", g), lt_tensor("input", x),
+                    lt_tensor("mean", mv), lt_tensor("rstd", rv), lt_tensor("weight", w),
+                    lt_int("N", 1), lt_int("C", 4), lt_int("HxW", 2), lt_int("group", 2),
+                    lt_ints("output_mask", mask, 3));
+  CHECK_OK(r.rc);
+  CHECK(r.nout == 3);
+  double gi[8], gw[4] = {0}, gb[4] = {0};
+  for (int k = 0; k < 2; k++) {
+    double s1 = 0, s2 = 0, xh[4], gwv[4];
+    for (int i = 0; i < 4; i++) {
+      int c = k * 2 + i / 2;
+      xh[i] = (lt_get(&x, k * 4 + i) - mean[k]) * rstd[k];
+      gwv[i] = lt_get(&g, k * 4 + i) * lt_get(&w, c);
+      s1 += gwv[i];
+      s2 += gwv[i] * xh[i];
+      gw[c] += lt_get(&g, k * 4 + i) * xh[i];
+      gb[c] += lt_get(&g, k * 4 + i);
+    }
+    for (int i = 0; i < 4; i++) gi[k * 4 + i] = rstd[k] * (gwv[i] - s1 / 4 - xh[i] * s2 / 4);
+  }
+  CHECK_VALS(r.out[0], gi, 8, 1e-5);
+  CHECK_VALS(r.out[1], gw, 4, 1e-5);
+  CHECK_VALS(r.out[2], gb, 4, 1e-5);
+  lt_result_free(&r);
+  lt_free(&x); lt_free(&g); lt_free(&w); lt_free(&mv); lt_free(&rv);
+}
