@@ -748,12 +748,10 @@ typedef struct prog_job {
 static void run_tile(xk_prog *p, int64_t L, int64_t n, int in_row,
                      char *scratch) {
   const xk_space *s = &p->sp;
-  void *bp[XK_MAX_BUF], *dout[XK_MAX_BUF];
+  void *bp[XK_MAX_BUF], *dout[XK_MAX_INS];
   char stored[XK_MAX_ARR] = {0};
-  for (int i = 0; i < p->nbuf; i++) {
-    bp[i] = scratch + (size_t)i * XK_TILE * 8;
-    dout[i] = NULL;
-  }
+  for (int i = 0; i < p->nbuf; i++) bp[i] = scratch + (size_t)i * XK_TILE * 8;
+  for (int j = 0; j < p->nins; j++) dout[j] = NULL;
   int64_t idx[TPU_MAX_DIMS];
   /* loads */
   for (int k = 0; k < p->nload; k++) {
@@ -766,21 +764,27 @@ static void run_tile(xk_prog *p, int64_t L, int64_t n, int in_row,
       space_xfer(s, a, L, n, bp[bi], 0);
     }
   }
-  /* results computed straight into a contiguous native destination */
+  /* results computed straight into a contiguous native destination. A
+   * stored value holds its buffer to the end of the program, so the
+   * instruction producing it is the last one writing that buffer (earlier
+   * writers of the same physical buffer keep using scratch). */
   for (int k = 0; k < p->nstore; k++) {
     int a = p->store[k].arr, bi = p->store[k].buf;
     const xk_arr *ar = &s->arr[a];
-    if (p->direct_ok[k] && in_row && ar->st[s->nd - 1] == 1 && !dout[bi] &&
-        ar->dt == xk_native(p->bufcls[bi])) {
+    int prod = -1;
+    for (int j = 0; j < p->nins; j++)
+      if (p->ins[j].r == bi) prod = j;
+    if (prod >= 0 && !dout[prod] && p->direct_ok[k] && in_row &&
+        ar->st[s->nd - 1] == 1 && ar->dt == xk_native(p->bufcls[bi])) {
       int64_t off = space_offset(s, a, L, idx);
-      dout[bi] = ar->p + off * (int64_t)tpu_dtype_size(ar->dt);
+      dout[prod] = ar->p + off * (int64_t)tpu_dtype_size(ar->dt);
       stored[k] = 1;
     }
   }
   for (int j = 0; j < p->nins; j++) {
     const xk_ins *in = &p->ins[j];
     int64_t bad = 0;
-    void *r = dout[in->r] ? dout[in->r] : scratch + (size_t)in->r * XK_TILE * 8;
+    void *r = dout[j] ? dout[j] : scratch + (size_t)in->r * XK_TILE * 8;
     int rc = tpux__ew_apply(in, n, r, in->a >= 0 ? bp[in->a] : NULL,
                             in->b >= 0 ? bp[in->b] : NULL,
                             in->c >= 0 ? bp[in->c] : NULL, &bad);

@@ -1079,3 +1079,66 @@ TPU_TEST(exec_fast_f32_math_accuracy) {
   free(in);
   free(out);
 }
+
+/* Regression: floor division as the lowering builds it (one fused region of
+ * ~20 nodes where the stored result reuses a buffer that earlier held a
+ * bool/int64 comparison; that earlier write must not go to the output). */
+TPU_TEST(exec_fusion_register_reuse_store) {
+  int64_t s[2] = {10, 5};
+  tpuir_graph *g = tpuir_graph_new();
+#define BC(x) tpuir_broadcast_in_dim(g, x, 2, s, NULL)
+  tpuir_val v[40];
+  v[0] = tpuir_param(g, TPU_F32, 2, s);
+  v[1] = tpuir_param(g, TPU_F32, 0, NULL);
+  v[2] = BC(v[1]);
+  v[3] = tpuir_const_f(g, TPU_F32, 0);
+  v[4] = tpuir_binary(g, TPUIR_REM, v[0], v[2]);
+  v[5] = tpuir_binary(g, TPUIR_SUB, v[0], v[4]);
+  v[6] = tpuir_binary(g, TPUIR_DIV, v[5], v[2]);
+  v[7] = BC(v[3]);
+  v[8] = tpuir_binary(g, TPUIR_LT, v[4], v[7]);
+  v[9] = BC(v[3]);
+  v[10] = tpuir_binary(g, TPUIR_LT, v[2], v[9]);
+  v[11] = tpuir_binary(g, TPUIR_NE, v[10], v[8]);
+  v[12] = BC(v[3]);
+  v[13] = tpuir_binary(g, TPUIR_NE, v[4], v[12]);
+  v[14] = tpuir_binary(g, TPUIR_AND, v[13], v[11]);
+  v[15] = tpuir_const_f(g, TPU_F32, 1);
+  v[16] = BC(v[15]);
+  v[17] = tpuir_binary(g, TPUIR_SUB, v[6], v[16]);
+  v[18] = tpuir_select(g, v[14], v[17], v[6]);
+  v[19] = tpuir_unary(g, TPUIR_FLOOR, v[18]);
+  v[20] = tpuir_const_f(g, TPU_F32, 0.5);
+  v[21] = tpuir_binary(g, TPUIR_SUB, v[18], v[19]);
+  v[22] = BC(v[20]);
+  v[23] = tpuir_binary(g, TPUIR_GT, v[21], v[22]);
+  v[24] = tpuir_const_f(g, TPU_F32, 1);
+  v[25] = BC(v[24]);
+  v[26] = tpuir_binary(g, TPUIR_ADD, v[19], v[25]);
+  v[27] = tpuir_select(g, v[23], v[26], v[19]);
+  v[28] = tpuir_binary(g, TPUIR_DIV, v[0], v[2]);
+  v[29] = BC(v[3]);
+  v[30] = tpuir_binary(g, TPUIR_MUL, v[28], v[29]);
+  v[31] = BC(v[3]);
+  v[32] = tpuir_binary(g, TPUIR_NE, v[18], v[31]);
+  v[33] = tpuir_select(g, v[32], v[27], v[30]);
+  v[34] = BC(v[3]);
+  v[35] = tpuir_binary(g, TPUIR_EQ, v[2], v[34]);
+  v[36] = tpuir_select(g, v[35], v[28], v[33]);
+#undef BC
+  for (int i = 0; i < 37; i++) CHECK(v[i] >= 0);
+  CHECK_OK(tpuir_set_outputs(g, 1, &v[36]));
+  /* the output sits inside a larger buffer with guard zones around it */
+  float a[50], b = 3, big[50 + 64];
+  for (int i = 0; i < 50; i++) a[i] = (float)i - 25.5f;
+  for (int i = 0; i < 114; i++) big[i] = 12345.0f;
+  tpu_view A, Bv, O;
+  tpu_view_init_contiguous(&A, a, TPU_F32, 2, s);
+  tpu_view_init_contiguous(&Bv, &b, TPU_F32, 0, NULL);
+  tpu_view_init_contiguous(&O, big + 32, TPU_F32, 2, s);
+  tpu_view ins[2] = {A, Bv};
+  CHECK_OK(tpux_run(g, 2, ins, 1, &O));
+  for (int i = 0; i < 50; i++) CHECK(big[32 + i] == floorf(a[i] / 3.0f));
+  for (int i = 0; i < 32; i++) CHECK(big[i] == 12345.0f && big[82 + i] == 12345.0f);
+  tpuir_graph_free(g);
+}
