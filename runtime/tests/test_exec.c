@@ -829,7 +829,7 @@ TPU_TEST(exec_fusion_random_programs) {
   static const int pdt[4] = {TPU_F32, TPU_BF16, TPU_I32, TPU_I8};
   int64_t sz[2] = {37, 29};
   const int64_t N = 37 * 29;
-  for (int trial = 0; trial < 40; trial++) {
+  for (int trial = 0; trial < 100; trial++) {
     tpuir_graph *g = tpuir_graph_new();
     enum { MAXV = 80 };
     tpuir_val v[MAXV];
@@ -847,7 +847,8 @@ TPU_TEST(exec_fusion_random_programs) {
     }
     int nodes = 10 + (int)(trand_next(&seed) % 40);
     for (int s = 0; s < nodes && nv < MAXV; s++) {
-      int kind = (int)(trand_next(&seed) % 7);
+      int kind = (int)(trand_next(&seed) % 10);
+      if (kind >= 7) kind = 4; /* favour compare/select: mixed buffer classes */
       int a = (int)(trand_next(&seed) % (uint64_t)nv);
       int b = -1;
       for (int tries = 0; tries < 20; tries++) { /* same dtype partner */
