@@ -150,7 +150,7 @@ static int check_dest_dtype(const lw_b *b, int res_dt, int dest_dt) {
   if (b->out_rule == LW_OUT_SAME)
     return tpu_error(TPU_E_INVALID,
                      "Expected out tensor to have dtype %s, but got %s instead",
-                     tpu_dtype_name(res_dt), tpu_dtype_name(dest_dt));
+                     lw_c_name(res_dt), lw_c_name(dest_dt));
   if (!lw_can_cast(res_dt, dest_dt))
     return tpu_error(TPU_E_INVALID,
                      "result type %s can't be cast to the desired output type %s",

@@ -191,6 +191,21 @@ const char *lw_torch_name(int dt) {
   return (dt >= 0 && dt < TPU_NUM_DTYPES) ? names[dt] : "?";
 }
 
+const char *lw_c_name(int dt) {
+  static const char *const names[TPU_NUM_DTYPES] = {
+      "bool", "unsigned char", "signed char", "short int", "int", "long int",
+      "c10::Half", "c10::BFloat16", "float", "double"};
+  return (dt >= 0 && dt < TPU_NUM_DTYPES) ? names[dt] : "?";
+}
+
+int lw_out_dtype(const lw_b *b) {
+  for (int i = 0; i < b->nargs; i++) {
+    const tpulw_arg *a = &b->args[i];
+    if (a->is_output && a->kind == TPULW_TENSOR && a->t.defined) return a->t.view.dtype;
+  }
+  return -1;
+}
+
 /* c10 combine_categories(higher, lower). */
 static int combine(int higher, int lower) {
   if (higher < 0) return lower;

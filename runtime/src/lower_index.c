@@ -22,6 +22,9 @@ static int index_select_fn(lw_b *b) {
     return tpu_error(TPU_E_INVALID, "index_select(): Expected dtype int32 or int64 for index");
   if (index->view.ndim > 1)
     return tpu_error(TPU_E_INDEX, "index_select(): Index is supposed to be a vector");
+  int od = lw_out_dtype(b);
+  if (od >= 0 && od != self->view.dtype)
+    return tpu_error(TPU_E_INVALID, "index_select(): self and result must have the same scalar type");
   tpuir_val x = lw_tensor(b, self);
   lw_shape s = lw_info(b, x);
   int dim;
@@ -45,6 +48,7 @@ static int gather_fn(lw_b *b) {
     return tpu_error(TPU_E_UNSUPPORTED, "gather: missing operand");
   if (index->view.dtype != TPU_I64)
     return tpu_error(TPU_E_INVALID, "gather(): Expected dtype int64 for index");
+  b->out_rule = LW_OUT_SAME;
   const tpu_view *sv = &self->view, *iv = &index->view;
   int dim;
   int rc = lw_wrap_dim(lw_int(b, "dim", 0), sv->ndim, &dim);
@@ -442,6 +446,11 @@ static int cat_fn(lw_b *b) {
     if (ref < 0 && (!legacy || is_stack)) ref = i;
   }
   int dt = lw_result_type(ta->n, ops);
+  int od = lw_out_dtype(b);
+  if (od >= 0 && !lw_can_cast(dt, od))
+    return tpu_error(TPU_E_TYPE,
+                     "torch.%s(): input types can't be cast to the desired output type %s",
+                     is_stack ? "stack" : "cat", lw_torch_name(od));
   if (ref < 0) { /* all legacy empties */
     int64_t z = 0;
     return lw_result(b, lw_full(b, dt, 1, &z, 0));

@@ -137,6 +137,10 @@ int lw_promote(int a, int b);
 int lw_can_cast(int from, int to);
 /* PyTorch ScalarType name ("Float", "Long", ...). */
 const char *lw_torch_name(int dt);
+/* C++ type name PyTorch prints in some messages ("float", "long int"). */
+const char *lw_c_name(int dt);
+/* dtype of the first out= (is_output) tensor argument, or -1. */
+int lw_out_dtype(const lw_b *b);
 /* torch.result_type over n operands (NONE ones skipped). Returns the dtype
  * (or -1 if there are no operands). */
 int lw_result_type(int n, const lw_opnd *ops);

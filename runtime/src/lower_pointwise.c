@@ -644,6 +644,10 @@ static int where_fn(lw_b *b) {
                      "where expected condition to be a boolean tensor, but got "
                      "a tensor with dtype %s", lw_torch_name(cdt));
   int dt = lw_result_type(2, ops);
+  int od = lw_out_dtype(b);
+  if (od >= 0 && od != dt)
+    return tpu_error(TPU_E_INVALID, "Expected out type to be %s but got %s", lw_torch_name(dt),
+                     lw_torch_name(od));
   tpuir_val c = lw_convert(b, lw_tensor(b, cond), TPU_BOOL);
   return lw_result(b, lw_sel(b, c, lw_opnd_val(b, &ops[0], dt),
                              lw_opnd_val(b, &ops[1], dt)));
@@ -1190,6 +1194,18 @@ static int arange_fn(lw_b *b) {
   return lw_result_as(b, r, dt);
 }
 
+static int eye_fn(lw_b *b) {
+  const tpulw_tensor *out = lw_tensor_arg(b, "out");
+  if (!out) return tpu_error(TPU_E_UNSUPPORTED, "eye: no out tensor");
+  int64_t n = lw_int(b, "n", -1), m = lw_none(b, "m") ? n : lw_int(b, "m", -1);
+  if (n < 0) return tpu_error(TPU_E_INVALID, "n must be greater or equal to 0, got %lld", (long long)n);
+  if (m < 0) return tpu_error(TPU_E_INVALID, "m must be greater or equal to 0, got %lld", (long long)m);
+  int64_t sz[2] = {n, m};
+  tpuir_val r = lw_bin(b, TPUIR_EQ, tpuir_iota(b->g, TPU_I64, 2, sz, 0), tpuir_iota(b->g, TPU_I64, 2, sz, 1));
+  b->out_rule = LW_OUT_ANY;
+  return lw_result_as(b, r, out->view.dtype);
+}
+
 static int linspace_fn(lw_b *b) {
   const tpulw_tensor *out = lw_tensor_arg(b, "out");
   lw_scalar start, end;
@@ -1380,5 +1396,6 @@ const lw_row lw_rows_pointwise[] = {
     /* factories (out= forms the composites call) */
     {"arange.start_out", arange_fn, 0}, {"arange.out", arange_fn, 0},
     {"linspace.out", linspace_fn, 0},
+    {"eye.out", eye_fn, 0}, {"eye.m_out", eye_fn, 0},
 };
 const int lw_nrows_pointwise = sizeof lw_rows_pointwise / sizeof lw_rows_pointwise[0];

@@ -133,6 +133,7 @@ static int extreme_dim_fn(lw_b *b) {
   int rc = get_self(b, &self);
   if (rc < 0) return rc;
   int is_max = b->op == R_MAX_DIM;
+  b->out_rule = LW_OUT_SAME;
   tpuir_val x = lw_tensor(b, self);
   lw_shape s = lw_info(b, x);
   int dim;
@@ -214,6 +215,7 @@ static int argmax_fn(lw_b *b) {
   int rc = get_self(b, &self);
   if (rc < 0) return rc;
   const char *nm = b->op == R_ARGMAX ? "argmax" : "argmin";
+  b->out_rule = LW_OUT_SAME;
   if (self->view.dtype == TPU_BOOL)
     return tpu_error(TPU_E_INVALID, "%s(): does not support bool input", nm);
   int kind = b->op == R_ARGMAX ? TPUIR_RED_MAX : TPUIR_RED_MIN;
