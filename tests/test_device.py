@@ -137,6 +137,7 @@ def test_streams_and_events():
     s = torch.tpu.Stream()
     assert s.device.type == "tpu"
     x = torch.randn(256, 256, device="tpu")
+    s.wait_stream(torch.tpu.current_stream())  # x is produced on the default stream
     with torch.tpu.stream(s):
         assert torch.tpu.current_stream().stream_id == s.stream_id
         y = x @ x
@@ -207,3 +208,17 @@ def test_visible_chips_env():
     r = _run("import torch; print(torch.tpu.device_count())", {"TORCH_TPU_VTPU_CHIPS": "8",
                                                               "TPU_VISIBLE_CHIPS": ""})
     assert r.stdout.strip() in ("8",), r.stderr
+
+
+def test_module_to_keeps_parameter_identity_and_ties():
+    emb = torch.nn.Embedding(10, 4)
+    head = torch.nn.Linear(4, 10, bias=False)
+    head.weight = emb.weight  # tied, as in language models
+    model = torch.nn.ModuleDict({"emb": emb, "head": head})
+    p = emb.weight
+    model.to("tpu")
+    assert model["emb"].weight is model["head"].weight and model["emb"].weight is p
+    assert p.is_tpu and p.requires_grad
+    out = model["head"](model["emb"](torch.tensor([1, 2], device="tpu")))
+    out.sum().backward()
+    assert p.grad is not None and p.grad.is_tpu

@@ -720,12 +720,17 @@ def _crash_reason(rc, tail):
             sig = f"signal {-rc}"
     else:
         sig = f"exit {rc}"
-    lines = [l for l in tail if l.strip() and not l.startswith(("Extension modules", "  File", "Thread ", "Current thread"))]
+    lines = [l.strip() for l in tail if l.strip() and not l.startswith(("Extension modules", "  File", "Thread ", "Current thread"))]
     hint = ""
-    for l in lines:
-        if "Timeout" in l or "Fatal Python error" in l or "free()" in l or "corrupted" in l \
-                or "Segmentation" in l or "Assertion" in l or "abort" in l.lower():
-            hint = l.strip()
+    # glibc / assert / timeout messages first, Python's generic "Fatal Python error" last
+    for keys in (("free()", "corrupted", "malloc", "double free", "Assertion", "Timeout", "Segmentation",
+                  "terminate called", "what()"),
+                 ("Fatal Python error",)):
+        for l in lines:
+            if any(k in l for k in keys):
+                hint = l
+                break
+        if hint:
             break
     return f"{sig}" + (f": {hint[:150]}" if hint else "")
 

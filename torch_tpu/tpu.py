@@ -183,12 +183,14 @@ class Stream(torch.Stream):
                                    priority=priority)
 
 
-class Event(torch.Event):
-    """A tpu event recorded on a stream."""
+class Event:
+    """A tpu event (a runtime event recorded on a stream). Returns a
+    ``torch.Event`` on the tpu device (torch.Event methods check the exact
+    type, so this is a factory rather than a subclass)."""
 
     def __new__(cls, enable_timing=False, blocking=False, interprocess=False):
-        return super().__new__(cls, device="tpu", enable_timing=enable_timing,
-                               blocking=blocking, interprocess=interprocess)
+        return torch.Event(device="tpu", enable_timing=enable_timing,
+                           blocking=blocking, interprocess=interprocess)
 
 
 def _wrap(s):

@@ -232,6 +232,18 @@ c10::Scalar local_scalar_dense(const at::Tensor& self) {
   }
 }
 
+// Parameters keep their identity (and weight ties) across Module.to("tpu"):
+// like CPU<->CUDA, dense CPU and tpu tensors can swap their impls
+// (param.data = moved), which TensorImpl only allows for built-in backends.
+bool has_compatible_shallow_copy_type(const at::Tensor& self, const at::Tensor& from) {
+  auto dense = [](const at::Tensor& t) {
+    return t.layout() == c10::kStrided &&
+           (t.device().is_cpu() || t.device().type() == c10::DeviceType::PrivateUse1);
+  };
+  return self.unsafeGetTensorImpl()->has_compatible_shallow_copy_type(from.key_set()) ||
+         (dense(self) && dense(from));
+}
+
 // scaled_dot_product_attention picks its backend per device: on tpu it is
 // the math path, which decomposes into native matmul/softmax ops.
 int64_t fused_sdp_choice(const at::Tensor&, const at::Tensor&, const at::Tensor&,
@@ -484,14 +496,23 @@ void native_boxed(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
     locks.emplace_back(g.mutex());
     m.args[m.gen_args[k]].gen = &g.get<TpuGenerator>()->state;
   }
+  auto use_default_generator = [&](tpulw_arg& a) {
+    at::Generator g = default_generator(m.device);
+    m.gens.push_back(g);
+    locks.emplace_back(g.mutex());
+    a.kind = TPULW_GENERATOR;
+    a.gen = &g.get<TpuGenerator>()->state;
+  };
   for (auto& a : m.args)  // None generator argument -> default generator
-    if (a.kind == TPULW_NONE && a.name && std::strcmp(a.name, "generator") == 0) {
-      at::Generator g = default_generator(m.device);
-      m.gens.push_back(g);
-      locks.emplace_back(g.mutex());
-      a.kind = TPULW_GENERATOR;
-      a.gen = &g.get<TpuGenerator>()->state;
-    }
+    if (a.kind == TPULW_NONE && a.name && std::strcmp(a.name, "generator") == 0)
+      use_default_generator(a);
+  if (tpulw_needs_default_generator(name, overload)) {  // random op without one
+    tpulw_arg extra;
+    std::memset(&extra, 0, sizeof extra);
+    extra.name = "generator";
+    m.args.push_back(extra);
+    use_default_generator(m.args.back());
+  }
 
   tpulw_ctx ctx{m.device, g_precision.load()};
   tpulw_plan* plan = nullptr;
@@ -599,6 +620,7 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   m.impl("_copy_from_and_resize", copy_from_and_resize);
   m.impl("_local_scalar_dense", local_scalar_dense);
   m.impl("_fused_sdp_choice", fused_sdp_choice);
+  m.impl("_has_compatible_shallow_copy_type", has_compatible_shallow_copy_type);
 }
 
 TORCH_LIBRARY_IMPL(_, PrivateUse1, m) {
