@@ -10,13 +10,16 @@
  *    gradients): im2col + GEMM per group, out_g = W_g [Og x FK] * col
  *    [FK x columns]. The columns are (batch item, output position); items
  *    are processed in chunks: a chunk of one item writes the GEMM result
- *    straight into the output; with small Q several items share one GEMM
- *    (so the packed weights are reused) and the result goes through a
- *    temporary. Two col layouts, picked by which line is longer:
+ *    straight into the output (in cache-sized pieces of whole output
+ *    lines); with small Q several items share one GEMM (so the packed
+ *    weights are reused) and the result goes through a temporary. Two col
+ *    layouts, picked by which line is longer:
  *      [FK][cols]  rows filled along the output's last spatial dim (usual)
  *      [cols][FK]  rows filled along the kernel's last spatial dim (weight
  *                  gradients, where the "kernel" is the output gradient
- *                  and the output is the small weight shape)
+ *                  and the output is the small weight shape; f32/f64 split
+ *                  the contraction over input channels, the GEMM
+ *                  accumulating with beta = 1, to keep col cache-sized)
  *    1x1, stride-1, unpadded convs with large Q skip im2col: the GEMM
  *    reads lhs directly.
  * 2. lhs_dilation > 1 (transposed convs, strided input gradients): no
@@ -43,6 +46,8 @@
 #define CV_SP 3
 #define CV_CHUNK_BYTES ((int64_t)64 << 20) /* cap of one col / T buffer */
 #define CV_TARGET_COLS 1024 /* item-per-GEMM threshold on output columns */
+#define CV_COL_BYTES ((int64_t)4 << 20) /* target of a cache-sized col chunk */
+#define CV_MIN_COLS 512                 /* ... but at least this many columns */
 
 typedef struct cgeo {
   int dt;
@@ -167,15 +172,17 @@ static void line_copy(char *dst, const char *src, int64_t sst, int64_t p0,
 
 typedef struct i2c_job {
   const cgeo *g;
-  int64_t b0, nb, f0; /* items [b0, b0+nb), first input channel */
+  int64_t b0, nb;   /* items [b0, b0+nb) */
+  int64_t f0, fn;   /* input channels [f0, f0+fn) (absolute) */
+  int64_t l0, l1;   /* output lines (q0, q1) [l0, l1) ([FK][cols] layout) */
   char *col;
 } i2c_job;
 
-/* layout [FK][nb*Q]: row r = (f, k0, k1, k2) */
+/* layout [fn*K][nb * lines * out2]: row r = (f, k0, k1, k2) */
 static void i2c_rows_fk(void *ctx, int64_t r0, int64_t r1) {
   const i2c_job *j = ctx;
   const cgeo *g = j->g;
-  const int64_t es = g->es, ncols = j->nb * g->Q;
+  const int64_t es = g->es, ncols = j->nb * (j->l1 - j->l0) * g->out[2];
   for (int64_t r = r0; r < r1; r++) {
     int64_t f = r / g->K, kk = r % g->K;
     int64_t k2 = kk % g->k[2], k1 = (kk / g->k[2]) % g->k[1],
@@ -183,24 +190,22 @@ static void i2c_rows_fk(void *ctx, int64_t r0, int64_t r1) {
     char *dst = j->col + r * ncols * es;
     for (int64_t bl = 0; bl < j->nb; bl++) {
       const char *src = g->xb + ((j->b0 + bl) * g->xn + (j->f0 + f) * g->xc) * es;
-      for (int64_t q0 = 0; q0 < g->out[0]; q0++) {
+      for (int64_t l = j->l0; l < j->l1; l++) {
+        int64_t q0 = l / g->out[1], q1 = l % g->out[1];
         int64_t p0 = q0 * g->st[0] + k0 * g->rd[0] - g->lo[0];
-        int ok0 = p0 >= 0 && p0 < g->in[0];
-        for (int64_t q1 = 0; q1 < g->out[1]; q1++) {
-          int64_t p1 = q1 * g->st[1] + k1 * g->rd[1] - g->lo[1];
-          if (!ok0 || p1 < 0 || p1 >= g->in[1])
-            memset(dst, 0, (size_t)(g->out[2] * es));
-          else
-            line_copy(dst, src + (p0 * g->xs[0] + p1 * g->xs[1]) * es, g->xs[2],
-                      k2 * g->rd[2] - g->lo[2], g->st[2], g->out[2], g->in[2], es);
-          dst += g->out[2] * es;
-        }
+        int64_t p1 = q1 * g->st[1] + k1 * g->rd[1] - g->lo[1];
+        if (p0 < 0 || p0 >= g->in[0] || p1 < 0 || p1 >= g->in[1])
+          memset(dst, 0, (size_t)(g->out[2] * es));
+        else
+          line_copy(dst, src + (p0 * g->xs[0] + p1 * g->xs[1]) * es, g->xs[2],
+                    k2 * g->rd[2] - g->lo[2], g->st[2], g->out[2], g->in[2], es);
+        dst += g->out[2] * es;
       }
     }
   }
 }
 
-/* layout [nb*Q][FK]: row r = (item, q0, q1, q2) */
+/* layout [nb*Q][fn*K]: row r = (item, q0, q1, q2) */
 static void i2c_rows_q(void *ctx, int64_t r0, int64_t r1) {
   const i2c_job *j = ctx;
   const cgeo *g = j->g;
@@ -209,8 +214,8 @@ static void i2c_rows_q(void *ctx, int64_t r0, int64_t r1) {
     int64_t bl = r / g->Q, q = r % g->Q;
     int64_t q2 = q % g->out[2], q1 = (q / g->out[2]) % g->out[1],
             q0 = q / (g->out[2] * g->out[1]);
-    char *dst = j->col + r * g->FK * es;
-    for (int64_t f = 0; f < g->Fg; f++) {
+    char *dst = j->col + r * j->fn * g->K * es;
+    for (int64_t f = 0; f < j->fn; f++) {
       const char *src = g->xb + ((j->b0 + bl) * g->xn + (j->f0 + f) * g->xc) * es;
       for (int64_t k0 = 0; k0 < g->k[0]; k0++) {
         int64_t p0 = q0 * g->st[0] + k0 * g->rd[0] - g->lo[0];
@@ -257,10 +262,15 @@ static int copy_w(const cgeo *g, int dt, void **own) {
   return TPU_OK;
 }
 
-/* Convolution with lhs_dilation == 1 (im2col + GEMM). */
+/* Convolution with lhs_dilation == 1 (im2col + GEMM). The col buffer is
+ * kept cache-sized where that is free: one item's columns are processed in
+ * chunks of whole output lines (the GEMM writes each chunk's columns of
+ * the output directly), and in the kernel-wide layout (weight gradients)
+ * the contraction is split over input channels with the GEMM accumulating
+ * (beta = 1; f32/f64 only, so no intermediate rounding). */
 static int conv_im2col(const cgeo *g, int prec, char *out) {
   const int dt = g->dt;
-  const int64_t es = g->es, FK = g->FK, Q = g->Q, O = g->O;
+  const int64_t es = g->es, FK = g->FK, Q = g->Q, O = g->O, K = g->K;
   /* A = W_g: rows o (stride wo), contraction (f, k..) merged */
   int64_t asz[4] = {g->Fg, g->k[0], g->k[1], g->k[2]};
   int64_t ast[4] = {g->wf, g->ws[0], g->ws[1], g->ws[2]};
@@ -298,29 +308,53 @@ static int conv_im2col(const cgeo *g, int prec, char *out) {
     if (nb > g->N) nb = g->N;
     if (nb < 1) nb = 1;
   }
-  char *col = tpux__alloc((size_t)(FK * nb * Q * es));
+  /* output-line chunks (one item per GEMM, [FK][cols] layout) */
+  const int64_t lines = g->out[0] * g->out[1], lw = g->out[2];
+  int64_t lchunk = lines;
+  if (nb == 1 && !by_q) {
+    int64_t cols = CV_COL_BYTES / (FK * es);
+    if (cols < CV_MIN_COLS) cols = CV_MIN_COLS;
+    lchunk = cols / lw;
+    if (lchunk < 1) lchunk = 1;
+    if (lchunk > lines) lchunk = lines;
+  }
+  /* contraction chunks over input channels (kernel-wide layout) */
+  int64_t fchunk = g->Fg;
+  if (by_q && (dt == TPU_F32 || dt == TPU_F64) && FK * nb * Q * es > CV_COL_BYTES) {
+    fchunk = CV_COL_BYTES / (K * nb * Q * es);
+    if (fchunk < 1) fchunk = 1;
+  }
+  char *col = tpux__alloc((size_t)(fchunk * K * nb * lchunk * lw * es));
   char *tmp = nb > 1 ? tpux__alloc((size_t)(g->Og * nb * Q * es)) : NULL;
   if (!col || (nb > 1 && !tmp)) {
     rc = tpu_error(TPU_E_OOM, "convolution: out of host memory");
     goto done;
   }
   for (int64_t b0 = 0; b0 < g->N && !rc; b0 += nb) {
-    int64_t cnb = g->N - b0 < nb ? g->N - b0 : nb, ncols = cnb * Q;
+    int64_t cnb = g->N - b0 < nb ? g->N - b0 : nb;
     for (int64_t gi = 0; gi < g->G && !rc; gi++) {
-      i2c_job j = {g, b0, cnb, gi * g->Fg, col};
-      if (by_q) tpurt_parallel_for(ncols, grain_for(FK), i2c_rows_q, &j);
-      else tpurt_parallel_for(FK, grain_for(ncols), i2c_rows_fk, &j);
-      int64_t sbk = by_q ? 1 : ncols, sbn = by_q ? FK : 1;
-      const char *ab = wbase + gi * g->Og * sam * es;
-      if (cnb == 1) {
-        rc = tpumxu_gemm(dt, prec, 1, g->Og, Q, FK, 1.0, ab, 0, sam, sak, col,
-                         0, sbk, sbn, 0.0,
-                         out + (b0 * O + gi * g->Og) * Q * es, 0, Q, 1);
-        continue;
+      for (int64_t l0 = 0; l0 < lines && !rc; l0 += lchunk) {
+        int64_t l1 = l0 + lchunk < lines ? l0 + lchunk : lines;
+        int64_t ncols = cnb * (l1 - l0) * lw;
+        for (int64_t f0 = 0; f0 < g->Fg && !rc; f0 += fchunk) {
+          int64_t fn = g->Fg - f0 < fchunk ? g->Fg - f0 : fchunk, fk = fn * K;
+          i2c_job j = {g, b0, cnb, gi * g->Fg + f0, fn, l0, l1, col};
+          if (by_q) tpurt_parallel_for(ncols, grain_for(fk), i2c_rows_q, &j);
+          else tpurt_parallel_for(fk, grain_for(ncols), i2c_rows_fk, &j);
+          int64_t sbk = by_q ? 1 : ncols, sbn = by_q ? fk : 1;
+          const char *ab = wbase + (gi * g->Og * sam + f0 * K * sak) * es;
+          double beta = f0 > 0 ? 1.0 : 0.0;
+          if (cnb == 1)
+            rc = tpumxu_gemm(dt, prec, 1, g->Og, ncols, fk, 1.0, ab, 0, sam, sak,
+                             col, 0, sbk, sbn, beta,
+                             out + ((b0 * O + gi * g->Og) * Q + l0 * lw) * es, 0,
+                             Q, 1);
+          else
+            rc = tpumxu_gemm(dt, prec, 1, g->Og, ncols, fk, 1.0, ab, 0, sam, sak,
+                             col, 0, sbk, sbn, beta, tmp, 0, ncols, 1);
+        }
       }
-      rc = tpumxu_gemm(dt, prec, 1, g->Og, ncols, FK, 1.0, ab, 0, sam, sak, col,
-                       0, sbk, sbn, 0.0, tmp, 0, ncols, 1);
-      if (rc) break;
+      if (rc || cnb == 1) continue;
       /* tmp [Og][cnb][Q] -> out[b0 + b][gi*Og + o][q] */
       tpu_view sv, dv;
       int64_t sz[3] = {g->Og, cnb, Q};

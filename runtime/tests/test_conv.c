@@ -392,11 +392,17 @@ TPU_TEST(conv_resnet_like_shapes) {
       CC(2, 16, 2, 24, 1, {28, 28}, {14, 14}, {1, 1}, {1, 1}, {0, 0}, {1, 1}, {2, 2}),
       /* input gradient of that conv (dy 14x14 -> dx 28x28) */
       CC(2, 2, 24, 16, 1, {14, 14}, {3, 3}, {1, 1}, {1, 1}, {2, 2}, {2, 2}, {1, 1}),
+      /* one item per GEMM in several output-line chunks (col > 4 MB) */
+      CC(2, 1, 64, 8, 1, {48, 48}, {3, 3}, {1, 1}, {1, 1}, {1, 1}, {1, 1}, {1, 1}),
+      /* kernel-wide layout split over input channels (GEMM accumulates) */
+      CC(2, 4, 16, 3, 1, {64, 64}, {62, 62}, {1, 1}, {0, 0}, {0, 0}, {1, 1}, {1, 1}),
   };
-  for (int i = 0; i < 3; i++) {
+  for (int i = 0; i < 5; i++) {
     char lab[32];
     snprintf(lab, sizeof lab, "big %d", i);
     CHECK(run_case(&big[i], TPU_F32, TPU_PREC_HIGHEST, 0, 900 + (uint64_t)i, lab) == 0);
+    if (i >= 3)
+      CHECK(run_case(&big[i], TPU_F64, TPU_PREC_DEFAULT, 0, 950 + (uint64_t)i, lab) == 0);
   }
 }
 
