@@ -75,6 +75,17 @@ RANDOM_OPS = {
     "nn.functional.feature_alpha_dropout.with_train", "nn.functional.rrelu",
     "svd_lowrank", "pca_lowrank",
 }
+# Ops with some random samples (dropout inside): {op_name: predicate(sample)}.
+def _mha_dropout(s):
+    return bool(s.kwargs.get("training", True)) and len(s.args) > 9 and \
+        isinstance(s.args[9], (int, float)) and s.args[9] > 0
+
+
+RANDOM_SAMPLES = {
+    "nn.functional.scaled_dot_product_attention": lambda s: s.kwargs.get("dropout_p", 0.0) > 0,
+    "nn.functional.multi_head_attention_forward": _mha_dropout,
+}
+
 # Uninitialised memory: values are meaningless on either device.
 UNINITIALIZED_OPS = {
     "empty", "empty_like", "empty_strided", "empty_permuted", "new_empty",
@@ -440,6 +451,7 @@ class SweepResult:
         self.seconds = 0.0
         self.native_ops = 0
         self.torch_version = torch.__version__
+        self.exit_crashes = []  # the sweep process died after finishing its ops
 
     # ---- aggregation
     def by_dtype(self):
@@ -690,6 +702,29 @@ def _sweep_isolated(dtypes, max_samples, budget_s, ops, error_inputs, verbose,
         if done and rc == 0:
             break
         if running is None:
+            if done or new:
+                # every unit it started finished: it died at exit (teardown)
+                why = _crash_reason(rc, tail)
+                res.exit_crashes.append(why)
+                log(f"opinfo: the sweep process died after its last op ({why})")
+                if done:
+                    break
+                # died between units: resume after the last finished one
+                last = None
+                for line in new:
+                    try:
+                        obj = json.loads(line)
+                    except ValueError:
+                        continue
+                    if "start" in obj:
+                        last = obj["start"]
+                if last is None:
+                    break
+                start = [last[0], last[1] + 1]
+                restarts += 1
+                if restarts > max_restarts:
+                    break
+                continue
             # died before starting a unit (import error, ...): give up
             msg = "\n".join(tail)
             raise RuntimeError(f"OpInfo sweep child exited with {rc} before running an op:\n{msg}")
@@ -753,12 +788,18 @@ def _sweep_op_dtype(op, name, dtype, max_samples, budget_s):
                 r.add("skipped")
                 r.note = "time budget"
                 continue
+            rnd = random_op
+            if not rnd and name in RANDOM_SAMPLES:
+                try:
+                    rnd = bool(RANDOM_SAMPLES[name](sample))
+                except Exception:
+                    rnd = False
             try:
-                status, detail = run_sample(op, sample, dtype, tol, values=not random_op,
+                status, detail = run_sample(op, sample, dtype, tol, values=not rnd,
                                             keep_args_on_cpu=name in KEEP_ARGS_ON_CPU)
             except Exception as e:  # harness bug or exotic output: never stop the sweep
                 status, detail = "error", f"harness: {type(e).__name__}: {_first_line(e)}"
-            if random_op and status == "pass":
+            if rnd and status == "pass":
                 status = "random"
             if xfail and status in ("fail", "error"):
                 status, detail = "xfail", f"{detail} [expected: {xfail}]"
@@ -843,7 +884,11 @@ def format_tables(res, top_missing=30, top_failing=30, markdown=False):
         ("samples run", sum(tot[s] for s in STATUSES if s != "skipped")),
         ("overall pass rate", _pct(res.rate(tot))),
         ("sweep time", f"{res.seconds:.0f} s"),
+        ("process crashes (ops marked `crash`, then resumed)",
+         sum(r.counts["crash"] for r in res.results + res.error_results)),
     ]
+    if res.exit_crashes:
+        summary.append(("crashes at process exit", "; ".join(res.exit_crashes)))
     table(["", "value"], summary)
 
     P("### Samples per dtype" if markdown else "Samples per dtype")
@@ -947,6 +992,8 @@ def format_markdown(res, command=None):
         out.append(f"- tolerance `{k}` ({t}): {why}")
     out.append(f"- random / uninitialised (shape/dtype only): "
                + ", ".join(f"`{x}`" for x in sorted(RANDOM_OPS | UNINITIALIZED_OPS)))
+    out.append(f"- random only for samples with dropout > 0 (shape/dtype only): "
+               + ", ".join(f"`{x}`" for x in sorted(RANDOM_SAMPLES)))
     out.append("")
     return "\n".join(out)
 
