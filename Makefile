@@ -7,7 +7,7 @@ EXT     := $(shell $(PY) -c "import sysconfig;print('torch_tpu/_C'+sysconfig.get
 RT_SRCS := $(wildcard runtime/src/*.c runtime/src/*.h runtime/include/*.h)
 GLUE    := $(wildcard torch_tpu/csrc/*.cpp torch_tpu/csrc/*.h)
 
-.PHONY: all deps build demo test test-c test-asan test-py bench clean
+.PHONY: all deps build demo test test-c test-asan test-py bench opinfo-full zoo clean
 
 all: build
 
@@ -15,7 +15,8 @@ all: build
 deps:
 	@$(PY) -c "import torch,sys;sys.exit(torch.__version__.split('+')[0]!='2.13.0')" 2>/dev/null || \
 	  $(PY) -m pip install -q torch==2.13.0
-	@$(PY) -c "import pytest,numpy" 2>/dev/null || $(PY) -m pip install -q pytest numpy
+	@$(PY) -c "import pytest,numpy,transformers" 2>/dev/null || \
+	  $(PY) -m pip install -q pytest numpy transformers
 
 runtime/build/libtpurt.a: $(RT_SRCS)
 	$(MAKE) -C runtime -j2 all
@@ -44,7 +45,16 @@ test-py: build
 test: build test-c test-asan test-py
 
 bench: build
-	$(PY) benchmarks/mxu.py
+	$(PY) benchmarks/mxu.py --quick
+	$(PY) benchmarks/conv.py
+
+# Full-dtype OpInfo sweep (CI runs the float32 form inside test-py).
+opinfo-full: build
+	$(PY) -m torch_tpu.ops --opinfo --dtypes all --report docs/opinfo_report.md
+
+# Hugging Face architecture zoo report.
+zoo: build
+	$(PY) -m torch_tpu.zoo --report docs/zoo_report.md
 
 clean:
 	$(MAKE) -C runtime clean
