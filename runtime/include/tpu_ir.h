@@ -27,7 +27,9 @@ typedef enum tpuir_op {
   /* leaves */
   TPUIR_PARAM = 0, TPUIR_CONST, TPUIR_IOTA, TPUIR_RNG,
   /* unary elementwise (result dtype = operand dtype unless noted) */
-  TPUIR_NEG, TPUIR_ABS, TPUIR_SIGN, TPUIR_EXP, TPUIR_EXPM1, TPUIR_LOG,
+  TPUIR_NEG, TPUIR_ABS,
+  TPUIR_SIGN,       /* -1/0/+1; sign(NaN) = 0 like torch.sign */
+  TPUIR_EXP, TPUIR_EXPM1, TPUIR_LOG,
   TPUIR_LOG1P, TPUIR_SQRT, TPUIR_RSQRT, TPUIR_SIN, TPUIR_COS, TPUIR_TAN,
   TPUIR_TANH, TPUIR_ASIN, TPUIR_ACOS, TPUIR_ATAN, TPUIR_SINH, TPUIR_COSH,
   TPUIR_ASINH, TPUIR_ACOSH, TPUIR_ATANH, TPUIR_LOGISTIC, TPUIR_ERF,
@@ -41,7 +43,9 @@ typedef enum tpuir_op {
   TPUIR_DIV,        /* floats: IEEE; ints: truncating (C), /0 -> TPU_E_INVALID
                        "ZeroDivisionError" at run time */
   TPUIR_REM,        /* floats: fmod; ints: C % (sign of dividend) */
-  TPUIR_POW, TPUIR_MAX, TPUIR_MIN, /* max/min propagate NaN (torch.maximum) */
+  TPUIR_POW,        /* ints: a negative exponent -> TPU_E_INVALID "Integers
+                       to negative integer powers are not allowed." */
+  TPUIR_MAX, TPUIR_MIN, /* max/min propagate NaN (torch.maximum) */
   TPUIR_ATAN2,
   TPUIR_AND, TPUIR_OR, TPUIR_XOR, /* bool: logical; ints: bitwise */
   TPUIR_SHL, TPUIR_SHR,           /* ints; SHR arithmetic for signed */
@@ -93,7 +97,8 @@ tpuir_val tpuir_iota(tpuir_graph *g, int dtype, int ndim, const int64_t *sizes,
                      int dim);
 /* Counter-based random numbers (Philox4x32-10): the element with linear
  * (row-major) index i uses the 128-bit block at counter (offset + i) under
- * key `seed` (UNIFORM f32: word 0; f64: words 0-1; NORMAL: Box-Muller on
+ * key `seed` (UNIFORM f32: word 0; f64: words 0-1; f16/bf16: the top 11/8
+ * bits of word 0, so values are exact and < 1; NORMAL: Box-Muller on
  * words 0-1 (f32) or 0-3 (f64); BITS: words 0-1). The result depends only
  * on (seed, offset, shape), never on threading; a lowering advances the
  * generator's offset by numel. */

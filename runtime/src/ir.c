@@ -1041,8 +1041,11 @@ int tpuir_set_outputs(tpuir_graph *g, int n, const tpuir_val *outs) {
   return TPU_OK;
 }
 
+/* Number of parameters (PARAM nodes) built so far. */
 int tpuir_num_params(const tpuir_graph *g) { return g->nparams; }
+/* Number of declared outputs (0 before tpuir_set_outputs). */
 int tpuir_num_outputs(const tpuir_graph *g) { return g->nouts; }
+/* Number of nodes (= values) in the graph. */
 int tpuir_num_nodes(const tpuir_graph *g) { return g->n; }
 
 /* Output value i (TPU_E_INVALID if out of range). */
