@@ -240,6 +240,13 @@ int tpux__copy_nocheck(const tpu_view *dst, const tpu_view *src) {
   p->store[0].arr = (int16_t)ad;
   p->store[0].buf = 1;
   p->direct_ok[0] = 1;
+  if (xk_cls(src->dtype) == xk_cls(dst->dtype)) {
+    /* same compute class (e.g. f32 -> bf16, i32 -> i8): the store does the
+     * whole conversion, straight from the loaded buffer */
+    p->nins = 0;
+    p->nbuf = 1;
+    p->store[0].buf = 0;
+  }
   int rc = tpux__prog_run(p);
   free(p);
   return rc;
