@@ -32,6 +32,7 @@ static void table_init(void) {
       {lw_rows_index, lw_nrows_index},
       {lw_rows_random, lw_nrows_random},
       {lw_rows_conv, lw_nrows_conv},
+      {lw_rows_sort, lw_nrows_sort},
   };
   int total = 0;
   for (size_t f = 0; f < sizeof fam / sizeof fam[0]; f++) total += fam[f].n;

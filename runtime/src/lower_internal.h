@@ -81,6 +81,8 @@ extern const lw_row lw_rows_random[];
 extern const int lw_nrows_random;
 extern const lw_row lw_rows_conv[];
 extern const int lw_nrows_conv;
+extern const lw_row lw_rows_sort[];
+extern const int lw_nrows_sort;
 
 /* ---- scalars ------------------------------------------------------------ */
 enum { LW_SK_BOOL = 0, LW_SK_INT, LW_SK_FLOAT };

@@ -833,3 +833,50 @@ TPU_TEST(lower_group_norm_backward) {
   lt_result_free(&r);
   lt_free(&x); lt_free(&g); lt_free(&w); lt_free(&mv); lt_free(&rv);
 }
+
+TPU_TEST(lower_sort_topk_isin_histc) {
+  tpu_view x = lt_from(TPU_F32, 2, SZ(2, 5), ARR(3, 1, NAN, 1, -2, 0, 5, 5, -1, 2));
+  lt_result r = RUN("sort", "stable", lt_tensor("self", x), lt_bool("stable", 1), lt_int("dim", 1),
+                    lt_bool("descending", 0));
+  CHECK_OK(r.rc);
+  CHECK(r.nout == 2 && r.info[1].dtype == TPU_I64);
+  CHECK_VALS(r.out[0], ARR(-2, 1, 1, 3, NAN, -1, 0, 2, 5, 5), 10, 0);
+  CHECK_VALS(r.out[1], ARR(4, 1, 3, 0, 2, 3, 0, 4, 1, 2), 10, 0); /* stable */
+  lt_result_free(&r);
+  r = RUN("topk", "", lt_tensor("self", x), lt_int("k", 2), lt_int("dim", -1),
+          lt_bool("largest", 1), lt_bool("sorted", 1));
+  CHECK_OK(r.rc);
+  CHECK_VALS(r.out[0], ARR(NAN, 3, 5, 5), 4, 0); /* NaN is the largest */
+  CHECK_VALS(r.out[1], ARR(2, 0, 1, 2), 4, 0);
+  lt_result_free(&r);
+  /* long rows use k rounds of max/argmax */
+  tpu_view big = lt_new(TPU_F32, 1, SZ(5000));
+  fill_rand(&big, 5);
+  lt_set(&big, 1234, 7);
+  lt_set(&big, 4321, 6);
+  r = RUN("topk", "", lt_tensor("self", big), lt_int("k", 2), lt_int("dim", 0),
+          lt_bool("largest", 1), lt_bool("sorted", 1));
+  CHECK_OK(r.rc);
+  CHECK_VALS(r.out[0], ARR(7, 6), 2, 0);
+  CHECK_VALS(r.out[1], ARR(1234, 4321), 2, 0);
+  lt_result_free(&r);
+  r = RUN("topk", "", lt_tensor("self", x), lt_int("k", 6), lt_int("dim", -1),
+          lt_bool("largest", 1), lt_bool("sorted", 1));
+  CHECK(r.rc == TPU_E_INVALID);
+  /* isin */
+  tpu_view e = lt_from(TPU_I64, 1, SZ(4), ARR(1, 2, 3, 4));
+  tpu_view t = lt_from(TPU_F32, 1, SZ(2), ARR(2, 3.5));
+  r = RUN("isin", "Tensor_Tensor", lt_tensor("elements", e), lt_tensor("test_elements", t),
+          lt_bool("assume_unique", 0), lt_bool("invert", 0));
+  CHECK_OK(r.rc);
+  CHECK(r.info[0].dtype == TPU_BOOL);
+  CHECK_VALS(r.out[0], ARR(0, 1, 0, 0), 4, 0);
+  lt_result_free(&r);
+  /* histc with the data's range */
+  tpu_view h = lt_from(TPU_F32, 1, SZ(5), ARR(1, 2, 1, 4, 3));
+  r = RUN("histc", "", lt_tensor("self", h), lt_int("bins", 3), lt_int("min", 0), lt_int("max", 0));
+  CHECK_OK(r.rc);
+  CHECK_VALS(r.out[0], ARR(2, 1, 2), 3, 0);
+  lt_result_free(&r);
+  lt_free(&x); lt_free(&big); lt_free(&e); lt_free(&t); lt_free(&h);
+}

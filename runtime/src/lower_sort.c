@@ -1,0 +1,327 @@
+/* lower_sort.c - ordering and set ops without a dedicated IR op: sort and
+ * topk (stable ranks from an all-pairs comparison, or k rounds of
+ * max/argmax for a small k over a long dim), isin (all-pairs equality),
+ * histc (bin index + index_add), and weight norm (+ backward).
+ *
+ * The all-pairs forms cost n^2 per row; beyond LW_PAIRS_MAX elements they
+ * return TPU_E_UNSUPPORTED (CPU fallback) rather than run for minutes.
+ */
+#include <math.h>
+#include <string.h>
+
+#include "lower_internal.h"
+
+#define LW_PAIRS_MAX ((int64_t)1 << 24)
+#define LW_TOPK_ROUNDS_MAX 64
+
+enum { S_SORT = 1, S_TOPK, S_ISIN, S_HISTC, S_WNORM, S_WNORM_BW };
+
+/* permutation moving `dim` last; inv receives the inverse */
+static void last_perm(int nd, int dim, int64_t *perm, int64_t *inv) {
+  int k = 0;
+  for (int d = 0; d < nd; d++)
+    if (d != dim) perm[k++] = d;
+  perm[k] = dim;
+  for (int d = 0; d < nd; d++) inv[perm[d]] = d;
+}
+
+static tpuir_val transpose_if(lw_b *b, tpuir_val x, int nd, int dim, const int64_t *perm) {
+  if (nd == 0 || dim == nd - 1) return x;
+  return tpuir_transpose(b->g, x, perm);
+}
+
+/* "a comes before b" in ascending (desc = 0) or descending order, NaN
+ * being the largest value; eq: equal (NaN == NaN) */
+static tpuir_val before_val(lw_b *b, tpuir_val a, tpuir_val c, int desc, int isf) {
+  tpuir_val r = lw_bin(b, desc ? TPUIR_GT : TPUIR_LT, a, c);
+  if (!isf) return r;
+  tpuir_val na = lw_un(b, TPUIR_IS_NAN, a), nc = lw_un(b, TPUIR_IS_NAN, c);
+  tpuir_val nan_order = desc ? lw_bin(b, TPUIR_AND, na, lw_un(b, TPUIR_NOT, nc))
+                             : lw_bin(b, TPUIR_AND, lw_un(b, TPUIR_NOT, na), nc);
+  return lw_bin(b, TPUIR_OR, r, nan_order);
+}
+
+static tpuir_val equal_val(lw_b *b, tpuir_val a, tpuir_val c, int isf) {
+  tpuir_val r = lw_bin(b, TPUIR_EQ, a, c);
+  if (!isf) return r;
+  return lw_bin(b, TPUIR_OR, r, lw_bin(b, TPUIR_AND, lw_un(b, TPUIR_IS_NAN, a),
+                                       lw_un(b, TPUIR_IS_NAN, c)));
+}
+
+/* Stable sort of x along its last dim: *perm_out = source index of each
+ * output position (int64), values gathered. */
+static int sort_last(lw_b *b, tpuir_val x, int desc, tpuir_val *vals, tpuir_val *perm_out) {
+  lw_shape s = lw_info(b, x);
+  int nd = s.ndim;
+  int64_t n = s.sizes[nd - 1];
+  int isf = tpu_dtype_is_float(s.dtype);
+  tpuir_val xc = s.dtype == TPU_BOOL ? lw_convert(b, x, TPU_U8) : x;
+  int64_t si[TPU_MAX_DIMS], sj[TPU_MAX_DIMS], sp[TPU_MAX_DIMS];
+  for (int d = 0; d < nd - 1; d++) si[d] = sj[d] = sp[d] = s.sizes[d];
+  si[nd - 1] = n; si[nd] = 1;
+  sj[nd - 1] = 1; sj[nd] = n;
+  sp[nd - 1] = n; sp[nd] = n;
+  tpuir_val xi = lw_bcast(b, lw_reshape(b, xc, nd + 1, si), nd + 1, sp);
+  tpuir_val xj = lw_bcast(b, lw_reshape(b, xc, nd + 1, sj), nd + 1, sp);
+  tpuir_val ii = tpuir_iota(b->g, TPU_I64, nd + 1, sp, nd - 1);
+  tpuir_val jj = tpuir_iota(b->g, TPU_I64, nd + 1, sp, nd);
+  tpuir_val bef = lw_bin(b, TPUIR_OR, before_val(b, xj, xi, desc, isf),
+                         lw_bin(b, TPUIR_AND, equal_val(b, xj, xi, isf),
+                                lw_bin(b, TPUIR_LT, jj, ii)));
+  int64_t last = nd;
+  tpuir_val rank = tpuir_reduce(b->g, TPUIR_RED_SUM, lw_convert(b, bef, TPU_I64), 1, &last);
+  tpuir_val pos = tpuir_iota(b->g, TPU_I64, nd, s.sizes, nd - 1);
+  tpuir_val perm = tpuir_scatter_add(b->g, lw_full(b, TPU_I64, nd, s.sizes, 0), nd - 1, rank, pos);
+  *perm_out = perm;
+  *vals = tpuir_gather(b->g, x, nd - 1, perm);
+  return *vals < 0 ? *vals : perm < 0 ? perm : TPU_OK;
+}
+
+static double lowest_of(int dt, int largest) {
+  if (tpu_dtype_is_float(dt)) return largest ? -INFINITY : INFINITY;
+  switch (dt) {
+  case TPU_BOOL: case TPU_U8: return largest ? 0 : 255;
+  case TPU_I8: return largest ? -128 : 127;
+  case TPU_I16: return largest ? -32768 : 32767;
+  case TPU_I32: return largest ? -2147483648.0 : 2147483647.0;
+  default: return largest ? -9223372036854775808.0 : 9223372036854775807.0;
+  }
+}
+
+/* k rounds of "best untaken element" along the last dim */
+static int topk_rounds(lw_b *b, tpuir_val x, int64_t k, int largest, tpuir_val *vals,
+                       tpuir_val *idxs) {
+  lw_shape s = lw_info(b, x);
+  int nd = s.ndim;
+  int isf = tpu_dtype_is_float(s.dtype);
+  int odt = s.dtype;
+  if (s.dtype == TPU_BOOL) {
+    x = lw_convert(b, x, TPU_U8);
+    s = lw_info(b, x);
+  }
+  int64_t last = nd - 1;
+  int64_t ks[TPU_MAX_DIMS];
+  for (int d = 0; d < nd; d++) ks[d] = s.sizes[d];
+  ks[nd - 1] = 1;
+  tpuir_val pos = tpuir_iota(b->g, TPU_I64, nd, s.sizes, nd - 1);
+  tpuir_val taken = lw_full(b, TPU_BOOL, nd, s.sizes, 0);
+  tpuir_val nan = isf ? lw_un(b, TPUIR_IS_NAN, x) : -1;
+  tpuir_val vs[LW_TOPK_ROUNDS_MAX], is[LW_TOPK_ROUNDS_MAX];
+  tpuir_val fill = lw_const(b, s.dtype, lowest_of(s.dtype, largest));
+  for (int64_t t = 0; t < k; t++) {
+    tpuir_val hit, v;
+    if (largest) {
+      tpuir_val cand = lw_sel(b, taken, fill, x);
+      v = lw_reshape(b, tpuir_reduce(b->g, TPUIR_RED_MAX, cand, 1, &last), nd, ks);
+      hit = equal_val(b, x, v, isf);
+    } else {
+      tpuir_val excl = isf ? lw_bin(b, TPUIR_OR, taken, nan) : taken;
+      tpuir_val cand = lw_sel(b, excl, fill, x);
+      v = lw_reshape(b, tpuir_reduce(b->g, TPUIR_RED_MIN, cand, 1, &last), nd, ks);
+      hit = lw_bin(b, TPUIR_EQ, x, v);
+      if (isf) hit = lw_bin(b, TPUIR_AND, hit, lw_un(b, TPUIR_NOT, nan));
+    }
+    hit = lw_bin(b, TPUIR_AND, hit, lw_un(b, TPUIR_NOT, taken));
+    if (!largest && isf) { /* only NaNs left: take the first of them */
+      tpuir_val any = lw_reshape(b, tpuir_reduce(b->g, TPUIR_RED_OR, hit, 1, &last), nd, ks);
+      tpuir_val nan_left = lw_bin(b, TPUIR_AND, nan, lw_un(b, TPUIR_NOT, taken));
+      hit = lw_sel(b, any, hit, nan_left);
+    }
+    tpuir_val idx = lw_reshape(b, tpuir_argreduce(b->g, TPUIR_RED_MAX, lw_convert(b, hit, TPU_U8),
+                                                  nd - 1), nd, ks);
+    taken = lw_bin(b, TPUIR_OR, taken, lw_bin(b, TPUIR_EQ, pos, idx));
+    is[t] = idx;
+    vs[t] = tpuir_gather(b->g, x, nd - 1, idx);
+    if (vs[t] < 0) return vs[t];
+    if (idx < 0) return idx;
+  }
+  *vals = lw_convert(b, k == 1 ? vs[0] : tpuir_concat(b->g, (int)k, vs, nd - 1), odt);
+  *idxs = k == 1 ? is[0] : tpuir_concat(b->g, (int)k, is, nd - 1);
+  return *vals < 0 ? *vals : *idxs;
+}
+
+static int sort_fn(lw_b *b) {
+  const tpulw_tensor *self = lw_tensor_arg(b, "self");
+  if (!self) return tpu_error(TPU_E_UNSUPPORTED, "%s: no self", b->base);
+  tpuir_val x = lw_tensor(b, self);
+  lw_shape s = lw_info(b, x);
+  int is_topk = b->op == S_TOPK;
+  int dim;
+  int rc = lw_wrap_dim(lw_int(b, "dim", -1), s.ndim, &dim);
+  if (rc < 0) return rc;
+  int desc = is_topk ? (int)lw_int(b, "largest", 1) : (int)lw_int(b, "descending", 0);
+  int64_t n = s.ndim ? s.sizes[dim] : 1;
+  int64_t k = is_topk ? lw_int(b, "k", 1) : n;
+  if (is_topk && (k < 0 || k > n))
+    return tpu_error(TPU_E_INVALID, "selected index k out of range");
+  b->out_rule = LW_OUT_SAME;
+  int nd = s.ndim;
+  if (nd == 0) { /* a scalar sorts to itself */
+    if ((rc = lw_result(b, x)) < 0) return rc;
+    return lw_result(b, lw_const(b, TPU_I64, 0));
+  }
+  int64_t perm[TPU_MAX_DIMS], inv[TPU_MAX_DIMS];
+  last_perm(nd, dim, perm, inv);
+  tpuir_val xt = transpose_if(b, x, nd, dim, perm);
+  lw_shape ts = lw_info(b, xt);
+  int64_t rows = lw_numel(&ts) / (n ? n : 1);
+  tpuir_val vals, idxs;
+  if (k == 0 || n == 0) {
+    int64_t sz[TPU_MAX_DIMS];
+    for (int d = 0; d < nd; d++) sz[d] = ts.sizes[d];
+    sz[nd - 1] = k;
+    vals = lw_full(b, s.dtype, nd, sz, 0);
+    idxs = lw_full(b, TPU_I64, nd, sz, 0);
+  } else if (rows * n * n <= LW_PAIRS_MAX) {
+    if ((rc = sort_last(b, xt, desc, &vals, &idxs)) < 0) return rc;
+    if (k < n) {
+      int64_t st[TPU_MAX_DIMS] = {0}, lim[TPU_MAX_DIMS], str[TPU_MAX_DIMS];
+      for (int d = 0; d < nd; d++) {
+        lim[d] = ts.sizes[d];
+        str[d] = 1;
+      }
+      lim[nd - 1] = k;
+      vals = tpuir_slice(b->g, vals, st, lim, str);
+      idxs = tpuir_slice(b->g, idxs, st, lim, str);
+    }
+  } else if (is_topk && k <= LW_TOPK_ROUNDS_MAX) {
+    if ((rc = topk_rounds(b, xt, k, desc, &vals, &idxs)) < 0) return rc;
+  } else {
+    return tpu_error(TPU_E_UNSUPPORTED, "%s: %lld rows of %lld elements is too large", b->base,
+                     (long long)rows, (long long)n);
+  }
+  vals = transpose_if(b, vals, nd, dim, inv);
+  idxs = transpose_if(b, idxs, nd, dim, inv);
+  if ((rc = lw_result(b, vals)) < 0) return rc;
+  return lw_result(b, idxs);
+}
+
+static int isin_fn(lw_b *b) {
+  lw_opnd e = lw_opnd_arg(b, "elements"), t = lw_opnd_arg(b, "test_elements");
+  if (e.kind == LW_OPND_NONE) e = lw_opnd_arg(b, "element");
+  if (t.kind == LW_OPND_NONE) t = lw_opnd_arg(b, "test_element");
+  if (e.kind == LW_OPND_NONE || t.kind == LW_OPND_NONE)
+    return tpu_error(TPU_E_UNSUPPORTED, "isin: missing operand");
+  lw_opnd ops[2] = {e, t};
+  int dt = lw_result_type(2, ops);
+  if (dt == TPU_BOOL) dt = TPU_U8;
+  tpuir_val ev = lw_opnd_val(b, &e, dt), tv = lw_opnd_val(b, &t, dt);
+  lw_shape es = lw_info(b, ev), tsh = lw_info(b, tv);
+  int64_t ne = lw_numel(&es), nt = lw_numel(&tsh);
+  if (ne * nt > LW_PAIRS_MAX)
+    return tpu_error(TPU_E_UNSUPPORTED, "isin: %lld x %lld elements is too large",
+                     (long long)ne, (long long)nt);
+  int64_t s2[2] = {ne, nt}, ec[2] = {ne, 1}, tr[2] = {1, nt}, one = 1;
+  tpuir_val eq = lw_bin(b, TPUIR_EQ, lw_reshape(b, ev, 2, ec), lw_reshape(b, tv, 2, tr));
+  tpuir_val any = nt == 0 ? lw_full(b, TPU_BOOL, 1, &ne, 0)
+                          : tpuir_reduce(b->g, TPUIR_RED_OR, lw_bcast(b, eq, 2, s2), 1, &one);
+  tpuir_val r = lw_reshape(b, any, es.ndim, es.sizes);
+  if (lw_int(b, "invert", 0)) r = lw_un(b, TPUIR_NOT, r);
+  return lw_result(b, r);
+}
+
+static int histc_fn(lw_b *b) {
+  const tpulw_tensor *self = lw_tensor_arg(b, "self");
+  if (!self) return tpu_error(TPU_E_UNSUPPORTED, "histc: no self");
+  int dt = self->view.dtype;
+  if (!tpu_dtype_is_float(dt))
+    return tpu_error(TPU_E_UNSUPPORTED, "\"histogram_cpu\" not implemented for '%s'",
+                     lw_torch_name(dt));
+  int64_t bins = lw_int(b, "bins", 100);
+  if (bins <= 0)
+    return tpu_error(TPU_E_INVALID, "torch.histc(): bins must be > 0, but got %lld for dimension 0",
+                     (long long)bins);
+  double lo = lw_float(b, "min", 0), hi = lw_float(b, "max", 0);
+  if (lo > hi)
+    return tpu_error(TPU_E_INVALID, "torch.histc(): max must be larger than min");
+  if (!isfinite(lo) || !isfinite(hi))
+    return tpu_error(TPU_E_INVALID, "torch.histc(): range of [%g, %g] is not finite", lo, hi);
+  int cdt = lw_opmath(dt);
+  tpuir_val x = lw_convert(b, lw_tensor(b, self), cdt);
+  lw_shape s = lw_info(b, x);
+  int64_t n = lw_numel(&s);
+  x = lw_reshape(b, x, 1, &n);
+  tpuir_val lov, hiv;
+  int64_t z = 0;
+  if (lo == hi && n > 0) { /* the data's range (then widened if still empty) */
+    lov = tpuir_reduce(b->g, TPUIR_RED_MIN, x, 1, &z);
+    hiv = tpuir_reduce(b->g, TPUIR_RED_MAX, x, 1, &z);
+  } else {
+    lov = lw_const(b, cdt, lo);
+    hiv = lw_const(b, cdt, hi);
+  }
+  tpuir_val same = lw_bin(b, TPUIR_EQ, lov, hiv);
+  lov = lw_sel(b, same, lw_bin_c(b, TPUIR_SUB, lov, 1), lov);
+  hiv = lw_sel(b, same, lw_bin_c(b, TPUIR_ADD, hiv, 1), hiv);
+  tpuir_val in = lw_bin(b, TPUIR_AND, lw_bin(b, TPUIR_GE, x, lov), lw_bin(b, TPUIR_LE, x, hiv));
+  tpuir_val pos = lw_bin_c(b, TPUIR_MUL, lw_bin(b, TPUIR_DIV, lw_bin(b, TPUIR_SUB, x, lov),
+                                                lw_bin(b, TPUIR_SUB, hiv, lov)),
+                           (double)bins);
+  tpuir_val idx = lw_convert(b, pos, TPU_I64);
+  idx = lw_sel(b, lw_bin(b, TPUIR_EQ, x, hiv), lw_const(b, TPU_I64, (double)(bins - 1)), idx);
+  idx = lw_sel(b, in, lw_bin_c(b, TPUIR_MIN, idx, (double)(bins - 1)), lw_const(b, TPU_I64, 0));
+  idx = lw_bin_c(b, TPUIR_MAX, idx, 0);
+  tpuir_val w = lw_convert(b, in, cdt);
+  tpuir_val r = n == 0 ? lw_full(b, cdt, 1, &bins, 0)
+                       : tpuir_index_add(b->g, lw_full(b, cdt, 1, &bins, 0), 0, idx, w);
+  return lw_result_as(b, r, dt);
+}
+
+/* _weight_norm_interface(v, g, dim) -> (v * g / ||v||, ||v||), the norm over
+ * every dim but `dim` (all dims for dim == -1) */
+static int wnorm_fn(lw_b *b) {
+  int bw = b->op == S_WNORM_BW;
+  const tpulw_tensor *v = lw_tensor_arg(b, bw ? "saved_v" : "v");
+  const tpulw_tensor *g = lw_tensor_arg(b, bw ? "saved_g" : "g");
+  if (!v || !g) return tpu_error(TPU_E_UNSUPPORTED, "weight_norm: missing operand");
+  int dt = v->view.dtype;
+  if (!tpu_dtype_is_float(dt)) return tpu_error(TPU_E_UNSUPPORTED, "weight_norm: dtype");
+  int cdt = lw_opmath(dt);
+  int nd = v->view.ndim;
+  int64_t dim = lw_int(b, "dim", 0);
+  uint32_t m = 0;
+  for (int d = 0; d < nd; d++)
+    if (dim == -1 || d != (dim < 0 ? dim + nd : dim)) m |= 1u << d;
+  tpuir_val vv = lw_convert(b, lw_tensor(b, v), cdt);
+  tpuir_val gv = lw_convert(b, lw_tensor(b, g), cdt);
+  tpuir_val norm;
+  if (bw) {
+    const tpulw_tensor *nt = lw_tensor_arg(b, "saved_norms");
+    const tpulw_tensor *gw = lw_tensor_arg(b, "grad_w");
+    if (!nt || !gw) return tpu_error(TPU_E_UNSUPPORTED, "weight_norm_backward: missing operand");
+    norm = lw_convert(b, lw_tensor(b, nt), cdt);
+    tpuir_val gr = lw_convert(b, lw_tensor(b, gw), cdt);
+    tpuir_val dotv = lw_reduce_dims(b, TPUIR_RED_SUM, lw_bin(b, TPUIR_MUL, gr, vv), m, 1);
+    lw_shape gs = lw_info(b, gv);
+    tpuir_val grad_g = lw_bin(b, TPUIR_DIV, dotv, lw_bcast(b, norm, lw_info(b, dotv).ndim,
+                                                             lw_info(b, dotv).sizes));
+    tpuir_val scale = lw_bin(b, TPUIR_DIV, gv, norm);
+    tpuir_val grad_v = lw_bin(b, TPUIR_MUL, scale,
+                              lw_bin(b, TPUIR_SUB, gr,
+                                     lw_bin(b, TPUIR_MUL, vv,
+                                            lw_bin(b, TPUIR_DIV, dotv,
+                                                   lw_bin(b, TPUIR_MUL, norm, norm)))));
+    int rc = lw_result_as(b, grad_v, dt);
+    if (rc < 0) return rc;
+    return lw_result_as(b, lw_reshape(b, grad_g, gs.ndim, gs.sizes), g->view.dtype);
+  }
+  norm = lw_un(b, TPUIR_SQRT, lw_reduce_dims(b, TPUIR_RED_SUM, lw_bin(b, TPUIR_MUL, vv, vv), m, 1));
+  lw_shape gs = lw_info(b, gv);
+  tpuir_val w = lw_bin(b, TPUIR_MUL, vv, lw_bin(b, TPUIR_DIV, gv, norm));
+  int rc = lw_result_as(b, w, dt);
+  if (rc < 0) return rc;
+  return lw_result(b, lw_reshape(b, norm, gs.ndim, gs.sizes)); /* f32 for f16/bf16 */
+}
+
+const lw_row lw_rows_sort[] = {
+    {"sort", sort_fn, S_SORT}, {"sort.values", sort_fn, S_SORT},
+    {"sort.stable", sort_fn, S_SORT}, {"sort.values_stable", sort_fn, S_SORT},
+    {"topk", sort_fn, S_TOPK}, {"topk.values", sort_fn, S_TOPK},
+    {"isin.Tensor_Tensor", isin_fn, S_ISIN}, {"isin.Tensor_Tensor_out", isin_fn, S_ISIN},
+    {"isin.Tensor_Scalar", isin_fn, S_ISIN}, {"isin.Tensor_Scalar_out", isin_fn, S_ISIN},
+    {"isin.Scalar_Tensor", isin_fn, S_ISIN}, {"isin.Scalar_Tensor_out", isin_fn, S_ISIN},
+    {"histc", histc_fn, S_HISTC}, {"histc.out", histc_fn, S_HISTC},
+    {"_weight_norm_interface", wnorm_fn, S_WNORM},
+    {"_weight_norm_interface_backward", wnorm_fn, S_WNORM_BW},
+};
+const int lw_nrows_sort = sizeof lw_rows_sort / sizeof lw_rows_sort[0];
