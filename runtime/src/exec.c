@@ -9,11 +9,21 @@
  * skipped, except nodes that can fail at run time (index checks, integer
  * division by zero), which always run so errors are never hidden.
  *
+ * Fusion: elementwise nodes (unary, binary, select, convert) of one shape
+ * are grouped into regions that run as one tiled program
+ * (tpux__eval_region): a node joins the open regions of its operands; a
+ * region closes as soon as a node outside it consumes one of its values,
+ * and it runs at the position of its last member. Only member values used
+ * outside the region (or graph outputs) are materialised; the others live
+ * in L1-sized tile buffers. Regions are bounded (XK_REGION_MAX_NODES
+ * members, XK_REGION_MAX_INPUTS inputs).
+ *
  * Outputs are written at the end, from values computed earlier, so outputs
- * may alias inputs. An elementwise output node writes straight into its
- * destination when that is provably safe (the destination overlaps no
- * parameter still needed later, no later node can fail, and any operand
- * aliasing it is the identical view, read at the same index).
+ * may alias inputs. A region output writes straight into its destination
+ * when that is provably safe (the destination overlaps no parameter still
+ * needed after the region runs, no node at or after it can fail, and any
+ * region input aliasing it is the identical view, read at the same index;
+ * such a store happens at the end of each tile, after all its loads).
  */
 #include <stdlib.h>
 
