@@ -28,6 +28,8 @@
  *    where q * stride = i * ld + pad_lo - k * rd. Each output row is summed
  *    by one thread in a fixed order (deterministic). f16/bf16 compute T in
  *    f32 (exact products) and round once.
+ * 3. Grouped convs with tiny groups (Og * Fg <= 4, e.g. depthwise): direct
+ *    loops (see conv_direct).
  * Data types: f32 (precision passes), f16/bf16 (one pass, C rounded once),
  * f64 (exact). Temporaries are bounded (~64 MB per chunk buffer).
  *
@@ -511,6 +513,104 @@ done:
   return rc;
 }
 
+/* ---- small groups (depthwise): direct loops ------------------------------
+ * Grouped convs with Og * Fg <= 4 would be G tiny GEMMs; they run as direct
+ * loops instead, rows (item, o, q0, q1) in parallel, each output line
+ * accumulated in f32 (f64 for f64). f32 DEFAULT rounds both operands to bf16
+ * (exact products, f32 sums: the one-pass MXU result); f32 HIGH and HIGHEST
+ * use plain fp32 products (at least as accurate as the passes). */
+typedef struct dw_job {
+  const cgeo *g;
+  int round_bf16;
+  char *out;
+  int oom;
+} dw_job;
+
+static inline double cv_load1(int dt, const char *p) {
+  switch (dt) {
+  case TPU_F32: return *(const float *)p;
+  case TPU_F64: return *(const double *)p;
+  case TPU_BF16: return tpu_bf16_to_f32(*(const uint16_t *)p);
+  default: return tpu_f16_to_f32(*(const uint16_t *)p);
+  }
+}
+
+#define DW_BODY(TY)                                                           \
+  do {                                                                        \
+    TY *acc = (TY *)accv, *xr = (TY *)xrv;                                    \
+    for (int64_t i = 0; i < g->out[2]; i++) acc[i] = 0;                       \
+    for (int64_t f = 0; f < g->Fg; f++) {                                     \
+      int64_t c = gi * g->Fg + f;                                             \
+      for (int64_t k0 = 0; k0 < g->k[0]; k0++) {                              \
+        int64_t p0 = q0 * g->st[0] + k0 * g->rd[0] - g->lo[0];                \
+        if (p0 < 0 || p0 >= g->in[0]) continue;                               \
+        for (int64_t k1 = 0; k1 < g->k[1]; k1++) {                            \
+          int64_t p1 = q1 * g->st[1] + k1 * g->rd[1] - g->lo[1];              \
+          if (p1 < 0 || p1 >= g->in[1]) continue;                             \
+          tpux__load(g->dt,                                                   \
+                     g->xb + (nn * g->xn + c * g->xc + p0 * g->xs[0] +        \
+                              p1 * g->xs[1]) * g->es,                         \
+                     g->xs[2], g->in[2], xr);                                 \
+          if (J->round_bf16)                                                  \
+            for (int64_t i = 0; i < g->in[2]; i++)                            \
+              xr[i] = (TY)xk_round_bf16((float)xr[i]);                        \
+          for (int64_t k2 = 0; k2 < g->k[2]; k2++) {                          \
+            TY wv = (TY)cv_load1(g->dt, g->wb + (o * g->wo + f * g->wf +      \
+                                                 k0 * g->ws[0] +              \
+                                                 k1 * g->ws[1] +              \
+                                                 k2 * g->ws[2]) * g->es);     \
+            if (J->round_bf16) wv = (TY)xk_round_bf16((float)wv);             \
+            int64_t c2 = k2 * g->rd[2] - g->lo[2], st = g->st[2];             \
+            int64_t qlo = c2 < 0 ? (-c2 + st - 1) / st : 0;                   \
+            int64_t qhi = g->in[2] - 1 - c2 >= 0                              \
+                              ? (g->in[2] - 1 - c2) / st + 1                  \
+                              : 0;                                            \
+            if (qhi > g->out[2]) qhi = g->out[2];                             \
+            if (st == 1)                                                      \
+              for (int64_t q2 = qlo; q2 < qhi; q2++) acc[q2] += wv * xr[q2 + c2]; \
+            else                                                              \
+              for (int64_t q2 = qlo; q2 < qhi; q2++)                          \
+                acc[q2] += wv * xr[q2 * st + c2];                             \
+          }                                                                   \
+        }                                                                     \
+      }                                                                       \
+    }                                                                         \
+  } while (0)
+
+static void dw_rows(void *ctx, int64_t r0, int64_t r1) {
+  dw_job *J = ctx;
+  const cgeo *g = J->g;
+  const int f64 = g->dt == TPU_F64;
+  const size_t tes = f64 ? 8 : 4;
+  void *accv = malloc(tes * (size_t)g->out[2] + 64);
+  void *xrv = malloc(tes * (size_t)g->in[2] + 64);
+  if (!accv || !xrv) {
+    __atomic_store_n(&J->oom, 1, __ATOMIC_RELAXED);
+    free(accv);
+    free(xrv);
+    return;
+  }
+  const int64_t L = g->out[0] * g->out[1];
+  for (int64_t r = r0; r < r1; r++) {
+    int64_t nn = r / (g->O * L), o = (r / L) % g->O, l = r % L;
+    int64_t q0 = l / g->out[1], q1 = l % g->out[1], gi = o / g->Og;
+    if (f64) DW_BODY(double);
+    else DW_BODY(float);
+    tpux__store(g->dt, J->out + ((nn * g->O + o) * g->Q + l * g->out[2]) * g->es, 1,
+                g->out[2], accv);
+  }
+  free(accv);
+  free(xrv);
+}
+
+static int conv_direct(const cgeo *g, int prec, char *out) {
+  dw_job J = {g, g->dt == TPU_F32 && prec == TPU_PREC_DEFAULT, out, 0};
+  int64_t rows = g->N * g->O * g->out[0] * g->out[1];
+  int64_t per = g->out[2] * g->Fg * g->K;
+  tpurt_parallel_for(rows, grain_for(per), dw_rows, &J);
+  return J.oom ? tpu_error(TPU_E_OOM, "convolution: out of host memory") : TPU_OK;
+}
+
 static int eval_convolution(xctx *c, int t) {
   const tpuir_node *n = tpuir_get_node(c->g, t);
   const tpu_view *x = &c->vals[n->in[0]].v, *w = &c->vals[n->in[1]].v;
@@ -527,7 +627,10 @@ static int eval_convolution(xctx *c, int t) {
   int dil = 0;
   for (int d = 0; d < CV_SP; d++) dil |= g.ld[d] != 1;
   int prec = g.dt == TPU_F32 ? n->kind : TPU_PREC_DEFAULT;
-  return dil ? conv_scatter(&g, prec, out) : conv_im2col(&g, prec, out);
+  if (dil) return conv_scatter(&g, prec, out);
+  if (g.G > 1 && g.Og * g.Fg <= 4 && g.out[2] >= g.k[2])
+    return conv_direct(&g, prec, out);
+  return conv_im2col(&g, prec, out);
 }
 
 /* ---- windows ------------------------------------------------------------ */

@@ -2,6 +2,7 @@
  * REDUCE_WINDOW and WINDOW_ARGMAX, against naive float64 references
  * (direct convolution with StableHLO semantics, direct window loops). The
  * cases cover every executor path: 1x1 direct GEMM, im2col in both layouts,
+ * direct loops for depthwise / tiny groups,
  * several batch items per GEMM, lhs dilation (col2im), groups, negative
  * padding, strided / flipped operand views, 1-3 spatial dims, dtypes and
  * precisions. */
@@ -222,6 +223,10 @@ static const ccase k_cases[] = {
     CC(1, 2, 4, 4, 2, {9}, {3}, {1}, {2}, {2}, {2}, {1}),
     CC(3, 2, 3, 4, 1, {5, 6, 4}, {3, 2, 3}, {1, 2, 1}, {1, 0, 1}, {1, 1, 1}, {1, 1, 1}, {1, 1, 1}),
     CC(3, 1, 2, 2, 1, {3, 3, 4}, {2, 2, 2}, {1, 1, 1}, {1, 1, 1}, {1, 1, 1}, {2, 1, 2}, {1, 1, 1}),
+    /* depthwise / tiny groups (direct loops): 2D strided + dilated, 1D, 3D */
+    CC(2, 2, 6, 6, 6, {9, 10}, {3, 3}, {2, 2}, {1, 1}, {1, 1}, {1, 1}, {2, 1}),
+    CC(1, 2, 4, 4, 4, {12}, {3}, {2}, {1}, {0}, {1}, {1}),
+    CC(3, 1, 2, 4, 2, {4, 5, 6}, {2, 3, 3}, {1, 1, 2}, {1, 0, 1}, {0, 1, 1}, {1, 1, 1}, {1, 2, 1}),
 };
 #define NCASES ((int)(sizeof k_cases / sizeof k_cases[0]))
 
