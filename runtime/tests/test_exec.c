@@ -1,5 +1,6 @@
 /* test_exec.c - vTPU executor: elementwise ops, conversions, views, copies,
  * aliasing and error behaviour, against independent scalar references. */
+#include <pthread.h>
 #include <stdio.h>
 
 #include "tpu_test.h"
@@ -1141,5 +1142,56 @@ TPU_TEST(exec_fusion_register_reuse_store) {
   CHECK_OK(tpux_run(g, 2, ins, 1, &O));
   for (int i = 0; i < 50; i++) CHECK(big[32 + i] == floorf(a[i] / 3.0f));
   for (int i = 0; i < 32; i++) CHECK(big[i] == 12345.0f && big[82 + i] == 12345.0f);
+  tpuir_graph_free(g);
+}
+
+/* tpux_run is re-entrant: several threads run the same graph at once (the
+ * temporary cache and the pool are shared). */
+
+typedef struct conc_arg {
+  const tpuir_graph *g;
+  const tpu_view *in;
+  float *out;
+  int bad;
+} conc_arg;
+
+static void *conc_worker(void *p) {
+  conc_arg *a = p;
+  int64_t s1[1] = {512};
+  tpu_view O;
+  tpu_view_init_contiguous(&O, a->out, TPU_F32, 1, s1);
+  for (int it = 0; it < 30 && !a->bad; it++) {
+    if (tpux_run(a->g, 1, a->in, 1, &O) != TPU_OK) a->bad = 1;
+    for (int i = 0; i < 512 && !a->bad; i++)
+      if (a->out[i] != 2048.0f * (float)i) a->bad = 2;
+  }
+  return NULL;
+}
+
+TPU_TEST(exec_concurrent_runs) {
+  /* out[j] = sum_i (x[i, j] * 2) over a [1024, 512] input (2 MiB temps) */
+  int64_t sz[2] = {1024, 512}, d0[1] = {0};
+  tpuir_graph *g = tpuir_graph_new();
+  tpuir_val x = tpuir_param(g, TPU_F32, 2, sz);
+  tpuir_val two = tpuir_broadcast_in_dim(g, tpuir_const_f(g, TPU_F32, 2), 2, sz, NULL);
+  tpuir_val y = tpuir_binary(g, TPUIR_MUL, x, two);
+  tpuir_val r = tpuir_reduce(g, TPUIR_RED_SUM, y, 1, d0);
+  CHECK_OK(tpuir_set_outputs(g, 1, &r));
+  float *xb = malloc(1024 * 512 * sizeof(float));
+  for (int i = 0; i < 1024; i++)
+    for (int j = 0; j < 512; j++) xb[i * 512 + j] = (float)j;
+  tpu_view X;
+  tpu_view_init_contiguous(&X, xb, TPU_F32, 2, sz);
+  enum { NT = 4 };
+  pthread_t th[NT];
+  conc_arg args[NT];
+  float outs[NT][512];
+  for (int k = 0; k < NT; k++) {
+    args[k] = (conc_arg){g, &X, outs[k], 0};
+    CHECK(pthread_create(&th[k], NULL, conc_worker, &args[k]) == 0);
+  }
+  for (int k = 0; k < NT; k++) pthread_join(th[k], NULL);
+  for (int k = 0; k < NT; k++) CHECK(args[k].bad == 0);
+  free(xb);
   tpuir_graph_free(g);
 }
