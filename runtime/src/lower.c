@@ -33,6 +33,7 @@ static void table_init(void) {
       {lw_rows_random, lw_nrows_random},
       {lw_rows_conv, lw_nrows_conv},
       {lw_rows_sort, lw_nrows_sort},
+      {lw_rows_resize, lw_nrows_resize},
   };
   int total = 0;
   for (size_t f = 0; f < sizeof fam / sizeof fam[0]; f++) total += fam[f].n;

@@ -83,6 +83,8 @@ extern const lw_row lw_rows_conv[];
 extern const int lw_nrows_conv;
 extern const lw_row lw_rows_sort[];
 extern const int lw_nrows_sort;
+extern const lw_row lw_rows_resize[];
+extern const int lw_nrows_resize;
 
 /* ---- scalars ------------------------------------------------------------ */
 enum { LW_SK_BOOL = 0, LW_SK_INT, LW_SK_FLOAT };

@@ -880,3 +880,32 @@ TPU_TEST(lower_sort_topk_isin_histc) {
   lt_result_free(&r);
   lt_free(&x); lt_free(&big); lt_free(&e); lt_free(&t); lt_free(&h);
 }
+
+TPU_TEST(lower_upsample) {
+  tpu_view x = lt_from(TPU_F32, 4, SZ(1, 1, 2, 2), ARR(1, 2, 3, 4));
+  int64_t os[2] = {4, 3};
+  lt_result r = RUN("upsample_nearest2d", "", lt_tensor("self", x), lt_ints("output_size", os, 2),
+                    lt_none("scales_h"), lt_none("scales_w"));
+  CHECK_OK(r.rc);
+  CHECK_SHAPE(r.info[0], 1, 1, 4, 3);
+  /* rows: h*2/4 -> 0,0,1,1; cols: floor(w*2/3) -> 0,0,1 */
+  CHECK_VALS(r.out[0], ARR(1, 1, 2, 1, 1, 2, 3, 3, 4, 3, 3, 4), 12, 0);
+  lt_result_free(&r);
+  int64_t ol[2] = {2, 3};
+  r = RUN("upsample_bilinear2d", "", lt_tensor("self", x), lt_ints("output_size", ol, 2),
+          lt_bool("align_corners", 1), lt_none("scales_h"), lt_none("scales_w"));
+  CHECK_OK(r.rc);
+  CHECK_VALS(r.out[0], ARR(1, 1.5, 2, 3, 3.5, 4), 6, 1e-6);
+  lt_result_free(&r);
+  /* backward of nearest: each input collects its copies */
+  tpu_view g = lt_new(TPU_F32, 4, SZ(1, 1, 4, 3));
+  for (int i = 0; i < 12; i++) lt_set(&g, i, 1);
+  int64_t is[4] = {1, 1, 2, 2};
+  r = RUN("upsample_nearest2d_backward", "", lt_tensor("grad_output", g), lt_ints("output_size", os, 2),
+          lt_ints("input_size", is, 4), lt_none("scales_h"), lt_none("scales_w"));
+  CHECK_OK(r.rc);
+  CHECK_SHAPE(r.info[0], 1, 1, 2, 2);
+  CHECK_VALS(r.out[0], ARR(4, 2, 4, 2), 4, 0);
+  lt_result_free(&r);
+  lt_free(&x); lt_free(&g);
+}
