@@ -10,6 +10,7 @@
 
 #include "tpu_test.h"
 #include "test_exec_util.h"
+#include "test_lower_util.h"
 
 typedef struct ccase {
   int nsp;
@@ -560,4 +561,202 @@ TPU_TEST(reduce_window_builder_errors) {
   tpuir_dump(g, buf, sizeof buf);
   CHECK(strstr(buf, "reduce_window(") && strstr(buf, "kind=max") && strstr(buf, "window=[2,2]"));
   tpuir_graph_free(g);
+}
+
+/* ---- lowerings (tpulw) ------------------------------------------------------
+ * End-to-end through the lowering table in f64: the forward against the
+ * direct reference (regular convs) or through the adjoint identity
+ * <convT(x, w), z> = <x, conv(z, w)> (transposed convs), and
+ * convolution_backward through <y, gy> = <x, gx> = <w, gw> (y is bilinear in
+ * x and w) plus grad_bias = sum of gy. */
+#include "test_lower_util.h"
+
+typedef struct lcase {
+  int nsp, transposed;
+  int64_t N, Cin, Cout, G;
+  int64_t in[3], k[3], s[3], p[3], d[3], op[3];
+} lcase;
+
+static double dotv(const tpu_view *a, const tpu_view *b) {
+  int64_t n = tpu_view_numel(a);
+  double s = 0;
+  for (int64_t i = 0; i < n; i++) s += tv_get(a, i) * tv_get(b, i);
+  return s;
+}
+
+static int lower_case(const lcase *c, uint64_t seed) {
+  int nsp = c->nsp, rank = nsp + 2;
+  int64_t xs[5] = {c->N, c->Cin}, ws[5], ys[5] = {c->N, c->Cout};
+  if (c->transposed) {
+    ws[0] = c->Cin;
+    ws[1] = c->Cout / c->G;
+  } else {
+    ws[0] = c->Cout;
+    ws[1] = c->Cin / c->G;
+  }
+  for (int i = 0; i < nsp; i++) {
+    xs[2 + i] = c->in[i];
+    ws[2 + i] = c->k[i];
+    ys[2 + i] = c->transposed
+                    ? (c->in[i] - 1) * c->s[i] - 2 * c->p[i] + c->d[i] * (c->k[i] - 1) + c->op[i] + 1
+                    : (c->in[i] + 2 * c->p[i] - c->d[i] * (c->k[i] - 1) - 1) / c->s[i] + 1;
+  }
+  tarr X = ta_new(TPU_F64, rank, xs), W = ta_new(TPU_F64, rank, ws);
+  tarr GY = ta_new(TPU_F64, rank, ys), B = ta_new(TPU_F64, 1, &c->Cout);
+  uint64_t st = seed;
+  ta_fill(&X.v, &st, -1, 1);
+  ta_fill(&W.v, &st, -1, 1);
+  ta_fill(&GY.v, &st, -1, 1);
+  ta_fill(&B.v, &st, -1, 1);
+  int64_t bsz[1] = {c->Cout}, mask[3] = {1, 1, 1};
+  tpulw_arg a[12];
+  int na = 0;
+  a[na++] = lt_tensor("input", X.v);
+  a[na++] = lt_tensor("weight", W.v);
+  a[na++] = lt_tensor("bias", B.v);
+  a[na++] = lt_ints("stride", c->s, nsp);
+  a[na++] = lt_ints("padding", c->p, nsp);
+  a[na++] = lt_ints("dilation", c->d, nsp);
+  a[na++] = lt_bool("transposed", c->transposed);
+  a[na++] = lt_ints("output_padding", c->op, nsp);
+  a[na++] = lt_int("groups", c->G);
+  lt_result fr = lt_run("convolution", "", a, na);
+  int fail = fr.rc != 0 || fr.nout != 1;
+  if (fail) fprintf(stderr, "  convolution: %s\n", tpu_last_error());
+  for (int i = 0; !fail && i < rank; i++) fail = fr.out[0].sizes[i] != ys[i];
+  int64_t ny = 1;
+  for (int i = 0; i < rank; i++) ny *= ys[i];
+  if (!fail) {
+    /* y - bias */
+    for (int64_t i = 0; i < ny; i++) {
+      int64_t o = (i / (ny / c->N / c->Cout)) % c->Cout;
+      tv_set(&fr.out[0], i, tv_get(&fr.out[0], i) - tv_get(&B.v, o));
+    }
+    if (!c->transposed) {
+      ccase cc = {nsp, c->N, c->Cin, c->Cout, c->G, {0}, {0}, {0}, {0}, {0}, {0}, {0}};
+      for (int i = 0; i < nsp; i++) {
+        cc.in[i] = c->in[i];
+        cc.k[i] = c->k[i];
+        cc.st[i] = c->s[i];
+        cc.lo[i] = cc.hi[i] = c->p[i];
+        cc.ld[i] = 1;
+        cc.rd[i] = c->d[i];
+      }
+      double *ref = malloc(8 * (size_t)ny), *ra = malloc(8 * (size_t)ny);
+      ref_conv(&cc, &X.v, &W.v, NULL, ref, ra);
+      for (int64_t i = 0; i < ny && !fail; i++)
+        if (fabs(tv_get(&fr.out[0], i) - ref[i]) > 1e-10 * (ra[i] + 1)) {
+          fprintf(stderr, "  forward [%lld]: %g vs %g\n", (long long)i,
+                  tv_get(&fr.out[0], i), ref[i]);
+          fail = 1;
+        }
+      free(ref);
+      free(ra);
+    } else { /* <convT(x, w), z> = <x, conv(z, w)> with z = gy */
+      ccase cc = {nsp, c->N, c->Cout, c->Cin, c->G, {0}, {0}, {0}, {0}, {0}, {0}, {0}};
+      for (int i = 0; i < nsp; i++) {
+        cc.in[i] = ys[2 + i];
+        cc.k[i] = c->k[i];
+        cc.st[i] = c->s[i];
+        cc.lo[i] = c->p[i];
+        cc.hi[i] = c->p[i] - c->op[i];
+        cc.ld[i] = 1;
+        cc.rd[i] = c->d[i];
+      }
+      int64_t nx = tpu_view_numel(&X.v);
+      double *ref = malloc(8 * (size_t)nx), *ra = malloc(8 * (size_t)nx);
+      ref_conv(&cc, &GY.v, &W.v, NULL, ref, ra);
+      double lhs = dotv(&fr.out[0], &GY.v), rhs = 0;
+      for (int64_t i = 0; i < nx; i++) rhs += tv_get(&X.v, i) * ref[i];
+      if (fabs(lhs - rhs) > 1e-9 * (fabs(lhs) + 1)) {
+        fprintf(stderr, "  transposed adjoint: %.12g vs %.12g\n", lhs, rhs);
+        fail = 1;
+      }
+      free(ref);
+      free(ra);
+    }
+  }
+  /* backward */
+  tpulw_arg bw[12];
+  int nb = 0;
+  bw[nb++] = lt_tensor("grad_output", GY.v);
+  bw[nb++] = lt_tensor("input", X.v);
+  bw[nb++] = lt_tensor("weight", W.v);
+  bw[nb++] = lt_ints("bias_sizes", bsz, 1);
+  bw[nb++] = lt_ints("stride", c->s, nsp);
+  bw[nb++] = lt_ints("padding", c->p, nsp);
+  bw[nb++] = lt_ints("dilation", c->d, nsp);
+  bw[nb++] = lt_bool("transposed", c->transposed);
+  bw[nb++] = lt_ints("output_padding", c->op, nsp);
+  bw[nb++] = lt_int("groups", c->G);
+  bw[nb++] = lt_ints("output_mask", mask, 3);
+  lt_result br = lt_run("convolution_backward", "", bw, nb);
+  if (!fail && (br.rc != 0 || br.nout != 3)) {
+    fprintf(stderr, "  convolution_backward: %s\n", tpu_last_error());
+    fail = 1;
+  }
+  if (!fail) {
+    double yg = dotv(&fr.out[0], &GY.v);
+    double xg = dotv(&X.v, &br.out[0]), wg = dotv(&W.v, &br.out[1]);
+    double tol = 1e-9 * (fabs(yg) + 1);
+    if (fabs(xg - yg) > tol || fabs(wg - yg) > tol) {
+      fprintf(stderr, "  backward adjoint: <y,gy> %.12g <x,gx> %.12g <w,gw> %.12g\n",
+              yg, xg, wg);
+      fail = 1;
+    }
+    int64_t per = ny / c->N / c->Cout;
+    for (int64_t o = 0; o < c->Cout && !fail; o++) {
+      double sb = 0;
+      for (int64_t n = 0; n < c->N; n++)
+        for (int64_t q = 0; q < per; q++) sb += tv_get(&GY.v, (n * c->Cout + o) * per + q);
+      if (fabs(tv_get(&br.out[2], o) - sb) > 1e-9 * (fabs(sb) + 1)) fail = 1;
+    }
+  }
+  lt_result_free(&fr);
+  lt_result_free(&br);
+  free(X.mem);
+  free(W.mem);
+  free(GY.mem);
+  free(B.mem);
+  return fail;
+}
+
+TPU_TEST(conv_lowering_forward_backward_adjoint) {
+  static const lcase cases[] = {
+      /* nsp, transposed, N, Cin, Cout, G, in, k, s, p, d, op */
+      {2, 0, 2, 3, 4, 1, {9, 8}, {3, 3}, {1, 1}, {1, 1}, {1, 1}, {0, 0}},
+      {2, 0, 2, 4, 6, 2, {11, 10}, {3, 2}, {2, 1}, {1, 0}, {1, 2}, {0, 0}},
+      {2, 0, 3, 4, 8, 4, {8, 8}, {3, 3}, {2, 2}, {1, 1}, {1, 1}, {0, 0}},
+      {2, 0, 1, 3, 5, 1, {12, 12}, {7, 7}, {2, 2}, {3, 3}, {1, 1}, {0, 0}},
+      {2, 0, 2, 6, 4, 1, {6, 7}, {1, 1}, {2, 2}, {0, 0}, {1, 1}, {0, 0}},
+      {1, 0, 2, 3, 4, 1, {17}, {4}, {3}, {2}, {2}, {0}},
+      {3, 0, 1, 2, 3, 1, {5, 4, 6}, {3, 2, 3}, {1, 2, 1}, {1, 0, 1}, {1, 1, 1}, {0, 0, 0}},
+      {2, 1, 2, 4, 3, 1, {5, 6}, {3, 3}, {2, 2}, {1, 1}, {1, 1}, {1, 0}},
+      {2, 1, 1, 6, 4, 2, {4, 4}, {3, 2}, {3, 2}, {1, 0}, {1, 1}, {2, 1}},
+      {2, 1, 2, 3, 2, 1, {7, 5}, {3, 3}, {1, 1}, {2, 2}, {2, 2}, {0, 0}},
+      {1, 1, 2, 3, 4, 1, {7}, {3}, {2}, {1}, {1}, {1}},
+  };
+  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+    int bad = lower_case(&cases[i], 77 + i);
+    if (bad) fprintf(stderr, "  lowering case %zu failed\n", i);
+    CHECK(!bad);
+  }
+}
+
+TPU_TEST(conv_lowering_errors) {
+  int64_t xs[4] = {1, 3, 5, 5}, ws[4] = {4, 3, 7, 7}, one[2] = {1, 1}, zero[2] = {0, 0};
+  tarr X = ta_new(TPU_F32, 4, xs), W = ta_new(TPU_F32, 4, ws);
+  tpulw_arg a[9] = {lt_tensor("input", X.v), lt_tensor("weight", W.v), lt_none("bias"),
+                    lt_ints("stride", one, 2), lt_ints("padding", zero, 2),
+                    lt_ints("dilation", one, 2), lt_bool("transposed", 0),
+                    lt_ints("output_padding", zero, 2), lt_int("groups", 1)};
+  lt_result r = lt_run("convolution", "", a, 9);
+  CHECK(r.rc == TPU_E_INVALID);
+  CHECK(strstr(tpu_last_error(), "Kernel size can't be greater") != NULL);
+  a[8] = lt_int("groups", 2);
+  r = lt_run("convolution", "", a, 9);
+  CHECK(r.rc == TPU_E_INVALID);
+  CHECK(strstr(tpu_last_error(), "to have 6 channels") != NULL);
+  free(X.mem);
+  free(W.mem);
 }
