@@ -224,7 +224,9 @@ static int histc_fn(lw_b *b) {
   const tpulw_tensor *self = lw_tensor_arg(b, "self");
   if (!self) return tpu_error(TPU_E_UNSUPPORTED, "histc: no self");
   int dt = self->view.dtype;
-  if (!tpu_dtype_is_float(dt))
+  /* integer inputs count into an integer histogram (CUDA semantics: the CPU
+   * kernel has no integer version) */
+  if (dt == TPU_BOOL)
     return tpu_error(TPU_E_UNSUPPORTED, "\"histogram_cpu\" not implemented for '%s'",
                      lw_torch_name(dt));
   int64_t bins = lw_int(b, "bins", 100);
@@ -236,7 +238,11 @@ static int histc_fn(lw_b *b) {
     return tpu_error(TPU_E_INVALID, "torch.histc(): max must be larger than min");
   if (!isfinite(lo) || !isfinite(hi))
     return tpu_error(TPU_E_INVALID, "torch.histc(): range of [%g, %g] is not finite", lo, hi);
-  int cdt = lw_opmath(dt);
+  int cdt = tpu_dtype_is_float(dt) ? lw_opmath(dt) : TPU_F64;
+  if (!tpu_dtype_is_float(dt)) { /* the range in the input's type */
+    lo = (double)(int64_t)lo;
+    hi = (double)(int64_t)hi;
+  }
   tpuir_val x = lw_convert(b, lw_tensor(b, self), cdt);
   lw_shape s = lw_info(b, x);
   int64_t n = lw_numel(&s);
@@ -257,7 +263,7 @@ static int histc_fn(lw_b *b) {
   tpuir_val pos = lw_bin_c(b, TPUIR_MUL, lw_bin(b, TPUIR_DIV, lw_bin(b, TPUIR_SUB, x, lov),
                                                 lw_bin(b, TPUIR_SUB, hiv, lov)),
                            (double)bins);
-  tpuir_val idx = lw_convert(b, pos, TPU_I64);
+  tpuir_val idx = lw_convert(b, lw_un(b, TPUIR_FLOOR, pos), TPU_I64);
   idx = lw_sel(b, lw_bin(b, TPUIR_EQ, x, hiv), lw_const(b, TPU_I64, (double)(bins - 1)), idx);
   idx = lw_sel(b, in, lw_bin_c(b, TPUIR_MIN, idx, (double)(bins - 1)), lw_const(b, TPU_I64, 0));
   idx = lw_bin_c(b, TPUIR_MAX, idx, 0);
