@@ -87,5 +87,5 @@ def test_compare_detects_dtype_shape_value():
 
 def test_int_sample_float_output_uses_float_tolerance():
     db = {opinfo.op_full_name(o): o for o in opinfo.load_op_db()}
-    assert opinfo.tolerance(db["add"], torch.int32)[:2] == (0.0, 0.0)
+    assert opinfo.tolerance(db["add"], torch.int32, torch.int32)[:2] == (0.0, 0.0)
     assert opinfo.tolerance(db["add"], torch.int32, torch.float32)[:2] == opinfo.DEFAULT_TOL[torch.float32]
