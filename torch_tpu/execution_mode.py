@@ -6,14 +6,19 @@
 - ``EagerMode.DEFER_NEVER_AND_LAUNCH_BLOCKING`` (Debug Eager): every op runs
   to completion before the call returns, so errors surface at the op that
   caused them. Also ``TORCH_TPU_LAUNCH_BLOCKING=1``.
-- ``EagerMode.DEFER_AND_FUSE`` (Fused Eager): records ops into a graph and
-  fuses them. Not implemented yet: selecting it raises NotImplementedError.
+- ``EagerMode.DEFER_AND_FUSE`` (Fused Eager): ops are recorded into the
+  chip's pending IR graph (results are promises) and run as one fused,
+  cached program on a flush: ``.cpu()``/``.item()``/``.tolist()``/
+  ``.numpy()``/printing/``torch.save`` (device->host copies),
+  ``torch.tpu.synchronize()``, stream/event syncs, cross-device copies, a
+  repeated step (training-loop detection), a size cap
+  (``TORCH_TPU_FUSE_MAX_OPS``), memory pressure. Also
+  ``TORCH_TPU_DEFER_AND_FUSE=1``. See ``torch_tpu.sync``.
 """
 import contextlib
 import enum
 import os
 import threading
-import warnings
 
 from . import _C
 
@@ -32,12 +37,8 @@ def set_eager_mode(mode):
     """Select the eager mode for the whole process."""
     global _mode
     mode = EagerMode(mode)
-    if mode is EagerMode.DEFER_AND_FUSE:
-        raise NotImplementedError(
-            "torch_tpu: EagerMode.DEFER_AND_FUSE (Fused Eager) is not implemented yet; "
-            "use DEFER_NEVER or DEFER_NEVER_AND_LAUNCH_BLOCKING"
-        )
     with _lock:
+        _C._set_fused(mode is EagerMode.DEFER_AND_FUSE)
         _C._set_launch_blocking(mode is EagerMode.DEFER_NEVER_AND_LAUNCH_BLOCKING)
         _mode = mode
 
@@ -91,7 +92,8 @@ def _init_from_env():
     if _env_flag("TORCH_TPU_LAUNCH_BLOCKING"):
         _C._set_launch_blocking(True)
         _mode = EagerMode.DEFER_NEVER_AND_LAUNCH_BLOCKING
-    if _env_flag("TORCH_TPU_DEFER_AND_FUSE"):
-        warnings.warn(
-            "torch_tpu: TORCH_TPU_DEFER_AND_FUSE=1 is not implemented yet; running Strict Eager"
-        )
+    if _env_flag("TORCH_TPU_DEFER_AND_FUSE") and _mode is EagerMode.DEFER_NEVER:
+        _C._set_fused(True)
+        _mode = EagerMode.DEFER_AND_FUSE
+    elif _C._get_fused():  # the runtime read the variable with another spelling
+        _C._set_fused(_mode is EagerMode.DEFER_AND_FUSE)

@@ -357,3 +357,29 @@ def native_ops():
 def fallback_counts():
     """{"aten::op.overload": calls} of ops that ran through the CPU fallback."""
     return dict(_C._fallback_counts())
+
+
+# ---- compilation cache (shared by Strict and Fused Eager) --------------------
+
+
+def _get_cache_stats():
+    """Compilation-cache counters: ``hits`` (in-memory), ``disk_hits``
+    (programs loaded from TORCH_TPU_COMPILATION_CACHE_DIR), ``misses`` (=
+    ``compiles``), ``compile_time_s``, ``entries`` (in-memory LRU size), plus
+    the recorder's ``ops_recorded``, ``programs_run``, ``outputs_written``,
+    ``outputs_elided``/``bytes_elided`` (dead intermediates never written)
+    and ``flushes`` by reason."""
+    return _C._cache_stats()
+
+
+def _reset_cache_stats():
+    _C._reset_cache_stats()
+
+
+def _clear_compilation_cache():
+    """Drop the in-memory programs (the disk tier stays)."""
+    _C._cache_clear()
+
+
+def _set_compilation_cache_dir(path):
+    _C._cache_set_dir(str(path) if path else "")

@@ -11,6 +11,7 @@
 
 #include "lower_internal.h"
 #include "tpu_exec.h"
+#include "tpu_graph.h"
 
 /* ---- the table ---------------------------------------------------------- */
 
@@ -350,11 +351,6 @@ static int remap_index_error(int remap) {
   return TPU_E_INDEX;
 }
 
-static int run_plan(void *ctx) {
-  tpulw_plan *p = ctx;
-  return tpux_run(p->g, p->nparams, p->params, p->nout, p->out_views);
-}
-
 static void free_plan(void *ctx) { tpulw_plan_free(ctx); }
 
 int tpulw_launch(tpulw_plan *p, tpurt_stream *s, const tpu_view *outs) {
@@ -385,7 +381,9 @@ int tpulw_launch(tpulw_plan *p, tpurt_stream *s, const tpu_view *outs) {
     return TPU_OK;
   }
   int sync = p->sync, remap = p->err_remap;
-  int rc = tpurt_stream_enqueue(s, run_plan, free_plan, p);
+  /* the eager-mode recorder (graph.c) runs it now or fuses it later */
+  int rc = tpug_submit(s, p->g, p->nparams, p->params, p->nout, p->out_views,
+                       sync, free_plan, p);
   /* Ops that check index ranges on the device (gather, index_select,
    * embedding, nll_loss, scatter/index_add, ...) must raise at the call,
    * like PyTorch CPU: this costs one stream synchronization. */

@@ -7,6 +7,7 @@
 
 #include "lower_internal.h"
 #include "tpu_exec.h"
+#include "tpu_graph.h"
 #include "tpu_rt.h"
 
 typedef struct copy_task {
@@ -59,6 +60,9 @@ int tpulw_copy_h2d(tpurt_stream *s, const tpu_view *dst, const tpu_view *src) {
   if (!s) return tpu_error(TPU_E_INVALID, "copy: NULL stream");
   int64_t n = tpu_view_numel(src);
   if (n == 0) return TPU_OK;
+  /* Fused Eager: pending ops using dst must run before it is overwritten */
+  rc = tpug_flush_if_uses(tpurt_stream_device(s), dst->base, TPUG_R_COPY);
+  if (rc < 0) return rc;
   size_t es = tpu_dtype_size(src->dtype);
   void *buf = malloc((size_t)n * es);
   if (!buf) return tpu_error(TPU_E_OOM, "copy: cannot stage %lld bytes",
@@ -83,10 +87,43 @@ int tpulw_copy_d2h(tpurt_stream *s, const tpu_view *dst, const tpu_view *src) {
   int rc = check_pair(dst, src);
   if (rc < 0) return rc;
   if (!s) return tpu_error(TPU_E_INVALID, "copy: NULL stream");
+  rc = tpug_flush(tpurt_stream_device(s), TPUG_R_D2H); /* Fused Eager */
+  if (rc < 0) return rc;
   if (tpu_view_numel(src) == 0) return tpurt_stream_synchronize(s);
   rc = enqueue_copy(s, dst, src, NULL);
   if (rc < 0) return rc;
   return tpurt_stream_synchronize(s);
+}
+
+/* A same-chip copy as a one-op graph for the Fused Eager recorder. */
+typedef struct copy_op {
+  tpuir_graph *g;
+  tpu_view in, out;
+} copy_op;
+
+static void copy_op_free(void *ctx) {
+  copy_op *c = ctx;
+  tpuir_graph_free(c->g);
+  free(c);
+}
+
+static int record_copy(tpurt_stream *s, const tpu_view *dst,
+                       const tpu_view *src) {
+  copy_op *c = calloc(1, sizeof *c);
+  if (!c || !(c->g = tpuir_graph_new())) {
+    free(c);
+    return tpu_error(TPU_E_INTERNAL, "copy: out of host memory");
+  }
+  c->in = *src;
+  c->out = *dst;
+  tpuir_val v = tpuir_param(c->g, src->dtype, src->ndim, src->sizes);
+  if (v >= 0 && src->dtype != dst->dtype) v = tpuir_convert(c->g, v, dst->dtype);
+  int rc = v < 0 ? v : tpuir_set_outputs(c->g, 1, &v);
+  if (rc < 0) {
+    copy_op_free(c);
+    return rc;
+  }
+  return tpug_submit(s, c->g, 1, &c->in, 1, &c->out, 0, copy_op_free, c);
 }
 
 int tpulw_copy_d2d(tpurt_stream *s, const tpu_view *dst, const tpu_view *src) {
@@ -94,7 +131,13 @@ int tpulw_copy_d2d(tpurt_stream *s, const tpu_view *dst, const tpu_view *src) {
   if (rc < 0) return rc;
   if (!s) return tpu_error(TPU_E_INVALID, "copy: NULL stream");
   if (tpu_view_numel(src) == 0) return TPU_OK;
-  int sdev = tpurt_ptr_device(src->base);
+  int sdev = tpurt_ptr_device(src->base), ddev = tpurt_stream_device(s);
+  if (tpug_get_mode() == TPUG_FUSE && (sdev < 0 || sdev == ddev))
+    return record_copy(s, dst, src); /* fused with the pending ops */
+  /* Fused Eager: pending ops producing src / using dst run first */
+  if (sdev >= 0) rc = tpug_flush_if_uses(sdev, src->base, TPUG_R_COPY);
+  if (rc >= 0) rc = tpug_flush_if_uses(ddev, dst->base, TPUG_R_COPY);
+  if (rc < 0) return rc;
   if (sdev >= 0 && sdev != tpurt_stream_device(s)) {
     /* the source's chip must have produced its data first */
     rc = tpurt_device_synchronize(sdev);

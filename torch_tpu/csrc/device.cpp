@@ -113,7 +113,10 @@ void set_current_stream(DeviceIndex d, int id) {
 
 void synchronize_device(DeviceIndex d) {
   check_device(d);
-  if (tpurt_device_is_open(d)) check(tpurt_device_synchronize(d));
+  if (tpurt_device_is_open(d)) {
+    check(tpug_flush(d, TPUG_R_SYNC));  // Fused Eager: run what is pending
+    check(tpurt_device_synchronize(d));
+  }
 }
 
 static tpurt_stream* stream_of(const c10::Stream& s) {
@@ -125,19 +128,30 @@ static tpurt_stream* stream_of(const c10::Stream& s) {
 
 // ---- allocator -------------------------------------------------------------
 namespace {
-void tpu_delete(void* p) { tpurt_free(p); }
+// Fused Eager: frees of blocks the pending graph uses are deferred (and
+// outputs into them are never written).
+void tpu_delete(void* p) { tpug_free(p); }
 
 struct TpuAllocator final : public c10::DeviceAllocator {
   c10::DataPtr allocate(size_t n) override {
     DeviceIndex d = current_device();
     void* p = nullptr;
-    check(tpurt_malloc(d, n, &p));
+    int rc = tpurt_malloc(d, n, &p);
+    if (rc == TPU_E_OOM && tpug_pending_ops(d) > 0) {  // memory pressure: flush, retry
+      check(tpug_flush(d, TPUG_R_OOM));
+      check(tpurt_device_synchronize(d));
+      rc = tpurt_malloc(d, n, &p);
+    }
+    check(rc);
     return {p, p, &tpu_delete, c10::Device(DeviceType::PrivateUse1, d)};
   }
   c10::DeleterFnPtr raw_deleter() const override { return &tpu_delete; }
   void copy_data(void* dest, const void* src, std::size_t count) const override {
     int d = tpurt_ptr_device(src);
-    if (d >= 0) check(tpurt_device_synchronize(d));
+    if (d >= 0) {
+      check(tpug_flush(d, TPUG_R_D2H));
+      check(tpurt_device_synchronize(d));
+    }
     std::memcpy(dest, src, count);
   }
   bool initialized() override { return true; }
@@ -246,10 +260,13 @@ struct TpuGuardImpl final : public c10::impl::DeviceGuardImplInterface {
       TORCH_CHECK(ev, "torch_tpu: could not create an event");
       *event = ev;
     }
+    check(tpug_flush(stream.device_index(), TPUG_R_SYNC));
     check(tpurt_event_record(ev, stream_of(stream)));
   }
   void block(void* event, const c10::Stream& stream) const override {
-    if (event) check(tpurt_stream_wait_event(stream_of(stream), static_cast<tpurt_event*>(event)));
+    if (!event) return;
+    check(tpug_flush(stream.device_index(), TPUG_R_SYNC));
+    check(tpurt_stream_wait_event(stream_of(stream), static_cast<tpurt_event*>(event)));
   }
   bool queryEvent(void* event) const override {
     return !event || tpurt_event_query(static_cast<tpurt_event*>(event)) == 1;
@@ -258,9 +275,11 @@ struct TpuGuardImpl final : public c10::impl::DeviceGuardImplInterface {
     if (event) tpurt_event_destroy(static_cast<tpurt_event*>(event));
   }
   bool queryStream(const c10::Stream& s) const override {
+    if (tpug_pending_ops(s.device_index()) > 0) return false;
     return tpurt_stream_query(stream_of(s)) == 1;
   }
   void synchronizeStream(const c10::Stream& s) const override {
+    check(tpug_flush(s.device_index(), TPUG_R_SYNC));
     check(tpurt_stream_synchronize(stream_of(s)));
   }
   void synchronizeEvent(void* event) const override {

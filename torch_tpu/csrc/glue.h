@@ -13,6 +13,7 @@
 
 extern "C" {
 #include "tpu_base.h"
+#include "tpu_graph.h"
 #include "tpu_lower.h"
 #include "tpu_rt.h"
 }

@@ -61,5 +61,48 @@ PYBIND11_MODULE(_C, m) {
   m.def("_set_num_threads", [](int n) { tpurt_set_num_threads(n); });
   m.def("_get_num_threads", [] { return tpurt_num_threads(); });
   m.def("_native_ops", &native_ops);
+  // ---- Fused Eager (runtime/src/graph*.c) and the compilation cache
+  m.def("_set_fused", [](bool on) {
+    py::gil_scoped_release nogil;
+    check(tpug_set_mode(on ? TPUG_FUSE : TPUG_STRICT));
+  });
+  m.def("_get_fused", [] { return tpug_get_mode() == TPUG_FUSE; });
+  m.def("_flush", [](int d) {
+    py::gil_scoped_release nogil;
+    check(tpug_flush(d, TPUG_R_SYNC));
+  });
+  m.def("_pending_ops", [](int d) { return tpug_pending_ops(d); });
+  m.def("_is_pending_ptr", [](uintptr_t p) { return tpug_is_pending(reinterpret_cast<const void*>(p)) == 1; });
+  m.def("_dump_pending", [](int d, int fmt) {
+    size_t n = tpug_dump(d, fmt, nullptr, 0);
+    std::string s(n + 1, '\0');
+    tpug_dump(d, fmt, s.data(), s.size());
+    s.resize(n);
+    return s;
+  });
+  m.def("_cache_stats", [] {
+    tpug_stats s{};
+    tpug_get_stats(&s);
+    static const char* reasons[TPUG_NUM_REASONS] = {
+        "strict", "sync", "d2h", "copy", "alias", "sync_op", "loop", "cap", "oom", "stream", "mode"};
+    py::dict d, f;
+    d["hits"] = s.hits;
+    d["disk_hits"] = s.disk_hits;
+    d["misses"] = s.misses;
+    d["compiles"] = s.misses;
+    d["compile_time_s"] = s.compile_seconds;
+    d["entries"] = s.entries;
+    d["ops_recorded"] = s.ops_recorded;
+    d["programs_run"] = s.programs_run;
+    d["outputs_written"] = s.outputs_written;
+    d["outputs_elided"] = s.outputs_elided;
+    d["bytes_elided"] = s.bytes_elided;
+    for (int i = 0; i < TPUG_NUM_REASONS; i++) f[reasons[i]] = s.flushes[i];
+    d["flushes"] = f;
+    return d;
+  });
+  m.def("_reset_cache_stats", [] { tpug_reset_stats(); });
+  m.def("_cache_clear", [] { tpug_cache_clear(); });
+  m.def("_cache_set_dir", [](const std::string& dir) { check(tpug_cache_set_dir(dir.c_str())); });
   m.def("_current_stream_id", [](int d) { return current_stream_id(static_cast<c10::DeviceIndex>(d)); });
 }

@@ -1,0 +1,118 @@
+/* tpu_graph.h - eager execution modes (prefix tpug_): Strict Eager and
+ * Fused Eager (TorchTPU's DEFER_AND_FUSE) over one code path, plus the
+ * compilation cache shared by every mode.
+ *
+ * Every launched op (tpulw_launch) is handed to tpug_submit as a small IR
+ * graph with bound parameter views and output destination views. The
+ * device's recorder appends it to its pending list; in Strict mode the list
+ * is flushed at once (a one-op program), in Fuse mode it is flushed on a
+ * trigger (host copy, synchronize, index-checking op, repeated step, size
+ * cap, memory pressure, an alias the recorder cannot express).
+ *
+ * Flush: the pending ops are merged into one graph. A parameter whose view
+ * equals a pending output's destination exactly becomes a data edge; a
+ * view contained in a contiguous pending output becomes reshape/slice/
+ * transpose/broadcast of that value; any other overlap with a pending
+ * output flushes first. Rank-0 constants are lifted into parameters bound
+ * to host scalars, so the merged program does not depend on scalar values
+ * (learning rates, step counts). Outputs whose buffer was freed before the
+ * flush (dead intermediates) are not outputs of the program: the executor
+ * never writes them. The merged graph is looked up in the compilation
+ * cache by a key over op structure, bindings and live outputs (built
+ * without merging), so a hit skips the merge; the cache has an in-memory
+ * LRU and an optional on-disk tier (TORCH_TPU_COMPILATION_CACHE_DIR).
+ * Frees of blocks referenced by pending ops are deferred until the flush
+ * has been enqueued (tpug_free).
+ *
+ * Environment (read at first use): TORCH_TPU_DEFER_AND_FUSE=1 (start in
+ * Fuse mode), TORCH_TPU_FUSE_MAX_OPS (size cap, default 2000),
+ * TORCH_TPU_COMPILATION_CACHE_DIR (disk tier), TORCH_TPU_CACHE_ENTRIES
+ * (in-memory LRU size, default 512).
+ * Thread safety: every function may be called from any thread (one lock
+ * per device, one for the cache).
+ */
+#ifndef TPU_GRAPH_H
+#define TPU_GRAPH_H
+
+#include "tpu_base.h"
+#include "tpu_ir.h"
+#include "tpu_rt.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+enum { TPUG_STRICT = 0, TPUG_FUSE = 1 };
+
+/* Why a pending graph was flushed (index into tpug_stats.flushes). */
+typedef enum tpug_reason {
+  TPUG_R_STRICT = 0, /* strict mode: every op */
+  TPUG_R_SYNC,       /* explicit synchronize / stream or event sync */
+  TPUG_R_D2H,        /* device -> host copy (.cpu(), .item(), printing) */
+  TPUG_R_COPY,       /* host->device / cross-device copy touching pending */
+  TPUG_R_ALIAS,      /* partial overlap the recorder cannot express */
+  TPUG_R_SYNC_OP,    /* op that checks indices synchronously */
+  TPUG_R_LOOP,       /* repeated step detected */
+  TPUG_R_CAP,        /* size cap */
+  TPUG_R_OOM,        /* memory pressure */
+  TPUG_R_STREAM,     /* op on another stream than the pending ones */
+  TPUG_R_MODE,       /* mode switch */
+  TPUG_NUM_REASONS
+} tpug_reason;
+
+/* Select the mode for the process (leaving Fuse flushes every device). */
+int tpug_set_mode(int mode);
+int tpug_get_mode(void);
+
+/* Hand one op to the recorder of stream `s`'s device. g, ins[0..nin) (one
+ * view per graph parameter) and outs[0..nout) (destinations) are borrowed
+ * until release(owner) is called, which tpug does exactly once (also on
+ * error). sync != 0: the op must run now (pending work is flushed with it;
+ * the caller then synchronizes the stream). */
+int tpug_submit(tpurt_stream *s, const tpuir_graph *g, int nin,
+                const tpu_view *ins, int nout, const tpu_view *outs, int sync,
+                tpurt_cleanup_fn release, void *owner);
+
+/* Enqueue `dev`'s pending ops (dev < 0: every device) as one program. */
+int tpug_flush(int dev, int reason);
+/* Flush `dev` if its pending ops read or write memory of block `base`. */
+int tpug_flush_if_uses(int dev, const void *base, int reason);
+/* Free a device block (tpurt_malloc'd): deferred while pending ops use it;
+ * pending outputs into it become dead (never written). */
+int tpug_free(void *ptr);
+/* 1 if block `base` is the destination of a pending (unflushed) output. */
+int tpug_is_pending(const void *base);
+/* Pending op count of `dev`. */
+int tpug_pending_ops(int dev);
+
+/* Dump `dev`'s pending graph (merged, without flushing): format 0 = text
+ * (tpuir_dump), 1 = graphviz dot. Returns the length needed (excl. NUL). */
+size_t tpug_dump(int dev, int format, char *buf, size_t cap);
+
+typedef struct tpug_stats {
+  uint64_t hits;            /* in-memory cache hits */
+  uint64_t disk_hits;       /* programs loaded from the disk tier */
+  uint64_t misses;          /* compiles (merges) */
+  double compile_seconds;   /* time spent compiling (merging) */
+  uint64_t entries;         /* programs in the in-memory LRU */
+  uint64_t ops_recorded;
+  uint64_t programs_run;    /* flushed programs enqueued */
+  uint64_t outputs_written; /* program outputs written */
+  uint64_t outputs_elided;  /* dead pending outputs never written */
+  uint64_t bytes_elided;
+  uint64_t flushes[TPUG_NUM_REASONS];
+} tpug_stats;
+
+/* Snapshot of the counters. */
+void tpug_get_stats(tpug_stats *out);
+/* Zero the counters (not the cache). */
+void tpug_reset_stats(void);
+/* Drop the in-memory cache (the disk tier stays). */
+void tpug_cache_clear(void);
+/* Set the disk-tier directory (NULL or "" disables it). */
+int tpug_cache_set_dir(const char *dir);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* TPU_GRAPH_H */

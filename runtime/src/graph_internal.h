@@ -1,0 +1,36 @@
+/* graph_internal.h - private interface between the recorder (graph.c) and
+ * the compilation cache (graph_cache.c). Not installed. */
+#ifndef TPU_GRAPH_INTERNAL_H
+#define TPU_GRAPH_INTERNAL_H
+
+#include <stdint.h>
+
+#include "tpu_graph.h"
+
+/* A cached program: the merged graph, shared by the cache and the tasks
+ * running it (reference counted). */
+typedef struct tpug_prog {
+  uint64_t k1, k2;
+  tpuir_graph *g;
+  int refs; /* atomic */
+  uint64_t tick;
+} tpug_prog;
+
+/* Look a program up (memory, then disk). Returns a new reference or NULL.
+ * *from_disk is set to 1 when it was loaded from the disk tier. */
+tpug_prog *tpug__cache_get(uint64_t k1, uint64_t k2, int *from_disk);
+/* Insert a freshly compiled graph (ownership moves to the cache; also
+ * written to the disk tier). Returns a new reference (NULL on OOM: g is
+ * freed). */
+tpug_prog *tpug__cache_put(uint64_t k1, uint64_t k2, tpuir_graph *g);
+/* Drop one reference. */
+void tpug__prog_unref(tpug_prog *p);
+/* Counters kept by the cache. */
+void tpug__cache_count(uint64_t *hits, uint64_t *disk_hits, uint64_t *entries);
+void tpug__cache_reset_counts(void);
+
+/* Serialize / load a graph (versioned raw node images). */
+int tpug__graph_write(const tpuir_graph *g, const char *path);
+tpuir_graph *tpug__graph_read(const char *path);
+
+#endif /* TPU_GRAPH_INTERNAL_H */

@@ -1,0 +1,61 @@
+"""Explicit control of Fused Eager (``EagerMode.DEFER_AND_FUSE``).
+
+In Fused Eager, tpu ops are recorded into the chip's pending IR graph and
+their results are promises until a flush runs the merged graph as one
+cached program. These helpers flush, inspect and dump that graph. In Strict
+Eager nothing is ever pending, so they are cheap no-ops (``synchronize``
+with ``wait=True`` still waits for queued work).
+"""
+import torch
+
+from . import _C
+
+__all__ = ["synchronize", "is_materialized", "pending_ops", "dump_pending_graph"]
+
+
+def _devices(tensors):
+    if tensors is None:
+        return [d for d in range(_C._device_count()) if _C._is_initialized(d)]
+    if isinstance(tensors, torch.Tensor):
+        tensors = [tensors]
+    devs = []
+    for t in tensors:
+        if isinstance(t, torch.Tensor) and t.device.type == "tpu":
+            i = t.device.index or 0
+            if i not in devs:
+                devs.append(i)
+    return devs
+
+
+def synchronize(tensors=None, wait=False):
+    """Flush the pending graph of the devices holding ``tensors`` (every
+    device if None), enqueuing it as one program. With ``wait=True`` also
+    wait until the devices have finished (raising errors of queued work)."""
+    for d in _devices(tensors):
+        if wait:
+            _C._synchronize(d)
+        else:
+            _C._flush(d)
+
+
+def is_materialized(t):
+    """False while ``t``'s storage is the destination of a pending
+    (unflushed) op, i.e. its value is still a promise."""
+    if not isinstance(t, torch.Tensor) or t.device.type != "tpu" or t.numel() == 0:
+        return True
+    return not _C._is_pending_ptr(t.untyped_storage().data_ptr())
+
+
+def pending_ops(device=None):
+    """Number of ops recorded and not yet flushed on ``device``."""
+    d = _C._current_device() if device is None else torch.device(device, 0).index if isinstance(device, str) else int(device)
+    return _C._pending_ops(d)
+
+
+def dump_pending_graph(device=None, format="text"):
+    """The pending graph of ``device`` as it would be flushed now (merged,
+    constants lifted, dead outputs dropped), without flushing it:
+    ``format="text"`` (StableHLO-like listing) or ``"dot"`` (graphviz)."""
+    d = _C._current_device() if device is None else int(device)
+    fmt = {"text": 0, "dot": 1, "graphviz": 1}[format]
+    return _C._dump_pending(d, fmt)
