@@ -50,6 +50,7 @@
 #define CV_TARGET_COLS 1024 /* item-per-GEMM threshold on output columns */
 #define CV_COL_BYTES ((int64_t)4 << 20) /* target of a cache-sized col chunk */
 #define CV_MIN_COLS 512                 /* ... but at least this many columns */
+#define CV_SMALL_K 256 /* contraction below which out^T = col^T W^T is used */
 
 typedef struct cgeo {
   int dt;
@@ -346,11 +347,15 @@ static int conv_im2col(const cgeo *g, int prec, char *out) {
           int64_t sbk = by_q ? 1 : ncols, sbn = by_q ? fk : 1;
           const char *ab = wbase + (gi * g->Og * sam + f0 * K * sak) * es;
           double beta = f0 > 0 ? 1.0 : 0.0;
-          if (cnb == 1)
+          char *cdst = out + ((b0 * O + gi * g->Og) * Q + l0 * lw) * es;
+          if (cnb == 1 && !by_q && fk < CV_SMALL_K)
+            /* out^T = col^T W^T: the many columns become the GEMM's rows
+             * (measured faster for short contractions, e.g. the RGB stem) */
+            rc = tpumxu_gemm(dt, prec, 1, ncols, g->Og, fk, 1.0, col, 0, 1, ncols,
+                             ab, 0, sak, sam, beta, cdst, 0, 1, Q);
+          else if (cnb == 1)
             rc = tpumxu_gemm(dt, prec, 1, g->Og, ncols, fk, 1.0, ab, 0, sam, sak,
-                             col, 0, sbk, sbn, beta,
-                             out + ((b0 * O + gi * g->Og) * Q + l0 * lw) * es, 0,
-                             Q, 1);
+                             col, 0, sbk, sbn, beta, cdst, 0, Q, 1);
           else
             rc = tpumxu_gemm(dt, prec, 1, g->Og, ncols, fk, 1.0, ab, 0, sam, sak,
                              col, 0, sbk, sbn, beta, tmp, 0, ncols, 1);
