@@ -391,6 +391,62 @@ def ref64_check(actual, expected, ref, tol):
     return ok, (f"{worst}; {info}" if worst else info)
 
 
+def _arg(s, pos, key, default):
+    """Argument `pos` of sample.args (after the input) or kwargs[key]."""
+    if len(s.args) > pos:
+        return s.args[pos]
+    return s.kwargs.get(key, default)
+
+
+# Ops returning indices that are ambiguous when the input has ties (PyTorch
+# does not define which of equal elements is returned): {op: dim(sample)}.
+# Their int64 index outputs are checked by gathering the input at the tpu
+# indices instead of comparing indices with CPU's.
+TIE_INDEX_OPS = {
+    "topk": lambda s: _arg(s, 1, "dim", -1),
+    "sort": lambda s: None if s.kwargs.get("stable") else _arg(s, 0, "dim", -1),
+    "argsort": lambda s: None if s.kwargs.get("stable") else _arg(s, 0, "dim", -1),
+    "kthvalue": lambda s: _arg(s, 1, "dim", -1),
+    "mode": lambda s: _arg(s, 0, "dim", -1),
+    "median": lambda s: _arg(s, 0, "dim", None),
+    "nanmedian": lambda s: _arg(s, 0, "dim", None),
+    "max.reduction_with_dim": lambda s: _arg(s, 0, "dim", None),
+    "min.reduction_with_dim": lambda s: _arg(s, 0, "dim", None),
+}
+
+
+def tie_index_check(sample, dim, actual, expected, tol):
+    """Compare the values output normally; the index output (the last one:
+    (values, indices), or argsort's only output) must select, from the input
+    along `dim`, the same values CPU's indices select."""
+    x = sample.input
+    acts = actual if isinstance(actual, (list, tuple)) else (actual,)
+    exps = expected if isinstance(expected, (list, tuple)) else (expected,)
+    if len(acts) != len(exps):
+        raise Mismatch("out: different number of outputs")
+    for i, (a, e) in enumerate(zip(acts, exps)):
+        path = f"out[{i}]" if isinstance(expected, (list, tuple)) else "out"
+        is_index = i == len(exps) - 1  # (values, indices) or argsort's indices
+        if not (is_index and isinstance(e, torch.Tensor) and e.dtype == torch.int64
+                and isinstance(a, torch.Tensor)):
+            compare(a, e, tol, True, path)
+            continue
+        compare(a, e, tol, False, path)  # dtype/shape/device
+        ai, ei = a.cpu(), e
+        d = dim if dim >= 0 else dim + max(x.dim(), 1)
+        if x.dim() == 0:
+            if not torch.equal(ai, ei):
+                raise Mismatch(f"{path}: index {ai.tolist()} != cpu {ei.tolist()}")
+            continue
+        if ai.dim() < x.dim():
+            ai, ei = ai.unsqueeze(d), ei.unsqueeze(d)
+        ga, ge = x.gather(d, ai), x.gather(d, ei)
+        try:
+            torch.testing.assert_close(ga, ge, rtol=0, atol=0, equal_nan=True)
+        except AssertionError as err:
+            raise Mismatch(f"{path}: indices select different values: {_mismatch_summary(err)}") from None
+
+
 def _classify_exception(e):
     """('unsupported', aten_op) or ('error', message)."""
     msg = str(e)
@@ -449,6 +505,9 @@ class OpResult:
         if status == "pass" and detail == "ref64":
             self.counts["pass_ref64"] += 1  # passed against the float64 reference
             return
+        if status == "pass" and detail == "ties":
+            self.counts["pass_ties"] += 1  # index outputs differ on ties only
+            return
         if status == "unsupported" and detail:
             self.missing[detail] += 1
         if status in ("fail", "error", "xfail", "unsupported", "crash") and detail and len(self.examples) < 3:
@@ -484,6 +543,20 @@ def run_sample(op, sample, dtype, tol, values=True, keep_args_on_cpu=False):
         compare(actual, expected, tol, values)
     except Mismatch as e:
         msg = str(e)
+        dim = None
+        if values and op_full_name(op) in TIE_INDEX_OPS:
+            try:
+                dim = TIE_INDEX_OPS[op_full_name(op)](sample)
+            except Exception:
+                dim = None
+        if isinstance(dim, int):
+            try:
+                tie_index_check(sample, dim, actual, expected, tol)
+                return "pass", "ties"
+            except Mismatch as e2:
+                msg = str(e2)
+            except Exception as e2:
+                msg += f" (tie check failed: {type(e2).__name__}: {_first_line(e2, 80)})"
         if values and dtype in DEFAULT_TOL and "Mismatched elements" in msg:
             # value mismatch on float samples: judge against a float64 reference
             try:
@@ -984,14 +1057,18 @@ def format_tables(res, top_missing=30, top_failing=30, markdown=False):
     rows = []
     for d, c in res.by_dtype().items():
         nops = sum(1 for r in res.results if r.dtype == d)
-        rows.append([DTYPE_NAMES[d], nops] + [c[s] for s in STATUSES] + [c["pass_ref64"], _pct(res.rate(c))])
-    rows.append(["all", len(res.results)] + [tot[s] for s in STATUSES] + [tot["pass_ref64"], _pct(res.rate(tot))])
-    table(["dtype", "ops"] + list(STATUSES) + ["(pass by f64 ref)", "pass rate"], rows)
+        rows.append([DTYPE_NAMES[d], nops] + [c[s] for s in STATUSES]
+                    + [c["pass_ref64"], c["pass_ties"], _pct(res.rate(c))])
+    rows.append(["all", len(res.results)] + [tot[s] for s in STATUSES]
+                + [tot["pass_ref64"], tot["pass_ties"], _pct(res.rate(tot))])
+    table(["dtype", "ops"] + list(STATUSES) + ["(pass by f64 ref)", "(pass, index ties)", "pass rate"], rows)
     if markdown:
         P("pass rate = pass / (pass + fail + unsupported + error); `random` = random or "
           "uninitialised output, shape/dtype checked only; `(pass by f64 ref)` = of the passes, "
           "samples whose tpu result differs from CPU beyond tolerance but is at least as close "
           "to a float64 reference as CPU's (|tpu-f64| <= |cpu-f64| + tol, elementwise); "
+          "`(pass, index ties)` = of the passes, samples whose index output differs from CPU's "
+          "only between equal elements (topk, sort, kthvalue, ...: the gathered values match); "
           "`xfail` = listed in "
           "`EXPECTED_FAILURES`; `cpu_error` = the CPU reference raised; `skipped` = "
           "time budget.")
