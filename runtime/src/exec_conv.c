@@ -21,7 +21,8 @@
  *                  the contraction over input channels, the GEMM
  *                  accumulating with beta = 1, to keep col cache-sized)
  *    1x1, stride-1, unpadded convs with large Q skip im2col: the GEMM
- *    reads lhs directly.
+ *    reads lhs directly. Short contractions (FK < 256, e.g. the RGB stem)
+ *    run as out^T = col^T W^T (columns as GEMM rows; measured faster).
  * 2. lhs_dilation > 1 (transposed convs, strided input gradients): no
  *    zero-stuffed input. T = Wt [K*Og x Fg] * lhs [Fg x (item, i)] (one
  *    GEMM for all taps), then col2im: out[b, o, q] += T[(k, o), (b, i)]
