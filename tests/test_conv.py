@@ -89,6 +89,7 @@ def test_conv3d(cfg):
     (1, 6, 4, 4, 4, (3, 2), (3, 2), (1, 0), (2, 1), 1, 2),
     (2, 3, 7, 5, 2, 3, 1, 2, 0, 2, 1),
     (2, 2, 3, 3, 4, 4, 2, 0, 0, 1, 1),
+    (2, 3, 5, 5, 2, 3, 1, 1, 1, 2, 1),            # output_padding >= stride (< dilation)
 ])
 def test_conv_transpose2d(cfg):
     N, C, H, W, O, k, s, p, op, d, g = cfg
@@ -250,6 +251,38 @@ def test_conv_module_training_step():
     assert_close(out, ref.detach(), **TOL)
     for p, g in zip(net_d.parameters(), grads):
         assert_close(p.grad, g, **TOL)
+
+
+def test_conv_random_configs():
+    """Seeded random convolution configs (1d/2d/3d, transposed, groups,
+    stride, padding, dilation, output_padding): output and all grads."""
+    import random
+    rnd = random.Random(1234)
+    done = 0
+    while done < 25:
+        nsp = rnd.choice([1, 2, 2, 3])
+        N, G = rnd.randint(1, 3), rnd.choice([1, 1, 2])
+        C, O = G * rnd.randint(1, 3), G * rnd.randint(1, 3)
+        sp = [rnd.randint(3, 9 if nsp < 3 else 5) for _ in range(nsp)]
+        k = [rnd.randint(1, 3) for _ in range(nsp)]
+        s = [rnd.randint(1, 3) for _ in range(nsp)]
+        p = [rnd.randint(0, 2) for _ in range(nsp)]
+        d = [rnd.randint(1, 2) for _ in range(nsp)]
+        tr = rnd.random() < 0.4
+        op = [rnd.randint(0, max(a, b) - 1) for a, b in zip(s, d)] if tr else [0] * nsp
+        wshape = ((C, O // G) if tr else (O, C // G)) + tuple(k)
+
+        def fn(x, w, b):
+            return torch.convolution(x, w, b, s, p, d, tr, op, G)
+        try:
+            y = fn(torch.randn(N, C, *sp), torch.randn(*wshape), torch.randn(O))
+        except RuntimeError:
+            continue  # invalid config for PyTorch too
+        if y.numel() == 0:
+            continue
+        _grad_check(fn, [_rand(N, C, *sp), _rand(*wshape), _rand(O)],
+                    tol=dict(rtol=2e-4, atol=2e-4))
+        done += 1
 
 
 # ---- pooling -------------------------------------------------------------

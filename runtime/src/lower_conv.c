@@ -328,14 +328,21 @@ static int conv_fn(lw_b *b) {
                        "at dimension 0, but got weight of size %s instead",
                        (long long)c.G, (long long)c.G, s1);
     O = wv->sizes[1] * c.G;
+    int64_t isz[MAXSP], osz[MAXSP];
+    int bad = 0;
     for (int i = 0; i < nsp; i++) {
-      int64_t o = (xv->sizes[2 + i] - 1) * c.s[i] - 2 * c.p[i] +
-                  c.d[i] * (wv->sizes[2 + i] - 1) + c.op[i] + 1;
-      if (o <= 0)
-        return tpu_error(TPU_E_INVALID,
-                         "Given input size per channel is too small: calculated "
-                         "output size %lld at spatial dim %d",
-                         (long long)o, i);
+      isz[i] = xv->sizes[2 + i];
+      osz[i] = (isz[i] - 1) * c.s[i] - 2 * c.p[i] + c.d[i] * (wv->sizes[2 + i] - 1) +
+               c.op[i] + 1;
+      bad |= osz[i] < 0; /* PyTorch CPU returns an empty result for 0 */
+    }
+    if (bad) {
+      fmt_x(s1, sizeof s1, nsp, isz);
+      fmt_x(s3, sizeof s3, nsp, osz);
+      return tpu_error(TPU_E_INVALID,
+                       "Given input size per channel: (%s). Calculated output "
+                       "size per channel: (%s). Output size is too small",
+                       s1, s3);
     }
   }
   if (bias && (bias->view.ndim != 1 || bias->view.sizes[0] != O)) {
@@ -408,8 +415,11 @@ static int conv_bw_fn(lw_b *b) {
       if (Q == 0) r[i] = 0;
     }
     gi = tconv(b, gy, wt, &c, r);
-  } else {
-    gi = fconv(b, gy, wt, &c);
+  } else { /* plain conv; output_padding may exceed the stride (when below
+              * the dilation): crop it on the high side */
+    int64_t hi[MAXSP];
+    for (int i = 0; i < nsp; i++) hi[i] = c.p[i] - c.op[i];
+    gi = tpuir_convolution(b->g, gy, wt, c.s, c.p, hi, NULL, c.d, c.G, prec_of(b));
   }
   if ((rc = lw_result_as(b, gi, dt)) < 0) return rc;
   /* grad_weight */
