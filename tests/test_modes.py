@@ -45,9 +45,11 @@ def test_launch_blocking_env():
     assert r.stdout.strip() == "DEFER_NEVER_AND_LAUNCH_BLOCKING", r.stderr
 
 
-def test_defer_and_fuse_not_yet():
-    with pytest.raises(NotImplementedError):
-        torch_tpu.execution_mode.set_eager_mode(EagerMode.DEFER_AND_FUSE)
+def test_defer_and_fuse_selectable():
+    prev = torch_tpu.execution_mode.get_eager_mode()
+    with torch_tpu.execution_mode.eager_mode(EagerMode.DEFER_AND_FUSE):
+        assert torch_tpu.execution_mode.get_eager_mode() is EagerMode.DEFER_AND_FUSE
+    assert torch_tpu.execution_mode.get_eager_mode() is prev
 
 
 # An op with no native lowering, used to exercise the fallback machinery.

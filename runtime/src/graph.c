@@ -307,7 +307,7 @@ static size_t ptr_hash(const void *p) {
 }
 
 static gbase *base_find(gdev *D, const void *base) {
-  if (!D->captab) return NULL;
+  if (!D->captab || !base) return NULL; /* NULL: empty tensors, untracked */
   size_t m = (size_t)D->captab - 1;
   for (size_t i = ptr_hash(base) & m;; i = (i + 1) & m) {
     if (D->tab[i].base == base) return &D->tab[i];
@@ -316,6 +316,7 @@ static gbase *base_find(gdev *D, const void *base) {
 }
 
 static gbase *base_get(gdev *D, const void *base) {
+  if (!base) return NULL;
   gbase *b = base_find(D, base);
   if (b) return b;
   if ((D->ntab + 1) * 2 > D->captab) {
@@ -592,9 +593,12 @@ static int flush_locked(gdev *D, int reason) {
     D->nd = 0;
     return TPU_OK;
   }
-  if (reason == TPUG_R_CAP) detect_period(D);
-  else if (reason != TPUG_R_STRICT && reason != TPUG_R_LOOP && n >= MIN_STEP)
-    remember_step(D, n, D->ops[n - 1].roll);
+  /* loop detection: remember this sequence (not a cut by the cap) and the
+   * period of its tail (k identical steps flushed together) */
+  if (reason != TPUG_R_STRICT && reason != TPUG_R_LOOP && n >= MIN_STEP) {
+    if (reason != TPUG_R_CAP) remember_step(D, n, D->ops[n - 1].roll);
+    detect_period(D);
+  }
 
   /* key: op structure, bindings, live outputs */
   hh h = hinit();
