@@ -24,10 +24,10 @@ def _xfail(reason):
 SUBSET = {
     "gpt2": None,
     "llama": None,
-    "mixtral": "aten::topk.values (then aten::sort.values_stable, aten::histc on int32)",
+    "mixtral": None,
     "bert": None,
     "t5": None,
-    "vit": "aten::convolution_overrideable (not registered for tpu)",
+    "vit": None,
 }
 
 
@@ -57,10 +57,7 @@ def test_zoo_adamw_step_native(name):
     assert res["stages"]["step"]["status"] == "ok", _describe(res, "step")
 
 
-@pytest.mark.parametrize("name", [
-    pytest.param("gpt2", marks=_xfail("aten::isin.Tensor_Tensor_out")),
-    pytest.param("t5", marks=_xfail("aten::isin.Tensor_Tensor_out")),
-])
+@pytest.mark.parametrize("name", ["gpt2", "t5", "llama"])
 def test_zoo_generate_native(name):
     """Greedy generate() with the KV cache: 16 tokens identical to the CPU's."""
     res = zoo.check_model(name, stages=("generate",), fallback_rerun=False, timeout=TIMEOUT)
