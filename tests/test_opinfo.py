@@ -30,7 +30,7 @@ _SWEEP = {}
 @pytest.fixture(scope="module")
 def sweep():
     if "res" not in _SWEEP:
-        _SWEEP["res"] = opinfo.sweep([torch.float32], max_samples=5, budget_s=4.0)
+        _SWEEP["res"] = opinfo.sweep([torch.float32], max_samples=5, budget_s=4.0, hang_timeout_s=60)
         print("\n" + opinfo.format_tables(_SWEEP["res"], top_missing=10, top_failing=10))
     return _SWEEP["res"]
 

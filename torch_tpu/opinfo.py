@@ -680,7 +680,7 @@ class SweepResult:
 
 
 def sweep(dtypes=(torch.float32,), max_samples=5, budget_s=2.0, ops=None,
-          error_inputs=True, verbose=False, hang_timeout_s=300, log=None, isolate=True):
+          error_inputs=True, verbose=False, hang_timeout_s=120, log=None, isolate=True):
     """Run the OpInfo sweep. `ops`: optional iterable of op names to restrict
     to. Returns a SweepResult. No exception from an op stops the sweep.
 
@@ -1166,6 +1166,46 @@ def format_markdown(res, command=None):
     return "\n".join(out)
 
 
+def fully_passing(res, dtype=torch.float32):
+    """OpInfos whose `dtype` samples all pass (at least one pass; no fail,
+    unsupported, error, crash, xfail or skipped sample)."""
+    out = []
+    for r in res.results:
+        if r.dtype != dtype:
+            continue
+        c = r.counts
+        if c["pass"] > 0 and not any(c[k] for k in ("fail", "unsupported", "error", "crash",
+                                                      "xfail", "skipped")):
+            out.append(r.op)
+    return sorted(set(out))
+
+
+def save_json(res, path):
+    import json
+
+    with open(path, "w") as f:
+        json.dump({"dtypes": [DTYPE_NAMES[d] for d in res.dtypes], "max_samples": res.max_samples,
+                   "budget_s": res.budget_s, "ops_total": res.ops_total, "ops_tried": res.ops_tried,
+                   "native_ops": res.native_ops, "seconds": res.seconds, "torch": res.torch_version,
+                   "exit_crashes": res.exit_crashes,
+                   "results": [r.to_json() for r in res.results],
+                   "error_results": [r.to_json() for r in res.error_results]}, f, indent=0)
+
+
+def load_json(path):
+    import json
+
+    with open(path) as f:
+        d = json.load(f)
+    res = SweepResult([getattr(torch, x) for x in d["dtypes"]], d["max_samples"], d["budget_s"])
+    for k in ("ops_total", "ops_tried", "native_ops", "seconds", "exit_crashes"):
+        setattr(res, k, d[k])
+    res.torch_version = d["torch"]
+    res.results = [OpResult.from_json(x) for x in d["results"]]
+    res.error_results = [OpResult.from_json(x) for x in d["error_results"]]
+    return res
+
+
 def parse_dtypes(spec):
     if spec in (None, "", "float32"):
         return [torch.float32]
@@ -1181,7 +1221,7 @@ def parse_dtypes(spec):
 
 
 def main(dtypes="float32", report=None, max_samples=None, budget_s=None, ops=None,
-         verbose=False, command=None):
+         verbose=False, command=None, json_path=None, hang_timeout_s=None):
     """CLI entry (used by ``python -m torch_tpu.ops --opinfo``)."""
     dts = parse_dtypes(dtypes)
     full = len(dts) > 1
@@ -1189,10 +1229,16 @@ def main(dtypes="float32", report=None, max_samples=None, budget_s=None, ops=Non
         max_samples = 5 if not full else 10
     if budget_s is None:
         budget_s = 2.0 if not full else 5.0
-    res = sweep(dts, max_samples=max_samples, budget_s=budget_s, ops=ops, verbose=verbose)
+    if hang_timeout_s is None:
+        hang_timeout_s = 60 if not full else 120
+    res = sweep(dts, max_samples=max_samples, budget_s=budget_s, ops=ops, verbose=verbose,
+                hang_timeout_s=hang_timeout_s)
     print(format_tables(res))
     if report:
         with open(report, "w") as f:
             f.write(format_markdown(res, command=command))
         print(f"report written to {report}")
+    if json_path:
+        save_json(res, json_path)
+        print(f"results written to {json_path}")
     return res

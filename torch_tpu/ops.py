@@ -21,6 +21,7 @@ def main(argv=None):
     ap.add_argument("--budget", type=float, default=None,
                     help="seconds per (op, dtype) (default 2 for float32, 5 for all)")
     ap.add_argument("--ops", default=None, help="comma list of OpInfo names to restrict to")
+    ap.add_argument("--json", default=None, help="write the per-(op, dtype) results as JSON")
     ap.add_argument("-v", "--verbose", action="store_true", help="one line per (op, dtype)")
     args = ap.parse_args(argv)
     import torch_tpu  # noqa: F401
@@ -38,7 +39,7 @@ def main(argv=None):
         opinfo.main(dtypes=args.dtypes, report=args.report, max_samples=args.max_samples,
                     budget_s=args.budget,
                     ops=args.ops.split(",") if args.ops else None,
-                    verbose=args.verbose, command=cmd)
+                    verbose=args.verbose, command=cmd, json_path=args.json)
     return 0
 
 
