@@ -20,6 +20,12 @@ def _big_work():
 
 
 def test_strict_eager_is_async_and_synchronize_waits():
+    # the suite also runs with TORCH_TPU_DEFER_AND_FUSE=1: select Strict here
+    with torch_tpu.execution_mode.eager_mode(EagerMode.DEFER_NEVER):
+        _strict_eager_is_async_and_synchronize_waits()
+
+
+def _strict_eager_is_async_and_synchronize_waits():
     assert torch_tpu.execution_mode.get_eager_mode() is EagerMode.DEFER_NEVER
     ys = _big_work()  # queued; the calls return before the matmuls ran
     assert torch.tpu.current_stream().query() is False
@@ -29,12 +35,13 @@ def test_strict_eager_is_async_and_synchronize_waits():
 
 
 def test_debug_eager_blocks():
+    prev = torch_tpu.execution_mode.get_eager_mode()
     with torch_tpu.execution_mode.eager_mode(EagerMode.DEFER_NEVER_AND_LAUNCH_BLOCKING):
         assert torch_tpu.execution_mode.get_eager_mode() is EagerMode.DEFER_NEVER_AND_LAUNCH_BLOCKING
         x = torch.randn(512, 512, device=DEV)
         y = x @ x
         assert torch.tpu.current_stream().query() is True
-    assert torch_tpu.execution_mode.get_eager_mode() is EagerMode.DEFER_NEVER
+    assert torch_tpu.execution_mode.get_eager_mode() is prev
 
 
 def test_launch_blocking_env():
