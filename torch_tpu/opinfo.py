@@ -613,6 +613,7 @@ class SweepResult:
         self.native_ops = 0
         self.torch_version = torch.__version__
         self.exit_crashes = []  # the sweep process died after finishing its ops
+        self.fallback_calls = 0  # CPU fallback calls counted during the sweep (must be 0)
 
     # ---- aggregation
     def by_dtype(self):
@@ -667,14 +668,21 @@ class SweepResult:
         return tot["pass"] > 0 and bad == 0
 
     def failing_ops(self):
-        """[(op, dtype, n_fail+error, n_samples, examples)] worst first."""
-        rows = []
+        """[(op, [dtypes], n_bad, n_samples, examples)] worst first, one row
+        per OpInfo (dtypes merged); bad = fail + error + crash."""
+        agg = collections.OrderedDict()
         for r in self.results:
             bad = r.counts["fail"] + r.counts["error"] + r.counts["crash"]
-            if bad:
-                n = sum(r.counts[s] for s in RATE_STATUSES)
-                ex = [e for e in r.examples if e[0] in ("fail", "error", "crash")]
-                rows.append((r.op, r.dtype, bad, n, ex))
+            if not bad:
+                continue
+            row = agg.setdefault(r.op, [r.op, [], 0, 0, []])
+            row[1].append(r.dtype)
+            row[2] += bad
+            row[3] += sum(r.counts[s] for s in RATE_STATUSES)
+            for e in r.examples:
+                if e[0] in ("fail", "error", "crash") and len(row[4]) < 3:
+                    row[4].append(e)
+        rows = [tuple(v) for v in agg.values()]
         rows.sort(key=lambda x: (-x[2], x[0]))
         return rows
 
@@ -770,7 +778,13 @@ def _sweep_inproc(res, dtypes, max_samples, budget_s, ops, error_inputs, verbose
             torch.tpu.synchronize()
         except Exception:
             pass
+    try:
+        fb = {k: int(v) for k, v in dict(torch.tpu.fallback_counts()).items() if v}
+    except Exception:
+        fb = {}
+    res.fallback_calls = sum(fb.values())
     if emit:
+        emit({"fallbacks": fb})
         emit({"done": True})
     return res
 
@@ -858,6 +872,8 @@ def _sweep_isolated(dtypes, max_samples, budget_s, ops, error_inputs, verbose,
                 r = OpResult.from_json(obj["r"])
                 (res.results if r.dtype is not None else res.error_results).append(r)
                 running = None
+            elif "fallbacks" in obj:
+                res.fallback_calls += sum(obj["fallbacks"].values())
             elif "done" in obj:
                 done = True
         if done and rc == 0:
@@ -1045,6 +1061,7 @@ def format_tables(res, top_missing=30, top_failing=30, markdown=False):
         ("samples run", sum(tot[s] for s in STATUSES if s != "skipped")),
         ("overall pass rate", _pct(res.rate(tot))),
         ("sweep time", f"{res.seconds:.0f} s"),
+        ("CPU fallback calls during the sweep", res.fallback_calls),
         ("process crashes (ops marked `crash`, then resumed)",
          sum(r.counts["crash"] for r in res.results + res.error_results)),
     ]
@@ -1100,7 +1117,8 @@ def format_tables(res, top_missing=30, top_failing=30, markdown=False):
     rows = []
     for k, n in miss.most_common(top_missing):
         u = sorted(users[k])
-        rows.append([f"aten::{k}", n, len(u), ", ".join(u[:6]) + (" ..." if len(u) > 6 else "")])
+        label = k if k.startswith(("<", "?")) else f"aten::{k}"
+        rows.append([label, n, len(u), ", ".join(u[:6]) + (" ..." if len(u) > 6 else "")])
     table(["ATen op", "samples", "OpInfos", "e.g."], rows)
 
     fails = res.failing_ops()
@@ -1108,10 +1126,11 @@ def format_tables(res, top_missing=30, top_failing=30, markdown=False):
       else f"Top {top_failing} failing OpInfos (wrong result or error)")
     P("")
     rows = []
-    for op, d, bad, n, ex in fails[:top_failing]:
+    for op, dts, bad, n, ex in fails[:top_failing]:
         msg = ex[0][1] if ex else ""
-        rows.append([op, DTYPE_NAMES[d], f"{bad}/{n}", ex[0][0] if ex else "", _first_line(msg, 200)])
-    table(["OpInfo", "dtype", "bad/samples", "kind", "first message"], rows)
+        dn = ", ".join(DTYPE_NAMES[d] for d in dts) if len(dts) < len(res.dtypes) or len(dts) == 1 else "all"
+        rows.append([op, dn, f"{bad}/{n}", ex[0][0] if ex else "", _first_line(msg, 240)])
+    table(["OpInfo", "dtypes", "bad/samples", "kind", "first message (first failing dtype)"], rows)
     return "\n".join(out)
 
 
@@ -1187,7 +1206,7 @@ def save_json(res, path):
         json.dump({"dtypes": [DTYPE_NAMES[d] for d in res.dtypes], "max_samples": res.max_samples,
                    "budget_s": res.budget_s, "ops_total": res.ops_total, "ops_tried": res.ops_tried,
                    "native_ops": res.native_ops, "seconds": res.seconds, "torch": res.torch_version,
-                   "exit_crashes": res.exit_crashes,
+                   "exit_crashes": res.exit_crashes, "fallback_calls": res.fallback_calls,
                    "results": [r.to_json() for r in res.results],
                    "error_results": [r.to_json() for r in res.error_results]}, f, indent=0)
 
@@ -1200,6 +1219,7 @@ def load_json(path):
     res = SweepResult([getattr(torch, x) for x in d["dtypes"]], d["max_samples"], d["budget_s"])
     for k in ("ops_total", "ops_tried", "native_ops", "seconds", "exit_crashes"):
         setattr(res, k, d[k])
+    res.fallback_calls = d.get("fallback_calls", 0)
     res.torch_version = d["torch"]
     res.results = [OpResult.from_json(x) for x in d["results"]]
     res.error_results = [OpResult.from_json(x) for x in d["error_results"]]
