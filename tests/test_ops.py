@@ -326,3 +326,13 @@ def test_backward_losses_embedding_linear():
     a = _grads(lambda x, w, b: F.layer_norm(x, (4,), w, b), x.to(DEV), ln_w.to(DEV), ln_b.to(DEV))
     for ai, ei in zip(a, e):
         assert_close(ai, ei, rtol=1e-5, atol=1e-5)
+
+
+def test_index_with_cpu_indices():
+    """Like CUDA, index ops accept index tensors that live on the CPU."""
+    x = rnd(5, 4)
+    idx = torch.tensor([4, 0, 2])
+    assert_close(x.to(DEV)[idx], x[idx])
+    assert_close(x.to(DEV)[idx[:2], torch.tensor([1, 3])], x[idx[:2], torch.tensor([1, 3])])
+    with pytest.raises(RuntimeError, match="same device"):
+        x.to(DEV) + x

@@ -290,6 +290,8 @@ struct Marshal {
   std::vector<at::Generator> gens;
   std::vector<int> gen_args;
   int device = -1;
+  bool cpu_indices_ok = false;  // index ops accept CPU index tensors (as CUDA does)
+  std::vector<at::Tensor> keep;  // device copies of such indices
   std::string why;  // reason for a CPU fallback
 };
 
@@ -309,6 +311,11 @@ bool fill_tensor(Marshal& m, const at::Tensor& t, tpulw_tensor& out) {
     return false;
   }
   if (t.device().is_cpu()) {
+    if (t.dim() != 0 && m.cpu_indices_ok && m.device >= 0 &&
+        (at::isIntegralType(t.scalar_type(), /*includeBool=*/true))) {
+      m.keep.push_back(t.to(c10::Device(c10::DeviceType::PrivateUse1, m.device)));
+      return fill_tensor(m, m.keep.back(), out);
+    }
     if (t.dim() != 0) {
       if (m.device >= 0) device_mismatch(m.device, t.device());
       m.why = "non-scalar CPU tensor argument";
@@ -485,6 +492,7 @@ void native_boxed(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   if (!tpulw_has(name, overload)) return cpu_fallback(op, stack, "");
 
   Marshal m;
+  m.cpu_indices_ok = std::strncmp(name, "index", 5) == 0 || std::strncmp(name, "_index", 6) == 0;
   if (!marshal(m, schema, stack)) return cpu_fallback(op, stack, m.why);
   c10::DeviceGuard guard(c10::Device(c10::DeviceType::PrivateUse1, m.device));
 
