@@ -7,7 +7,7 @@ EXT     := $(shell $(PY) -c "import sysconfig;print('torch_tpu/_C'+sysconfig.get
 RT_SRCS := $(wildcard runtime/src/*.c runtime/src/*.h runtime/include/*.h)
 GLUE    := $(wildcard torch_tpu/csrc/*.cpp torch_tpu/csrc/*.h)
 
-.PHONY: all deps build demo test test-c test-asan test-py bench opinfo-full zoo clean
+.PHONY: all deps build demo test test-c test-asan test-py test-fused bench opinfo-full zoo clean
 
 all: build
 
@@ -42,11 +42,15 @@ test-asan:
 	$(MAKE) -C runtime -j2 test-asan
 test-py: build
 	$(PY) -m pytest tests
-test: build test-c test-asan test-py
+# The suite again in Fused Eager (DeferAndFuse) mode (OpInfo and zoo run once).
+test-fused: build
+	TORCH_TPU_DEFER_AND_FUSE=1 $(PY) -m pytest tests --ignore=tests/test_opinfo.py --ignore=tests/test_zoo.py
+test: build test-c test-asan test-py test-fused
 
 bench: build
 	$(PY) benchmarks/mxu.py --quick
 	$(PY) benchmarks/conv.py
+	$(PY) benchmarks/fused_eager.py --steps 3
 
 # Full-dtype OpInfo sweep (CI runs the float32 form inside test-py).
 opinfo-full: build
