@@ -15,8 +15,8 @@ all: build
 deps:
 	@$(PY) -c "import torch,sys;sys.exit(torch.__version__.split('+')[0]!='2.13.0')" 2>/dev/null || \
 	  $(PY) -m pip install -q torch==2.13.0
-	@$(PY) -c "import pytest,numpy,transformers" 2>/dev/null || \
-	  $(PY) -m pip install -q pytest numpy transformers
+	@$(PY) -c "import pytest,numpy,transformers,expecttest" 2>/dev/null || \
+	  $(PY) -m pip install -q pytest numpy transformers expecttest
 
 runtime/build/libtpurt.a: $(RT_SRCS)
 	$(MAKE) -C runtime -j2 all
