@@ -35,6 +35,7 @@ static void table_init(void) {
       {lw_rows_conv, lw_nrows_conv},
       {lw_rows_sort, lw_nrows_sort},
       {lw_rows_resize, lw_nrows_resize},
+      {lw_rows_dynamic, lw_nrows_dynamic},
   };
   int total = 0;
   for (size_t f = 0; f < sizeof fam / sizeof fam[0]; f++) total += fam[f].n;

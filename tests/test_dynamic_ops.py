@@ -1,0 +1,81 @@
+"""Data-dependent-shape ops (nonzero, masked_select, unique, ...) and the
+scatter/index reductions of runtime/src/lower_dynamic.c, against CPU.
+Run also with TORCH_TPU_DEFER_AND_FUSE=1 (Fused Eager)."""
+import pytest
+import torch
+
+from conftest import DEV, assert_close
+
+DTYPES = [torch.float32, torch.float16, torch.bfloat16, torch.float64,
+          torch.int64, torch.int32, torch.int8, torch.uint8, torch.bool]
+
+
+def _sample(shape, dtype, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    x = torch.randint(-2, 3, shape, generator=g)
+    if dtype == torch.bool:
+        return x > 0
+    if dtype == torch.uint8:
+        return x.abs().to(dtype)
+    return x.to(dtype)
+
+
+def _check(fn, *cpu_args):
+    exp = fn(*cpu_args)
+    got = fn(*[a.to(DEV) if isinstance(a, torch.Tensor) else a for a in cpu_args])
+    if isinstance(exp, (tuple, list)):
+        assert len(exp) == len(got)
+        for e, g in zip(exp, got):
+            assert g.shape == e.shape
+            assert_close(g, e)
+    else:
+        assert got.shape == exp.shape and got.dtype == exp.dtype
+        assert_close(got, exp)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("shape", [(7,), (3, 4), (2, 3, 5), (0,), (3, 0), ()])
+def test_nonzero(dtype, shape):
+    _check(torch.nonzero, _sample(shape, dtype))
+
+
+def test_nonzero_noncontig_and_out():
+    x = _sample((4, 6), torch.float32).t()[1:]
+    _check(torch.nonzero, x)
+    _check(lambda t: torch.nonzero(t, as_tuple=True), x)
+    out = torch.empty(0, dtype=torch.long, device=DEV)
+    torch.nonzero(x.to(DEV), out=out)
+    assert_close(out, torch.nonzero(x))
+    z = torch.tensor([0.0, -0.0, float("nan"), float("inf")])
+    _check(torch.nonzero, z)
+
+
+def test_nonzero_after_pending_work():
+    x = torch.arange(-5, 5, dtype=torch.float32)
+    d = x.to(DEV)
+    y = (d * 2).relu()  # queued, maybe fused: nonzero must see its result
+    assert_close(torch.nonzero(y), torch.nonzero((x * 2).relu()))
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_masked_select(dtype):
+    x = _sample((3, 5), dtype)
+    m = _sample((3, 5), torch.bool, seed=1)
+    _check(torch.masked_select, x, m)
+    _check(torch.masked_select, x, m[1])          # broadcast mask
+    _check(torch.masked_select, x[:, :1], m)      # broadcast self
+    _check(torch.masked_select, x.t(), m.t())     # non-contiguous
+    _check(torch.masked_select, x[:0], m[:0])     # empty
+    _check(torch.masked_select, x, torch.zeros_like(m))
+    out = torch.empty(0, dtype=x.dtype, device=DEV)
+    torch.masked_select(x.to(DEV), m.to(DEV), out=out)
+    assert_close(out, torch.masked_select(x, m))
+
+
+@pytest.mark.xfail(reason="index.Tensor (lower_index.c) rejects bool indices; "
+                   "its owner can expand masks with nonzero", strict=False)
+def test_bool_mask_index():
+    x = torch.randn(4, 5)
+    m = x > 0
+    _check(lambda a, b: a[b], x, m)
+    _check(lambda a, b: a[b], x, m[:, 0])
