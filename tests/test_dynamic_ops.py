@@ -27,10 +27,10 @@ def _check(fn, *cpu_args):
         assert len(exp) == len(got)
         for e, g in zip(exp, got):
             assert g.shape == e.shape
-            assert_close(g, e)
+            assert_close(g, e, equal_nan=True)
     else:
         assert got.shape == exp.shape and got.dtype == exp.dtype
-        assert_close(got, exp)
+        assert_close(got, exp, equal_nan=True)
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
@@ -79,3 +79,27 @@ def test_bool_mask_index():
     m = x > 0
     _check(lambda a, b: a[b], x, m)
     _check(lambda a, b: a[b], x, m[:, 0])
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("shape", [(9,), (3, 4), (0,), ()])
+def test_unique(dtype, shape):
+    x = _sample(shape, dtype)
+    for flags in [(True, False, False), (True, True, True), (False, True, False)]:
+        _check(lambda t: torch.ops.aten._unique2(t, *flags), x)
+    _check(lambda t: torch.unique(t, return_inverse=True, return_counts=True), x)
+    _check(lambda t: torch.unique(t.t() if t.dim() == 2 else t, return_inverse=True), x)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("shape", [(11,), (3, 4), (0,), ()])
+def test_unique_consecutive(dtype, shape):
+    x = _sample(shape, dtype)
+    for flags in [(False, False), (True, True), (True, False), (False, True)]:
+        _check(lambda t: torch.unique_consecutive(
+            t, return_inverse=flags[0], return_counts=flags[1]), x)
+    if x.dim() == 2:
+        _check(lambda t: torch.unique_consecutive(t.t(), return_inverse=True), x)
+    if x.dim() == 1:
+        _check(lambda t: torch.unique_consecutive(t, return_counts=True, dim=0), x)
+    _check(lambda t: torch.unique_consecutive(t), torch.tensor([1.0, float("nan"), float("nan"), 2.0]))

@@ -170,6 +170,151 @@ static int masked_select_fn(lw_b *b) {
   return lw_result(b, tpuir_index_select(b->g, dyn_flat(b, vs[0]), 0, idx));
 }
 
+/* ---- unique ------------------------------------------------------------- */
+
+static int dyn_cmp_f(const void *a, const void *b) {
+  double x = *(const double *)a, y = *(const double *)b;
+  return (x > y) - (x < y);
+}
+
+static int dyn_cmp_i(const void *a, const void *b) {
+  int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
+  return (x > y) - (x < y);
+}
+
+/* Number of distinct values of v (after dyn_sync); -1 if it holds a NaN
+ * (CPU treats every NaN as distinct: not covered). consecutive: count
+ * runs instead (a NaN starts a new run each time). */
+static int64_t dyn_count_unique(const tpu_view *v, int consecutive) {
+  int64_t n = tpu_view_numel(v);
+  if (n == 0) return 0;
+  int fl = tpu_dtype_is_float(v->dtype);
+  double *f = malloc((size_t)n * sizeof *f);
+  int64_t *i = malloc((size_t)n * sizeof *i);
+  if (!f || !i) {
+    free(f);
+    free(i);
+    return -2;
+  }
+  int has_nan = 0;
+  for (int64_t j = 0; j < n; j++) {
+    dyn_read(v->dtype, dyn_elem(v, j), &f[j], &i[j]);
+    if (fl && isnan(f[j])) has_nan = 1;
+  }
+  int64_t u = 1;
+  if (consecutive) {
+    for (int64_t j = 1; j < n; j++) u += fl ? !(f[j] == f[j - 1]) : i[j] != i[j - 1];
+  } else if (has_nan) {
+    u = -1;
+  } else if (fl) {
+    qsort(f, (size_t)n, sizeof *f, dyn_cmp_f);
+    for (int64_t j = 1; j < n; j++) u += f[j] != f[j - 1];
+  } else {
+    qsort(i, (size_t)n, sizeof *i, dyn_cmp_i);
+    for (int64_t j = 1; j < n; j++) u += i[j] != i[j - 1];
+  }
+  free(f);
+  free(i);
+  return u;
+}
+
+/* Shared tail of the unique ops: x flat [n], first[i] marks the first
+ * element of each output value, rank[i] (int64) its output slot (0..u).
+ * Declares (values [u], inverse (self's shape) or [0], counts [u] or [0]). */
+static int dyn_unique_results(lw_b *b, const tpulw_tensor *self, tpuir_val x,
+                              tpuir_val first, tpuir_val rank, int64_t n,
+                              int64_t u) {
+  int inv = (int)lw_int(b, "return_inverse", 0);
+  int cnt = (int)lw_int(b, "return_counts", 0);
+  int64_t u1 = u + 1, st = 0, str = 1, zero = 0;
+  tpuir_val slot = lw_sel(b, first, rank, lw_const(b, TPU_I64, (double)u));
+  tpuir_val src = tpuir_scatter_add(b->g, lw_full(b, TPU_I64, 1, &u1, 0), 0,
+                                    slot, tpuir_iota(b->g, TPU_I64, 1, &n, 0));
+  tpuir_val idx = tpuir_slice(b->g, src, &st, &u, &str);
+  int rc = lw_result(b, tpuir_index_select(b->g, x, 0, idx));
+  if (rc < 0) return rc;
+  rc = lw_result(b, inv ? lw_reshape(b, rank, self->view.ndim, self->view.sizes)
+                        : lw_full(b, TPU_I64, 1, &zero, 0));
+  if (rc < 0) return rc;
+  tpuir_val c = lw_full(b, TPU_I64, 1, &zero, 0);
+  if (cnt)
+    c = tpuir_scatter_add(b->g, lw_full(b, TPU_I64, 1, &u, 0), 0, rank,
+                          lw_full(b, TPU_I64, 1, &n, 1));
+  return lw_result(b, c);
+}
+
+/* Comparison operand: bool compared as uint8. */
+static tpuir_val dyn_cmpable(lw_b *b, tpuir_val x) {
+  return lw_info(b, x).dtype == TPU_BOOL ? lw_convert(b, x, TPU_U8) : x;
+}
+
+#define DYN_UNIQUE_CAP 4096 /* all-pairs (n^2) comparison below this */
+
+/* _unique2(self, sorted, return_inverse, return_counts): sorted unique
+ * values (CPU sorts for sorted=False too). Data-dependent shape:
+ * synchronizes. All-pairs ranks: n <= DYN_UNIQUE_CAP, no NaN. */
+static int unique2_fn(lw_b *b) {
+  const tpulw_tensor *self = lw_tensor_arg(b, "self");
+  if (!self || self->device < 0)
+    return tpu_error(TPU_E_UNSUPPORTED, "_unique2: unsupported arguments");
+  int64_t n = tpu_view_numel(&self->view);
+  if (n > DYN_UNIQUE_CAP)
+    return tpu_error(TPU_E_UNSUPPORTED, "_unique2: more than %d elements",
+                     DYN_UNIQUE_CAP);
+  int rc = dyn_sync(b->ctx->device);
+  if (rc < 0) return rc;
+  int64_t u = dyn_count_unique(&self->view, 0);
+  if (u == -2) return tpu_error(TPU_E_OOM, "_unique2: out of host memory");
+  if (u < 0) return tpu_error(TPU_E_UNSUPPORTED, "_unique2: NaN input");
+  tpuir_val x = dyn_flat(b, lw_tensor(b, self));
+  tpuir_val xc = dyn_cmpable(b, x);
+  int64_t nn[2] = {n, n}, d0[1] = {0}, d1[1] = {1};
+  /* [i, j]: x_i (rows) vs x_j (columns) */
+  tpuir_val xi = tpuir_broadcast_in_dim(b->g, xc, 2, nn, d0);
+  tpuir_val xj = tpuir_broadcast_in_dim(b->g, xc, 2, nn, d1);
+  tpuir_val jlt = lw_bin(b, TPUIR_LT, tpuir_iota(b->g, TPU_I64, 2, nn, 1),
+                         tpuir_iota(b->g, TPU_I64, 2, nn, 0));
+  tpuir_val dup = lw_bin(b, TPUIR_AND, lw_bin(b, TPUIR_EQ, xi, xj), jlt);
+  tpuir_val first = lw_un(b, TPUIR_NOT, tpuir_reduce(b->g, TPUIR_RED_OR, dup, 1, d1));
+  /* rank_i = #{j first, x_j < x_i} */
+  tpuir_val firstj = tpuir_broadcast_in_dim(b->g, first, 2, nn, d1);
+  tpuir_val less = lw_bin(b, TPUIR_AND, lw_bin(b, TPUIR_LT, xj, xi), firstj);
+  tpuir_val rank = tpuir_reduce(b->g, TPUIR_RED_SUM, lw_convert(b, less, TPU_I64), 1, d1);
+  LW_TRY(rank);
+  return dyn_unique_results(b, self, x, first, rank, n, u);
+}
+
+/* unique_consecutive(self, return_inverse, return_counts, dim=None).
+ * Data-dependent shape: synchronizes. */
+static int unique_consecutive_fn(lw_b *b) {
+  const tpulw_tensor *self = lw_tensor_arg(b, "self");
+  if (!self || self->device < 0)
+    return tpu_error(TPU_E_UNSUPPORTED, "unique_consecutive: unsupported arguments");
+  if (!lw_none(b, "dim") && !(self->view.ndim == 1 && (lw_int(b, "dim", 0) == 0 ||
+                                                        lw_int(b, "dim", 0) == -1)))
+    return tpu_error(TPU_E_UNSUPPORTED, "unique_consecutive: dim");
+  int64_t n = tpu_view_numel(&self->view);
+  int rc = dyn_sync(b->ctx->device);
+  if (rc < 0) return rc;
+  int64_t u = dyn_count_unique(&self->view, 1);
+  if (u < 0) return tpu_error(TPU_E_OOM, "unique_consecutive: out of host memory");
+  tpuir_val x = dyn_flat(b, lw_tensor(b, self));
+  tpuir_val first;
+  if (n == 0) {
+    first = lw_full(b, TPU_BOOL, 1, &n, 1);
+  } else {
+    tpuir_val xc = dyn_cmpable(b, x);
+    int64_t s0 = 0, s1 = 1, e0 = n - 1, e1 = n, one = 1, str = 1;
+    tpuir_val ne = lw_bin(b, TPUIR_NE, tpuir_slice(b->g, xc, &s1, &e1, &str),
+                          tpuir_slice(b->g, xc, &s0, &e0, &str));
+    tpuir_val parts[2] = {lw_full(b, TPU_BOOL, 1, &one, 1), ne};
+    first = tpuir_concat(b->g, 2, parts, 0);
+  }
+  tpuir_val rank = lw_bin_c(b, TPUIR_SUB, dyn_scan(b, lw_convert(b, first, TPU_I64), n), 1);
+  LW_TRY(rank);
+  return dyn_unique_results(b, self, x, first, rank, n, u);
+}
+
 /* ---- table -------------------------------------------------------------- */
 
 const lw_row lw_rows_dynamic[] = {
@@ -177,5 +322,7 @@ const lw_row lw_rows_dynamic[] = {
     {"nonzero.out", nonzero_fn, 0},
     {"masked_select", masked_select_fn, 0},
     {"masked_select.out", masked_select_fn, 0},
+    {"_unique2", unique2_fn, 0},
+    {"unique_consecutive", unique_consecutive_fn, 0},
 };
 const int lw_nrows_dynamic = sizeof lw_rows_dynamic / sizeof lw_rows_dynamic[0];
