@@ -189,8 +189,12 @@ static int check_devices(const tpulw_ctx *ctx, const tpulw_arg *args,
   return TPU_OK;
 }
 
+/* In-place ATen names end in '_' ("add_"); of the dunder names only the
+ * "__i...__" ones are in place (__iand__, __ilshift__; not __and__). */
 static int ends_with_underscore(const char *s) {
   size_t n = strlen(s);
+  if (n > 4 && s[0] == '_' && s[1] == '_' && s[n - 1] == '_' && s[n - 2] == '_')
+    return s[2] == 'i';
   return n > 0 && s[n - 1] == '_';
 }
 
@@ -343,6 +347,15 @@ static int remap_index_error(int remap) {
   char msg[1024];
   snprintf(msg, sizeof msg, "%s", tpu_last_error());
   if (remap == LW_ERR_RUNTIME) return tpu_error(TPU_E_INVALID, "%s", msg);
+  if (remap >= LW_ERR_DIM0) { /* IndexError naming the op's dim */
+    long long v, size;
+    int d;
+    if (sscanf(msg, "index %lld is out of bounds for dimension %d with size %lld", &v, &d,
+               &size) == 3)
+      return tpu_error(TPU_E_INDEX, "index %lld is out of bounds for dimension %d with size %lld",
+                       v, remap - LW_ERR_DIM0, size);
+    return TPU_E_INDEX;
+  }
   if (remap == LW_ERR_NLL_TARGET) {
     long long v;
     if (sscanf(msg, "index %lld is out of bounds", &v) == 1)

@@ -208,6 +208,89 @@ static int index_add_fn(lw_b *b) {
   return lw_result_as(b, r, dt);
 }
 
+/* index as int64 with negatives wrapped by `size` (values < -size stay
+ * negative and fail the executor's range check) */
+static tpuir_val wrap_index(lw_b *b, tpuir_val idx, int64_t size) {
+  idx = lw_convert(b, idx, TPU_I64);
+  tpuir_val zero = lw_const(b, TPU_I64, 0);
+  return lw_sel(b, lw_bin(b, TPUIR_LT, idx, zero), lw_bin_c(b, TPUIR_ADD, idx, (double)size), idx);
+}
+
+/* index_fill_(self, dim, index, value) / index_copy(self, dim, index, source) */
+static int index_fill_copy_fn(lw_b *b) {
+  int is_copy = strncmp(b->base, "index_copy", 10) == 0;
+  const tpulw_tensor *self = lw_tensor_arg(b, "self");
+  const tpulw_tensor *index = lw_tensor_arg(b, "index");
+  if (!self || !index || index->device < 0)
+    return tpu_error(TPU_E_UNSUPPORTED, "%s: missing operand", b->base);
+  if (index->view.dtype != TPU_I64)
+    return tpu_error(TPU_E_INVALID, "%s(): Expected dtype int64 for index",
+                     is_copy ? "index_copy_" : "index_fill_");
+  if (index->view.ndim > 1)
+    return tpu_error(TPU_E_INVALID, "Index is supposed to be a vector");
+  int dt = self->view.dtype;
+  tpuir_val x = lw_tensor(b, self);
+  lw_shape s = lw_info(b, x);
+  int dim;
+  int rc = lw_wrap_dim(lw_int(b, "dim", 0), s.ndim, &dim);
+  if (rc < 0) return rc;
+  if (s.ndim == 0) return tpu_error(TPU_E_UNSUPPORTED, "%s: 0-dim self", b->base);
+  int64_t size = s.sizes[dim], k = tpu_view_numel(&index->view);
+  tpuir_val idx = lw_reshape(b, lw_tensor(b, index), 1, &k);
+  if (!is_copy) idx = wrap_index(b, idx, size);
+  b->sync = 1;
+  b->err_remap = is_copy ? LW_ERR_RUNTIME : LW_ERR_DIM0 + dim;
+  int64_t ms[TPU_MAX_DIMS];
+  for (int d = 0; d < s.ndim; d++) ms[d] = d == dim ? size : 1;
+  tpuir_val cnt = tpuir_index_add(b->g, lw_full(b, TPU_I32, 1, &size, 0), 0, idx,
+                                  lw_full(b, TPU_I32, 1, &k, 1));
+  tpuir_val hit = lw_reshape(b, lw_bin_c(b, TPUIR_GT, cnt, 0), s.ndim, ms);
+  if (!is_copy) {
+    lw_opnd v = lw_opnd_arg(b, "value");
+    if (v.kind == LW_OPND_TENSOR && v.t->view.ndim != 0)
+      return tpu_error(TPU_E_INVALID,
+                       "index_fill_ only supports a 0-dimensional value tensor, but got tensor "
+                       "with %d dimension(s).", v.t->view.ndim);
+    if (v.kind == LW_OPND_NONE) return tpu_error(TPU_E_UNSUPPORTED, "index_fill: no value");
+    return lw_result(b, lw_sel(b, hit, lw_opnd_val(b, &v, dt), x));
+  }
+  const tpulw_tensor *src = lw_tensor_arg(b, "source");
+  if (!src) return tpu_error(TPU_E_UNSUPPORTED, "index_copy: no source");
+  if (src->view.dtype != dt)
+    return tpu_error(TPU_E_INVALID, "index_copy_(): self and source expected to have the same "
+                     "dtype, but got (self) %s and (source) %s", lw_torch_name(dt),
+                     lw_torch_name(src->view.dtype));
+  int cdt = tpu_dtype_is_float(dt) ? lw_opmath(dt) : TPU_I64;
+  tpuir_val sv = lw_convert(b, lw_tensor(b, src), cdt);
+  lw_shape ss = lw_info(b, sv);
+  if (ss.ndim != s.ndim || ss.sizes[dim] != k)
+    return tpu_error(TPU_E_INVALID, "index_copy_(): Source/destination tensor must have same "
+                     "slice shapes.");
+  /* positions written several times take the mean of their sources */
+  tpuir_val sum = tpuir_index_add(b->g, lw_full(b, cdt, s.ndim, s.sizes, 0), dim, idx, sv);
+  tpuir_val c = lw_convert(b, lw_reshape(b, cnt, s.ndim, ms), cdt);
+  tpuir_val mean = lw_bin(b, TPUIR_DIV, sum, lw_bin_c(b, TPUIR_MAX, c, 1));
+  return lw_result(b, lw_sel(b, hit, lw_convert(b, mean, dt), x));
+}
+
+/* take(self, index): self flattened, negative indices wrap */
+static int take_fn(lw_b *b) {
+  const tpulw_tensor *self = lw_tensor_arg(b, "self");
+  const tpulw_tensor *index = lw_tensor_arg(b, "index");
+  if (!self || !index || index->device < 0)
+    return tpu_error(TPU_E_UNSUPPORTED, "take: missing operand");
+  if (index->view.dtype != TPU_I64)
+    return tpu_error(TPU_E_INVALID, "take(): Expected a long tensor for index, but got %s",
+                     lw_torch_name(index->view.dtype));
+  int64_t n = tpu_view_numel(&self->view), k = tpu_view_numel(&index->view);
+  tpuir_val x = lw_reshape(b, lw_tensor(b, self), 1, &n);
+  tpuir_val idx = wrap_index(b, lw_reshape(b, lw_tensor(b, index), 1, &k), n);
+  b->sync = 1;
+  b->out_rule = LW_OUT_SAME;
+  tpuir_val r = tpuir_index_select(b->g, x, 0, idx);
+  return lw_result(b, lw_reshape(b, r, index->view.ndim, index->view.sizes));
+}
+
 static int embedding_bw_fn(lw_b *b) {
   const tpulw_tensor *go = lw_tensor_arg(b, "grad_output");
   const tpulw_tensor *ind = lw_tensor_arg(b, "indices");
@@ -614,6 +697,11 @@ const lw_row lw_rows_index[] = {
     {"index.Tensor", index_fn, 0}, {"index.Tensor_out", index_fn, 0},
     {"index_put", index_put_fn, 0}, {"index_put_", index_put_fn, 0},
     {"_index_put_impl_", index_put_fn, 0},
+    {"index_fill_.int_Scalar", index_fill_copy_fn, 0}, {"index_fill_.int_Tensor", index_fill_copy_fn, 0},
+    {"index_fill.int_Scalar", index_fill_copy_fn, 0}, {"index_fill.int_Tensor", index_fill_copy_fn, 0},
+    {"index_copy", index_fill_copy_fn, 0}, {"index_copy_", index_fill_copy_fn, 0},
+    {"index_copy.out", index_fill_copy_fn, 0},
+    {"take", take_fn, 0}, {"take.out", take_fn, 0},
     {"embedding_dense_backward", embedding_bw_fn, 0},
     {"embedding_dense_backward.out", embedding_bw_fn, 0},
     {"cat", cat_fn, 0}, {"cat.out", cat_fn, 0},

@@ -33,7 +33,8 @@ enum {
 enum {
   LW_ERR_KEEP = 0,   /* IndexError as is */
   LW_ERR_RUNTIME,    /* RuntimeError, same message (gather, scatter, ...) */
-  LW_ERR_NLL_TARGET  /* IndexError "Target N is out of bounds." */
+  LW_ERR_NLL_TARGET, /* IndexError "Target N is out of bounds." */
+  LW_ERR_DIM0 = 16   /* + d: IndexError "... for dimension d ..." */
 };
 
 typedef struct lw_b {
@@ -224,6 +225,17 @@ int lw_wrap_dim(int64_t dim, int ndim, int *out);
   } while (0)
 
 /* ---- shared helpers across families ------------------------------------ */
+/* Random numbers (tpuir_rng kind) from the call's "generator" argument;
+ * advances its offset by the element count. TPU_E_UNSUPPORTED without a
+ * generator. */
+tpuir_val lw_rng(lw_b *b, int kind, int dtype, int nd, const int64_t *sizes);
+/* Stable sort of x along its LAST dim (ascending, or descending; NaN is the
+ * largest value): sorted values and the source index of each position.
+ * Costs rows * n^2; TPU_E_UNSUPPORTED beyond the all-pairs cap. */
+int lw_sort_last(lw_b *b, tpuir_val x, int desc, tpuir_val *vals, tpuir_val *perm);
+/* Top-k along the LAST dim (largest or smallest first). */
+int lw_topk_last(lw_b *b, tpuir_val x, int64_t k, int largest, tpuir_val *vals,
+                 tpuir_val *idxs);
 /* Sum-reduce dims (mask bit d set) of v; keepdim keeps size-1 dims. */
 tpuir_val lw_reduce_dims(lw_b *b, int kind, tpuir_val v, uint32_t mask,
                          int keepdim);

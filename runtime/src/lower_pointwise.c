@@ -38,7 +38,8 @@ enum {
   P_FMAX, P_FMIN,
   /* more activations */
   P_LOGSIGMOID, P_LOGSIGMOID_BW, P_HARDSHRINK, P_SOFTSHRINK, P_SHRINK_BW,
-  P_LOGIT, P_LOGIT_BW, P_PRELU, P_PRELU_BW, P_GLU, P_GLU_BW
+  P_LOGIT, P_LOGIT_BW, P_PRELU, P_PRELU_BW, P_GLU, P_GLU_BW,
+  P_SHL, P_SHR
 };
 
 static int unsupported_dtype(const char *what, int dt) {
@@ -359,6 +360,28 @@ static int binary_fn(lw_b *b) {
     x = lw_opnd_val(b, &ops[0], dt);
     y = lw_opnd_val(b, &ops[1], dt);
     return lw_result(b, lw_bin(b, cmp[op - P_EQ], x, y));
+  }
+  case P_SHL:
+  case P_SHR: {
+    if (!tpu_dtype_is_int(dt))
+      return unsupported_dtype(op == P_SHL ? "lshift_cpu" : "rshift_cpu", dt);
+    x = lw_opnd_val(b, &ops[0], dt);
+    y = lw_opnd_val(b, &ops[1], dt);
+    tpuir_val v2[2] = {x, y};
+    int rc = lw_bcast_all(b, 2, v2);
+    if (rc < 0) return rc;
+    x = v2[0];
+    y = v2[1];
+    double bits = 8.0 * (double)tpu_dtype_size(dt);
+    tpuir_val zero = lw_const(b, dt, 0);
+    /* shifts by < 0 or >= the width give 0 (or -1 for negative >>) */
+    tpuir_val bad = lw_bin_c(b, TPUIR_GE, y, bits);
+    if (dt != TPU_U8) bad = lw_bin(b, TPUIR_OR, bad, lw_bin(b, TPUIR_LT, y, zero));
+    tpuir_val sh = lw_bin(b, op == P_SHL ? TPUIR_SHL : TPUIR_SHR, x, lw_sel(b, bad, zero, y));
+    tpuir_val fill = zero;
+    if (op == P_SHR && dt != TPU_U8)
+      fill = lw_sel(b, lw_bin(b, TPUIR_LT, x, zero), lw_const(b, dt, -1), zero);
+    return lw_result(b, lw_sel(b, bad, fill, sh));
   }
   case P_XLOGY: case P_COPYSIGN: case P_HYPOT: case P_LOGADDEXP:
   case P_LOGADDEXP2: case P_HEAVISIDE: case P_FMAX: case P_FMIN: {
@@ -1391,6 +1414,14 @@ const lw_row lw_rows_pointwise[] = {
     {"logaddexp", binary_fn, P_LOGADDEXP}, {"logaddexp.out", binary_fn, P_LOGADDEXP},
     {"logaddexp2", binary_fn, P_LOGADDEXP2}, {"logaddexp2.out", binary_fn, P_LOGADDEXP2},
     FUNC3("heaviside", binary_fn, P_HEAVISIDE),
+    {"__lshift__.Tensor", binary_fn, P_SHL}, {"__lshift__.Scalar", binary_fn, P_SHL},
+    {"__ilshift__.Tensor", binary_fn, P_SHL}, {"__ilshift__.Scalar", binary_fn, P_SHL},
+    {"__rshift__.Tensor", binary_fn, P_SHR}, {"__rshift__.Scalar", binary_fn, P_SHR},
+    {"__irshift__.Tensor", binary_fn, P_SHR}, {"__irshift__.Scalar", binary_fn, P_SHR},
+    {"bitwise_left_shift.Tensor", binary_fn, P_SHL}, {"bitwise_left_shift_.Tensor", binary_fn, P_SHL},
+    {"bitwise_left_shift.Tensor_out", binary_fn, P_SHL},
+    {"bitwise_right_shift.Tensor", binary_fn, P_SHR}, {"bitwise_right_shift_.Tensor", binary_fn, P_SHR},
+    {"bitwise_right_shift.Tensor_out", binary_fn, P_SHR},
     {"fmax", binary_fn, P_FMAX}, {"fmax.out", binary_fn, P_FMAX},
     {"fmin", binary_fn, P_FMIN}, {"fmin.out", binary_fn, P_FMIN},
     /* factories (out= forms the composites call) */

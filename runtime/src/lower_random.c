@@ -11,10 +11,11 @@
 #include "lower_internal.h"
 
 enum { RN_UNIFORM = 1, RN_NORMAL, RN_NORMAL_TT, RN_BERNOULLI_F, RN_BERNOULLI_T,
-       RN_BERNOULLI_SELF, RN_RANDOM, RN_EXPONENTIAL, RN_DROPOUT, RN_DROPOUT_BW };
+       RN_BERNOULLI_SELF, RN_RANDOM, RN_EXPONENTIAL, RN_DROPOUT, RN_DROPOUT_BW,
+       RN_CAUCHY, RN_GEOMETRIC, RN_LOG_NORMAL };
 
 /* Random numbers of `kind` in dtype over a shape; advances the generator. */
-static tpuir_val rng(lw_b *b, int kind, int dtype, int nd, const int64_t *sizes) {
+tpuir_val lw_rng(lw_b *b, int kind, int dtype, int nd, const int64_t *sizes) {
   const tpulw_arg *g = lw_arg(b, "generator");
   tpulw_philox *gen = (g && g->kind == TPULW_GENERATOR) ? g->gen : NULL;
   if (!gen) return tpu_error(TPU_E_UNSUPPORTED, "%s: no generator", b->base);
@@ -48,7 +49,7 @@ static int uniform_fn(lw_b *b) {
                      from, to);
   const tpu_view *v = &self->view;
   int dt = v->dtype, cdt = draw_dtype(dt);
-  tpuir_val u = rng(b, TPUIR_RNG_UNIFORM, cdt, v->ndim, v->sizes);
+  tpuir_val u = lw_rng(b, TPUIR_RNG_UNIFORM, cdt, v->ndim, v->sizes);
   tpuir_val r = lw_bin_c(b, TPUIR_ADD, lw_bin_c(b, TPUIR_MUL, u, to - from), from);
   return lw_result_as(b, r, dt);
 }
@@ -62,8 +63,47 @@ static int exponential_fn(lw_b *b) {
     return tpu_error(TPU_E_INVALID, "exponential_ expects lambda > 0.0, but found lambda=%g", l);
   const tpu_view *v = &self->view;
   int dt = v->dtype, cdt = draw_dtype(dt);
-  tpuir_val u = rng(b, TPUIR_RNG_UNIFORM, cdt, v->ndim, v->sizes);
+  tpuir_val u = lw_rng(b, TPUIR_RNG_UNIFORM, cdt, v->ndim, v->sizes);
   tpuir_val r = lw_bin_c(b, TPUIR_DIV, lw_un(b, TPUIR_LOG1P, lw_un(b, TPUIR_NEG, u)), -l);
+  return lw_result_as(b, r, dt);
+}
+
+/* cauchy_, geometric_, log_normal_ */
+static int dist_fn(lw_b *b) {
+  const tpulw_tensor *self = lw_tensor_arg(b, "self");
+  if (!self) return tpu_error(TPU_E_UNSUPPORTED, "%s: no self", b->base);
+  const tpu_view *v = &self->view;
+  int dt = v->dtype;
+  if (!tpu_dtype_is_float(dt) && !(b->op == RN_GEOMETRIC && tpu_dtype_is_int(dt)))
+    return tpu_error(TPU_E_UNSUPPORTED, "\"%s\" not implemented for '%s'", b->base,
+                     lw_torch_name(dt));
+  int cdt = draw_dtype(dt);
+  tpuir_val r;
+  if (b->op == RN_LOG_NORMAL) {
+    double mean = lw_float(b, "mean", 1), std = lw_float(b, "std", 2);
+    if (!(std > 0))
+      return tpu_error(TPU_E_INVALID, "log_normal_ expects std > 0.0, but found std=%g", std);
+    tpuir_val z = lw_rng(b, TPUIR_RNG_NORMAL, cdt, v->ndim, v->sizes);
+    r = lw_un(b, TPUIR_EXP, lw_bin_c(b, TPUIR_ADD, lw_bin_c(b, TPUIR_MUL, z, std), mean));
+  } else {
+    tpuir_val u = lw_rng(b, TPUIR_RNG_UNIFORM, cdt, v->ndim, v->sizes);
+    if (b->op == RN_CAUCHY) {
+      double med = lw_float(b, "median", 0), sig = lw_float(b, "sigma", 1);
+      if (!(sig > 0))
+        return tpu_error(TPU_E_INVALID, "cauchy_ expects sigma > 0.0, but found sigma=%g", sig);
+      r = lw_un(b, TPUIR_TAN, lw_bin_c(b, TPUIR_MUL, lw_bin_c(b, TPUIR_SUB, u, 0.5), M_PI));
+      r = lw_bin_c(b, TPUIR_ADD, lw_bin_c(b, TPUIR_MUL, r, sig), med);
+    } else {
+      double p = lw_float(b, "p", 0.5);
+      if (!(p > 0 && p < 1))
+        return tpu_error(TPU_E_INVALID, "geometric_ expects p to be in (0, 1), but got p=%g", p);
+      /* ceil(log(u') / log1p(-p)) with u' = 1 - u in (0, 1] */
+      tpuir_val lu = lw_un(b, TPUIR_LOG, lw_bin(b, TPUIR_SUB, lw_const(b, cdt, 1), u));
+      r = lw_un(b, TPUIR_CEIL, lw_bin_c(b, TPUIR_DIV, lu, log1p(-p)));
+      r = lw_bin_c(b, TPUIR_MAX, r, 1);
+    }
+  }
+  b->out_rule = LW_OUT_ANY;
   return lw_result_as(b, r, dt);
 }
 
@@ -77,7 +117,7 @@ static int normal_fn(lw_b *b) {
       return tpu_error(TPU_E_INVALID, "normal expects std >= 0.0, but found std %g", std);
     const tpu_view *v = &self->view;
     int dt = v->dtype, cdt = draw_dtype(dt);
-    tpuir_val z = rng(b, TPUIR_RNG_NORMAL, cdt, v->ndim, v->sizes);
+    tpuir_val z = lw_rng(b, TPUIR_RNG_NORMAL, cdt, v->ndim, v->sizes);
     tpuir_val r = lw_bin_c(b, TPUIR_ADD, lw_bin_c(b, TPUIR_MUL, z, std), mean);
     return lw_result_as(b, r, dt);
   }
@@ -99,7 +139,7 @@ static int normal_fn(lw_b *b) {
   int rc = lw_bcast_all(b, 2, v2);
   if (rc < 0) return rc;
   lw_shape s = lw_info(b, v2[0]);
-  tpuir_val z = rng(b, TPUIR_RNG_NORMAL, cdt, s.ndim, s.sizes);
+  tpuir_val z = lw_rng(b, TPUIR_RNG_NORMAL, cdt, s.ndim, s.sizes);
   return lw_result_as(b, lw_bin(b, TPUIR_ADD, lw_bin(b, TPUIR_MUL, z, v2[1]), v2[0]), dt);
 }
 
@@ -127,7 +167,7 @@ static int bernoulli_fn(lw_b *b) {
                        lw_torch_name(dt));
     p = lw_convert(b, lw_tensor(b, self), cdt);
   }
-  tpuir_val u = rng(b, TPUIR_RNG_UNIFORM, cdt, v->ndim, v->sizes);
+  tpuir_val u = lw_rng(b, TPUIR_RNG_UNIFORM, cdt, v->ndim, v->sizes);
   tpuir_val r = lw_bin(b, TPUIR_LT, u, p);
   b->out_rule = LW_OUT_ANY;
   return lw_result_as(b, r, dt);
@@ -167,7 +207,7 @@ static int random_fn(lw_b *b) {
       return tpu_error(TPU_E_INVALID, "random_ expects 'from' to be less than 'to'");
     else range = top - (uint64_t)from;
   }
-  tpuir_val bits = rng(b, TPUIR_RNG_BITS, TPU_I64, v->ndim, v->sizes);
+  tpuir_val bits = lw_rng(b, TPUIR_RNG_BITS, TPU_I64, v->ndim, v->sizes);
   tpuir_val pos = lw_bin(b, TPUIR_AND, bits, lw_bcast(b, tpuir_const_i(b->g, TPU_I64, INT64_MAX),
                                                        v->ndim, v->sizes));
   tpuir_val r = pos;
@@ -199,7 +239,7 @@ static int dropout_fn(lw_b *b) {
     return tpu_error(TPU_E_INVALID, "dropout probability has to be between 0 and 1, but got %g", p);
   int cdt = draw_dtype(dt);
   double keep = 1 - p, scale = keep == 0 ? 0 : 1 / keep;
-  tpuir_val u = rng(b, TPUIR_RNG_UNIFORM, cdt, v->ndim, v->sizes);
+  tpuir_val u = lw_rng(b, TPUIR_RNG_UNIFORM, cdt, v->ndim, v->sizes);
   tpuir_val mask = lw_bin(b, TPUIR_LT, u, lw_const(b, cdt, keep));
   int odt = lw_opmath(dt);
   tpuir_val y = lw_bin_c(b, TPUIR_MUL,
@@ -250,6 +290,9 @@ const lw_row lw_rows_random[] = {
     {"random_.from", random_fn, RN_RANDOM},
     {"random_.to", random_fn, RN_RANDOM},
     {"exponential_", exponential_fn, RN_EXPONENTIAL},
+    {"cauchy_", dist_fn, RN_CAUCHY},
+    {"geometric_", dist_fn, RN_GEOMETRIC},
+    {"log_normal_", dist_fn, RN_LOG_NORMAL},
     {"native_dropout", dropout_fn, RN_DROPOUT},
     {"native_dropout.out", dropout_fn, RN_DROPOUT},
     {"native_dropout_backward", dropout_bw_fn, RN_DROPOUT_BW},

@@ -408,6 +408,21 @@ static int cumsum_fn(lw_b *b) {
   return lw_result_as(b, r, dt);
 }
 
+static int trace_fn(lw_b *b) {
+  const tpulw_tensor *self;
+  int rc = get_self(b, &self);
+  if (rc < 0) return rc;
+  if (self->view.ndim != 2) return tpu_error(TPU_E_INVALID, "trace: expected a matrix");
+  int in_dt = self->view.dtype;
+  int dt = tpu_dtype_is_float(in_dt) ? in_dt : TPU_I64;
+  tpuir_val x = lw_convert(b, lw_tensor(b, self), dt);
+  lw_shape s = lw_info(b, x);
+  tpuir_val diag = lw_bin(b, TPUIR_EQ, tpuir_iota(b->g, TPU_I64, 2, s.sizes, 0),
+                          tpuir_iota(b->g, TPU_I64, 2, s.sizes, 1));
+  x = lw_sel(b, diag, x, lw_const(b, dt, 0));
+  return lw_result(b, lw_reduce_dims(b, TPUIR_RED_SUM, x, 3u, 0));
+}
+
 #define RED3(n, fn, code) {n, fn, code}, {n ".out", fn, code}
 
 const lw_row lw_rows_reduce[] = {
@@ -440,6 +455,7 @@ const lw_row lw_rows_reduce[] = {
     {"any.dim", all_any_fn, R_ANY}, {"any.out", all_any_fn, R_ANY},
     {"any.dims", all_any_fn, R_ANY}, {"any.dims_out", all_any_fn, R_ANY},
     RED3("logsumexp", logsumexp_fn, R_LOGSUMEXP),
+    RED3("trace", trace_fn, 0),
     RED3("linalg_vector_norm", norm_fn, R_VNORM),
     {"norm.ScalarOpt_dim", norm_fn, R_NORM}, {"norm.out", norm_fn, R_NORM},
     {"norm.ScalarOpt_dim_dtype", norm_fn, R_NORM}, {"norm.dtype_out", norm_fn, R_NORM},

@@ -154,6 +154,80 @@ static int upsample_fn(lw_b *b) {
   return lw_result_as(b, x, dt);
 }
 
+/* reflection_pad / replication_pad {1,2,3}d (+ backward): the last k dims
+ * are padded by index_select with reflected / clamped source indices;
+ * padding lists the last dim first: (left, right, top, bottom, ...) */
+enum { PAD_REFLECT = 1, PAD_REPLICATE };
+
+static int pad_fn(lw_b *b) {
+  int bw = strstr(b->base, "_backward") != NULL;
+  int k = b->base[strlen(b->base) - (bw ? 11 : 2)] - '0'; /* ...pad2d[_backward] */
+  const tpulw_tensor *t = lw_tensor_arg(b, bw ? "grad_output" : "self");
+  const tpulw_tensor *self = lw_tensor_arg(b, "self");
+  int np;
+  int64_t scratch;
+  const int64_t *pad = lw_ints(b, "padding", &np, &scratch);
+  if (!t || !self || k < 1 || k > 3 || np != 2 * k)
+    return tpu_error(TPU_E_UNSUPPORTED, "%s: unexpected arguments", b->base);
+  int dt = t->view.dtype;
+  if (dt == TPU_BOOL) return tpu_error(TPU_E_UNSUPPORTED, "%s: bool", b->base);
+  const tpu_view *iv = &self->view;
+  int nd = iv->ndim;
+  if (nd != k + 1 && nd != k + 2)
+    return tpu_error(TPU_E_INVALID, "Expected %dD or %dD (batch mode) tensor with possibly 0 "
+                     "batch size and other non-zero dimensions for input, but got: %dD", k + 1,
+                     k + 2, nd);
+  int reflect = b->op == PAD_REFLECT;
+  up_dim u[3];
+  int64_t osz[3];
+  for (int j = 0; j < k; j++) {
+    int axis = nd - k + j;
+    int64_t in = iv->sizes[axis];
+    int64_t lo = pad[2 * (k - 1 - j)], hi = pad[2 * (k - 1 - j) + 1];
+    if (lo < 0 || hi < 0) return tpu_error(TPU_E_UNSUPPORTED, "%s: negative padding", b->base);
+    if (reflect && (lo >= in || hi >= in))
+      return tpu_error(TPU_E_INVALID,
+                       "Argument #4: Padding size should be less than the corresponding input "
+                       "dimension, but got: padding (%lld, %lld) at dimension %d of input %d",
+                       (long long)lo, (long long)hi, axis, nd);
+    if (!reflect && in == 0)
+      return tpu_error(TPU_E_INVALID, "input tensor must have non-zero size in dim %d", axis);
+    int64_t out = in + lo + hi;
+    osz[j] = out;
+    tpuir_val i = lw_bin_c(b, TPUIR_SUB, tpuir_iota(b->g, TPU_I64, 1, &out, 0), (double)lo);
+    if (reflect) {
+      i = lw_un(b, TPUIR_ABS, i);
+      i = lw_sel(b, lw_bin_c(b, TPUIR_GE, i, (double)in),
+                 lw_bin(b, TPUIR_SUB, lw_const(b, TPU_I64, 2.0 * (double)(in - 1)), i), i);
+    } else {
+      i = lw_bin_c(b, TPUIR_MIN, lw_bin_c(b, TPUIR_MAX, i, 0), (double)(in - 1));
+    }
+    u[j].i0 = i;
+    if (i < 0) return i;
+  }
+  int cdt = tpu_dtype_is_float(dt) ? lw_opmath(dt) : dt;
+  tpuir_val x = lw_convert(b, lw_tensor(b, t), cdt);
+  if (!bw) {
+    for (int j = 0; j < k && x >= 0; j++) x = tpuir_index_select(b->g, x, nd - k + j, u[j].i0);
+    return lw_result_as(b, x, dt);
+  }
+  int64_t cur[TPU_MAX_DIMS];
+  for (int d = 0; d < nd; d++) cur[d] = d < nd - k ? iv->sizes[d] : osz[d - (nd - k)];
+  for (int d = 0; d < nd; d++)
+    if (t->view.sizes[d] != cur[d])
+      return tpu_error(TPU_E_INVALID, "grad_output has the wrong size at dimension %d", d);
+  for (int j = k - 1; j >= 0 && x >= 0; j--) {
+    int axis = nd - k + j;
+    cur[axis] = iv->sizes[axis];
+    x = tpuir_index_add(b->g, lw_full(b, cdt, nd, cur, 0), axis, u[j].i0, x);
+  }
+  return lw_result_as(b, x, dt);
+}
+
+#define PAD(n, mode)                                                           \
+  {n, pad_fn, mode}, {n ".out", pad_fn, mode}, {n "_backward", pad_fn, mode},  \
+      {n "_backward.grad_input", pad_fn, mode}
+
 #define UP(n, mode)                                                            \
   {n, upsample_fn, mode}, {n ".out", upsample_fn, mode},                       \
       {n "_backward", upsample_fn, mode}, {n "_backward.grad_input", upsample_fn, mode}
@@ -168,5 +242,11 @@ const lw_row lw_rows_resize[] = {
     UP("upsample_linear1d", U_LINEAR),
     UP("upsample_bilinear2d", U_LINEAR),
     UP("upsample_trilinear3d", U_LINEAR),
+    PAD("reflection_pad1d", PAD_REFLECT),
+    PAD("reflection_pad2d", PAD_REFLECT),
+    PAD("reflection_pad3d", PAD_REFLECT),
+    PAD("replication_pad1d", PAD_REPLICATE),
+    PAD("replication_pad2d", PAD_REPLICATE),
+    PAD("replication_pad3d", PAD_REPLICATE),
 };
 const int lw_nrows_resize = sizeof lw_rows_resize / sizeof lw_rows_resize[0];

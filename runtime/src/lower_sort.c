@@ -50,10 +50,15 @@ static tpuir_val equal_val(lw_b *b, tpuir_val a, tpuir_val c, int isf) {
 
 /* Stable sort of x along its last dim: *perm_out = source index of each
  * output position (int64), values gathered. */
-static int sort_last(lw_b *b, tpuir_val x, int desc, tpuir_val *vals, tpuir_val *perm_out) {
+int lw_sort_last(lw_b *b, tpuir_val x, int desc, tpuir_val *vals, tpuir_val *perm_out) {
   lw_shape s = lw_info(b, x);
   int nd = s.ndim;
   int64_t n = s.sizes[nd - 1];
+  if (nd < 1 || nd >= TPU_MAX_DIMS)
+    return tpu_error(TPU_E_UNSUPPORTED, "%s: rank %d", b->base, nd);
+  if (lw_numel(&s) * n > LW_PAIRS_MAX)
+    return tpu_error(TPU_E_UNSUPPORTED, "%s: %lld elements in rows of %lld is too large to sort",
+                     b->base, (long long)lw_numel(&s), (long long)n);
   int isf = tpu_dtype_is_float(s.dtype);
   tpuir_val xc = s.dtype == TPU_BOOL ? lw_convert(b, x, TPU_U8) : x;
   int64_t si[TPU_MAX_DIMS], sj[TPU_MAX_DIMS], sp[TPU_MAX_DIMS];
@@ -91,6 +96,8 @@ static double lowest_of(int dt, int largest) {
 /* k rounds of "best untaken element" along the last dim */
 static int topk_rounds(lw_b *b, tpuir_val x, int64_t k, int largest, tpuir_val *vals,
                        tpuir_val *idxs) {
+  if (k > LW_TOPK_ROUNDS_MAX) return tpu_error(TPU_E_UNSUPPORTED, "%s: k = %lld is too large",
+                                               b->base, (long long)k);
   lw_shape s = lw_info(b, x);
   int nd = s.ndim;
   int isf = tpu_dtype_is_float(s.dtype);
@@ -140,6 +147,26 @@ static int topk_rounds(lw_b *b, tpuir_val x, int64_t k, int largest, tpuir_val *
   return *vals < 0 ? *vals : *idxs;
 }
 
+int lw_topk_last(lw_b *b, tpuir_val x, int64_t k, int largest, tpuir_val *vals,
+                 tpuir_val *idxs) {
+  lw_shape s = lw_info(b, x);
+  int64_t n = s.sizes[s.ndim - 1];
+  if (lw_numel(&s) * n <= LW_PAIRS_MAX) {
+    int rc = lw_sort_last(b, x, largest, vals, idxs);
+    if (rc < 0 || k == n) return rc;
+    int64_t st[TPU_MAX_DIMS] = {0}, lim[TPU_MAX_DIMS], str[TPU_MAX_DIMS];
+    for (int d = 0; d < s.ndim; d++) {
+      lim[d] = s.sizes[d];
+      str[d] = 1;
+    }
+    lim[s.ndim - 1] = k;
+    *vals = tpuir_slice(b->g, *vals, st, lim, str);
+    *idxs = tpuir_slice(b->g, *idxs, st, lim, str);
+    return *vals < 0 ? *vals : *idxs;
+  }
+  return topk_rounds(b, x, k, largest, vals, idxs);
+}
+
 static int sort_fn(lw_b *b) {
   const tpulw_tensor *self = lw_tensor_arg(b, "self");
   if (!self) return tpu_error(TPU_E_UNSUPPORTED, "%s: no self", b->base);
@@ -172,24 +199,12 @@ static int sort_fn(lw_b *b) {
     sz[nd - 1] = k;
     vals = lw_full(b, s.dtype, nd, sz, 0);
     idxs = lw_full(b, TPU_I64, nd, sz, 0);
-  } else if (rows * n * n <= LW_PAIRS_MAX) {
-    if ((rc = sort_last(b, xt, desc, &vals, &idxs)) < 0) return rc;
-    if (k < n) {
-      int64_t st[TPU_MAX_DIMS] = {0}, lim[TPU_MAX_DIMS], str[TPU_MAX_DIMS];
-      for (int d = 0; d < nd; d++) {
-        lim[d] = ts.sizes[d];
-        str[d] = 1;
-      }
-      lim[nd - 1] = k;
-      vals = tpuir_slice(b->g, vals, st, lim, str);
-      idxs = tpuir_slice(b->g, idxs, st, lim, str);
-    }
-  } else if (is_topk && k <= LW_TOPK_ROUNDS_MAX) {
-    if ((rc = topk_rounds(b, xt, k, desc, &vals, &idxs)) < 0) return rc;
+  } else if (is_topk) {
+    if ((rc = lw_topk_last(b, xt, k, desc, &vals, &idxs)) < 0) return rc;
   } else {
-    return tpu_error(TPU_E_UNSUPPORTED, "%s: %lld rows of %lld elements is too large", b->base,
-                     (long long)rows, (long long)n);
+    if ((rc = lw_sort_last(b, xt, desc, &vals, &idxs)) < 0) return rc;
   }
+  (void)rows;
   vals = transpose_if(b, vals, nd, dim, inv);
   idxs = transpose_if(b, idxs, nd, dim, inv);
   if ((rc = lw_result(b, vals)) < 0) return rc;
@@ -217,6 +232,198 @@ static int isin_fn(lw_b *b) {
                           : tpuir_reduce(b->g, TPUIR_RED_OR, lw_bcast(b, eq, 2, s2), 1, &one);
   tpuir_val r = lw_reshape(b, any, es.ndim, es.sizes);
   if (lw_int(b, "invert", 0)) r = lw_un(b, TPUIR_NOT, r);
+  return lw_result(b, r);
+}
+
+/* bucketize(self, boundaries) / searchsorted(sorted_sequence, self):
+ * the number of sequence elements < v (<= v for right / side="right") */
+static int search_fn(lw_b *b) {
+  int is_bucket = strncmp(b->base, "bucketize", 9) == 0;
+  lw_opnd v = lw_opnd_arg(b, "self");
+  const tpulw_tensor *seq = lw_tensor_arg(b, is_bucket ? "boundaries" : "sorted_sequence");
+  if (v.kind == LW_OPND_NONE || !seq)
+    return tpu_error(TPU_E_UNSUPPORTED, "%s: missing operand", b->base);
+  if (!lw_none(b, "sorter")) return tpu_error(TPU_E_UNSUPPORTED, "searchsorted: sorter");
+  int right = (int)lw_int(b, "right", 0);
+  const char *side = lw_str(b, "side");
+  if (side) {
+    if (strcmp(side, "left") && strcmp(side, "right"))
+      return tpu_error(TPU_E_INVALID,
+                       "torch.searchsorted(): side can only be 'left' or 'right' but got %s", side);
+    if (right && strcmp(side, "left") == 0)
+      return tpu_error(TPU_E_INVALID,
+                       "torch.searchsorted(): side and right can't be set to opposites, got side "
+                       "of left while right was True");
+    right = strcmp(side, "right") == 0;
+  }
+  int odt = lw_int(b, "out_int32", 0) ? TPU_I32 : TPU_I64;
+  lw_opnd so = lw_opnd_tensor(seq);
+  lw_opnd ops[2] = {v, so};
+  int dt = lw_result_type(2, ops);
+  if (dt == TPU_BOOL) dt = TPU_U8;
+  tpuir_val x = lw_opnd_val(b, &v, dt), sq = lw_opnd_val(b, &so, dt);
+  lw_shape xs = lw_info(b, x), ss = lw_info(b, sq);
+  if (is_bucket && ss.ndim != 1)
+    return tpu_error(TPU_E_INVALID,
+                     "boundaries tensor must be 1 dimension, but got dim(%d)", ss.ndim);
+  int64_t m = ss.ndim ? ss.sizes[ss.ndim - 1] : 1;
+  if (lw_numel(&xs) * m > LW_PAIRS_MAX)
+    return tpu_error(TPU_E_UNSUPPORTED, "%s: too large", b->base);
+  tpuir_val cmp;
+  int nd = xs.ndim;
+  if (ss.ndim <= 1) { /* one sequence for every value */
+    int64_t n = lw_numel(&xs);
+    int64_t c2[2] = {n, 1}, r2[2] = {1, m};
+    cmp = lw_bin(b, right ? TPUIR_LE : TPUIR_LT, lw_reshape(b, sq, 2, r2), lw_reshape(b, x, 2, c2));
+    int64_t one = 1;
+    tpuir_val cnt = tpuir_reduce(b->g, TPUIR_RED_SUM, lw_convert(b, cmp, TPU_I64), 1, &one);
+    return lw_result_as(b, lw_reshape(b, cnt, nd, xs.sizes), odt);
+  }
+  /* batched: leading dims of the sequence and the values must match */
+  if (ss.ndim != nd)
+    return tpu_error(TPU_E_INVALID,
+                     "torch.searchsorted(): boundaries tensor should be 1 dimension or the first "
+                     "N-1 dimensions of boundaries tensor and input value tensor must match");
+  for (int d = 0; d < nd - 1; d++)
+    if (ss.sizes[d] != xs.sizes[d])
+      return tpu_error(TPU_E_INVALID,
+                       "torch.searchsorted(): boundaries tensor should be 1 dimension or the first "
+                       "N-1 dimensions of boundaries tensor and input value tensor must match");
+  int64_t a[TPU_MAX_DIMS], c[TPU_MAX_DIMS];
+  for (int d = 0; d < nd - 1; d++) a[d] = c[d] = xs.sizes[d];
+  a[nd - 1] = xs.sizes[nd - 1]; a[nd] = 1;
+  c[nd - 1] = 1; c[nd] = m;
+  cmp = lw_bin(b, right ? TPUIR_LE : TPUIR_LT, lw_reshape(b, sq, nd + 1, c), lw_reshape(b, x, nd + 1, a));
+  int64_t last = nd;
+  tpuir_val cnt = tpuir_reduce(b->g, TPUIR_RED_SUM, lw_convert(b, cmp, TPU_I64), 1, &last);
+  return lw_result_as(b, cnt, odt);
+}
+
+/* median / nanmedian / kthvalue: a position in the stable ascending sort
+ * (NaN last) */
+static int median_fn(lw_b *b) {
+  const tpulw_tensor *self = lw_tensor_arg(b, "self");
+  if (!self) return tpu_error(TPU_E_UNSUPPORTED, "%s: no self", b->base);
+  int is_nan = strncmp(b->base, "nanmedian", 9) == 0;
+  int is_kth = strncmp(b->base, "kthvalue", 8) == 0;
+  int all = !is_kth && lw_arg(b, "dim") == NULL;
+  tpuir_val x = lw_tensor(b, self);
+  lw_shape s = lw_info(b, x);
+  int dt = s.dtype;
+  int isf = tpu_dtype_is_float(dt);
+  int nd = s.ndim, dim = 0;
+  if (all) {
+    int64_t n = lw_numel(&s);
+    if (n == 0)
+      return tpu_error(TPU_E_INVALID, "%s() input tensor cannot be empty",
+                       is_nan ? "nanmedian" : "median");
+    x = lw_reshape(b, x, 1, &n);
+    nd = 1;
+  } else {
+    int rc = lw_wrap_dim(lw_int(b, "dim", -1), s.ndim, &dim);
+    if (rc < 0) return rc;
+    if (s.ndim == 0) {
+      int64_t one = 1;
+      x = lw_reshape(b, x, 1, &one);
+      nd = 1;
+    }
+  }
+  int64_t perm[TPU_MAX_DIMS], inv[TPU_MAX_DIMS];
+  last_perm(nd, dim, perm, inv);
+  tpuir_val xt = transpose_if(b, x, nd, dim, perm);
+  lw_shape ts = lw_info(b, xt);
+  int64_t n = ts.sizes[nd - 1];
+  if (n == 0)
+    return tpu_error(TPU_E_INDEX, "%s(): Expected reduction dim %d to have non-zero size.",
+                     b->base, dim);
+  int64_t k = is_kth ? lw_int(b, "k", 1) : 0;
+  if (is_kth && (k < 1 || k > n))
+    return tpu_error(TPU_E_INVALID, "kthvalue(): selected number k out of range for dimension %d",
+                     dim);
+  tpuir_val sv, sp;
+  int rc = lw_sort_last(b, xt, 0, &sv, &sp);
+  if (rc < 0) return rc;
+  int64_t ks[TPU_MAX_DIMS];
+  for (int d = 0; d < nd; d++) ks[d] = ts.sizes[d];
+  ks[nd - 1] = 1;
+  int64_t last = nd - 1;
+  tpuir_val pos;
+  if (is_kth) {
+    pos = lw_full(b, TPU_I64, nd, ks, (double)(k - 1));
+  } else {
+    tpuir_val mid = lw_full(b, TPU_I64, nd, ks, (double)((n - 1) / 2));
+    if (isf) {
+      tpuir_val cnt = tpuir_reduce(b->g, TPUIR_RED_SUM,
+                                   lw_convert(b, lw_un(b, TPUIR_NOT, lw_un(b, TPUIR_IS_NAN, xt)),
+                                              TPU_I64), 1, &last);
+      cnt = lw_reshape(b, cnt, nd, ks);
+      if (is_nan) /* median of the non-NaN values (all NaN: position 0) */
+        pos = lw_bin_c(b, TPUIR_MAX, lw_bin_c(b, TPUIR_DIV, lw_bin_c(b, TPUIR_SUB, cnt, 1), 2), 0);
+      else /* any NaN: the first NaN */
+        pos = lw_sel(b, lw_bin_c(b, TPUIR_LT, cnt, (double)n), cnt, mid);
+    } else {
+      pos = mid;
+    }
+  }
+  tpuir_val val = tpuir_gather(b->g, sv, nd - 1, pos);
+  tpuir_val idx = tpuir_gather(b->g, sp, nd - 1, pos);
+  if (all) {
+    b->out_rule = LW_OUT_SAME;
+    return lw_result(b, lw_reshape(b, val, 0, NULL));
+  }
+  val = transpose_if(b, val, nd, dim, inv); /* [.., 1 at dim, ..] */
+  idx = transpose_if(b, idx, nd, dim, inv);
+  int keepdim = (int)lw_int(b, "keepdim", 0);
+  int64_t os[TPU_MAX_DIMS];
+  int on = 0;
+  for (int d = 0; d < s.ndim; d++)
+    if (d != dim || keepdim) os[on++] = d == dim ? 1 : s.sizes[d];
+  b->out_rule = LW_OUT_SAME;
+  if ((rc = lw_result(b, lw_reshape(b, val, on, os))) < 0) return rc;
+  return lw_result(b, lw_reshape(b, idx, on, os));
+}
+
+/* multinomial: Gumbel-max sampling (top-k of log p + Gumbel noise without
+ * replacement, one argmax per sample with replacement) */
+static int multinomial_fn(lw_b *b) {
+  const tpulw_tensor *self = lw_tensor_arg(b, "self");
+  if (!self) return tpu_error(TPU_E_UNSUPPORTED, "multinomial: no self");
+  int dt = self->view.dtype;
+  if (!tpu_dtype_is_float(dt))
+    return tpu_error(TPU_E_INVALID, "multinomial only supports floating-point dtypes for input, got: %s",
+                     lw_torch_name(dt));
+  int nd = self->view.ndim;
+  if (nd < 1 || nd > 2)
+    return tpu_error(TPU_E_INVALID, "prob_dist must be 1 or 2 dim");
+  int64_t n = self->view.sizes[nd - 1];
+  int64_t ns = lw_int(b, "num_samples", 1);
+  int repl = (int)lw_int(b, "replacement", 0);
+  if (ns <= 0) return tpu_error(TPU_E_INVALID, "cannot sample n_sample <= 0 samples");
+  if (!repl && ns > n)
+    return tpu_error(TPU_E_INVALID, "cannot sample n_sample > prob_dist.size(-1) samples without replacement");
+  int cdt = dt == TPU_F64 ? TPU_F64 : TPU_F32;
+  tpuir_val p = lw_convert(b, lw_tensor(b, self), cdt);
+  int64_t rows = nd == 2 ? self->view.sizes[0] : 1;
+  int64_t p2[2] = {rows, n};
+  p = lw_reshape(b, p, 2, p2);
+  tpuir_val logp = lw_un(b, TPUIR_LOG, p);
+  tpuir_val r;
+  if (!repl) {
+    tpuir_val u = lw_rng(b, TPUIR_RNG_UNIFORM, cdt, 2, p2);
+    tpuir_val gum = lw_un(b, TPUIR_NEG, lw_un(b, TPUIR_LOG, lw_un(b, TPUIR_NEG, lw_un(b, TPUIR_LOG, u))));
+    tpuir_val keys = lw_bin(b, TPUIR_ADD, logp, gum), vals;
+    int rc = lw_topk_last(b, keys, ns, 1, &vals, &r);
+    if (rc < 0) return rc;
+  } else {
+    int64_t s3[3] = {ns, rows, n}, o2[2] = {ns, rows}, perm[2] = {1, 0};
+    tpuir_val u = lw_rng(b, TPUIR_RNG_UNIFORM, cdt, 3, s3);
+    tpuir_val gum = lw_un(b, TPUIR_NEG, lw_un(b, TPUIR_LOG, lw_un(b, TPUIR_NEG, lw_un(b, TPUIR_LOG, u))));
+    tpuir_val keys = lw_bin(b, TPUIR_ADD, lw_bcast(b, logp, 3, s3), gum);
+    r = lw_reshape(b, tpuir_argreduce(b->g, TPUIR_RED_MAX, keys, 2), 2, o2);
+    r = tpuir_transpose(b->g, r, perm);
+  }
+  if (nd == 1) r = lw_reshape(b, r, 1, &ns);
+  b->out_rule = LW_OUT_SAME;
   return lw_result(b, r);
 }
 
@@ -327,6 +534,16 @@ const lw_row lw_rows_sort[] = {
     {"isin.Tensor_Scalar", isin_fn, S_ISIN}, {"isin.Tensor_Scalar_out", isin_fn, S_ISIN},
     {"isin.Scalar_Tensor", isin_fn, S_ISIN}, {"isin.Scalar_Tensor_out", isin_fn, S_ISIN},
     {"histc", histc_fn, S_HISTC}, {"histc.out", histc_fn, S_HISTC},
+    {"bucketize.Tensor", search_fn, 0}, {"bucketize.Tensor_out", search_fn, 0},
+    {"bucketize.Scalar", search_fn, 0}, {"bucketize.Scalar_out", search_fn, 0},
+    {"searchsorted.Tensor", search_fn, 0}, {"searchsorted.Tensor_out", search_fn, 0},
+    {"searchsorted.Scalar", search_fn, 0}, {"searchsorted.Scalar_out", search_fn, 0},
+    {"median", median_fn, 0}, {"median.out", median_fn, 0},
+    {"median.dim", median_fn, 0}, {"median.dim_values", median_fn, 0},
+    {"nanmedian", median_fn, 0}, {"nanmedian.out", median_fn, 0},
+    {"nanmedian.dim", median_fn, 0}, {"nanmedian.dim_values", median_fn, 0},
+    {"kthvalue", median_fn, 0}, {"kthvalue.values", median_fn, 0},
+    {"multinomial", multinomial_fn, 0}, {"multinomial.out", multinomial_fn, 0},
     {"_weight_norm_interface", wnorm_fn, S_WNORM},
     {"_weight_norm_interface_backward", wnorm_fn, S_WNORM_BW},
 };

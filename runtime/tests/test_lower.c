@@ -147,6 +147,19 @@ TPU_TEST(lower_destinations) {
   CHECK(prep("add", "Tensor", bad, 3, NULL, NULL) == TPU_E_INVALID);
   CHECK(strstr(tpu_last_error(), "must match the size of tensor b") != NULL);
 
+  /* dunder names: __lshift__ is functional, __ilshift__ in place */
+  int64_t li[2] = {1, 2};
+  tpu_view vli;
+  tpu_view_init_contiguous(&vli, li, TPU_I64, 1, SZ(2));
+  tpulw_arg sh[] = {lt_tensor("self", vli), lt_int("other", 3)};
+  CHECK_OK(prep("__lshift__", "Scalar", sh, 2, &oi, NULL));
+  CHECK(oi.dest_arg == -1);
+  sh[0].is_output = 1;
+  CHECK_OK(prep("__ilshift__", "Scalar", sh, 2, &oi, NULL));
+  CHECK(oi.dest_arg == 0);
+  CHECK_OK(prep("__and__", "Tensor", (tpulw_arg[]){lt_tensor("self", vli), lt_tensor("other", vli)}, 2, &oi, NULL));
+  CHECK(oi.dest_arg == -1);
+
   /* unknown op, other device */
   CHECK(prep("no_such_op", "", f, 3, NULL, NULL) == TPU_E_UNSUPPORTED);
   tpulw_arg dev[] = {lt_tensor("self", va), lt_tensor("other", vc)};
