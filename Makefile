@@ -3,9 +3,6 @@
 #   make test   install what is missing, build, run every test
 #               (C runtime tests, the same under ASan+UBSan, pytest suite)
 PY      ?= python3
-EXT     := $(shell $(PY) -c "import sysconfig;print('torch_tpu/_C'+sysconfig.get_config_var('EXT_SUFFIX'))" 2>/dev/null)
-RT_SRCS := $(wildcard runtime/src/*.c runtime/src/*.h runtime/include/*.h)
-GLUE    := $(wildcard torch_tpu/csrc/*.cpp torch_tpu/csrc/*.h)
 
 .PHONY: all deps build demo test test-c test-asan test-py test-fused bench opinfo-full zoo clean
 
@@ -18,20 +15,19 @@ deps:
 	@$(PY) -c "import pytest,numpy,transformers,expecttest" 2>/dev/null || \
 	  $(PY) -m pip install -q pytest numpy transformers expecttest
 
-runtime/build/libtpurt.a: $(RT_SRCS)
+# The package must be installed from THIS checkout (editable, which also
+# registers the torch.backends autoload entry point); after that only the
+# extension is rebuilt, incrementally.
+INSTALLED = $(shell cd / && $(PY) -I -c "import importlib.util as u,os;s=u.find_spec('torch_tpu');print(os.path.realpath(os.path.dirname(s.origin)) if s else '')" 2>/dev/null)
+
+build: deps
 	$(MAKE) -C runtime -j2 all
-
-# First time: an editable install (registers the torch.backends autoload
-# entry point); afterwards only the extension is rebuilt when sources change.
-$(EXT): runtime/build/libtpurt.a $(GLUE) setup.py
-	@if $(PY) -c "import importlib.metadata as m;m.distribution('torch-vtpu')" 2>/dev/null; then \
-	  $(PY) setup.py -q build_ext --inplace; \
+	@if [ "$(INSTALLED)" != "$(realpath torch_tpu)" ]; then \
+	  echo "installing torch-vtpu (editable) from $(CURDIR)"; \
+	  $(PY) -m pip install -q --no-build-isolation -e . ; \
 	else \
-	  $(PY) -m pip install -q --no-build-isolation -e .; \
+	  $(PY) setup.py -q build_ext --inplace ; \
 	fi
-	@touch $(EXT)
-
-build: deps $(EXT)
 
 demo: build
 	$(PY) examples/train_mlp.py
