@@ -103,3 +103,57 @@ def test_unique_consecutive(dtype, shape):
     if x.dim() == 1:
         _check(lambda t: torch.unique_consecutive(t, return_counts=True, dim=0), x)
     _check(lambda t: torch.unique_consecutive(t), torch.tensor([1.0, float("nan"), float("nan"), 2.0]))
+
+
+SR_DTYPES = [torch.float32, torch.float64, torch.bfloat16, torch.float16,
+             torch.int64, torch.int32, torch.uint8]
+
+
+@pytest.mark.parametrize("dtype", SR_DTYPES)
+@pytest.mark.parametrize("reduce", ["sum", "prod", "mean", "amax", "amin"])
+@pytest.mark.parametrize("include_self", [True, False])
+def test_scatter_reduce(dtype, reduce, include_self):
+    g = torch.Generator().manual_seed(3)
+    x = _sample((4, 5), dtype)
+    src = _sample((6, 5), dtype, seed=2)
+    for dim, idx in [(0, torch.randint(0, 4, (6, 3), generator=g)),
+                     (1, torch.randint(0, 5, (2, 4), generator=g)),
+                     (0, torch.zeros(0, 5, dtype=torch.long))]:
+        _check(lambda s, i, t: s.scatter_reduce(dim, i, t, reduce, include_self=include_self),
+               x, idx, src)
+    # non-contiguous self, in place, out=
+    _check(lambda s, i, t: s.t().scatter_reduce(1, i, t, reduce, include_self=include_self),
+           x, torch.randint(0, 4, (5, 2), generator=g), src)
+    i = torch.randint(0, 4, (6, 5), generator=g)
+    exp = x.clone().scatter_reduce_(0, i, src, reduce, include_self=include_self)
+    d = x.to(DEV)
+    d.scatter_reduce_(0, i.to(DEV), src.to(DEV), reduce, include_self=include_self)
+    assert_close(d, exp)
+
+
+def test_scatter_reduce_errors():
+    x = torch.zeros(3, device=DEV)
+    with pytest.raises(RuntimeError):
+        x.scatter_reduce(0, torch.tensor([5], device=DEV), torch.ones(1, device=DEV), "sum")
+
+
+@pytest.mark.parametrize("dtype", SR_DTYPES)
+@pytest.mark.parametrize("reduce", ["prod", "mean", "amax", "amin"])
+@pytest.mark.parametrize("include_self", [True, False])
+@pytest.mark.filterwarnings("ignore:index_reduce")
+def test_index_reduce(dtype, reduce, include_self):
+    x = _sample((4, 5), dtype)
+    src = _sample((4, 7), dtype, seed=5)
+    idx = torch.tensor([0, 4, 2, 0, 4, 4, 1])
+    _check(lambda s, i, t: s.index_reduce(1, i, t, reduce, include_self=include_self),
+           x, idx, src)
+    _check(lambda s, i, t: s.index_reduce(0, i, t, reduce, include_self=include_self),
+           x, torch.tensor([0, 3, 0]), _sample((3, 5), dtype, seed=6))
+    _check(lambda s, i, t: s.t().index_reduce(0, i, t, reduce, include_self=include_self),
+           x, idx, src.t())
+    _check(lambda s, i, t: s.index_reduce(0, i, t, reduce, include_self=include_self),
+           x, idx[:0], _sample((0, 5), dtype))
+    exp = x.clone().index_reduce_(1, idx, src, reduce, include_self=include_self)
+    d = x.to(DEV)
+    d.index_reduce_(1, idx.to(DEV), src.to(DEV), reduce, include_self=include_self)
+    assert_close(d, exp)

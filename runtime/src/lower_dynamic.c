@@ -315,6 +315,172 @@ static int unique_consecutive_fn(lw_b *b) {
   return dyn_unique_results(b, self, x, first, rank, n, u);
 }
 
+/* ---- scatter_reduce / index_reduce -------------------------------------- */
+
+enum { SR_SUM = 0, SR_PROD, SR_MEAN, SR_AMAX, SR_AMIN };
+
+static int sr_kind(const char *r, int index_reduce) {
+  static const char *names[] = {"sum", "prod", "mean", "amax", "amin"};
+  for (int k = index_reduce ? 1 : 0; r && k < 5; k++)
+    if (strcmp(r, names[k]) == 0) return k;
+  return -1;
+}
+
+#define SR_PAIRS_CAP ((int64_t)1 << 25) /* elements of the all-pairs mask */
+
+/* Identity of max (lo) or min (!lo) in dtype dt. */
+static tpuir_val sr_extreme(lw_b *b, int dt, int lo) {
+  if (tpu_dtype_is_float(dt)) return lw_const(b, dt, lo ? -INFINITY : INFINITY);
+  int64_t mn = 0, mx = 0;
+  switch (dt) {
+    case TPU_BOOL: mn = 0; mx = 1; break;
+    case TPU_U8: mn = 0; mx = 255; break;
+    case TPU_I8: mn = INT8_MIN; mx = INT8_MAX; break;
+    case TPU_I16: mn = INT16_MIN; mx = INT16_MAX; break;
+    case TPU_I32: mn = INT32_MIN; mx = INT32_MAX; break;
+    default: mn = INT64_MIN; mx = INT64_MAX; break;
+  }
+  return tpuir_const_i(b->g, dt, lo ? mn : mx);
+}
+
+/* Reduce src (shape I) into self (rank r) along d at positions idx (int64,
+ * shape I; I[e] <= self[e] off d): torch.scatter_reduce semantics. sum and
+ * mean use scatter_add; prod/amax/amin compare every source element with
+ * every slot of dim d (cost numel(I) * self[d], capped). The int64 count
+ * scatter also range-checks idx (a synchronizing launch). */
+static int sr_core(lw_b *b, const tpulw_tensor *self, int d, tpuir_val idx,
+                   tpuir_val src, int kind, int include_self) {
+  int dt = self->view.dtype, r = self->view.ndim;
+  int cdt = tpu_dtype_is_float(dt) ? lw_opmath(dt) : dt;
+  const int64_t *ss = self->view.sizes;
+  lw_shape is = lw_info(b, idx);
+  tpuir_val sv = lw_convert(b, lw_tensor(b, self), cdt);
+  src = lw_convert(b, src, cdt);
+  tpuir_val cnt = tpuir_scatter_add(b->g, lw_full(b, TPU_I64, r, ss, 0), d, idx,
+                                    lw_full(b, TPU_I64, is.ndim, is.sizes, 1));
+  tpuir_val hit = lw_bin(b, TPUIR_GT, cnt, lw_const(b, TPU_I64, 0));
+  LW_TRY(hit);
+  b->sync = 1;
+  b->err_remap = LW_ERR_RUNTIME;
+  tpuir_val red;
+  if (kind == SR_SUM || kind == SR_MEAN) {
+    red = tpuir_scatter_add(b->g, lw_full(b, cdt, r, ss, 0), d, idx, src);
+  } else {
+    int64_t e[TPU_MAX_DIMS + 1], dims[TPU_MAX_DIMS], perm[TPU_MAX_DIMS];
+    int64_t n = lw_numel(&is) * ss[d];
+    if (r + 1 > TPU_MAX_DIMS || n > SR_PAIRS_CAP)
+      return tpu_error(TPU_E_UNSUPPORTED, "scatter_reduce: too large for all-pairs");
+    for (int i = 0; i < r; i++) {
+      e[i] = is.sizes[i];
+      dims[i] = i;
+      perm[i] = i < d ? i : i == d ? r - 1 : i - 1;
+    }
+    e[r] = ss[d];
+    int rk = kind == SR_PROD ? TPUIR_RED_PROD : kind == SR_AMAX ? TPUIR_RED_MAX : TPUIR_RED_MIN;
+    tpuir_val ident = kind == SR_PROD ? lw_const(b, cdt, 1) : sr_extreme(b, cdt, kind == SR_AMAX);
+    tpuir_val mask = lw_bin(b, TPUIR_EQ, tpuir_broadcast_in_dim(b->g, idx, r + 1, e, dims),
+                            tpuir_iota(b->g, TPU_I64, r + 1, e, r));
+    tpuir_val vals = lw_sel(b, mask, tpuir_broadcast_in_dim(b->g, src, r + 1, e, dims), ident);
+    int64_t rd = d;
+    red = tpuir_transpose(b->g, tpuir_reduce(b->g, rk, vals, 1, &rd), perm);
+    int64_t lo[TPU_MAX_DIMS] = {0}, hi[TPU_MAX_DIMS] = {0}, in[TPU_MAX_DIMS] = {0};
+    for (int i = 0; i < r; i++) hi[i] = i == d ? 0 : ss[i] - is.sizes[i];
+    red = tpuir_pad(b->g, red, ident, lo, hi, in);
+  }
+  LW_TRY(red);
+  if (include_self) {
+    static const int ops[] = {TPUIR_ADD, TPUIR_MUL, TPUIR_ADD, TPUIR_MAX, TPUIR_MIN};
+    red = lw_bin(b, ops[kind], sv, red);
+  }
+  if (kind == SR_MEAN) {
+    tpuir_val den = lw_convert(b, include_self ? lw_bin_c(b, TPUIR_ADD, cnt, 1) : cnt, cdt);
+    den = lw_sel(b, hit, den, lw_const(b, cdt, 1));
+    tpuir_val q = lw_bin(b, TPUIR_DIV, red, den);
+    if (!tpu_dtype_is_float(cdt)) { /* floor division (den > 0) */
+      tpuir_val rem = lw_bin(b, TPUIR_REM, red, den);
+      q = lw_sel(b, lw_bin(b, TPUIR_LT, rem, lw_const(b, cdt, 0)), lw_bin_c(b, TPUIR_SUB, q, 1), q);
+    }
+    red = q;
+  }
+  return lw_result_as(b, lw_sel(b, hit, red, sv), dt);
+}
+
+/* scatter_reduce.two(self, dim, index, src, reduce, include_self) and its
+ * out= / in-place forms. */
+static int scatter_reduce_fn(lw_b *b) {
+  const tpulw_tensor *self = lw_tensor_arg(b, "self");
+  const tpulw_tensor *index = lw_tensor_arg(b, "index");
+  const tpulw_tensor *src = lw_tensor_arg(b, "src");
+  if (!self || !index || !src || self->device < 0 || index->device < 0 ||
+      src->device < 0 || self->view.ndim == 0 || self->view.dtype == TPU_BOOL)
+    return tpu_error(TPU_E_UNSUPPORTED, "scatter_reduce: unsupported arguments");
+  int kind = sr_kind(lw_str(b, "reduce"), 0);
+  if (kind < 0)
+    return tpu_error(TPU_E_INVALID, "reduce argument must be either sum, prod, mean, "
+                     "amax or amin, got %s", lw_str(b, "reduce") ? lw_str(b, "reduce") : "None");
+  if (index->view.dtype != TPU_I64)
+    return tpu_error(TPU_E_INVALID, "scatter(): Expected dtype int64 for index");
+  if (src->view.dtype != self->view.dtype)
+    return tpu_error(TPU_E_INVALID, "scatter(): Expected self.dtype to be equal to src.dtype");
+  int r = self->view.ndim, d;
+  int rc = lw_wrap_dim(lw_int(b, "dim", 0), r, &d);
+  if (rc < 0) return rc;
+  const tpu_view *iv = &index->view;
+  if (iv->ndim != r || src->view.ndim != r)
+    return tpu_error(TPU_E_INVALID, "Index tensor must have the same number of dimensions "
+                     "as self tensor");
+  for (int i = 0; i < r; i++)
+    if (iv->sizes[i] > src->view.sizes[i] || (i != d && iv->sizes[i] > self->view.sizes[i]))
+      return tpu_error(TPU_E_INVALID, "Expected index %s to be smaller than self apart "
+                       "from dimension %d and to be smaller size than src", "shape", d);
+  tpuir_val sv = lw_tensor(b, src);
+  int64_t st[TPU_MAX_DIMS] = {0}, str[TPU_MAX_DIMS];
+  for (int i = 0; i < r; i++) str[i] = 1;
+  sv = tpuir_slice(b->g, sv, st, iv->sizes, str);
+  return sr_core(b, self, d, lw_tensor(b, index), sv, kind,
+                 (int)lw_int(b, "include_self", 1));
+}
+
+/* index_reduce(self, dim, index, source, reduce, include_self) (+ out=,
+ * in-place): scatter_reduce with index broadcast along source. */
+static int index_reduce_fn(lw_b *b) {
+  const tpulw_tensor *self = lw_tensor_arg(b, "self");
+  const tpulw_tensor *index = lw_tensor_arg(b, "index");
+  const tpulw_tensor *src = lw_tensor_arg(b, "source");
+  if (!self || !index || !src || self->device < 0 || index->device < 0 ||
+      src->device < 0 || self->view.ndim == 0 || self->view.dtype == TPU_BOOL)
+    return tpu_error(TPU_E_UNSUPPORTED, "index_reduce: unsupported arguments");
+  int kind = sr_kind(lw_str(b, "reduce"), 1);
+  if (kind < 0)
+    return tpu_error(TPU_E_INVALID, "index_reduce(): Expected reduce to be one of prod, "
+                     "mean, amax or amin, got %s.", lw_str(b, "reduce") ? lw_str(b, "reduce") : "None");
+  if (index->view.dtype != TPU_I64 && index->view.dtype != TPU_I32)
+    return tpu_error(TPU_E_INVALID, "index_reduce_(): Expected dtype int32/int64 for index");
+  if (src->view.dtype != self->view.dtype)
+    return tpu_error(TPU_E_INVALID, "index_reduce_(): self (%s) and source (%s) must have "
+                     "the same scalar type", lw_torch_name(self->view.dtype),
+                     lw_torch_name(src->view.dtype));
+  int r = self->view.ndim, d;
+  int rc = lw_wrap_dim(lw_int(b, "dim", 0), r, &d);
+  if (rc < 0) return rc;
+  int64_t l = tpu_view_numel(&index->view);
+  if (index->view.ndim > 1)
+    return tpu_error(TPU_E_INVALID, "index_reduce_(): Index is supposed to be a vector");
+  if (src->view.ndim != r || src->view.sizes[d] != l)
+    return tpu_error(TPU_E_INVALID, "index_reduce_(): Number of indices (%lld) should be "
+                     "equal to source.size(dim) (%lld)", (long long)l,
+                     (long long)(src->view.ndim == r ? src->view.sizes[d] : -1));
+  for (int i = 0; i < r; i++)
+    if (i != d && src->view.sizes[i] != self->view.sizes[i])
+      return tpu_error(TPU_E_INVALID, "index_reduce_(): source and self must have the "
+                       "same shape apart from dim %d", d);
+  tpuir_val iv = lw_reshape(b, lw_convert(b, lw_tensor(b, index), TPU_I64), 1, &l);
+  int64_t dd = d;
+  iv = tpuir_broadcast_in_dim(b->g, iv, r, src->view.sizes, &dd);
+  return sr_core(b, self, d, iv, lw_tensor(b, src), kind,
+                 (int)lw_int(b, "include_self", 1));
+}
+
 /* ---- table -------------------------------------------------------------- */
 
 const lw_row lw_rows_dynamic[] = {
@@ -324,5 +490,11 @@ const lw_row lw_rows_dynamic[] = {
     {"masked_select.out", masked_select_fn, 0},
     {"_unique2", unique2_fn, 0},
     {"unique_consecutive", unique_consecutive_fn, 0},
+    {"scatter_reduce.two", scatter_reduce_fn, 0},
+    {"scatter_reduce.two_out", scatter_reduce_fn, 0},
+    {"scatter_reduce_.two", scatter_reduce_fn, 0},
+    {"index_reduce", index_reduce_fn, 0},
+    {"index_reduce.out", index_reduce_fn, 0},
+    {"index_reduce_", index_reduce_fn, 0},
 };
 const int lw_nrows_dynamic = sizeof lw_rows_dynamic / sizeof lw_rows_dynamic[0];
