@@ -236,7 +236,8 @@ static int isin_fn(lw_b *b) {
 }
 
 /* bucketize(self, boundaries) / searchsorted(sorted_sequence, self):
- * the number of sequence elements < v (<= v for right / side="right") */
+ * the number of sequence elements < v (<= v for right / side="right"); a
+ * NaN value lands after every element, like CPU's binary search */
 static int search_fn(lw_b *b) {
   int is_bucket = strncmp(b->base, "bucketize", 9) == 0;
   lw_opnd v = lw_opnd_arg(b, "self");
@@ -274,7 +275,9 @@ static int search_fn(lw_b *b) {
   if (ss.ndim <= 1) { /* one sequence for every value */
     int64_t n = lw_numel(&xs);
     int64_t c2[2] = {n, 1}, r2[2] = {1, m};
-    cmp = lw_bin(b, right ? TPUIR_LE : TPUIR_LT, lw_reshape(b, sq, 2, r2), lw_reshape(b, x, 2, c2));
+    /* CPU's binary search counts !(seq >= v) (left) / !(seq > v) (right): NaN -> len */
+    cmp = lw_un(b, TPUIR_NOT, lw_bin(b, right ? TPUIR_GT : TPUIR_GE, lw_reshape(b, sq, 2, r2),
+                                     lw_reshape(b, x, 2, c2)));
     int64_t one = 1;
     tpuir_val cnt = tpuir_reduce(b->g, TPUIR_RED_SUM, lw_convert(b, cmp, TPU_I64), 1, &one);
     return lw_result_as(b, lw_reshape(b, cnt, nd, xs.sizes), odt);
@@ -293,7 +296,8 @@ static int search_fn(lw_b *b) {
   for (int d = 0; d < nd - 1; d++) a[d] = c[d] = xs.sizes[d];
   a[nd - 1] = xs.sizes[nd - 1]; a[nd] = 1;
   c[nd - 1] = 1; c[nd] = m;
-  cmp = lw_bin(b, right ? TPUIR_LE : TPUIR_LT, lw_reshape(b, sq, nd + 1, c), lw_reshape(b, x, nd + 1, a));
+  cmp = lw_un(b, TPUIR_NOT, lw_bin(b, right ? TPUIR_GT : TPUIR_GE, lw_reshape(b, sq, nd + 1, c),
+                                   lw_reshape(b, x, nd + 1, a)));
   int64_t last = nd;
   tpuir_val cnt = tpuir_reduce(b->g, TPUIR_RED_SUM, lw_convert(b, cmp, TPU_I64), 1, &last);
   return lw_result_as(b, cnt, odt);

@@ -909,3 +909,58 @@ TPU_TEST(lower_upsample) {
   lt_result_free(&r);
   lt_free(&x); lt_free(&g);
 }
+
+TPU_TEST(lower_shift_pad_median_search_multinomial) {
+  tpu_view a = lt_from(TPU_I32, 1, SZ(4), ARR(8, -8, 1, -1));
+  tpu_view s = lt_from(TPU_I32, 1, SZ(4), ARR(1, 40, -1, 31));
+  lt_result r = RUN("__rshift__", "Tensor", lt_tensor("self", a), lt_tensor("other", s));
+  CHECK_OK(r.rc);
+  CHECK_VALS(r.out[0], ARR(4, -1, 0, -1), 4, 0);
+  lt_result_free(&r);
+  r = RUN("__lshift__", "Tensor", lt_tensor("self", a), lt_tensor("other", s));
+  CHECK_OK(r.rc);
+  CHECK_VALS(r.out[0], ARR(16, 0, 0, -2147483648.0), 4, 0);
+  lt_result_free(&r);
+  /* reflection pad (2, 1) of [1, 2, 3] -> [3, 2, 1, 2, 3, 2] */
+  tpu_view p = lt_from(TPU_F32, 2, SZ(1, 3), ARR(1, 2, 3));
+  int64_t pad[2] = {2, 1};
+  r = RUN("reflection_pad1d", "", lt_tensor("self", p), lt_ints("padding", pad, 2));
+  CHECK_OK(r.rc);
+  CHECK_VALS(r.out[0], ARR(3, 2, 1, 2, 3, 2), 6, 0);
+  lt_result_free(&r);
+  r = RUN("replication_pad1d", "", lt_tensor("self", p), lt_ints("padding", pad, 2));
+  CHECK_OK(r.rc);
+  CHECK_VALS(r.out[0], ARR(1, 1, 1, 2, 3, 3), 6, 0);
+  lt_result_free(&r);
+  /* median with NaN, nanmedian, bucketize */
+  tpu_view m = lt_from(TPU_F32, 2, SZ(2, 4), ARR(4, 1, 3, 2, 5, NAN, 1, 0));
+  r = RUN("median", "dim", lt_tensor("self", m), lt_int("dim", 1), lt_bool("keepdim", 0));
+  CHECK_OK(r.rc);
+  CHECK_VALS(r.out[0], ARR(2, NAN), 2, 0);
+  CHECK_VALS(r.out[1], ARR(3, 1), 2, 0);
+  lt_result_free(&r);
+  r = RUN("nanmedian", "dim", lt_tensor("self", m), lt_int("dim", 1), lt_bool("keepdim", 0));
+  CHECK_OK(r.rc);
+  CHECK_VALS(r.out[0], ARR(2, 1), 2, 0);
+  lt_result_free(&r);
+  tpu_view bnd = lt_from(TPU_F32, 1, SZ(3), ARR(0, 1, 2));
+  r = RUN("bucketize", "Tensor", lt_tensor("self", m), lt_tensor("boundaries", bnd),
+          lt_bool("out_int32", 0), lt_bool("right", 0));
+  CHECK_OK(r.rc);
+  CHECK(r.info[0].dtype == TPU_I64);
+  CHECK_VALS(r.out[0], ARR(3, 1, 3, 2, 3, 3, 1, 0), 8, 0); /* NaN sorts after everything */
+  lt_result_free(&r);
+  /* multinomial never draws a zero-probability class */
+  tpulw_philox gen = {7, 0};
+  tpu_view pr = lt_from(TPU_F32, 2, SZ(2, 3), ARR(0, 1, 1, 1, 0, 0));
+  r = RUN("multinomial", "", lt_tensor("self", pr), lt_int("num_samples", 2),
+          lt_bool("replacement", 0), lt_gen("generator", &gen));
+  CHECK_OK(r.rc);
+  CHECK_SHAPE(r.info[0], 2, 2);
+  double s0 = lt_get(&r.out[0], 0), s1 = lt_get(&r.out[0], 1);
+  CHECK((s0 == 1 && s1 == 2) || (s0 == 2 && s1 == 1));
+  CHECK(lt_get(&r.out[0], 2) == 0);
+  CHECK(gen.offset == 6);
+  lt_result_free(&r);
+  lt_free(&a); lt_free(&s); lt_free(&p); lt_free(&m); lt_free(&bnd); lt_free(&pr);
+}
