@@ -52,6 +52,17 @@ static int is_elementwise(int op) {
          op == TPUIR_CONVERT;
 }
 
+/* a broadcast of a one-element value: loaded once per thread by a fused
+ * region, so it does not count against XK_REGION_MAX_INPUTS */
+static int is_scalar_bcast(const tpuir_graph *g, int v) {
+  const tpuir_node *n = tpuir_get_node(g, v);
+  if (n->op != TPUIR_BROADCAST_IN_DIM) return 0;
+  const tpuir_node *x = tpuir_get_node(g, n->in[0]);
+  for (int i = 0; i < x->ndim; i++)
+    if (x->sizes[i] != 1) return 0;
+  return 1;
+}
+
 static int node_can_fail(const tpuir_graph *g, const tpuir_node *n) {
   switch (n->op) {
   case TPUIR_GATHER: case TPUIR_INDEX_SELECT: case TPUIR_SCATTER_ADD:
@@ -203,6 +214,7 @@ int tpux_run(const tpuir_graph *g, int nin, const tpu_view *ins, int nout,
   int32_t *rpar = malloc(nb * sizeof(int32_t));  /* union-find parent */
   int32_t *rfirst = malloc(nb * sizeof(int32_t)), *rlast = malloc(nb * sizeof(int32_t));
   int32_t *rsize = malloc(nb * sizeof(int32_t)), *rin = malloc(nb * sizeof(int32_t));
+  int32_t *rsc = malloc(nb * sizeof(int32_t)); /* scalar-broadcast inputs */
   char *rclosed = calloc(nb, 1), *rfail = calloc(nb, 1), *ext = calloc(nb, 1);
   char *live = calloc(nb, 1);
   xv *vals = calloc(nb, sizeof(xv));
@@ -211,7 +223,7 @@ int tpux_run(const tpuir_graph *g, int nin, const tpu_view *ins, int nout,
   int32_t *members = malloc(sizeof(int32_t) * XK_REGION_MAX_NODES);
   int rc = TPU_OK;
   if (!last || !root || !users || !head || !next || !reg || !rpar || !rfirst ||
-      !rlast || !rsize || !rin || !rclosed || !rfail || !ext || !live || !vals ||
+      !rlast || !rsize || !rin || !rsc || !rclosed || !rfail || !ext || !live || !vals ||
       !direct || !out_done || !members) {
     rc = tpu_error(TPU_E_OOM, "tpux_run: out of host memory");
     goto done;
@@ -265,19 +277,24 @@ int tpux_run(const tpuir_graph *g, int nin, const tpu_view *ins, int nout,
         } else {
           sel[ns++] = cand[mode - 1];
         }
-        int size = 1, in = 0, fail = node_can_fail(g, n);
+        int size = 1, in = 0, sc = 0, fail = node_can_fail(g, n);
         for (int q = 0; q < ns; q++) {
           size += rsize[sel[q]];
           in += rin[sel[q]];
+          sc += rsc[sel[q]];
           fail |= rfail[sel[q]];
         }
         for (int k = 0; k < no; k++) {
           int inside = 0;
           if (reg[ops[k]] >= 0)
             for (int q = 0; q < ns; q++) inside |= uf_find(rpar, reg[ops[k]]) == sel[q];
-          in += !inside;
+          if (inside) continue;
+          if (is_scalar_bcast(g, ops[k])) sc++;
+          else in++;
         }
-        if (size > XK_REGION_MAX_NODES || in > XK_REGION_MAX_INPUTS) continue;
+        if (size > XK_REGION_MAX_NODES || in > XK_REGION_MAX_INPUTS ||
+            sc > XK_REGION_MAX_SCALARS)
+          continue;
         R = sel[0];
         for (int q = 1; q < ns; q++) {
           rpar[sel[q]] = R;
@@ -285,13 +302,19 @@ int tpux_run(const tpuir_graph *g, int nin, const tpu_view *ins, int nout,
         }
         rsize[R] = size;
         rin[R] = in;
+        rsc[R] = sc;
         rfail[R] = (char)fail;
       }
       if (R < 0) { /* a new region */
         R = t;
         rfirst[R] = t;
         rsize[R] = 1;
-        rin[R] = no;
+        rin[R] = 0;
+        rsc[R] = 0;
+        for (int k = 0; k < no; k++) {
+          if (is_scalar_bcast(g, ops[k])) rsc[R]++;
+          else rin[R]++;
+        }
         rfail[R] = (char)node_can_fail(g, n);
       }
       reg[t] = R;
@@ -453,6 +476,7 @@ done:
   free(rlast);
   free(rsize);
   free(rin);
+  free(rsc);
   free(rclosed);
   free(rfail);
   free(ext);

@@ -757,6 +757,7 @@ static void run_tile(xk_prog *p, int64_t L, int64_t n, int in_row,
   for (int k = 0; k < p->nload; k++) {
     int a = p->load[k].arr, bi = p->load[k].buf;
     const xk_arr *ar = &s->arr[a];
+    if (p->load_const[k]) continue; /* filled once by prog_range */
     if (in_row && ar->st[s->nd - 1] == 1 && ar->dt == xk_native(xk_cls(ar->dt))) {
       int64_t off = space_offset(s, a, L, idx);
       bp[bi] = ar->p + off * (int64_t)tpu_dtype_size(ar->dt);
@@ -818,6 +819,12 @@ static void prog_range(void *ctx, int64_t b, int64_t e) {
     atomic_compare_exchange_strong(&p->err, &z, TPU_E_OOM);
     return;
   }
+  for (int k = 0; k < p->nload; k++) /* broadcast scalars: one fill */
+    if (p->load_const[k]) {
+      const xk_arr *ar = &p->sp.arr[p->load[k].arr];
+      tpux__load(ar->dt, ar->p, 0, XK_TILE,
+                 scratch + (size_t)p->load[k].buf * XK_TILE * 8);
+    }
   for (int64_t t = b; t < e; t++) {
     if (atomic_load_explicit(&p->err, memory_order_relaxed)) break;
     if (j->cpr) {
@@ -916,6 +923,11 @@ int tpux__eval_region(xctx *c, int n, const int32_t *members, const char *store,
         vcls[v] = (int8_t)xk_cls(c->vals[o].v.dtype);
         consumed[v] = 0;
         vload[v] = 1;
+        const tpu_view *lv = &c->vals[o].v;
+        int cst = 1;
+        for (int d = 0; d < lv->ndim; d++) cst &= lv->strides[d] == 0 || lv->sizes[d] == 1;
+        if (cst) lastuse[v] = n; /* its buffer is never reused */
+        p->load_const[p->nload] = (int8_t)cst;
         p->load[p->nload].arr = (int16_t)tpux__space_add(&p->sp, &c->vals[o].v);
         p->load[p->nload].buf = (int16_t)v; /* renamed to physical below */
         p->nload++;

@@ -86,7 +86,7 @@ static inline int64_t xk_wrap(int dt, int64_t v) {
 }
 
 /* ---- iteration space --------------------------------------------------- */
-#define XK_MAX_ARR 48
+#define XK_MAX_ARR 96
 
 typedef struct xk_arr {
   char *p;                     /* element (0,...,0) */
@@ -115,6 +115,8 @@ int64_t tpux__space_numel(const xk_space *s);
 /* limits of a fused elementwise region (leave room for stores) */
 #define XK_REGION_MAX_NODES XK_MAX_INS
 #define XK_REGION_MAX_INPUTS 15
+/* one-element broadcast inputs (held in a buffer filled once per thread) */
+#define XK_REGION_MAX_SCALARS 32
 enum { XK_OP_COPY = TPUIR_NUM_OPS }; /* class conversion (CONVERT) */
 
 typedef struct xk_ins {
@@ -132,6 +134,7 @@ typedef struct xk_prog {
   xk_ins ins[XK_MAX_INS];
   int8_t bufcls[XK_MAX_BUF];
   int8_t direct_ok[XK_MAX_ARR]; /* store array may be written in place */
+  int8_t load_const[XK_MAX_ARR]; /* all strides 0: filled once per thread */
   /* run-time error raised by a kernel (first wins) */
   _Atomic int err;
   int64_t err_val;

@@ -33,6 +33,7 @@ typedef struct gop {
   gbind *bind;   /* nin */
   int32_t *widx; /* nout: writer index */
   uint64_t sk1, sk2, sl; /* structural key hashes, loop signature */
+  uint64_t sb;           /* sl + bindings (pending values by distance) */
   uint64_t roll;         /* loop hash of ops[0..this] */
 } gop;
 
@@ -565,15 +566,52 @@ static void remember_step(gdev *D, int len, uint64_t h) {
   if (D->nknown < MAX_KNOWN) D->nknown++;
 }
 
-/* smallest period p of the tail of the pending sequence */
+/* loop signature of op k with its bindings: inputs computed by ops at or
+ * after `start` count by distance, everything earlier as a parameter (so
+ * start = 0 gives the signature seen while recording after a flush) */
+static uint64_t op_sig(const gdev *D, int k, int start) {
+  const gop *o = &D->ops[k];
+  hh h = hinit();
+  HF(&h, o->sl);
+  for (int j = 0; j < o->nin; j++) {
+    const gbind *b = &o->bind[j];
+    int32_t d = b->kind != B_PARAM && b->k >= start ? k - b->k : -1;
+    int32_t kind = d < 0 ? B_PARAM : b->kind;
+    HF(&h, kind);
+    HF(&h, d);
+    if (d >= 0) HF(&h, b->i);
+  }
+  return h.a;
+}
+
+static int blocks_equal(const gdev *D, int a, int b, int p) {
+  for (int t = 0; t < p; t++)
+    if (D->ops[a + t].sb != D->ops[b + t].sb) return 0;
+  return 1;
+}
+
+/* smallest period p whose repetition covers most of the pending sequence:
+ * a run of trailing blocks identical with their bindings, plus the block
+ * before it when that one is identical once values from before each block
+ * count as parameters (a first step reads what later steps get from the
+ * step before). Covering more than half the sequence keeps a step that
+ * itself repeats a shorter unit (x = f(x) five times from a value never
+ * written here) from being cut into that unit. */
 static void detect_period(gdev *D) {
   int n = D->n;
   for (int p = MIN_STEP; 2 * p <= n; p++) {
-    int ok = 1;
-    for (int t = 0; t < p && ok; t++) ok = D->ops[n - p + t].sl == D->ops[n - 2 * p + t].sl;
-    if (!ok) continue;
+    int c = 1;
+    while ((c + 1) * p <= n && blocks_equal(D, n - (c + 1) * p, n - p, p)) c++;
+    int cov = c * p, e = n - (c + 1) * p;
+    if (e >= 0) {
+      int ok = 1;
+      for (int t = 0; t < p && ok; t++)
+        ok = op_sig(D, e + t, e) == op_sig(D, e + p + t, e + p);
+      if (ok) cov += p;
+    }
+    if (cov < 2 * p || 2 * cov <= n) continue;
     uint64_t h = 0;
-    for (int t = 0; t < p; t++) h = roll_step(h, D->ops[n - p + t].sl);
+    for (int t = 0; t < p; t++) h = roll_step(h, op_sig(D, n - p + t, n - p));
     remember_step(D, p, h);
     return;
   }
@@ -797,7 +835,8 @@ int tpug_submit(tpurt_stream *s, const tpuir_graph *g, int nin,
   o->sk1 = hk.a;
   o->sk2 = hk.b;
   o->sl = hl.a;
-  o->roll = roll_step(k ? D->ops[k - 1].roll : 0, o->sl);
+  o->sb = fuse ? op_sig(D, k, 0) : 0;
+  o->roll = roll_step(k ? D->ops[k - 1].roll : 0, o->sb);
   D->n++;
   pthread_mutex_lock(&g_stat_mu);
   g_st.ops_recorded++;
