@@ -481,6 +481,143 @@ static int index_reduce_fn(lw_b *b) {
                  (int)lw_int(b, "include_self", 1));
 }
 
+/* ---- logspace.out ------------------------------------------------------- */
+
+/* logspace.out(start, end, steps, base, out): base ** linspace(start, end)
+ * (exponents like PyTorch CPU: integer dtypes truncate start/end first;
+ * the two halves are computed from either end). */
+static int logspace_fn(lw_b *b) {
+  const tpulw_tensor *out = lw_tensor_arg(b, "out");
+  lw_scalar start, end;
+  if (!out || out->device < 0 || !lw_scalar_arg(b, "start", &start) ||
+      !lw_scalar_arg(b, "end", &end))
+    return tpu_error(TPU_E_UNSUPPORTED, "logspace: needs scalar start/end and out");
+  int64_t steps = lw_int(b, "steps", -1);
+  if (steps < 0) return tpu_error(TPU_E_INVALID, "number of steps must be non-negative");
+  int dt = out->view.dtype;
+  if (dt == TPU_BOOL)
+    return tpu_error(TPU_E_UNSUPPORTED, "\"logspace_cpu\" not implemented for 'Bool'");
+  double base = lw_float(b, "base", 10.0), s0 = start.f, s1 = end.f;
+  if (!tpu_dtype_is_float(dt)) {
+    s0 = start.kind == LW_SK_FLOAT ? trunc(start.f) : (double)start.i;
+    s1 = end.kind == LW_SK_FLOAT ? trunc(end.f) : (double)end.i;
+    /* start/end converted to the integer dtype first (wrapping) */
+    int64_t w0 = (int64_t)s0, w1 = (int64_t)s1;
+    switch (dt) {
+      case TPU_U8: w0 = (uint8_t)w0; w1 = (uint8_t)w1; break;
+      case TPU_I8: w0 = (int8_t)w0; w1 = (int8_t)w1; break;
+      case TPU_I16: w0 = (int16_t)w0; w1 = (int16_t)w1; break;
+      case TPU_I32: w0 = (int32_t)w0; w1 = (int32_t)w1; break;
+      default: break;
+    }
+    s0 = (double)w0;
+    s1 = (double)w1;
+  }
+  int cdt = dt == TPU_F64 || !tpu_dtype_is_float(dt) ? TPU_F64 : TPU_F32;
+  int64_t sz[1] = {steps};
+  tpuir_val e;
+  if (steps == 1) {
+    e = lw_full(b, cdt, 1, sz, s0);
+  } else {
+    double stepv = (s1 - s0) / (double)(steps - 1);
+    tpuir_val i = tpuir_iota(b->g, cdt, 1, sz, 0);
+    tpuir_val st = lw_const(b, cdt, stepv);
+    tpuir_val lo = lw_bin(b, TPUIR_ADD, lw_const(b, cdt, s0), lw_bin(b, TPUIR_MUL, st, i));
+    tpuir_val rev = lw_bin(b, TPUIR_SUB, lw_const(b, cdt, (double)(steps - 1)), i);
+    tpuir_val hi = lw_bin(b, TPUIR_SUB, lw_const(b, cdt, s1), lw_bin(b, TPUIR_MUL, st, rev));
+    e = lw_sel(b, lw_bin(b, TPUIR_LT, i, lw_const(b, cdt, (double)(steps / 2))), lo, hi);
+  }
+  e = lw_convert(b, e, TPU_F64);
+  tpuir_val r = lw_bin(b, TPUIR_POW, lw_bcast(b, lw_const(b, TPU_F64, base), 1, sz), e);
+  b->out_rule = LW_OUT_ANY;
+  return lw_result_as(b, r, dt);
+}
+
+/* ---- polygamma ---------------------------------------------------------- */
+
+/* trigamma(x) in f64 (PyTorch's CPU formula: reflection below 0.5). */
+static tpuir_val pg_trigamma(lw_b *b, tpuir_val x) {
+  const double pi = 3.14159265358979323846;
+  tpuir_val refl = lw_bin_c(b, TPUIR_LT, x, 0.5);
+  tpuir_val sp = lw_un(b, TPUIR_SIN, lw_bin_c(b, TPUIR_MUL, x, pi));
+  tpuir_val rterm = lw_bin(b, TPUIR_DIV, lw_const(b, TPU_F64, -pi * pi),
+                           lw_bin(b, TPUIR_MUL, sp, sp));
+  tpuir_val zero = lw_const(b, TPU_F64, 0);
+  tpuir_val res = lw_sel(b, refl, rterm, zero);
+  x = lw_sel(b, refl, lw_bin(b, TPUIR_SUB, lw_const(b, TPU_F64, 1), x), x);
+  tpuir_val one = lw_const(b, TPU_F64, 1);
+  for (int i = 0; i < 6; i++) {
+    res = lw_bin(b, TPUIR_ADD, res, lw_bin(b, TPUIR_DIV, one, lw_bin(b, TPUIR_MUL, x, x)));
+    x = lw_bin_c(b, TPUIR_ADD, x, 1);
+  }
+  tpuir_val ixx = lw_bin(b, TPUIR_DIV, one, lw_bin(b, TPUIR_MUL, x, x));
+  /* 1 + 1/(2x) + ixx*(1/6 - ixx*(1/30 - ixx/42)) */
+  tpuir_val p = lw_bin(b, TPUIR_SUB, lw_const(b, TPU_F64, 1.0 / 30),
+                       lw_bin_c(b, TPUIR_MUL, ixx, 1.0 / 42));
+  p = lw_bin(b, TPUIR_SUB, lw_const(b, TPU_F64, 1.0 / 6), lw_bin(b, TPUIR_MUL, ixx, p));
+  p = lw_bin(b, TPUIR_MUL, ixx, p);
+  p = lw_bin(b, TPUIR_ADD, p, lw_bin(b, TPUIR_DIV, one, lw_bin_c(b, TPUIR_MUL, x, 2)));
+  p = lw_bin_c(b, TPUIR_ADD, p, 1);
+  res = lw_bin(b, TPUIR_ADD, res, lw_bin(b, TPUIR_DIV, p, x));
+  return lw_sel(b, refl, lw_un(b, TPUIR_NEG, res), res);
+}
+
+/* Hurwitz zeta(s, q) in f64 (Cephes, as PyTorch: 9 direct terms, then
+ * Euler-Maclaurin with 12 Bernoulli terms; non-positive integer q -> inf). */
+static tpuir_val pg_zeta(lw_b *b, double s, tpuir_val q) {
+  static const double A[12] = {
+      12.0, -720.0, 30240.0, -1209600.0, 47900160.0, -1.8924375803183791606e9,
+      7.47242496e10, -2.950130727918164224e12, 1.1646782814350067249e14,
+      -4.5979787224074726105e15, 1.8152105401943546773e17,
+      -7.1661652561756670113e18};
+  tpuir_val ms = lw_const(b, TPU_F64, -s);
+  tpuir_val sum = lw_bin(b, TPUIR_POW, q, ms), a = q, bb = sum;
+  for (int i = 0; i < 9; i++) {
+    a = lw_bin_c(b, TPUIR_ADD, a, 1);
+    bb = lw_bin(b, TPUIR_POW, a, ms);
+    sum = lw_bin(b, TPUIR_ADD, sum, bb);
+  }
+  tpuir_val w = a;
+  sum = lw_bin(b, TPUIR_ADD, sum, lw_bin_c(b, TPUIR_MUL, lw_bin(b, TPUIR_MUL, bb, w), 1.0 / (s - 1)));
+  sum = lw_bin(b, TPUIR_SUB, sum, lw_bin_c(b, TPUIR_MUL, bb, 0.5));
+  double ac = 1, k = 0;
+  for (int i = 0; i < 12; i++) {
+    ac *= s + k;
+    bb = lw_bin(b, TPUIR_DIV, bb, w);
+    sum = lw_bin(b, TPUIR_ADD, sum, lw_bin_c(b, TPUIR_MUL, bb, ac / A[i]));
+    k += 1;
+    bb = lw_bin(b, TPUIR_DIV, bb, w);
+    ac *= s + k;
+  }
+  tpuir_val pole = lw_bin(b, TPUIR_AND, lw_bin_c(b, TPUIR_LE, q, 0),
+                          lw_bin(b, TPUIR_EQ, q, lw_un(b, TPUIR_FLOOR, q)));
+  return lw_sel(b, pole, lw_const(b, TPU_F64, INFINITY), sum);
+}
+
+/* polygamma(n, self) (+ out=, polygamma_(self, n)): n = 0 digamma, 1
+ * trigamma, else (-1)^(n+1) n! zeta(n+1, x), in f64. */
+static int polygamma_fn(lw_b *b) {
+  const tpulw_tensor *self = lw_tensor_arg(b, "self");
+  if (!self || self->device < 0)
+    return tpu_error(TPU_E_UNSUPPORTED, "polygamma: unsupported arguments");
+  int64_t n = lw_int(b, "n", -1);
+  if (n < 0)
+    return tpu_error(TPU_E_INVALID, "polygamma(n, x) does not support negative n.");
+  int dt = lw_float_or_default(self->view.dtype);
+  tpuir_val x = lw_tensor(b, self);
+  if (n == 0)
+    return lw_result(b, lw_un(b, TPUIR_DIGAMMA, lw_convert(b, x, dt)));
+  x = lw_convert(b, x, TPU_F64);
+  tpuir_val r;
+  if (n == 1) {
+    r = pg_trigamma(b, x);
+  } else {
+    double f = ((n % 2) ? 1.0 : -1.0) * exp(lgamma((double)n + 1.0));
+    r = lw_bin_c(b, TPUIR_MUL, pg_zeta(b, (double)n + 1, x), f);
+  }
+  return lw_result_as(b, r, dt);
+}
+
 /* ---- table -------------------------------------------------------------- */
 
 const lw_row lw_rows_dynamic[] = {
@@ -496,5 +633,9 @@ const lw_row lw_rows_dynamic[] = {
     {"index_reduce", index_reduce_fn, 0},
     {"index_reduce.out", index_reduce_fn, 0},
     {"index_reduce_", index_reduce_fn, 0},
+    {"logspace.out", logspace_fn, 0},
+    {"polygamma", polygamma_fn, 0},
+    {"polygamma.out", polygamma_fn, 0},
+    {"polygamma_", polygamma_fn, 0},
 };
 const int lw_nrows_dynamic = sizeof lw_rows_dynamic / sizeof lw_rows_dynamic[0];
