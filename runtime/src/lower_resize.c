@@ -224,6 +224,115 @@ static int pad_fn(lw_b *b) {
   return lw_result_as(b, x, dt);
 }
 
+/* im2col (nn.Unfold) and col2im (nn.Fold) with strided slices / interior
+ * padding, one kernel offset at a time */
+static int im2col_fn(lw_b *b) {
+  int fold = strncmp(b->base, "col2im", 6) == 0;
+  const tpulw_tensor *t = lw_tensor_arg(b, "self");
+  int n1, n2, n3, n4, n5 = 2;
+  int64_t sc[5];
+  const int64_t *ks = lw_ints(b, "kernel_size", &n1, &sc[0]);
+  const int64_t *dl = lw_ints(b, "dilation", &n2, &sc[1]);
+  const int64_t *pd = lw_ints(b, "padding", &n3, &sc[2]);
+  const int64_t *st = lw_ints(b, "stride", &n4, &sc[3]);
+  const int64_t *os = fold ? lw_ints(b, "output_size", &n5, &sc[4]) : NULL;
+  if (!t || n1 != 2 || n2 != 2 || n3 != 2 || n4 != 2 || n5 != 2)
+    return tpu_error(TPU_E_UNSUPPORTED, "%s: unexpected arguments", b->base);
+  for (int i = 0; i < 2; i++)
+    if (ks[i] <= 0 || dl[i] <= 0 || st[i] <= 0 || pd[i] < 0)
+      return tpu_error(TPU_E_INVALID,
+                       "%s: kernel size, dilation and stride should be greater than zero, "
+                       "padding non-negative", b->base);
+  int dt = t->view.dtype;
+  if (dt == TPU_BOOL) return tpu_error(TPU_E_UNSUPPORTED, "%s: bool", b->base);
+  int batched = t->view.ndim == 4 - fold;
+  if (t->view.ndim != 3 - fold && !batched)
+    return tpu_error(TPU_E_INVALID, "Expected %dD or %dD (batch mode) tensor for input, but got: %dD",
+                     3 - fold, 4 - fold, t->view.ndim);
+  tpuir_val x = lw_tensor(b, t);
+  int64_t nb = batched ? t->view.sizes[0] : 1, kk = ks[0] * ks[1];
+  int64_t h, w, c;
+  if (!fold) {
+    c = t->view.sizes[batched];
+    h = t->view.sizes[batched + 1];
+    w = t->view.sizes[batched + 2];
+  } else {
+    h = os[0];
+    w = os[1];
+    int64_t ckk = t->view.sizes[batched];
+    if (ckk % kk)
+      return tpu_error(TPU_E_INVALID,
+                       "Expected size of input's dimension 1 to be divisible by the product of "
+                       "kernel_size, but got input.size(1)=%lld and kernel_size=(%lld, %lld)",
+                       (long long)ckk, (long long)ks[0], (long long)ks[1]);
+    c = ckk / kk;
+  }
+  int64_t hp = h + 2 * pd[0], wp = w + 2 * pd[1];
+  int64_t oh = (hp - (dl[0] * (ks[0] - 1) + 1)) / st[0] + 1;
+  int64_t ow = (wp - (dl[1] * (ks[1] - 1) + 1)) / st[1] + 1;
+  if (oh <= 0 || ow <= 0)
+    return tpu_error(TPU_E_INVALID, "%s: the output would have no blocks", b->base);
+  int64_t L = oh * ow;
+  if (fold && t->view.sizes[batched + 1] != L)
+    return tpu_error(TPU_E_INVALID,
+                     "Given output_size=(%lld, %lld), kernel_size=(%lld, %lld), dilation=(%lld, "
+                     "%lld), padding=(%lld, %lld), stride=(%lld, %lld), expected size of input's "
+                     "dimension 2 to match the calculated number of sliding blocks %lld * %lld = "
+                     "%lld, but got input.size(2)=%lld.",
+                     (long long)h, (long long)w, (long long)ks[0], (long long)ks[1],
+                     (long long)dl[0], (long long)dl[1], (long long)pd[0], (long long)pd[1],
+                     (long long)st[0], (long long)st[1], (long long)oh, (long long)ow,
+                     (long long)L, (long long)t->view.sizes[batched + 1]);
+  if (kk > 256) return tpu_error(TPU_E_UNSUPPORTED, "%s: kernel too large", b->base);
+  tpuir_val zero = lw_const(b, dt, 0);
+  tpuir_val parts[256];
+  if (!fold) {
+    int64_t s4[4] = {nb, c, h, w};
+    x = lw_reshape(b, x, 4, s4);
+    int64_t lo[4] = {0, 0, pd[0], pd[1]}, hi[4] = {0, 0, pd[0], pd[1]}, in0[4] = {0};
+    if (pd[0] || pd[1]) x = tpuir_pad(b->g, x, zero, lo, hi, in0);
+    int64_t blk[4] = {nb, c, 1, L};
+    for (int64_t i = 0; i < ks[0]; i++)
+      for (int64_t j = 0; j < ks[1]; j++) {
+        int64_t s0[4] = {0, 0, i * dl[0], j * dl[1]};
+        int64_t l0[4] = {nb, c, s0[2] + (oh - 1) * st[0] + 1, s0[3] + (ow - 1) * st[1] + 1};
+        int64_t str[4] = {1, 1, st[0], st[1]};
+        tpuir_val v = lw_reshape(b, tpuir_slice(b->g, x, s0, l0, str), 4, blk);
+        if (v < 0) return v;
+        parts[i * ks[1] + j] = v;
+      }
+    tpuir_val r = kk == 1 ? parts[0] : tpuir_concat(b->g, (int)kk, parts, 2);
+    int64_t o3[3] = {nb, c * kk, L};
+    r = lw_reshape(b, r, batched ? 3 : 2, batched ? o3 : o3 + 1);
+    return lw_result(b, r);
+  }
+  int cdt = tpu_dtype_is_float(dt) ? lw_opmath(dt) : dt;
+  int64_t s5[5] = {nb, c, kk, oh, ow};
+  x = lw_reshape(b, lw_convert(b, x, cdt), 5, s5);
+  tpuir_val czero = lw_const(b, cdt, 0), acc = -1;
+  for (int64_t i = 0; i < ks[0]; i++)
+    for (int64_t j = 0; j < ks[1]; j++) {
+      int64_t k = i * ks[1] + j;
+      int64_t s0[5] = {0, 0, k, 0, 0}, l0[5] = {nb, c, k + 1, oh, ow}, one[5] = {1, 1, 1, 1, 1};
+      int64_t b4[4] = {nb, c, oh, ow};
+      tpuir_val v = lw_reshape(b, tpuir_slice(b->g, x, s0, l0, one), 4, b4);
+      int64_t r0 = i * dl[0], c0 = j * dl[1];
+      int64_t lo[4] = {0, 0, r0, c0};
+      int64_t hi[4] = {0, 0, hp - (r0 + (oh - 1) * st[0] + 1), wp - (c0 + (ow - 1) * st[1] + 1)};
+      int64_t in[4] = {0, 0, st[0] - 1, st[1] - 1};
+      v = tpuir_pad(b->g, v, czero, lo, hi, in);
+      acc = acc < 0 ? v : lw_bin(b, TPUIR_ADD, acc, v);
+      if (acc < 0) return acc;
+    }
+  if (pd[0] || pd[1]) {
+    int64_t s0[4] = {0, 0, pd[0], pd[1]}, l0[4] = {nb, c, pd[0] + h, pd[1] + w}, one[4] = {1, 1, 1, 1};
+    acc = tpuir_slice(b->g, acc, s0, l0, one);
+  }
+  int64_t o4[4] = {nb, c, h, w};
+  acc = lw_reshape(b, acc, batched ? 4 : 3, batched ? o4 : o4 + 1);
+  return lw_result_as(b, acc, dt);
+}
+
 #define PAD(n, mode)                                                           \
   {n, pad_fn, mode}, {n ".out", pad_fn, mode}, {n "_backward", pad_fn, mode},  \
       {n "_backward.grad_input", pad_fn, mode}
@@ -242,6 +351,8 @@ const lw_row lw_rows_resize[] = {
     UP("upsample_linear1d", U_LINEAR),
     UP("upsample_bilinear2d", U_LINEAR),
     UP("upsample_trilinear3d", U_LINEAR),
+    {"im2col", im2col_fn, 0}, {"im2col.out", im2col_fn, 0},
+    {"col2im", im2col_fn, 0}, {"col2im.out", im2col_fn, 0},
     PAD("reflection_pad1d", PAD_REFLECT),
     PAD("reflection_pad2d", PAD_REFLECT),
     PAD("reflection_pad3d", PAD_REFLECT),

@@ -964,3 +964,26 @@ TPU_TEST(lower_shift_pad_median_search_multinomial) {
   lt_result_free(&r);
   lt_free(&a); lt_free(&s); lt_free(&p); lt_free(&m); lt_free(&bnd); lt_free(&pr);
 }
+
+TPU_TEST(lower_im2col_col2im) {
+  /* 1x1x3x3 input, 2x2 kernel, stride 1: 4 blocks */
+  tpu_view x = lt_from(TPU_F32, 4, SZ(1, 1, 3, 3), ARR(1, 2, 3, 4, 5, 6, 7, 8, 9));
+  int64_t k[2] = {2, 2}, d[2] = {1, 1}, p[2] = {0, 0}, s[2] = {1, 1}, o[2] = {3, 3};
+  lt_result r = RUN("im2col", "", lt_tensor("self", x), lt_ints("kernel_size", k, 2),
+                    lt_ints("dilation", d, 2), lt_ints("padding", p, 2), lt_ints("stride", s, 2));
+  CHECK_OK(r.rc);
+  CHECK_SHAPE(r.info[0], 1, 4, 4);
+  CHECK_VALS(r.out[0], ARR(1, 2, 4, 5, 2, 3, 5, 6, 4, 5, 7, 8, 5, 6, 8, 9), 16, 0);
+  tpu_view cols = r.out[0];
+  r.owned[0] = 0;
+  lt_result_free(&r);
+  /* fold(unfold(x)) counts each pixel once per block covering it */
+  r = RUN("col2im", "", lt_tensor("self", cols), lt_ints("output_size", o, 2),
+          lt_ints("kernel_size", k, 2), lt_ints("dilation", d, 2), lt_ints("padding", p, 2),
+          lt_ints("stride", s, 2));
+  CHECK_OK(r.rc);
+  CHECK_SHAPE(r.info[0], 1, 1, 3, 3);
+  CHECK_VALS(r.out[0], ARR(1, 4, 3, 8, 20, 12, 7, 16, 9), 9, 0);
+  lt_result_free(&r);
+  lt_free(&x); lt_free(&cols);
+}
