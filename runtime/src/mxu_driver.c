@@ -24,6 +24,7 @@
  * Environment overrides, for tuning only: TPUMXU_KC, TPUMXU_A2, TPUMXU_MC,
  * TPUMXU_NC, TPUMXU_MCH.
  */
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -57,9 +58,23 @@ typedef struct job {
 static int64_t cdiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
 static int64_t rup(int64_t a, int64_t b) { return cdiv(a, b) * b; }
 
-static int64_t env_i64(const char *name, int64_t dflt) {
-  const char *s = getenv(name);
-  return s && *s ? strtoll(s, NULL, 10) : dflt;
+/* Tuning overrides (TPUMXU_KC/A2/MC/NC/MCH), read once: getenv on the
+ * worker threads would race with the host program changing its environment.
+ * -1 = not set. */
+enum { ENV_KC, ENV_A2, ENV_MC, ENV_NC, ENV_MCH, ENV_N };
+static int64_t g_env[ENV_N];
+static pthread_once_t g_env_once = PTHREAD_ONCE_INIT;
+static void env_init(void) {
+  static const char *const names[ENV_N] = {"TPUMXU_KC", "TPUMXU_A2", "TPUMXU_MC",
+                                           "TPUMXU_NC", "TPUMXU_MCH"};
+  for (int i = 0; i < ENV_N; i++) {
+    const char *s = getenv(names[i]);
+    g_env[i] = s && *s ? strtoll(s, NULL, 10) : -1;
+  }
+}
+static int64_t env_i64(int which, int64_t dflt) {
+  pthread_once(&g_env_once, env_init);
+  return g_env[which] >= 0 ? g_env[which] : dflt;
 }
 
 /* bytes per k-step of one packed row */
@@ -280,11 +295,11 @@ int tpumxu_run(const tpumxu_problem *p) {
   T.fmt = T.kd->fmt;
   /* blocking (k steps / rows / cols); env overrides are for tuning */
   int np = T.nplanes ? T.nplanes : 1;
-  T.kc_max = env_i64("TPUMXU_KC", T.fmt == TPUMXU_FMT_BF16P ? 8192 / np : 4096 / np);
-  T.a2_bytes = env_i64("TPUMXU_A2", 384 << 10);
-  T.mc_max = env_i64("TPUMXU_MC", 8 * T.kd->mr);
-  T.nc_max = env_i64("TPUMXU_NC", 1024);
-  T.mch_max = env_i64("TPUMXU_MCH", 1024);
+  T.kc_max = env_i64(ENV_KC, T.fmt == TPUMXU_FMT_BF16P ? 8192 / np : 4096 / np);
+  T.a2_bytes = env_i64(ENV_A2, 384 << 10);
+  T.mc_max = env_i64(ENV_MC, 8 * T.kd->mr);
+  T.nc_max = env_i64(ENV_NC, 1024);
+  T.mch_max = env_i64(ENV_MCH, 1024);
   if (T.kc_max < 2) T.kc_max = 2;
   if (T.mc_max < T.kd->mr) T.mc_max = T.kd->mr;
   if (T.nc_max < T.kd->nr) T.nc_max = T.kd->nr;
