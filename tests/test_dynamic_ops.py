@@ -193,3 +193,14 @@ def test_polygamma(n, dtype):
         d = x.to(DEV)
         d.polygamma_(n)
         assert_close(d, x.clone().polygamma_(n), rtol=1e-5, atol=1e-5, equal_nan=True)
+
+
+@pytest.mark.parametrize("reduce", ["sum", "prod", "amax", "amin"])
+def test_scatter_reduce_bool_and_0dim(reduce):
+    x = _sample((4, 3), torch.bool)
+    src = _sample((5, 3), torch.bool, seed=4)
+    idx = torch.tensor([[0, 1, 3], [3, 3, 0], [1, 1, 1], [2, 0, 3], [0, 0, 0]])
+    for inc in (True, False):
+        _check(lambda s, i, t: s.scatter_reduce(0, i, t, reduce, include_self=inc), x, idx, src)
+        _check(lambda s, i, t: s.scatter_reduce(0, i, t, reduce, include_self=inc),
+               torch.tensor(2.5), torch.tensor(0), torch.tensor(-1.5))

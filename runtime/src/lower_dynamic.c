@@ -351,10 +351,18 @@ static tpuir_val sr_extreme(lw_b *b, int dt, int lo) {
 static int sr_core(lw_b *b, const tpulw_tensor *self, int d, tpuir_val idx,
                    tpuir_val src, int kind, int include_self) {
   int dt = self->view.dtype, r = self->view.ndim;
-  int cdt = tpu_dtype_is_float(dt) ? lw_opmath(dt) : dt;
-  const int64_t *ss = self->view.sizes;
-  lw_shape is = lw_info(b, idx);
+  /* bool: 0/1 in int64 (sum -> any, prod -> all), converted back */
+  int cdt = tpu_dtype_is_float(dt) ? lw_opmath(dt) : dt == TPU_BOOL ? TPU_I64 : dt;
+  int64_t one = 1;
+  const int64_t *ss = r ? self->view.sizes : &one;
   tpuir_val sv = lw_convert(b, lw_tensor(b, self), cdt);
+  if (r == 0) { /* a 0-dim self acts as [1] */
+    r = 1;
+    sv = lw_reshape(b, sv, 1, &one);
+    idx = lw_reshape(b, idx, 1, &one);
+    src = lw_reshape(b, src, 1, &one);
+  }
+  lw_shape is = lw_info(b, idx);
   src = lw_convert(b, src, cdt);
   tpuir_val cnt = tpuir_scatter_add(b->g, lw_full(b, TPU_I64, r, ss, 0), d, idx,
                                     lw_full(b, TPU_I64, is.ndim, is.sizes, 1));
@@ -402,7 +410,9 @@ static int sr_core(lw_b *b, const tpulw_tensor *self, int d, tpuir_val idx,
     }
     red = q;
   }
-  return lw_result_as(b, lw_sel(b, hit, red, sv), dt);
+  tpuir_val res = lw_sel(b, hit, red, sv);
+  if (self->view.ndim == 0) res = lw_reshape(b, res, 0, NULL);
+  return lw_result_as(b, res, dt);
 }
 
 /* scatter_reduce.two(self, dim, index, src, reduce, include_self) and its
@@ -412,7 +422,7 @@ static int scatter_reduce_fn(lw_b *b) {
   const tpulw_tensor *index = lw_tensor_arg(b, "index");
   const tpulw_tensor *src = lw_tensor_arg(b, "src");
   if (!self || !index || !src || self->device < 0 || index->device < 0 ||
-      src->device < 0 || self->view.ndim == 0 || self->view.dtype == TPU_BOOL)
+      src->device < 0)
     return tpu_error(TPU_E_UNSUPPORTED, "scatter_reduce: unsupported arguments");
   int kind = sr_kind(lw_str(b, "reduce"), 0);
   if (kind < 0)
@@ -436,7 +446,7 @@ static int scatter_reduce_fn(lw_b *b) {
   tpuir_val sv = lw_tensor(b, src);
   int64_t st[TPU_MAX_DIMS] = {0}, str[TPU_MAX_DIMS];
   for (int i = 0; i < r; i++) str[i] = 1;
-  sv = tpuir_slice(b->g, sv, st, iv->sizes, str);
+  if (r > 0) sv = tpuir_slice(b->g, sv, st, iv->sizes, str);
   return sr_core(b, self, d, lw_tensor(b, index), sv, kind,
                  (int)lw_int(b, "include_self", 1));
 }
@@ -448,7 +458,7 @@ static int index_reduce_fn(lw_b *b) {
   const tpulw_tensor *index = lw_tensor_arg(b, "index");
   const tpulw_tensor *src = lw_tensor_arg(b, "source");
   if (!self || !index || !src || self->device < 0 || index->device < 0 ||
-      src->device < 0 || self->view.ndim == 0 || self->view.dtype == TPU_BOOL)
+      src->device < 0)
     return tpu_error(TPU_E_UNSUPPORTED, "index_reduce: unsupported arguments");
   int kind = sr_kind(lw_str(b, "reduce"), 1);
   if (kind < 0)
@@ -464,6 +474,12 @@ static int index_reduce_fn(lw_b *b) {
   int rc = lw_wrap_dim(lw_int(b, "dim", 0), r, &d);
   if (rc < 0) return rc;
   int64_t l = tpu_view_numel(&index->view);
+  if (r == 0) {
+    if (l != 1 || tpu_view_numel(&src->view) != 1 || src->view.ndim > 1)
+      return tpu_error(TPU_E_UNSUPPORTED, "index_reduce: 0-dim self");
+    return sr_core(b, self, 0, lw_convert(b, lw_tensor(b, index), TPU_I64),
+                   lw_tensor(b, src), kind, (int)lw_int(b, "include_self", 1));
+  }
   if (index->view.ndim > 1)
     return tpu_error(TPU_E_INVALID, "index_reduce_(): Index is supposed to be a vector");
   if (src->view.ndim != r || src->view.sizes[d] != l)
@@ -535,26 +551,27 @@ static int logspace_fn(lw_b *b) {
 
 /* ---- polygamma ---------------------------------------------------------- */
 
-/* trigamma(x) in f64 (PyTorch's CPU formula: reflection below 0.5). */
+/* trigamma(x) in x's dtype (PyTorch's CPU formula: reflection below 0.5). */
 static tpuir_val pg_trigamma(lw_b *b, tpuir_val x) {
   const double pi = 3.14159265358979323846;
+  int dt = lw_info(b, x).dtype;
   tpuir_val refl = lw_bin_c(b, TPUIR_LT, x, 0.5);
   tpuir_val sp = lw_un(b, TPUIR_SIN, lw_bin_c(b, TPUIR_MUL, x, pi));
-  tpuir_val rterm = lw_bin(b, TPUIR_DIV, lw_const(b, TPU_F64, -pi * pi),
+  tpuir_val rterm = lw_bin(b, TPUIR_DIV, lw_const(b, dt, -pi * pi),
                            lw_bin(b, TPUIR_MUL, sp, sp));
-  tpuir_val zero = lw_const(b, TPU_F64, 0);
+  tpuir_val zero = lw_const(b, dt, 0);
   tpuir_val res = lw_sel(b, refl, rterm, zero);
-  x = lw_sel(b, refl, lw_bin(b, TPUIR_SUB, lw_const(b, TPU_F64, 1), x), x);
-  tpuir_val one = lw_const(b, TPU_F64, 1);
+  x = lw_sel(b, refl, lw_bin(b, TPUIR_SUB, lw_const(b, dt, 1), x), x);
+  tpuir_val one = lw_const(b, dt, 1);
   for (int i = 0; i < 6; i++) {
     res = lw_bin(b, TPUIR_ADD, res, lw_bin(b, TPUIR_DIV, one, lw_bin(b, TPUIR_MUL, x, x)));
     x = lw_bin_c(b, TPUIR_ADD, x, 1);
   }
   tpuir_val ixx = lw_bin(b, TPUIR_DIV, one, lw_bin(b, TPUIR_MUL, x, x));
   /* 1 + 1/(2x) + ixx*(1/6 - ixx*(1/30 - ixx/42)) */
-  tpuir_val p = lw_bin(b, TPUIR_SUB, lw_const(b, TPU_F64, 1.0 / 30),
+  tpuir_val p = lw_bin(b, TPUIR_SUB, lw_const(b, dt, 1.0 / 30),
                        lw_bin_c(b, TPUIR_MUL, ixx, 1.0 / 42));
-  p = lw_bin(b, TPUIR_SUB, lw_const(b, TPU_F64, 1.0 / 6), lw_bin(b, TPUIR_MUL, ixx, p));
+  p = lw_bin(b, TPUIR_SUB, lw_const(b, dt, 1.0 / 6), lw_bin(b, TPUIR_MUL, ixx, p));
   p = lw_bin(b, TPUIR_MUL, ixx, p);
   p = lw_bin(b, TPUIR_ADD, p, lw_bin(b, TPUIR_DIV, one, lw_bin_c(b, TPUIR_MUL, x, 2)));
   p = lw_bin_c(b, TPUIR_ADD, p, 1);
@@ -562,22 +579,32 @@ static tpuir_val pg_trigamma(lw_b *b, tpuir_val x) {
   return lw_sel(b, refl, lw_un(b, TPUIR_NEG, res), res);
 }
 
-/* Hurwitz zeta(s, q) in f64 (Cephes, as PyTorch: 9 direct terms, then
- * Euler-Maclaurin with 12 Bernoulli terms; non-positive integer q -> inf). */
+/* Hurwitz zeta(s, q) in q's dtype (Cephes, as PyTorch: direct terms
+ * while k < 9 or q + k <= 9 - up to DYN_ZETA_TERMS, so exact for
+ * q >= 9 - DYN_ZETA_TERMS - then Euler-Maclaurin with 12 Bernoulli terms;
+ * a non-positive integer q gives inf). */
+#define DYN_ZETA_TERMS 48
 static tpuir_val pg_zeta(lw_b *b, double s, tpuir_val q) {
   static const double A[12] = {
       12.0, -720.0, 30240.0, -1209600.0, 47900160.0, -1.8924375803183791606e9,
       7.47242496e10, -2.950130727918164224e12, 1.1646782814350067249e14,
       -4.5979787224074726105e15, 1.8152105401943546773e17,
       -7.1661652561756670113e18};
-  tpuir_val ms = lw_const(b, TPU_F64, -s);
-  tpuir_val sum = lw_bin(b, TPUIR_POW, q, ms), a = q, bb = sum;
-  for (int i = 0; i < 9; i++) {
-    a = lw_bin_c(b, TPUIR_ADD, a, 1);
-    bb = lw_bin(b, TPUIR_POW, a, ms);
-    sum = lw_bin(b, TPUIR_ADD, sum, bb);
+  int dt = lw_info(b, q).dtype;
+  tpuir_val ms = lw_const(b, dt, -s);
+  /* K = max(9, floor(9 - q) + 1), at most DYN_ZETA_TERMS */
+  tpuir_val kk = lw_bin_c(b, TPUIR_ADD, lw_un(b, TPUIR_FLOOR, lw_bin(b, TPUIR_SUB,
+                                              lw_const(b, dt, 9), q)), 1);
+  kk = lw_bin(b, TPUIR_MIN, lw_bin(b, TPUIR_MAX, kk, lw_const(b, dt, 9)),
+              lw_const(b, dt, DYN_ZETA_TERMS));
+  tpuir_val sum = lw_bin(b, TPUIR_POW, q, ms), zero = lw_const(b, dt, 0);
+  for (int k = 1; k <= DYN_ZETA_TERMS; k++) {
+    tpuir_val t = lw_bin(b, TPUIR_POW, lw_bin_c(b, TPUIR_ADD, q, k), ms);
+    if (k > 9) t = lw_sel(b, lw_bin_c(b, TPUIR_LE, kk, k - 0.5), zero, t);
+    sum = lw_bin(b, TPUIR_ADD, sum, t);
   }
-  tpuir_val w = a;
+  tpuir_val w = lw_bin(b, TPUIR_ADD, q, kk);
+  tpuir_val bb = lw_bin(b, TPUIR_POW, w, ms);
   sum = lw_bin(b, TPUIR_ADD, sum, lw_bin_c(b, TPUIR_MUL, lw_bin(b, TPUIR_MUL, bb, w), 1.0 / (s - 1)));
   sum = lw_bin(b, TPUIR_SUB, sum, lw_bin_c(b, TPUIR_MUL, bb, 0.5));
   double ac = 1, k = 0;
@@ -591,11 +618,12 @@ static tpuir_val pg_zeta(lw_b *b, double s, tpuir_val q) {
   }
   tpuir_val pole = lw_bin(b, TPUIR_AND, lw_bin_c(b, TPUIR_LE, q, 0),
                           lw_bin(b, TPUIR_EQ, q, lw_un(b, TPUIR_FLOOR, q)));
-  return lw_sel(b, pole, lw_const(b, TPU_F64, INFINITY), sum);
+  return lw_sel(b, pole, lw_const(b, dt, INFINITY), sum);
 }
 
 /* polygamma(n, self) (+ out=, polygamma_(self, n)): n = 0 digamma, 1
- * trigamma, else (-1)^(n+1) n! zeta(n+1, x), in f64. */
+ * trigamma, else (-1)^(n+1) n! zeta(n+1, x), computed in the result's
+ * opmath dtype like PyTorch CPU. */
 static int polygamma_fn(lw_b *b) {
   const tpulw_tensor *self = lw_tensor_arg(b, "self");
   if (!self || self->device < 0)
@@ -607,7 +635,7 @@ static int polygamma_fn(lw_b *b) {
   tpuir_val x = lw_tensor(b, self);
   if (n == 0)
     return lw_result(b, lw_un(b, TPUIR_DIGAMMA, lw_convert(b, x, dt)));
-  x = lw_convert(b, x, TPU_F64);
+  x = lw_convert(b, x, lw_opmath(dt));
   tpuir_val r;
   if (n == 1) {
     r = pg_trigamma(b, x);
