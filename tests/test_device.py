@@ -159,7 +159,11 @@ def test_streams_and_events():
 
 
 def _run(code, env=None, timeout=120):
+    """Run code in a fresh Python. It gets its own lock dir (unless env gives
+    one): this process may hold chip 0 already."""
+    import tempfile
     full_env = dict(os.environ)
+    full_env["TORCH_TPU_LOCK_DIR"] = tempfile.mkdtemp(prefix="torch_tpu_sub_")
     full_env.update(env or {})
     return subprocess.run([sys.executable, "-c", textwrap.dedent(code)], capture_output=True,
                           text=True, env=full_env, timeout=timeout)

@@ -8,9 +8,16 @@ methods (``.tpu()``, ``.is_tpu``), and installs the C runtime behind it. The
 runtime's embedded executor is the vTPU: TPU programs run on the host CPU
 with TPU semantics (per-chip HBM, async queues, MXU numerics).
 """
-import os as _os
 
-import torch as _torch
+
+def _autoload():
+    """Entry point of the ``torch.backends`` group. Defined before ``import
+    torch``: when torch_tpu itself is being imported first, torch's autoload
+    finds this half-initialised module and calls this; the rest of the
+    package then finishes initialising below."""
+
+
+import torch as _torch  # noqa: E402
 
 from . import _C
 
@@ -58,10 +65,6 @@ _init()
 
 from . import execution_mode  # noqa: E402
 from .tpu import Precision, precision  # noqa: E402
-
-
-def _autoload():
-    """Entry point of the ``torch.backends`` group: importing did the work."""
 
 
 __all__ = ["execution_mode", "Precision", "precision"]
