@@ -21,8 +21,9 @@
  *                  the contraction over input channels, the GEMM
  *                  accumulating with beta = 1, to keep col cache-sized)
  *    1x1, stride-1, unpadded convs with large Q skip im2col: the GEMM
- *    reads lhs directly. Short contractions (FK < 256, e.g. the RGB stem)
- *    run as out^T = col^T W^T (columns as GEMM rows; measured faster).
+ *    reads lhs directly. (CV_SMALL_K > 0 would run short contractions as
+ *    out^T = col^T W^T; the transposed store goes through the GEMM's slow
+ *    generic epilogue, measured slower for the RGB stem, so it is off.)
  * 2. lhs_dilation > 1 (transposed convs, strided input gradients): no
  *    zero-stuffed input. T = Wt [K*Og x Fg] * lhs [Fg x (item, i)] (one
  *    GEMM for all taps), then col2im: out[b, o, q] += T[(k, o), (b, i)]
@@ -51,7 +52,7 @@
 #define CV_TARGET_COLS 1024 /* item-per-GEMM threshold on output columns */
 #define CV_COL_BYTES ((int64_t)4 << 20) /* target of a cache-sized col chunk */
 #define CV_MIN_COLS 512                 /* ... but at least this many columns */
-#define CV_SMALL_K 256 /* contraction below which out^T = col^T W^T is used */
+#define CV_SMALL_K 0 /* contraction below which out^T = col^T W^T (off) */
 
 typedef struct cgeo {
   int dt;
