@@ -336,3 +336,14 @@ def test_index_with_cpu_indices():
     assert_close(x.to(DEV)[idx[:2], torch.tensor([1, 3])], x[idx[:2], torch.tensor([1, 3])])
     with pytest.raises(RuntimeError, match="same device"):
         x.to(DEV) + x
+
+
+def test_equal_returns_python_bool():
+    a = torch.tensor([1, 2])
+    for other in (torch.tensor([1.0, 2.0]), torch.tensor([1, 3]), torch.tensor([1, 2, 3])):
+        assert torch.equal(a.to(DEV), other.to(DEV)) is torch.equal(a, other)
+    nan = torch.tensor([float("nan")])
+    assert torch.equal(nan.to(DEV), nan.to(DEV)) is False
+    assert torch.equal(torch.zeros(0, 3, device=DEV), torch.zeros(0, 3, device=DEV)) is True
+    x = rnd(4, 5)
+    assert torch.equal(x.to(DEV).t(), x.t().contiguous().to(DEV)) is True

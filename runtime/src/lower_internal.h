@@ -88,6 +88,8 @@ extern const lw_row lw_rows_resize[];
 extern const int lw_nrows_resize;
 extern const lw_row lw_rows_dynamic[];
 extern const int lw_nrows_dynamic;
+extern const lw_row lw_rows_compare[];
+extern const int lw_nrows_compare;
 
 /* ---- scalars ------------------------------------------------------------ */
 enum { LW_SK_BOOL = 0, LW_SK_INT, LW_SK_FLOAT };

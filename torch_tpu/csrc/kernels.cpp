@@ -577,7 +577,13 @@ void native_boxed(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
       rets.emplace_back(rest);
     } else {
       TORCH_CHECK(next < fresh.size(), "torch_tpu: lowering of ", qual, " produced too few outputs");
-      rets.emplace_back(fresh[next++]);
+      const at::Tensor& t = fresh[next++];
+      switch (r.type()->kind()) {  // Python-value returns come back as 0-dim tensors
+        case c10::TypeKind::BoolType: rets.emplace_back(local_scalar_dense(t).toBool()); break;
+        case c10::TypeKind::IntType: rets.emplace_back(local_scalar_dense(t).toLong()); break;
+        case c10::TypeKind::FloatType: rets.emplace_back(local_scalar_dense(t).toDouble()); break;
+        default: rets.emplace_back(t);
+      }
     }
   }
   torch::jit::drop(*stack, nargs);
