@@ -347,3 +347,30 @@ def test_equal_returns_python_bool():
     assert torch.equal(torch.zeros(0, 3, device=DEV), torch.zeros(0, 3, device=DEV)) is True
     x = rnd(4, 5)
     assert torch.equal(x.to(DEV).t(), x.t().contiguous().to(DEV)) is True
+
+
+def test_gather_scatter_int32_and_empty_uint8_index():
+    x = rnd(3, 4)
+    i32 = torch.tensor([[0, 1], [2, 3]], dtype=torch.int32)
+    check(lambda a, i: torch.gather(a, 1, i), x, i32)
+    check(lambda a, i: a.scatter(1, i, a), x, i32)
+    check(lambda a, i: a.scatter_add(1, i, a), x, i32)
+    e = torch.zeros(0, dtype=torch.uint8)
+    check(lambda a, i: torch.gather(a, 1, i), x, e)
+    check(lambda a, i: a.scatter(1, i, a), x, e)
+    check(lambda a, i: a.scatter_add(1, i, a), x, e)
+    with pytest.raises(RuntimeError, match="int32/int64 for index"):
+        torch.gather(x.to(DEV), 1, torch.tensor([[0]], dtype=torch.uint8, device=DEV))
+    for fn in (lambda a, i: a.scatter(1, i, a.double()), lambda a, i: a.scatter_add(1, i, a.double())):
+        with pytest.raises(RuntimeError, match="self.dtype to be equal to src.dtype"):
+            fn(x.to(DEV), i32.to(DEV))
+
+
+def test_index_select_0dim_and_roll_0dim():
+    s = torch.tensor(3.0)
+    check(lambda a, i: torch.index_select(a, 0, i), s, torch.tensor([0]))
+    with pytest.raises(RuntimeError, match="only 1 value"):
+        torch.index_select(s.to(DEV), 0, torch.tensor([0, 0], device=DEV))
+    check(lambda a: torch.roll(a, 1), s)
+    with pytest.raises(IndexError, match="no dimensions"):
+        torch.roll(s.to(DEV), 1, 0)

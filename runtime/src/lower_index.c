@@ -32,12 +32,18 @@ static int index_select_fn(lw_b *b) {
   if (rc < 0) return rc;
   tpuir_val idx = lw_tensor(b, index);
   if (s.ndim == 0) { /* scalar source: index must select element 0 */
+    int64_t k = tpu_view_numel(&index->view);
+    if (k != 1)
+      return tpu_error(TPU_E_INVALID,
+                       "index_select(): Index to scalar can have only 1 value, got %lld value(s)",
+                       (long long)k);
     int64_t one = 1;
+    idx = lw_reshape(b, idx, 1, &one);
     x = lw_reshape(b, x, 1, &one);
   }
   b->sync = 1;
   tpuir_val r = tpuir_index_select(b->g, x, dim, idx);
-  if (s.ndim == 0) r = lw_reshape(b, r, index->view.ndim, index->view.sizes);
+  if (s.ndim == 0) r = lw_reshape(b, r, 0, NULL); /* CPU: result is 0-dim */
   return lw_result(b, r);
 }
 
@@ -46,8 +52,8 @@ static int gather_fn(lw_b *b) {
   const tpulw_tensor *index = lw_tensor_arg(b, "index");
   if (!self || !index || self->device < 0 || index->device < 0)
     return tpu_error(TPU_E_UNSUPPORTED, "gather: missing operand");
-  if (index->view.dtype != TPU_I64)
-    return tpu_error(TPU_E_INVALID, "gather(): Expected dtype int64 for index");
+  if (tpu_view_numel(&index->view) != 0 && !idx_dtype_ok(index->view.dtype))
+    return tpu_error(TPU_E_INVALID, "gather(): Expected dtype int32/int64 for index");
   b->out_rule = LW_OUT_SAME;
   const tpu_view *sv = &self->view, *iv = &index->view;
   int dim;
@@ -83,15 +89,23 @@ static int scatter_prep(lw_b *b, tpuir_val *x, tpuir_val *idx, tpuir_val *src,
   const tpulw_tensor *index = lw_tensor_arg(b, "index");
   if (!self || !index || self->device < 0 || index->device < 0)
     return tpu_error(TPU_E_UNSUPPORTED, "%s: missing operand", b->base);
-  if (index->view.dtype != TPU_I64)
-    return tpu_error(TPU_E_INVALID, "%s(): Expected dtype int64 for index", b->base);
   const tpu_view *sv = &self->view, *iv = &index->view;
+  /* CPU skips the index dtype check for an empty index */
+  if (tpu_view_numel(iv) != 0 && !idx_dtype_ok(iv->dtype))
+    return tpu_error(TPU_E_INVALID, "scatter(): Expected dtype int32/int64 for index");
+  const tpulw_tensor *st0 = lw_tensor_arg(b, "src");
+  if (st0 && st0->view.dtype != sv->dtype)
+    return tpu_error(TPU_E_INVALID, "scatter(): Expected self.dtype to be equal to src.dtype");
   int rc = lw_wrap_dim(lw_int(b, "dim", 0), sv->ndim, dim);
   if (rc < 0) return rc;
   if (sv->ndim == 0 || (iv->ndim != sv->ndim && tpu_view_numel(iv) != 0))
     return tpu_error(TPU_E_UNSUPPORTED, "%s: rank mismatch", b->base);
   *x = lw_convert(b, lw_tensor(b, self), dt);
   *idx = lw_tensor(b, index);
+  if (tpu_view_numel(iv) == 0) { /* CPU: no-op, shape checks skipped */
+    *src = *x;
+    return TPU_OK;
+  }
   const tpulw_tensor *st = lw_tensor_arg(b, "src");
   lw_scalar val;
   if (st) {
@@ -654,6 +668,9 @@ static int roll_fn(lw_b *b) {
   if (ns != nd)
     return tpu_error(TPU_E_INVALID, "shifts and dimensions must align. shifts: %d, dims:%d",
                      ns, nd);
+  if (s.ndim == 0)
+    return tpu_error(TPU_E_INDEX, "Dimension specified as %lld but tensor has no dimensions",
+                     (long long)dims[0]);
   for (int i = 0; i < nd; i++) {
     int d;
     int rc = lw_wrap_dim(dims[i], s.ndim, &d);
