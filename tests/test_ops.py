@@ -374,3 +374,20 @@ def test_index_select_0dim_and_roll_0dim():
     check(lambda a: torch.roll(a, 1), s)
     with pytest.raises(IndexError, match="no dimensions"):
         torch.roll(s.to(DEV), 1, 0)
+
+
+@pytest.mark.parametrize("fn", [
+    lambda x: F.huber_loss(x, x, delta=0.0),
+    lambda x: F.huber_loss(x, x, delta=-1.0),
+    lambda x: F.softshrink(x, -0.5),
+    lambda x: torch.native_layer_norm(x, [], None, None, 1e-5),
+    lambda x: F.max_pool3d(torch.zeros(1, 2, 0, 4, 4, device=x.device), 2),
+    lambda x: F.max_pool3d(torch.zeros(0, 4, 4, 4, device=x.device), 2),
+])
+def test_error_inputs_match_cpu(fn):
+    x = rnd(3, 4)
+    with pytest.raises(RuntimeError) as cpu:
+        fn(x)
+    with pytest.raises(RuntimeError) as tpu:
+        fn(x.to(DEV))
+    assert str(tpu.value) == str(cpu.value)

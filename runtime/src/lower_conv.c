@@ -560,6 +560,22 @@ static int maxpool_fn(lw_b *b) {
   int nsp = strstr(b->base, "3d") ? 3 : 2;
   int rc = float_pool("max_pool", in->view.dtype);
   if (rc) return rc;
+  if (nsp == 3 && (in->view.ndim == 4 || in->view.ndim == 5)) {
+    const tpu_view *v = &in->view;
+    for (int i = v->ndim - 4; i < v->ndim; i++)
+      if (v->sizes[i] == 0) {
+        char sh[256];
+        size_t k = 0;
+        sh[0] = 0;
+        for (int j = 0; j < v->ndim && k < sizeof sh; j++)
+          k += (size_t)snprintf(sh + k, sizeof sh - k, "%s%lld", j ? ", " : "",
+                                (long long)v->sizes[j]);
+        return tpu_error(TPU_E_INVALID,
+                         "max_pool3d_with_indices_out_cpu_template(): Expected input's "
+                         "non-batch dimensions to have positive length, but input has a shape "
+                         "of [%s] and non-batch dimension 0 has length zero!", sh);
+      }
+  }
   pparams P;
   if ((rc = parse_pool(b, b->base, nsp, &in->view, 1, &P))) return rc;
   int rank = in->view.ndim;

@@ -88,7 +88,11 @@ static int ln_axis(const lw_b *b, const tpulw_tensor *in, int *axis) {
   int64_t scratch;
   const int64_t *ns = lw_ints(b, "normalized_shape", &n, &scratch);
   const tpu_view *v = &in->view;
-  int ok = n >= 0 && n <= v->ndim;
+  if (n <= 0)
+    return tpu_error(TPU_E_INVALID,
+                     "Expected normalized_shape to be at least 1-dimensional, i.e., containing "
+                     "at least one element, but got normalized_shape = []");
+  int ok = n <= v->ndim;
   for (int i = 0; ok && i < n; i++)
     if (v->sizes[v->ndim - n + i] != ns[i]) ok = 0;
   if (!ok) {
@@ -574,6 +578,8 @@ static int loss_fn(lw_b *b) {
   tpuir_val d = lw_bin(b, TPUIR_SUB, x, y), ad = lw_un(b, TPUIR_ABS, d), r;
   tpuir_val zero = lw_const(b, cdt, 0);
   double beta = lw_float(b, "beta", 1.0), delta = lw_float(b, "delta", 1.0);
+  if (b->op == N_HUBER && !(delta > 0))
+    return tpu_error(TPU_E_INVALID, "huber_loss does not support non-positive values for delta.");
   switch (b->op) {
   case N_MSE: r = lw_bin(b, TPUIR_MUL, d, d); break;
   case N_SMOOTH_L1:

@@ -944,6 +944,14 @@ static int activation2_fn(lw_b *b) {
   case P_SOFTSHRINK:
   case P_SHRINK_BW: {
     double l = lw_float(b, "lambd", 0.5);
+    if (op == P_SOFTSHRINK && !(l >= 0)) {
+      const char *nm = dt == TPU_F64 ? "Double" : dt == TPU_F16 ? "Half"
+                       : dt == TPU_BF16 ? "BFloat16" : "Float";
+      const char *mx = dt == TPU_F64 ? "1.79769e+308" : dt == TPU_F16 ? "65504"
+                       : dt == TPU_BF16 ? "3.38953e+38" : "3.40282e+38";
+      return tpu_error(TPU_E_INVALID,
+                       "lambda must be in range [0, %s] for input dtype %s, but found %g", mx, nm, l);
+    }
     tpuir_val in = lw_bin(b, TPUIR_AND, lw_bin_c(b, TPUIR_GE, x, -l), lw_bin_c(b, TPUIR_LE, x, l));
     if (op == P_HARDSHRINK) r = lw_sel(b, in, zero, x);
     else if (op == P_SHRINK_BW) r = lw_sel(b, in, zero, g);
