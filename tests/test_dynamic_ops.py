@@ -72,8 +72,6 @@ def test_masked_select(dtype):
     assert_close(out, torch.masked_select(x, m))
 
 
-@pytest.mark.xfail(reason="index.Tensor (lower_index.c) rejects bool indices; "
-                   "its owner can expand masks with nonzero", strict=False)
 def test_bool_mask_index():
     x = torch.randn(4, 5)
     m = x > 0

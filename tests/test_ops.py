@@ -391,3 +391,27 @@ def test_error_inputs_match_cpu(fn):
     with pytest.raises(RuntimeError) as tpu:
         fn(x.to(DEV))
     assert str(tpu.value) == str(cpu.value)
+
+
+def test_bool_and_uint8_mask_indexing():
+    x = rnd(4, 5)
+    m = torch.tensor([True, False, True, True, False])
+    check(lambda a: a[a > 0], x)
+    check(lambda a, k: a[:, k], x, m)
+    check(lambda a, k: a[:, k], x, m.to(torch.uint8))
+    check(lambda a, k: a[k], x, torch.zeros(4, 5, dtype=torch.bool))
+    z = rnd(2, 3, 4)
+    check(lambda a, k, i: a[k, :, i], z, torch.tensor([True, True]), torch.tensor([1, 3]))
+    check(lambda a, i, k: a[i, k], z, torch.tensor([1, 0]), torch.tensor([True, False, True]))
+    m2 = x > 0.3
+
+    def put(a, k, v, acc):
+        a = a.clone()
+        a.index_put_((k,), v, accumulate=acc)
+        return a
+    check(lambda a, k: put(a, k, torch.tensor(0.0, device=a.device), False), x, m2)
+    v = torch.arange(int(m2.sum()), dtype=torch.float32)
+    check(lambda a, k, v: put(a, k, v, False), x, m2, v)
+    check(lambda a, k, v: put(a, k, v, True), x, m2, v)
+    with pytest.raises(IndexError, match="shape of the mask"):
+        x.to(DEV)[torch.ones(3, dtype=torch.bool, device=DEV)]

@@ -8,6 +8,8 @@
 #include <string.h>
 
 #include "lower_internal.h"
+#include "tpu_graph.h"
+#include "tpu_rt.h"
 
 static int idx_dtype_ok(int dt) { return dt == TPU_I64 || dt == TPU_I32; }
 
@@ -358,17 +360,116 @@ typedef struct adv {
   lw_shape gs;
 } adv;
 
+/* ---- bool / uint8 masks as index tensors ------------------------------- */
+
+/* Number of nonzero bytes of a bool/uint8 view. Data-dependent: flushes
+ * the Fused Eager recorder and waits for device `dev` first (the vTPU's
+ * device memory is host memory), like nonzero in lower_dynamic.c. */
+static int mask_count(int dev, const tpu_view *v, int64_t *k) {
+  int rc = tpug_flush(dev, TPUG_R_D2H);
+  if (rc < 0) return rc;
+  if ((rc = tpurt_device_synchronize(dev)) < 0) return rc;
+  int64_t n = tpu_view_numel(v), c = 0;
+  for (int64_t j = 0; j < n; j++) {
+    int64_t lin = j, off = v->offset;
+    for (int d = v->ndim - 1; d >= 0; d--) {
+      off += (lin % v->sizes[d]) * v->strides[d];
+      lin /= v->sizes[d];
+    }
+    c += ((const uint8_t *)v->base)[off] != 0;
+  }
+  *k = c;
+  return TPU_OK;
+}
+
+/* Row-major positions (int64 [k]) of the true elements of the rank-1 bool
+ * m of length n: a log-step prefix count gives each true element its slot,
+ * scatter_add of the positions into those slots collects them. */
+static tpuir_val mask_compact(lw_b *b, tpuir_val m, int64_t n, int64_t k) {
+  tpuir_val c = lw_convert(b, m, TPU_I64), zero = lw_const(b, TPU_I64, 0);
+  for (int64_t s = 1; s < n && c >= 0; s *= 2) {
+    int64_t lo = s, hi = -s, in = 0;
+    c = lw_bin(b, TPUIR_ADD, c, tpuir_pad(b->g, c, zero, &lo, &hi, &in));
+  }
+  tpuir_val slot = lw_sel(b, m, lw_bin_c(b, TPUIR_SUB, c, 1), lw_const(b, TPU_I64, (double)k));
+  int64_t k1 = k + 1, st = 0, lim = k, str = 1;
+  tpuir_val pos = tpuir_iota(b->g, TPU_I64, 1, &n, 0);
+  tpuir_val r = tpuir_scatter_add(b->g, lw_full(b, TPU_I64, 1, &k1, 0), 0, slot, pos);
+  return tpuir_slice(b->g, r, &st, &lim, &str);
+}
+
+/* Expand mask t (indexing self dims from `at`) into one int64 [k] index
+ * per mask dim, like nonzero(mask).unbind(1); appends to pos/out. */
+static int mask_expand(lw_b *b, const tpu_view *sv, const tpulw_tensor *t, int at, int *pos,
+                       tpuir_val *out, int *m) {
+  const tpu_view *mv = &t->view;
+  if (mv->ndim == 0) return tpu_error(TPU_E_UNSUPPORTED, "index: 0-dim mask");
+  for (int d = 0; d < mv->ndim; d++)
+    if (mv->sizes[d] != sv->sizes[at + d]) {
+      char ms[256], ss[256]; /* CPU prints both full shapes */
+      size_t p = 0, q = 0;
+      ms[0] = ss[0] = 0;
+      for (int j = 0; j < mv->ndim && p < sizeof ms; j++)
+        p += (size_t)snprintf(ms + p, sizeof ms - p, "%s%lld", j ? ", " : "",
+                              (long long)mv->sizes[j]);
+      for (int j = 0; j < sv->ndim && q < sizeof ss; j++)
+        q += (size_t)snprintf(ss + q, sizeof ss - q, "%s%lld", j ? ", " : "",
+                              (long long)sv->sizes[j]);
+      return tpu_error(TPU_E_INDEX,
+                       "The shape of the mask [%s] at index %d does not match the shape "
+                       "of the indexed tensor [%s] at index %d", ms, d, ss, at + d);
+    }
+  int64_t n = tpu_view_numel(mv), k;
+  int rc = mask_count(b->ctx->device, mv, &k);
+  if (rc < 0) return rc;
+  tpuir_val mk = lw_reshape(b, lw_tensor(b, t), 1, &n);
+  if (mv->dtype != TPU_BOOL) mk = lw_bin(b, TPUIR_NE, mk, lw_const(b, mv->dtype, 0));
+  tpuir_val idx = mask_compact(b, mk, n, k);
+  LW_TRY(idx);
+  int64_t stride = 1;
+  for (int d = mv->ndim - 1; d >= 0; d--) {
+    tpuir_val c = lw_bin_c(b, TPUIR_DIV, idx, (double)stride);
+    if (d > 0) c = lw_bin_c(b, TPUIR_REM, c, (double)mv->sizes[d]);
+    LW_TRY(c);
+    pos[*m + d] = at + d;
+    out[*m + d] = c;
+    stride *= mv->sizes[d] > 0 ? mv->sizes[d] : 1;
+  }
+  *m += mv->ndim;
+  return TPU_OK;
+}
+
 static int adv_prep(lw_b *b, const tpulw_tensor *self, const tpulw_arg *ia, adv *a) {
   const tpu_view *sv = &self->view;
-  if (ia->n > sv->ndim)
-    return tpu_error(TPU_E_INDEX, "too many indices for tensor of dimension %d", sv->ndim);
-  int pos[TPU_MAX_DIMS], m = 0;
+  int used = 0;
   for (int i = 0; i < ia->n; i++) {
     const tpulw_tensor *t = &ia->tensors[i];
-    if (!t->defined) continue;
-    if (t->device < 0 || !idx_dtype_ok(t->view.dtype))
-      return tpu_error(TPU_E_UNSUPPORTED, "index: only integer index tensors on the device");
-    pos[m++] = i;
+    int md = t->defined && (t->view.dtype == TPU_BOOL || t->view.dtype == TPU_U8);
+    used += md ? t->view.ndim : 1;
+  }
+  if (used > sv->ndim)
+    return tpu_error(TPU_E_INDEX, "too many indices for tensor of dimension %d", sv->ndim);
+  int pos[TPU_MAX_DIMS], m = 0;
+  tpuir_val iv[TPU_MAX_DIMS];
+  for (int i = 0, at = 0; i < ia->n; i++) {
+    const tpulw_tensor *t = &ia->tensors[i];
+    if (!t->defined) {
+      at++;
+      continue;
+    }
+    if (t->device < 0)
+      return tpu_error(TPU_E_UNSUPPORTED, "index: only index tensors on the device");
+    if (t->view.dtype == TPU_BOOL || t->view.dtype == TPU_U8) {
+      int rc = mask_expand(b, sv, t, at, pos, iv, &m);
+      if (rc < 0) return rc;
+      at += t->view.ndim;
+      continue;
+    }
+    if (!idx_dtype_ok(t->view.dtype))
+      return tpu_error(TPU_E_INDEX,
+                       "tensors used as indices must be long, int, byte or bool tensors");
+    iv[m] = lw_convert(b, lw_tensor(b, t), TPU_I64);
+    pos[m++] = at++;
   }
   if (m == 0) return tpu_error(TPU_E_UNSUPPORTED, "index: no index tensors");
   int adjacent = pos[m - 1] - pos[0] == m - 1;
@@ -393,9 +494,6 @@ static int adv_prep(lw_b *b, const tpulw_tensor *self, const tpulw_arg *ia, adv 
   a->x = x;
   a->xs = lw_info(b, x);
   /* broadcast the index tensors, wrap negatives, linearize */
-  tpuir_val iv[TPU_MAX_DIMS];
-  for (int j = 0; j < m; j++)
-    iv[j] = lw_convert(b, lw_tensor(b, &ia->tensors[pos[j]]), TPU_I64);
   int rc = m <= 8 ? lw_bcast_all(b, m, iv) : tpu_error(TPU_E_UNSUPPORTED, "index: >8 tensors");
   if (rc < 0) return rc;
   a->bs = lw_info(b, iv[0]);
