@@ -415,3 +415,17 @@ def test_bool_and_uint8_mask_indexing():
     check(lambda a, k, v: put(a, k, v, True), x, m2, v)
     with pytest.raises(IndexError, match="shape of the mask"):
         x.to(DEV)[torch.ones(3, dtype=torch.bool, device=DEV)]
+
+
+@pytest.mark.parametrize("args", [(5, 0, 1), (-5, 0, 1), (2, 0, 1), (1, 5, 1), (1, -1, 1),
+                                  (1, 0, -1), (1, 2, 3), (-1, 1, 2), (0, 1, 2)])
+def test_narrow_copy_matches_cpu(args):
+    x = rnd(3, 4)
+    try:
+        expected = torch.narrow_copy(x, *args)
+    except Exception as e:  # noqa: BLE001 - same exception type and message
+        with pytest.raises(type(e)) as tpu:
+            torch.narrow_copy(x.to(DEV), *args)
+        assert str(tpu.value) == str(e)
+        return
+    assert_close(torch.narrow_copy(x.to(DEV), *args), expected)

@@ -796,6 +796,41 @@ static int tri_fn(lw_b *b) {
   return lw_result(b, lw_sel(b, keep, x, lw_const(b, s.dtype, 0)));
 }
 
+/* narrow_copy(self, dim, start, length): a contiguous slice, with CPU's
+ * checks (a positive out-of-range dim is a RuntimeError there). */
+static int narrow_copy_fn(lw_b *b) {
+  const tpulw_tensor *self = lw_tensor_arg(b, "self");
+  if (!self || self->device < 0) return tpu_error(TPU_E_UNSUPPORTED, "narrow_copy: no self");
+  const tpu_view *v = &self->view;
+  if (v->ndim == 0)
+    return tpu_error(TPU_E_INVALID, "narrow() cannot be applied to a 0-dim tensor.");
+  int64_t d64 = lw_int(b, "dim", 0), start = lw_int(b, "start", 0), len = lw_int(b, "length", 0);
+  if (d64 >= v->ndim)
+    return tpu_error(TPU_E_INVALID,
+                     "Expected dim < static_cast<int64_t>(self_sizes.size()) to be true, but "
+                     "got false.  (Could this error message be improved?  If so, please "
+                     "report an enhancement request to PyTorch.)");
+  int dim;
+  int rc = lw_wrap_dim(d64, v->ndim, &dim);
+  if (rc < 0) return rc;
+  int64_t size = v->sizes[dim];
+  if (start < -size || start > size)
+    return tpu_error(TPU_E_INDEX,
+                     "start out of range (expected to be in range of [%lld, %lld], but got %lld)",
+                     (long long)-size, (long long)size, (long long)start);
+  if (start < 0) start += size;
+  if (len < 0 || start > size - len)
+    return tpu_error(TPU_E_INVALID, "start (%lld) + length (%lld) exceeds dimension size (%lld).",
+                     (long long)start, (long long)len, (long long)size);
+  int64_t st[TPU_MAX_DIMS], lim[TPU_MAX_DIMS], str[TPU_MAX_DIMS];
+  for (int d = 0; d < v->ndim; d++) {
+    st[d] = d == dim ? start : 0;
+    lim[d] = d == dim ? start + len : v->sizes[d];
+    str[d] = 1;
+  }
+  return lw_result(b, tpuir_slice(b->g, lw_tensor(b, self), st, lim, str));
+}
+
 const lw_row lw_rows_index[] = {
     {"index_select", index_select_fn, 0}, {"index_select.out", index_select_fn, 0},
     {"gather", gather_fn, 0}, {"gather.out", gather_fn, 0},
@@ -823,6 +858,7 @@ const lw_row lw_rows_index[] = {
     {"stack", cat_fn, 0}, {"stack.out", cat_fn, 0},
     {"flip", flip_fn, 0}, {"flip.out", flip_fn, 0},
     {"roll", roll_fn, 0}, {"roll.out", roll_fn, 0},
+    {"narrow_copy", narrow_copy_fn, 0}, {"narrow_copy.out", narrow_copy_fn, 0},
     {"tril", tri_fn, 0}, {"tril_", tri_fn, 0}, {"tril.out", tri_fn, 0},
     {"triu", tri_fn, 0}, {"triu_", tri_fn, 0}, {"triu.out", tri_fn, 0},
 };
