@@ -183,24 +183,6 @@ TPU_TEST(lower_destinations) {
   CHECK(prep("bitwise_and", "Tensor", bw, 2, NULL, NULL) == TPU_E_UNSUPPORTED);
 }
 
-static int near(double a, double b, double tol) {
-  if (isnan(a) || isnan(b)) return isnan(a) && isnan(b);
-  if (isinf(a) || isinf(b)) return a == b;
-  return fabs(a - b) <= tol * (1 + fabs(b));
-}
-
-/* check all elements of r against ref[] */
-#define CHECK_VALS(view, ref, n, tol)                                        \
-  do {                                                                       \
-    for (int64_t i_ = 0; i_ < (n); i_++) {                                   \
-      double g_ = lt_get(&(view), i_), w_ = (ref)[i_];                       \
-      if (!near(g_, w_, tol)) {                                              \
-        fprintf(stderr, "  element %lld: got %.9g want %.9g\n",              \
-                (long long)i_, g_, w_);                                      \
-        CHECK(near(g_, w_, tol));                                            \
-      }                                                                      \
-    }                                                                        \
-  } while (0)
 
 TPU_TEST(lower_add_alpha_broadcast_noncontig) {
   /* a: 2x3 transposed view of a 3x2 buffer; b: [3] broadcast */

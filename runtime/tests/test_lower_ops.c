@@ -15,23 +15,7 @@
 /* run name.ov with the given args */
 #define RUN(name, ov, ...) lt_run(name, ov, ARGS(__VA_ARGS__), NARGS(__VA_ARGS__))
 
-static int near(double a, double b, double tol) {
-  if (isnan(a) || isnan(b)) return isnan(a) && isnan(b);
-  if (isinf(a) || isinf(b)) return a == b;
-  return fabs(a - b) <= tol * (1 + fabs(b));
-}
 
-#define CHECK_VALS(view, ref, n, tol)                                        \
-  do {                                                                       \
-    for (int64_t i_ = 0; i_ < (n); i_++) {                                   \
-      double g_ = lt_get(&(view), i_), w_ = (ref)[i_];                       \
-      if (!near(g_, w_, tol)) {                                              \
-        fprintf(stderr, "  element %lld: got %.9g want %.9g\n",              \
-                (long long)i_, g_, w_);                                      \
-        CHECK(near(g_, w_, tol));                                            \
-      }                                                                      \
-    }                                                                        \
-  } while (0)
 
 #define CHECK_SHAPE(info, ...)                                               \
   do {                                                                       \
@@ -442,7 +426,7 @@ TPU_TEST(lower_batch_norm_training_updates_running_stats) {
   CHECK_VALS(rm, ARR(0.25, 2.5), 2, 1e-6);
   CHECK_VALS(rv, ARR(0.9 + 0.1 * 1.25 * 4 / 3, 0.9 + 0.1 * 125 * 4 / 3), 2, 1e-5);
   double y0 = (1 - 2.5) / sqrt(1.25 + 1e-5);
-  CHECK(near(lt_get(&r.out[0], 0), y0, 1e-5));
+  CHECK(lt_near(lt_get(&r.out[0], 0), y0, 1e-5));
   lt_result_free(&r);
   /* eval mode: uses running stats, leaves them alone, empty saved stats */
   args[5] = lt_bool("training", 0);
@@ -450,7 +434,7 @@ TPU_TEST(lower_batch_norm_training_updates_running_stats) {
   CHECK_OK(r.rc);
   CHECK(r.nout == 3);
   CHECK_SHAPE(r.info[1], 0);
-  CHECK(near(lt_get(&r.out[0], 0), (1 - 0.25) / sqrt(lt_get(&rv, 0) + 1e-5), 1e-5));
+  CHECK(lt_near(lt_get(&r.out[0], 0), (1 - 0.25) / sqrt(lt_get(&rv, 0) + 1e-5), 1e-5));
   lt_result_free(&r);
   lt_free(&x); lt_free(&rm); lt_free(&rv);
 }
@@ -739,7 +723,7 @@ TPU_TEST(lower_random_ops) {
   int kept = 0;
   for (int i = 0; i < 1000; i++) {
     double o = lt_get(&r.out[0], i), mk = lt_get(&r.out[1], i);
-    CHECK(near(o, mk * (i + 1) / 0.8, 1e-6));
+    CHECK(lt_near(o, mk * (i + 1) / 0.8, 1e-6));
     kept += mk != 0;
   }
   CHECK(kept > 700 && kept < 900);

@@ -5,6 +5,7 @@
 #define TEST_LOWER_UTIL_H
 
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -223,5 +224,26 @@ static inline lt_result lt_run(const char *name, const char *ov,
   if (r.rc == 0) r.rc = rc2;
   return r;
 }
+
+/* a and b agree to tol (relative to 1 + |b|); NaN matches NaN, inf matches
+ * the same inf. */
+static inline int lt_near(double a, double b, double tol) {
+  if (isnan(a) || isnan(b)) return isnan(a) && isnan(b);
+  if (isinf(a) || isinf(b)) return a == b;
+  return fabs(a - b) <= tol * (1 + fabs(b));
+}
+
+/* CHECK every element of `view` against ref[0..n) (uses tpu_test.h). */
+#define CHECK_VALS(view, ref, n, tol)                                        \
+  do {                                                                       \
+    for (int64_t i_ = 0; i_ < (n); i_++) {                                   \
+      double g_ = lt_get(&(view), i_), w_ = (ref)[i_];                       \
+      if (!lt_near(g_, w_, tol)) {                                           \
+        fprintf(stderr, "  element %lld: got %.9g want %.9g\n",              \
+                (long long)i_, g_, w_);                                      \
+        CHECK(lt_near(g_, w_, tol));                                         \
+      }                                                                      \
+    }                                                                        \
+  } while (0)
 
 #endif
