@@ -98,12 +98,20 @@ void set_device(DeviceIndex d) {
   tl_device = d;
 }
 
+// A stream the runtime returned, or its error (`fallback` if it set none).
+static tpurt_stream* or_throw(tpurt_stream* s, int fallback) {
+  if (!s) check(tpu_last_error_code() ? tpu_last_error_code() : fallback);
+  return s;
+}
+
+// Stream `id` of device d (0 = the default stream).
+static tpurt_stream* stream_by_id(DeviceIndex d, int id, int fallback) {
+  return or_throw(id == 0 ? tpurt_default_stream(d) : tpurt_stream_get(d, id), fallback);
+}
+
 tpurt_stream* current_stream(DeviceIndex d) {
   check_device(d);
-  tpurt_stream* s = tl_stream[d] == 0 ? tpurt_default_stream(d)
-                                      : tpurt_stream_get(d, tl_stream[d]);
-  if (!s) check(tpu_last_error_code() ? tpu_last_error_code() : TPU_E_INTERNAL);
-  return s;
+  return stream_by_id(d, tl_stream[d], TPU_E_INTERNAL);
 }
 int current_stream_id(DeviceIndex d) { return tl_stream[d]; }
 void set_current_stream(DeviceIndex d, int id) {
@@ -120,10 +128,7 @@ void synchronize_device(DeviceIndex d) {
 }
 
 static tpurt_stream* stream_of(const c10::Stream& s) {
-  tpurt_stream* st = s.id() == 0 ? tpurt_default_stream(s.device_index())
-                                 : tpurt_stream_get(s.device_index(), (int)s.id());
-  if (!st) check(tpu_last_error_code() ? tpu_last_error_code() : TPU_E_INVALID);
-  return st;
+  return stream_by_id(s.device_index(), static_cast<int>(s.id()), TPU_E_INVALID);
 }
 
 // ---- allocator -------------------------------------------------------------
@@ -234,8 +239,7 @@ struct TpuGuardImpl final : public c10::impl::DeviceGuardImplInterface {
     return c10::Stream(c10::Stream::UNSAFE, d, 0);
   }
   c10::Stream getNewStream(c10::Device d, int priority = 0) const override {
-    tpurt_stream* s = tpurt_stream_create(d.index());
-    if (!s) check(tpu_last_error_code() ? tpu_last_error_code() : TPU_E_INTERNAL);
+    tpurt_stream* s = or_throw(tpurt_stream_create(d.index()), TPU_E_INTERNAL);
     return c10::Stream(c10::Stream::UNSAFE, d, tpurt_stream_id(s));
   }
   c10::Stream getStreamFromGlobalPool(c10::Device d, bool = false) const override {

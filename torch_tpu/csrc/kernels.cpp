@@ -28,20 +28,14 @@ using c10::DeviceIndex;
 void check_in_bounds(const at::Tensor& self, c10::IntArrayRef sizes,
                      c10::IntArrayRef strides, int64_t offset) {
   TORCH_CHECK(offset >= 0, "Tensor: invalid storage offset ", offset);
-  int64_t need = 0;  // elements, exclusive end
-  bool empty = false;
   for (size_t i = 0; i < sizes.size(); i++) {
     TORCH_CHECK(sizes[i] >= 0, "Trying to create tensor with negative dimension ", sizes[i]);
-    if (sizes[i] == 0) empty = true;
     TORCH_CHECK(strides[i] >= 0, "as_strided: Negative strides are not supported at the moment, got strides: ", strides);
-    need += (sizes[i] - 1) * strides[i];
   }
-  if (empty) return;
-  need += offset + 1;
-  int64_t have = static_cast<int64_t>(self.storage().nbytes() / self.dtype().itemsize());
-  TORCH_CHECK(need <= have, "setStorage: sizes ", sizes, ", strides ", strides,
+  size_t need = at::detail::computeStorageNbytes(sizes, strides, self.dtype().itemsize(), offset);
+  TORCH_CHECK(need <= self.storage().nbytes(), "setStorage: sizes ", sizes, ", strides ", strides,
               ", storage offset ", offset, ", and itemsize ", self.dtype().itemsize(),
-              " requiring a storage size of ", need * (int64_t)self.dtype().itemsize(),
+              " requiring a storage size of ", need,
               " are out of bounds for storage of size ", self.storage().nbytes());
 }
 
@@ -162,24 +156,14 @@ at::Tensor& set_storage_offset(at::Tensor& self, c10::Storage storage, int64_t o
               "Attempted to set the storage of a tpu tensor to a storage on ", storage.device());
   auto* impl = self.unsafeGetTensorImpl();
   impl->set_storage_keep_dtype(std::move(storage));
-  std::vector<int64_t> st;
   if (stride.empty()) {  // contiguous
-    st.resize(size.size());
-    int64_t s = 1;
-    for (size_t i = size.size(); i-- > 0;) {
-      st[i] = s;
-      s *= std::max<int64_t>(size[i], 1);
-    }
-    stride = st;
+    impl->set_sizes_contiguous(size);
+    impl->set_storage_offset(offset);
+  } else {
+    impl->set_sizes_and_strides(size, stride, offset);
   }
-  impl->set_sizes_and_strides(size, stride, offset);
-  int64_t need = 0;
-  bool empty = false;
-  for (size_t i = 0; i < size.size(); i++) {
-    if (size[i] == 0) empty = true;
-    need += (size[i] - 1) * stride[i];
-  }
-  if (!empty) grow_storage(self, (offset + need + 1) * self.dtype().itemsize());
+  grow_storage(self, at::detail::computeStorageNbytes(impl->sizes(), impl->strides(),
+                                                      self.dtype().itemsize(), offset));
   return self;
 }
 
