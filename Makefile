@@ -10,7 +10,7 @@ all: build
 
 # Python packages: torch 2.13.0 (the CPU wheel on disk) and the test tools.
 deps:
-	@$(PY) -c "import torch,sys;sys.exit(torch.__version__.split('+')[0]!='2.13.0')" 2>/dev/null || \
+	@TORCH_DEVICE_BACKEND_AUTOLOAD=0 $(PY) -c "import torch,sys;sys.exit(torch.__version__.split('+')[0]!='2.13.0')" 2>/dev/null || \
 	  $(PY) -m pip install -q torch==2.13.0
 	@$(PY) -c "import pytest,numpy,transformers,expecttest" 2>/dev/null || \
 	  $(PY) -m pip install -q pytest numpy transformers expecttest
@@ -24,9 +24,9 @@ build: deps
 	$(MAKE) -C runtime -j2 all
 	@if [ "$(INSTALLED)" != "$(realpath torch_tpu)" ]; then \
 	  echo "installing torch-vtpu (editable) from $(CURDIR)"; \
-	  $(PY) -m pip install -q --no-build-isolation -e . ; \
+	  TORCH_DEVICE_BACKEND_AUTOLOAD=0 $(PY) -m pip install -q --no-build-isolation -e . ; \
 	else \
-	  $(PY) setup.py -q build_ext --inplace ; \
+	  TORCH_DEVICE_BACKEND_AUTOLOAD=0 $(PY) setup.py -q build_ext --inplace ; \
 	fi
 
 demo: build
