@@ -65,6 +65,7 @@ typedef enum tpuir_op {
   TPUIR_CONVOLUTION,   /* see tpuir_convolution */
   TPUIR_REDUCE_WINDOW, /* attr: reduce kind (SUM / MAX) */
   TPUIR_WINDOW_ARGMAX, /* max-pool indices */
+  TPUIR_SORT,          /* stable sort along a dim (ir_sort.c) */
   TPUIR_NUM_OPS
 } tpuir_op;
 
@@ -231,6 +232,27 @@ tpuir_val tpuir_window_argmax(tpuir_graph *g, tpuir_val x,
  *   REDUCE_WINDOW / WINDOW_ARGMAX  na = rank, a = window, b = strides,
  *                c[0..8) = pad_lo, c[8..16) = pad_hi, d[0..8) = dilation,
  *                kind = reduce kind (RED_MAX for argmax), dim = index_dims */
+
+/* ---- sorting (ir_sort.c) --------------------------------------------- */
+/* Which result a TPUIR_SORT node produces (one node per result). */
+typedef enum tpuir_sort_result {
+  TPUIR_SORT_VALUES = 0, /* the sorted values (x's dtype and shape) */
+  TPUIR_SORT_INDICES     /* int64 source position along dim of each value */
+} tpuir_sort_result;
+/* StableHLO sort of x along `dim` with a stable comparator: every 1-D
+ * slice along dim is sorted ascending (descending != 0: descending); equal
+ * elements keep their original order in both directions (torch.sort with
+ * stable=True); NaN is larger than every number (last ascending, first
+ * descending; all NaNs equal to each other); -0.0 == +0.0. `result`
+ * (tpuir_sort_result) picks the output: the values, or the permutation
+ * (int64, same shape: out[.., i, ..] = position in x of the i-th value, so
+ * values == gather(x, dim, indices)). Any dtype (bool as 0/1); rank 0 is
+ * one element (dim must be 0); empty slices are fine. dim out of range ->
+ * TPU_E_INDEX. Two nodes (values + indices) sort twice: a lowering that
+ * needs both should build the INDICES node and gather the values.
+ * Node attributes: dim, kind = result, a[0] = descending (0/1), na = 0. */
+tpuir_val tpuir_sort(tpuir_graph *g, tpuir_val x, int dim, int descending,
+                     int result);
 
 /* ---- outputs and inspection ------------------------------------------ */
 /* Declare the graph's results (in order). A value may appear twice and may

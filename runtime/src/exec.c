@@ -172,6 +172,7 @@ static int eval_node(xctx *c, int t, const tpu_view *ins) {
   case TPUIR_INDEX_ADD: return tpux__eval_index_add(c, t);
   case TPUIR_CONVOLUTION: case TPUIR_REDUCE_WINDOW: case TPUIR_WINDOW_ARGMAX:
     return tpux__eval_conv(c, t);
+  case TPUIR_SORT: return tpux__eval_sort(c, t);
   default:
     if (is_view_op(n->op)) return eval_view(c, t, n);
     return tpu_error(TPU_E_UNSUPPORTED, "vTPU executor: op %s not supported",

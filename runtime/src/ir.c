@@ -104,6 +104,7 @@ static const char *const k_op_names[TPUIR_NUM_OPS] = {
     [TPUIR_INDEX_ADD] = "index_add", [TPUIR_CONVOLUTION] = "convolution",
     [TPUIR_REDUCE_WINDOW] = "reduce_window",
     [TPUIR_WINDOW_ARGMAX] = "window_argmax",
+    [TPUIR_SORT] = "sort",
 };
 
 /* Static name of an op ("add", "dot_general", ...); "?" if invalid. */
@@ -1177,6 +1178,10 @@ size_t tpuir_dump(const tpuir_graph *g, char *buf, size_t cap) {
       break;
     case TPUIR_ARGREDUCE:
       sb_printf(&s, " {kind=%s, dim=%d}", reduce_kind_name(n->kind), (int)n->dim);
+      break;
+    case TPUIR_SORT:
+      sb_printf(&s, " {dim=%d, descending=%d, result=%s}", (int)n->dim, (int)n->a[0],
+                n->kind == TPUIR_SORT_INDICES ? "indices" : "values");
       break;
     case TPUIR_DOT_GENERAL:
       sb_printf(&s, " {");

@@ -182,9 +182,9 @@ static int dyn_cmp_i(const void *a, const void *b) {
   return (x > y) - (x < y);
 }
 
-/* Number of distinct values of v (after dyn_sync); -1 if it holds a NaN
- * (CPU treats every NaN as distinct: not covered). consecutive: count
- * runs instead (a NaN starts a new run each time). */
+/* Number of distinct values of v (after dyn_sync); every NaN counts as
+ * distinct (CPU's sort-based unique). consecutive: count runs instead (a
+ * NaN starts a new run each time). -2 on OOM. */
 static int64_t dyn_count_unique(const tpu_view *v, int consecutive) {
   int64_t n = tpu_view_numel(v);
   if (n == 0) return 0;
@@ -196,34 +196,35 @@ static int64_t dyn_count_unique(const tpu_view *v, int consecutive) {
     free(i);
     return -2;
   }
-  int has_nan = 0;
+  int64_t nan = 0, m = 0;
   for (int64_t j = 0; j < n; j++) {
-    dyn_read(v->dtype, dyn_elem(v, j), &f[j], &i[j]);
-    if (fl && isnan(f[j])) has_nan = 1;
+    dyn_read(v->dtype, dyn_elem(v, j), &f[m], &i[m]);
+    if (!consecutive && fl && isnan(f[m])) nan++;
+    else m++;
   }
-  int64_t u = 1;
+  int64_t u = m ? 1 : 0;
   if (consecutive) {
     for (int64_t j = 1; j < n; j++) u += fl ? !(f[j] == f[j - 1]) : i[j] != i[j - 1];
-  } else if (has_nan) {
-    u = -1;
   } else if (fl) {
-    qsort(f, (size_t)n, sizeof *f, dyn_cmp_f);
-    for (int64_t j = 1; j < n; j++) u += f[j] != f[j - 1];
+    qsort(f, (size_t)m, sizeof *f, dyn_cmp_f);
+    for (int64_t j = 1; j < m; j++) u += f[j] != f[j - 1];
   } else {
-    qsort(i, (size_t)n, sizeof *i, dyn_cmp_i);
-    for (int64_t j = 1; j < n; j++) u += i[j] != i[j - 1];
+    qsort(i, (size_t)m, sizeof *i, dyn_cmp_i);
+    for (int64_t j = 1; j < m; j++) u += i[j] != i[j - 1];
   }
   free(f);
   free(i);
-  return u;
+  return u + nan;
 }
 
-/* Shared tail of the unique ops: x flat [n], first[i] marks the first
- * element of each output value, rank[i] (int64) its output slot (0..u).
- * Declares (values [u], inverse (self's shape) or [0], counts [u] or [0]). */
+/* Shared tail of the unique ops: x flat [n] (in output order), first[i]
+ * marks the first element of each output value, rank[i] (int64) its output
+ * slot (0..u); inv_rank: the slot of each element of self in self's order
+ * (flat). Declares (values [u], inverse (self's shape) or [0], counts [u]
+ * or [0]). */
 static int dyn_unique_results(lw_b *b, const tpulw_tensor *self, tpuir_val x,
-                              tpuir_val first, tpuir_val rank, int64_t n,
-                              int64_t u) {
+                              tpuir_val first, tpuir_val rank, tpuir_val inv_rank,
+                              int64_t n, int64_t u) {
   int inv = (int)lw_int(b, "return_inverse", 0);
   int cnt = (int)lw_int(b, "return_counts", 0);
   int64_t u1 = u + 1, st = 0, str = 1, zero = 0;
@@ -233,7 +234,7 @@ static int dyn_unique_results(lw_b *b, const tpulw_tensor *self, tpuir_val x,
   tpuir_val idx = tpuir_slice(b->g, src, &st, &u, &str);
   int rc = lw_result(b, tpuir_index_select(b->g, x, 0, idx));
   if (rc < 0) return rc;
-  rc = lw_result(b, inv ? lw_reshape(b, rank, self->view.ndim, self->view.sizes)
+  rc = lw_result(b, inv ? lw_reshape(b, inv_rank, self->view.ndim, self->view.sizes)
                         : lw_full(b, TPU_I64, 1, &zero, 0));
   if (rc < 0) return rc;
   tpuir_val c = lw_full(b, TPU_I64, 1, &zero, 0);
@@ -248,40 +249,44 @@ static tpuir_val dyn_cmpable(lw_b *b, tpuir_val x) {
   return lw_info(b, x).dtype == TPU_BOOL ? lw_convert(b, x, TPU_U8) : x;
 }
 
-#define DYN_UNIQUE_CAP 4096 /* all-pairs (n^2) comparison below this */
+/* first[i]: xs[i] starts a new value (xs[i] != xs[i-1]; NaN != NaN),
+ * xs flat [n > 0]. */
+static tpuir_val dyn_first(lw_b *b, tpuir_val xs, int64_t n) {
+  tpuir_val xc = dyn_cmpable(b, xs);
+  int64_t s0 = 0, s1 = 1, e0 = n - 1, e1 = n, one = 1, str = 1;
+  tpuir_val ne = lw_bin(b, TPUIR_NE, tpuir_slice(b->g, xc, &s1, &e1, &str),
+                        tpuir_slice(b->g, xc, &s0, &e0, &str));
+  tpuir_val parts[2] = {lw_full(b, TPU_BOOL, 1, &one, 1), ne};
+  return tpuir_concat(b->g, 2, parts, 0);
+}
 
 /* _unique2(self, sorted, return_inverse, return_counts): sorted unique
- * values (CPU sorts for sorted=False too). Data-dependent shape:
- * synchronizes. All-pairs ranks: n <= DYN_UNIQUE_CAP, no NaN. */
+ * values (CPU sorts for sorted=False too; every NaN is its own value, in
+ * input order). Data-dependent shape: synchronizes. A stable TPUIR_SORT
+ * of the flattened input, then run starts in the sorted order; the
+ * inverse is scattered back through the permutation. */
 static int unique2_fn(lw_b *b) {
   const tpulw_tensor *self = lw_tensor_arg(b, "self");
   if (!self || self->device < 0)
     return tpu_error(TPU_E_UNSUPPORTED, "_unique2: unsupported arguments");
   int64_t n = tpu_view_numel(&self->view);
-  if (n > DYN_UNIQUE_CAP)
-    return tpu_error(TPU_E_UNSUPPORTED, "_unique2: more than %d elements",
-                     DYN_UNIQUE_CAP);
   int rc = dyn_sync(b->ctx->device);
   if (rc < 0) return rc;
   int64_t u = dyn_count_unique(&self->view, 0);
   if (u == -2) return tpu_error(TPU_E_OOM, "_unique2: out of host memory");
-  if (u < 0) return tpu_error(TPU_E_UNSUPPORTED, "_unique2: NaN input");
   tpuir_val x = dyn_flat(b, lw_tensor(b, self));
-  tpuir_val xc = dyn_cmpable(b, x);
-  int64_t nn[2] = {n, n}, d0[1] = {0}, d1[1] = {1};
-  /* [i, j]: x_i (rows) vs x_j (columns) */
-  tpuir_val xi = tpuir_broadcast_in_dim(b->g, xc, 2, nn, d0);
-  tpuir_val xj = tpuir_broadcast_in_dim(b->g, xc, 2, nn, d1);
-  tpuir_val jlt = lw_bin(b, TPUIR_LT, tpuir_iota(b->g, TPU_I64, 2, nn, 1),
-                         tpuir_iota(b->g, TPU_I64, 2, nn, 0));
-  tpuir_val dup = lw_bin(b, TPUIR_AND, lw_bin(b, TPUIR_EQ, xi, xj), jlt);
-  tpuir_val first = lw_un(b, TPUIR_NOT, tpuir_reduce(b->g, TPUIR_RED_OR, dup, 1, d1));
-  /* rank_i = #{j first, x_j < x_i} */
-  tpuir_val firstj = tpuir_broadcast_in_dim(b->g, first, 2, nn, d1);
-  tpuir_val less = lw_bin(b, TPUIR_AND, lw_bin(b, TPUIR_LT, xj, xi), firstj);
-  tpuir_val rank = tpuir_reduce(b->g, TPUIR_RED_SUM, lw_convert(b, less, TPU_I64), 1, d1);
-  LW_TRY(rank);
-  return dyn_unique_results(b, self, x, first, rank, n, u);
+  if (n == 0) {
+    tpuir_val e = lw_full(b, TPU_BOOL, 1, &n, 1);
+    return dyn_unique_results(b, self, x, e, lw_full(b, TPU_I64, 1, &n, 0),
+                              lw_full(b, TPU_I64, 1, &n, 0), n, 0);
+  }
+  tpuir_val perm = tpuir_sort(b->g, x, 0, 0, TPUIR_SORT_INDICES);
+  tpuir_val xs = tpuir_gather(b->g, x, 0, perm);
+  tpuir_val first = dyn_first(b, xs, n);
+  tpuir_val rank = lw_bin_c(b, TPUIR_SUB, dyn_scan(b, lw_convert(b, first, TPU_I64), n), 1);
+  tpuir_val inv = tpuir_scatter_add(b->g, lw_full(b, TPU_I64, 1, &n, 0), 0, perm, rank);
+  LW_TRY(inv);
+  return dyn_unique_results(b, self, xs, first, rank, inv, n, u);
 }
 
 /* unique_consecutive(self, return_inverse, return_counts, dim=None).
@@ -299,20 +304,10 @@ static int unique_consecutive_fn(lw_b *b) {
   int64_t u = dyn_count_unique(&self->view, 1);
   if (u < 0) return tpu_error(TPU_E_OOM, "unique_consecutive: out of host memory");
   tpuir_val x = dyn_flat(b, lw_tensor(b, self));
-  tpuir_val first;
-  if (n == 0) {
-    first = lw_full(b, TPU_BOOL, 1, &n, 1);
-  } else {
-    tpuir_val xc = dyn_cmpable(b, x);
-    int64_t s0 = 0, s1 = 1, e0 = n - 1, e1 = n, one = 1, str = 1;
-    tpuir_val ne = lw_bin(b, TPUIR_NE, tpuir_slice(b->g, xc, &s1, &e1, &str),
-                          tpuir_slice(b->g, xc, &s0, &e0, &str));
-    tpuir_val parts[2] = {lw_full(b, TPU_BOOL, 1, &one, 1), ne};
-    first = tpuir_concat(b->g, 2, parts, 0);
-  }
+  tpuir_val first = n == 0 ? lw_full(b, TPU_BOOL, 1, &n, 1) : dyn_first(b, x, n);
   tpuir_val rank = lw_bin_c(b, TPUIR_SUB, dyn_scan(b, lw_convert(b, first, TPU_I64), n), 1);
   LW_TRY(rank);
-  return dyn_unique_results(b, self, x, first, rank, n, u);
+  return dyn_unique_results(b, self, x, first, rank, rank, n, u);
 }
 
 /* ---- scatter_reduce / index_reduce -------------------------------------- */

@@ -1,10 +1,11 @@
-/* lower_sort.c - ordering and set ops without a dedicated IR op: sort and
- * topk (stable ranks from an all-pairs comparison, or k rounds of
- * max/argmax for a small k over a long dim), isin (all-pairs equality),
- * histc (bin index + index_add), and weight norm (+ backward).
+/* lower_sort.c - ordering and set ops: sort and topk (a TPUIR_SORT node
+ * for the permutation, values gathered at it; topk = the head of the
+ * sort), median/kthvalue (a position in the sort), isin and searchsorted
+ * (all-pairs comparisons), histc (bin index + index_add), multinomial, and
+ * weight norm (+ backward).
  *
- * The all-pairs forms cost n^2 per row; beyond LW_PAIRS_MAX elements they
- * return TPU_E_UNSUPPORTED (CPU fallback) rather than run for minutes.
+ * The all-pairs forms cost n*m; beyond LW_PAIRS_MAX elements they return
+ * TPU_E_UNSUPPORTED (CPU fallback) rather than run for minutes.
  */
 #include <math.h>
 #include <string.h>
@@ -12,7 +13,6 @@
 #include "lower_internal.h"
 
 #define LW_PAIRS_MAX ((int64_t)1 << 24)
-#define LW_TOPK_ROUNDS_MAX 64
 
 enum { S_SORT = 1, S_TOPK, S_ISIN, S_HISTC, S_WNORM, S_WNORM_BW };
 
@@ -30,141 +30,46 @@ static tpuir_val transpose_if(lw_b *b, tpuir_val x, int nd, int dim, const int64
   return tpuir_transpose(b->g, x, perm);
 }
 
-/* "a comes before b" in ascending (desc = 0) or descending order, NaN
- * being the largest value; eq: equal (NaN == NaN) */
-static tpuir_val before_val(lw_b *b, tpuir_val a, tpuir_val c, int desc, int isf) {
-  tpuir_val r = lw_bin(b, desc ? TPUIR_GT : TPUIR_LT, a, c);
-  if (!isf) return r;
-  tpuir_val na = lw_un(b, TPUIR_IS_NAN, a), nc = lw_un(b, TPUIR_IS_NAN, c);
-  tpuir_val nan_order = desc ? lw_bin(b, TPUIR_AND, na, lw_un(b, TPUIR_NOT, nc))
-                             : lw_bin(b, TPUIR_AND, lw_un(b, TPUIR_NOT, na), nc);
-  return lw_bin(b, TPUIR_OR, r, nan_order);
-}
-
-static tpuir_val equal_val(lw_b *b, tpuir_val a, tpuir_val c, int isf) {
-  tpuir_val r = lw_bin(b, TPUIR_EQ, a, c);
-  if (!isf) return r;
-  return lw_bin(b, TPUIR_OR, r, lw_bin(b, TPUIR_AND, lw_un(b, TPUIR_IS_NAN, a),
-                                       lw_un(b, TPUIR_IS_NAN, c)));
-}
-
 /* Stable sort of x along its last dim: *perm_out = source index of each
- * output position (int64), values gathered. */
+ * output position (int64, a TPUIR_SORT node), values gathered. */
 int lw_sort_last(lw_b *b, tpuir_val x, int desc, tpuir_val *vals, tpuir_val *perm_out) {
   lw_shape s = lw_info(b, x);
   int nd = s.ndim;
-  int64_t n = s.sizes[nd - 1];
-  if (nd < 1 || nd >= TPU_MAX_DIMS)
-    return tpu_error(TPU_E_UNSUPPORTED, "%s: rank %d", b->base, nd);
-  if (lw_numel(&s) * n > LW_PAIRS_MAX)
-    return tpu_error(TPU_E_UNSUPPORTED, "%s: %lld elements in rows of %lld is too large to sort",
-                     b->base, (long long)lw_numel(&s), (long long)n);
-  int isf = tpu_dtype_is_float(s.dtype);
-  tpuir_val xc = s.dtype == TPU_BOOL ? lw_convert(b, x, TPU_U8) : x;
-  int64_t si[TPU_MAX_DIMS], sj[TPU_MAX_DIMS], sp[TPU_MAX_DIMS];
-  for (int d = 0; d < nd - 1; d++) si[d] = sj[d] = sp[d] = s.sizes[d];
-  si[nd - 1] = n; si[nd] = 1;
-  sj[nd - 1] = 1; sj[nd] = n;
-  sp[nd - 1] = n; sp[nd] = n;
-  tpuir_val xi = lw_bcast(b, lw_reshape(b, xc, nd + 1, si), nd + 1, sp);
-  tpuir_val xj = lw_bcast(b, lw_reshape(b, xc, nd + 1, sj), nd + 1, sp);
-  tpuir_val ii = tpuir_iota(b->g, TPU_I64, nd + 1, sp, nd - 1);
-  tpuir_val jj = tpuir_iota(b->g, TPU_I64, nd + 1, sp, nd);
-  tpuir_val bef = lw_bin(b, TPUIR_OR, before_val(b, xj, xi, desc, isf),
-                         lw_bin(b, TPUIR_AND, equal_val(b, xj, xi, isf),
-                                lw_bin(b, TPUIR_LT, jj, ii)));
-  int64_t last = nd;
-  tpuir_val rank = tpuir_reduce(b->g, TPUIR_RED_SUM, lw_convert(b, bef, TPU_I64), 1, &last);
-  tpuir_val pos = tpuir_iota(b->g, TPU_I64, nd, s.sizes, nd - 1);
-  tpuir_val perm = tpuir_scatter_add(b->g, lw_full(b, TPU_I64, nd, s.sizes, 0), nd - 1, rank, pos);
+  if (nd < 1) return tpu_error(TPU_E_UNSUPPORTED, "%s: rank 0 sort", b->base);
+  tpuir_val perm = tpuir_sort(b->g, x, nd - 1, desc, TPUIR_SORT_INDICES);
   *perm_out = perm;
   *vals = tpuir_gather(b->g, x, nd - 1, perm);
   return *vals < 0 ? *vals : perm < 0 ? perm : TPU_OK;
 }
 
-static double lowest_of(int dt, int largest) {
-  if (tpu_dtype_is_float(dt)) return largest ? -INFINITY : INFINITY;
-  switch (dt) {
-  case TPU_BOOL: case TPU_U8: return largest ? 0 : 255;
-  case TPU_I8: return largest ? -128 : 127;
-  case TPU_I16: return largest ? -32768 : 32767;
-  case TPU_I32: return largest ? -2147483648.0 : 2147483647.0;
-  default: return largest ? -9223372036854775808.0 : 9223372036854775807.0;
+/* First k entries along dim of v. */
+static tpuir_val head_along(lw_b *b, tpuir_val v, int dim, int64_t k) {
+  lw_shape s = lw_info(b, v);
+  int64_t st[TPU_MAX_DIMS] = {0}, lim[TPU_MAX_DIMS], str[TPU_MAX_DIMS];
+  for (int d = 0; d < s.ndim; d++) {
+    lim[d] = s.sizes[d];
+    str[d] = 1;
   }
+  if (lim[dim] == k) return v;
+  lim[dim] = k;
+  return tpuir_slice(b->g, v, st, lim, str);
 }
 
-/* k rounds of "best untaken element" along the last dim */
-static int topk_rounds(lw_b *b, tpuir_val x, int64_t k, int largest, tpuir_val *vals,
-                       tpuir_val *idxs) {
-  if (k > LW_TOPK_ROUNDS_MAX) return tpu_error(TPU_E_UNSUPPORTED, "%s: k = %lld is too large",
-                                               b->base, (long long)k);
-  lw_shape s = lw_info(b, x);
-  int nd = s.ndim;
-  int isf = tpu_dtype_is_float(s.dtype);
-  int odt = s.dtype;
-  if (s.dtype == TPU_BOOL) {
-    x = lw_convert(b, x, TPU_U8);
-    s = lw_info(b, x);
-  }
-  int64_t last = nd - 1;
-  int64_t ks[TPU_MAX_DIMS];
-  for (int d = 0; d < nd; d++) ks[d] = s.sizes[d];
-  ks[nd - 1] = 1;
-  tpuir_val pos = tpuir_iota(b->g, TPU_I64, nd, s.sizes, nd - 1);
-  tpuir_val taken = lw_full(b, TPU_BOOL, nd, s.sizes, 0);
-  tpuir_val nan = isf ? lw_un(b, TPUIR_IS_NAN, x) : -1;
-  tpuir_val vs[LW_TOPK_ROUNDS_MAX], is[LW_TOPK_ROUNDS_MAX];
-  tpuir_val fill = lw_const(b, s.dtype, lowest_of(s.dtype, largest));
-  for (int64_t t = 0; t < k; t++) {
-    tpuir_val hit, v;
-    if (largest) {
-      tpuir_val cand = lw_sel(b, taken, fill, x);
-      v = lw_reshape(b, tpuir_reduce(b->g, TPUIR_RED_MAX, cand, 1, &last), nd, ks);
-      hit = equal_val(b, x, v, isf);
-    } else {
-      tpuir_val excl = isf ? lw_bin(b, TPUIR_OR, taken, nan) : taken;
-      tpuir_val cand = lw_sel(b, excl, fill, x);
-      v = lw_reshape(b, tpuir_reduce(b->g, TPUIR_RED_MIN, cand, 1, &last), nd, ks);
-      hit = lw_bin(b, TPUIR_EQ, x, v);
-      if (isf) hit = lw_bin(b, TPUIR_AND, hit, lw_un(b, TPUIR_NOT, nan));
-    }
-    hit = lw_bin(b, TPUIR_AND, hit, lw_un(b, TPUIR_NOT, taken));
-    if (!largest && isf) { /* only NaNs left: take the first of them */
-      tpuir_val any = lw_reshape(b, tpuir_reduce(b->g, TPUIR_RED_OR, hit, 1, &last), nd, ks);
-      tpuir_val nan_left = lw_bin(b, TPUIR_AND, nan, lw_un(b, TPUIR_NOT, taken));
-      hit = lw_sel(b, any, hit, nan_left);
-    }
-    tpuir_val idx = lw_reshape(b, tpuir_argreduce(b->g, TPUIR_RED_MAX, lw_convert(b, hit, TPU_U8),
-                                                  nd - 1), nd, ks);
-    taken = lw_bin(b, TPUIR_OR, taken, lw_bin(b, TPUIR_EQ, pos, idx));
-    is[t] = idx;
-    vs[t] = tpuir_gather(b->g, x, nd - 1, idx);
-    if (vs[t] < 0) return vs[t];
-    if (idx < 0) return idx;
-  }
-  *vals = lw_convert(b, k == 1 ? vs[0] : tpuir_concat(b->g, (int)k, vs, nd - 1), odt);
-  *idxs = k == 1 ? is[0] : tpuir_concat(b->g, (int)k, is, nd - 1);
-  return *vals < 0 ? *vals : *idxs;
+/* Sorted (stable) indices along dim cut to the first k, and the values
+ * gathered at them. */
+static int topk_along(lw_b *b, tpuir_val x, int dim, int64_t k, int desc, tpuir_val *vals,
+                      tpuir_val *idxs) {
+  tpuir_val perm = head_along(b, tpuir_sort(b->g, x, dim, desc, TPUIR_SORT_INDICES), dim, k);
+  *idxs = perm;
+  *vals = tpuir_gather(b->g, x, dim, perm);
+  return *vals < 0 ? *vals : perm < 0 ? perm : TPU_OK;
 }
 
 int lw_topk_last(lw_b *b, tpuir_val x, int64_t k, int largest, tpuir_val *vals,
                  tpuir_val *idxs) {
   lw_shape s = lw_info(b, x);
-  int64_t n = s.sizes[s.ndim - 1];
-  if (lw_numel(&s) * n <= LW_PAIRS_MAX) {
-    int rc = lw_sort_last(b, x, largest, vals, idxs);
-    if (rc < 0 || k == n) return rc;
-    int64_t st[TPU_MAX_DIMS] = {0}, lim[TPU_MAX_DIMS], str[TPU_MAX_DIMS];
-    for (int d = 0; d < s.ndim; d++) {
-      lim[d] = s.sizes[d];
-      str[d] = 1;
-    }
-    lim[s.ndim - 1] = k;
-    *vals = tpuir_slice(b->g, *vals, st, lim, str);
-    *idxs = tpuir_slice(b->g, *idxs, st, lim, str);
-    return *vals < 0 ? *vals : *idxs;
-  }
-  return topk_rounds(b, x, k, largest, vals, idxs);
+  if (s.ndim < 1) return tpu_error(TPU_E_UNSUPPORTED, "%s: rank 0 topk", b->base);
+  return topk_along(b, x, s.ndim - 1, k, largest, vals, idxs);
 }
 
 static int sort_fn(lw_b *b) {
@@ -187,26 +92,8 @@ static int sort_fn(lw_b *b) {
     if ((rc = lw_result(b, x)) < 0) return rc;
     return lw_result(b, lw_const(b, TPU_I64, 0));
   }
-  int64_t perm[TPU_MAX_DIMS], inv[TPU_MAX_DIMS];
-  last_perm(nd, dim, perm, inv);
-  tpuir_val xt = transpose_if(b, x, nd, dim, perm);
-  lw_shape ts = lw_info(b, xt);
-  int64_t rows = lw_numel(&ts) / (n ? n : 1);
   tpuir_val vals, idxs;
-  if (k == 0 || n == 0) {
-    int64_t sz[TPU_MAX_DIMS];
-    for (int d = 0; d < nd; d++) sz[d] = ts.sizes[d];
-    sz[nd - 1] = k;
-    vals = lw_full(b, s.dtype, nd, sz, 0);
-    idxs = lw_full(b, TPU_I64, nd, sz, 0);
-  } else if (is_topk) {
-    if ((rc = lw_topk_last(b, xt, k, desc, &vals, &idxs)) < 0) return rc;
-  } else {
-    if ((rc = lw_sort_last(b, xt, desc, &vals, &idxs)) < 0) return rc;
-  }
-  (void)rows;
-  vals = transpose_if(b, vals, nd, dim, inv);
-  idxs = transpose_if(b, idxs, nd, dim, inv);
+  if ((rc = topk_along(b, x, dim, k, desc, &vals, &idxs)) < 0) return rc;
   if ((rc = lw_result(b, vals)) < 0) return rc;
   return lw_result(b, idxs);
 }

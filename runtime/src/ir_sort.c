@@ -1,0 +1,40 @@
+/* ir_sort.c - IR builder for TPUIR_SORT (tpuir_sort): validation and shape
+ * inference. The executor is exec_sort.c.
+ *
+ * Node attribute layout (tpu_ir.h): dim = sorted dim, kind =
+ * tpuir_sort_result, a[0] = descending (0/1). Unused attributes stay zero,
+ * so tpuir_hash sees every attribute.
+ */
+#include "ir_internal.h"
+
+/* Stable sort along dim (see tpu_ir.h). Returns the new value or an error. */
+tpuir_val tpuir_sort(tpuir_graph *g, tpuir_val x, int dim, int descending,
+                     int result) {
+  if (x < 0) return x;
+  const tpuir_node *xn = tpuir_get_node(g, x);
+  if (!xn)
+    return tpu_error(TPU_E_INVALID, "sort: value %%%d is not defined in this graph",
+                     (int)x);
+  if (result != TPUIR_SORT_VALUES && result != TPUIR_SORT_INDICES)
+    return tpu_error(TPU_E_INVALID, "sort: result must be values or indices, got %d",
+                     result);
+  int r = xn->ndim;
+  if (r == 0 ? dim != 0 : (dim < 0 || dim >= r))
+    return tpu_error(TPU_E_INDEX,
+                     "sort: dimension %d out of range (expected to be in range of [0, %d))",
+                     dim, r ? r : 1);
+  int dtype = xn->dtype, ndim = xn->ndim;
+  int64_t sizes[TPU_MAX_DIMS];
+  for (int i = 0; i < ndim; i++) sizes[i] = xn->sizes[i];
+  tpuir_node *nd = tpuir__new_node(g, TPUIR_SORT);
+  if (!nd) return tpu_error(TPU_E_OOM, "sort: out of host memory");
+  nd->dtype = result == TPUIR_SORT_INDICES ? TPU_I64 : dtype;
+  nd->ndim = ndim;
+  for (int i = 0; i < ndim; i++) nd->sizes[i] = sizes[i];
+  nd->dim = dim;
+  nd->kind = result;
+  nd->a[0] = descending != 0;
+  nd->nin = 1;
+  nd->in[0] = x;
+  return tpuir__commit(g);
+}
