@@ -293,6 +293,38 @@ def test_loop_detection_one_program_per_step(fused):
     assert s["hits"] >= 4, s
 
 
+def _dropout_steps(mode, n):
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.Dropout(0.3),
+                                torch.nn.Linear(32, 1)).to(DEV)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    x = torch.randn(8, 16, device=DEV)
+    losses = []
+    with eager_mode(mode):
+        for i in range(n):
+            opt.zero_grad()
+            loss = model(x).square().mean()
+            loss.backward()
+            opt.step()
+            losses.append(loss)
+            if i == 2:
+                torch.tpu.synchronize()
+                torch.tpu._reset_cache_stats()
+        torch.tpu.synchronize()
+        return [l.item() for l in losses], stats()
+
+
+def test_dropout_steps_share_one_program():
+    # rng seeds/offsets are run-time inputs of the compiled program, so a
+    # step with dropout is a cache hit although its random numbers change
+    fl, fs = _dropout_steps(EagerMode.DEFER_AND_FUSE, 9)
+    sl, ss = _dropout_steps(EagerMode.DEFER_NEVER, 9)
+    assert fs["flushes"]["loop"] >= 4 and fs["misses"] <= 1 and fs["hits"] >= 4, fs
+    assert ss["misses"] == 0, ss     # strict: every one-op program reused
+    assert len(set(fl)) == len(fl)   # fresh dropout masks every step
+    torch.testing.assert_close(torch.tensor(fl), torch.tensor(sl), rtol=1e-5, atol=1e-6)
+
+
 def test_strict_uses_the_cache():
     with eager_mode(EagerMode.DEFER_NEVER):
         x = torch.randn(32, device=DEV)

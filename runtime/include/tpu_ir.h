@@ -105,6 +105,12 @@ tpuir_val tpuir_iota(tpuir_graph *g, int dtype, int ndim, const int64_t *sizes,
  * generator's offset by numel. */
 tpuir_val tpuir_rng(tpuir_graph *g, int kind, int dtype, int ndim,
                     const int64_t *sizes, uint64_t seed, uint64_t offset);
+/* Same, with (seed, offset) read at run time from `key`: a rank-1 int64
+ * value of 2 elements (the u64 bit patterns of seed and offset). The node
+ * has one operand; its seed/offset attributes are unused. Fused Eager binds
+ * the key to host memory so one compiled program serves every step. */
+tpuir_val tpuir_rng_dyn(tpuir_graph *g, int kind, int dtype, int ndim,
+                        const int64_t *sizes, tpuir_val key);
 
 /* ---- elementwise ----------------------------------------------------- */
 tpuir_val tpuir_unary(tpuir_graph *g, int op, tpuir_val x);

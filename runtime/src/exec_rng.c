@@ -94,6 +94,12 @@ int tpux__eval_rng(xctx *c, int t) {
   if (rc) return rc;
   const tpuir_node *n = tpuir_get_node(c->g, t);
   rng_job j = {c->vals[t].mem, n->dtype, n->kind, n->seed, n->offset, 1};
+  if (n->nin == 1) { /* run-time key: int64[2] (seed, offset) */
+    const tpu_view *k = &c->vals[n->in[0]].v;
+    const int64_t *kp = (const int64_t *)k->base + k->offset;
+    j.seed = (uint64_t)kp[0];
+    j.offset = (uint64_t)kp[k->strides[0]];
+  }
   for (int i = 0; i < n->ndim; i++) j.total *= n->sizes[i];
   if (j.total == 0) return TPU_OK;
   int64_t tiles = (j.total + XK_TILE - 1) / XK_TILE;

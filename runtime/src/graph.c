@@ -117,8 +117,8 @@ static hh hinit(void) {
   return h;
 }
 
-/* structural hash of an op graph; constants' values never count, rng
- * seeds/offsets count unless loop != 0 */
+/* structural hash of an op graph; constants' values and rng seeds/offsets
+ * never count (both are lifted into run-time parameters by the flush) */
 static void hash_graph(hh *h, const tpuir_graph *g, int loop) {
   int nn = tpuir_num_nodes(g), no = tpuir_num_outputs(g);
   HF(h, nn);
@@ -141,10 +141,6 @@ static void hash_graph(hh *h, const tpuir_graph *g, int loop) {
     hmix(h, n->d, sizeof n->d);
     HF(h, n->na);
     HF(h, n->nb);
-    if (n->op == TPUIR_RNG && !loop) {
-      HF(h, n->seed);
-      HF(h, n->offset);
-    }
   }
   HF(h, no);
   for (int i = 0; i < no; i++) {
@@ -428,7 +424,13 @@ static int out_live(const gdev *D, int k, int i) {
   return !W->superseded && !W->dead;
 }
 
-/* Build the merged graph of ops[0..n). */
+/* An rng node whose (seed, offset) the flush binds at run time. */
+static int lifted_rng(const tpuir_node *s) {
+  return s->op == TPUIR_RNG && s->nin == 0;
+}
+
+/* Build the merged graph of ops[0..n). Constants and rng keys become
+ * parameters after the D->np bound ones, in node order. */
 static tpuir_graph *merge(gdev *D, int n) {
   tpuir_graph *g = tpuir_graph_new();
   if (!g) return NULL;
@@ -460,6 +462,10 @@ static tpuir_graph *merge(gdev *D, int n) {
         else v = build_view(g, ov[b->k][b->i], &D->ops[b->k].outs[b->i], &b->v);
       } else if (s->op == TPUIR_CONST) {
         v = tpuir_param(g, s->dtype, 0, NULL);
+      } else if (lifted_rng(s)) {
+        int64_t two = 2;
+        v = tpuir_param(g, TPU_I64, 1, &two);
+        if (v >= 0) v = tpuir_rng_dyn(g, s->kind, s->dtype, s->ndim, s->sizes, v);
       } else {
         v = copy_node(g, s, map);
       }
@@ -640,10 +646,10 @@ static int flush_locked(gdev *D, int reason) {
 
   /* key: op structure, bindings, live outputs */
   hh h = hinit();
-  uint32_t ver = 1;
+  uint32_t ver = 2; /* 2: rng keys lifted into parameters */
   HF(&h, ver);
   HF(&h, D->np);
-  int nconst = 0, nouts = 0;
+  int nconst = 0, nrng = 0, nouts = 0;
   uint64_t elided = 0, elided_bytes = 0;
   for (int k = 0; k < n; k++) {
     const gop *o = &D->ops[k];
@@ -676,8 +682,11 @@ static int flush_locked(gdev *D, int reason) {
       }
     }
     int nn = tpuir_num_nodes(o->g);
-    for (int t = 0; t < nn; t++)
-      nconst += tpuir_get_node(o->g, t)->op == TPUIR_CONST;
+    for (int t = 0; t < nn; t++) {
+      const tpuir_node *s = tpuir_get_node(o->g, t);
+      nconst += s->op == TPUIR_CONST;
+      nrng += lifted_rng(s);
+    }
   }
 
   gtask *T = calloc(1, sizeof *T);
@@ -685,27 +694,35 @@ static int flush_locked(gdev *D, int reason) {
     rc = tpu_error(TPU_E_OOM, "fused eager: out of host memory");
     goto out;
   }
-  T->nin = D->np + nconst;
+  T->nin = D->np + nconst + nrng;
   T->nout = nouts;
   T->ins = malloc(sizeof(tpu_view) * (size_t)(T->nin ? T->nin : 1));
   T->outs = malloc(sizeof(tpu_view) * (size_t)(nouts ? nouts : 1));
-  T->consts = malloc(8 * (size_t)(nconst ? nconst : 1));
+  T->consts = malloc(8 * (size_t)(nconst + 2 * nrng + 1)); /* rng key: 2 slots */
   if (!T->ins || !T->outs || !T->consts) {
     task_free(T);
     rc = tpu_error(TPU_E_OOM, "fused eager: out of host memory");
     goto out;
   }
   for (int j = 0; j < D->np; j++) T->ins[j] = D->p[j].v;
-  int c = 0, oi = 0;
+  int c = 0, ni = 0, oi = 0;
   for (int k = 0; k < n; k++) {
     const gop *o = &D->ops[k];
     int nn = tpuir_num_nodes(o->g);
     for (int t = 0; t < nn; t++) {
       const tpuir_node *s = tpuir_get_node(o->g, t);
-      if (s->op != TPUIR_CONST) continue;
-      write_const(s, T->consts + 8 * c);
-      tpu_view_init_contiguous(&T->ins[D->np + c], T->consts + 8 * c, s->dtype, 0, NULL);
-      c++;
+      if (s->op == TPUIR_CONST) {
+        write_const(s, T->consts + 8 * c);
+        tpu_view_init_contiguous(&T->ins[D->np + ni++], T->consts + 8 * c, s->dtype, 0,
+                                 NULL);
+        c++;
+      } else if (lifted_rng(s)) {
+        int64_t key[2] = {(int64_t)s->seed, (int64_t)s->offset}, two = 2;
+        memcpy(T->consts + 8 * c, key, sizeof key);
+        tpu_view_init_contiguous(&T->ins[D->np + ni++], T->consts + 8 * c, TPU_I64, 1,
+                                 &two);
+        c += 2;
+      }
     }
     for (int i = 0; i < o->nout; i++)
       if (out_live(D, k, i)) T->outs[oi++] = o->outs[i];

@@ -328,6 +328,21 @@ tpuir_val tpuir_rng(tpuir_graph *g, int kind, int dtype, int ndim,
   return commit(g);
 }
 
+tpuir_val tpuir_rng_dyn(tpuir_graph *g, int kind, int dtype, int ndim,
+                        const int64_t *sizes, tpuir_val key) {
+  int rc = check_val(g, key, "rng");
+  if (rc) return rc;
+  const tpuir_node *k = val(g, key);
+  if (k->dtype != TPU_I64 || k->ndim != 1 || k->sizes[0] != 2)
+    return tpu_error(TPU_E_TYPE, "rng: the key must be int64[2] (seed, offset)");
+  tpuir_val v = tpuir_rng(g, kind, dtype, ndim, sizes, 0, 0);
+  if (v < 0) return v;
+  tpuir_node *nd = (tpuir_node *)tpuir_get_node(g, v);
+  nd->nin = 1;
+  nd->in[0] = key;
+  return v;
+}
+
 /* ---- elementwise ------------------------------------------------------- */
 
 static int is_unary(int op) { return op >= TPUIR_NEG && op <= TPUIR_IS_INF; }

@@ -86,6 +86,64 @@ TPU_TEST(graph_fused_edges_dead_outputs_and_cache) {
   tpurt_free(z);
 }
 
+/* out = uniform(seed, offset) * 2 (one rng op) */
+static int tg_rng(tpurt_stream *s, const tpu_view *out, uint64_t seed, uint64_t offset) {
+  tg_op *o = calloc(1, sizeof *o);
+  o->g = tpuir_graph_new();
+  o->out = *out;
+  tpuir_graph *g = o->g;
+  tpuir_val r = tpuir_rng(g, TPUIR_RNG_UNIFORM, TPU_F32, out->ndim, out->sizes, seed, offset);
+  tpuir_val two = tpuir_broadcast_in_dim(g, tpuir_const_f(g, TPU_F32, 2.0), out->ndim,
+                                         out->sizes, NULL);
+  tpuir_val v = tpuir_binary(g, TPUIR_MUL, r, two);
+  tpuir_set_outputs(g, 1, &v);
+  return tpug_submit(s, g, 0, NULL, 1, &o->out, 0, tg_release, o);
+}
+
+/* Rng seeds/offsets are run-time parameters of a compiled program: steps
+ * that only differ in them (dropout) hit the cache, and each step still
+ * sees its own random numbers, equal to a direct run with that key. */
+TPU_TEST(graph_rng_key_lifted_out_of_cache_key) {
+  tpurt_stream *s = tpurt_default_stream(0);
+  const int64_t n = 5000;
+  tpu_view vy, vr;
+  float *y = tg_buf(n, &vy), *r = tg_buf(n, &vr);
+  CHECK(y && r);
+  for (int mode = TPUG_STRICT; mode <= TPUG_FUSE; mode++) {
+    CHECK_OK(tpug_set_mode(mode));
+    tpug_cache_clear();
+    tpug_reset_stats();
+    for (int step = 0; step < 3; step++) {
+      uint64_t seed = 1234 + (uint64_t)step * 77, off = (uint64_t)step * 4 * (uint64_t)n;
+      CHECK_OK(tg_rng(s, &vy, seed, off));
+      CHECK_OK(tpug_flush(0, TPUG_R_SYNC));
+      CHECK_OK(tpurt_stream_synchronize(s));
+      /* reference: the static-key rng node run directly */
+      tpuir_graph *g = tpuir_graph_new();
+      tpuir_val v = tpuir_rng(g, TPUIR_RNG_UNIFORM, TPU_F32, 1, &n, seed, off);
+      CHECK_OK(tpuir_set_outputs(g, 1, &v));
+      CHECK_OK(tpux_run(g, 0, NULL, 1, &vr));
+      tpuir_graph_free(g);
+      int same = 1;
+      for (int64_t i = 0; i < n; i++) same &= y[i] == 2.0f * r[i];
+      CHECK(same);
+      CHECK(step == 0 || y[0] != y[1] || y[2] != y[3]);
+    }
+    tpug_stats st;
+    tpug_get_stats(&st);
+    CHECK(st.misses == 1 && st.hits == 2);
+  }
+  CHECK_OK(tpug_set_mode(TPUG_STRICT));
+  /* the key must be int64[2] */
+  tpuir_graph *g = tpuir_graph_new();
+  int64_t three = 3;
+  tpuir_val k = tpuir_param(g, TPU_I64, 1, &three);
+  CHECK(tpuir_rng_dyn(g, TPUIR_RNG_UNIFORM, TPU_F32, 1, &n, k) == TPU_E_TYPE);
+  tpuir_graph_free(g);
+  tpurt_free(y);
+  tpurt_free(r);
+}
+
 TPU_TEST(graph_fused_view_of_pending_output) {
   tpurt_stream *s = tpurt_default_stream(0);
   const int64_t n = 24;
