@@ -23,7 +23,9 @@ typedef enum tpu_status {
   TPU_E_OOM = -5,         /* chip HBM exhausted            -> OutOfMemoryError */
   TPU_E_BUSY = -6,        /* chip held by another process  -> RuntimeError */
   TPU_E_UNSUPPORTED = -7, /* no native lowering for this case -> fallback / NotImplementedError */
-  TPU_E_INTERNAL = -8     /* bug or system failure         -> RuntimeError */
+  TPU_E_INTERNAL = -8,    /* bug or system failure         -> RuntimeError */
+  TPU_E_LINALG = -9       /* decomposition failed (singular, not positive-definite,
+                             no convergence) -> torch.linalg.LinAlgError */
 } tpu_status;
 
 /* Record an error for the calling thread and return `code` (convenience for

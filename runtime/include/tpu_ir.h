@@ -66,6 +66,8 @@ typedef enum tpuir_op {
   TPUIR_REDUCE_WINDOW, /* attr: reduce kind (SUM / MAX) */
   TPUIR_WINDOW_ARGMAX, /* max-pool indices */
   TPUIR_SORT,          /* stable sort along a dim (ir_sort.c) */
+  TPUIR_EIGH,       /* symmetric eigendecomposition, packed (ir_spectral.c) */
+  TPUIR_SVD,        /* singular value decomposition, packed (ir_spectral.c) */
   TPUIR_NUM_OPS
 } tpuir_op;
 
@@ -259,6 +261,52 @@ typedef enum tpuir_sort_result {
  * Node attributes: dim, kind = result, a[0] = descending (0/1), na = 0. */
 tpuir_val tpuir_sort(tpuir_graph *g, tpuir_val x, int dim, int descending,
                      int result);
+
+/* ---- spectral decompositions (ir_spectral.c) -------------------------- */
+/* The IR has one result value per node, so each decomposition is ONE node
+ * whose result PACKS all of its outputs along the trailing dims; a lowering
+ * takes them apart with tpuir_slice + tpuir_reshape (free views in the
+ * vTPU executor). Both work on the trailing two dims of a float operand
+ * (f16, bf16, f32, f64; any leading batch dims), compute in double and
+ * round to the operand dtype at the end. Empty matrices and empty batches
+ * are allowed. A matrix with a non-finite entry (among those read) gives
+ * NaN values and vectors; with `check_nan` set, a NaN entry instead fails
+ * at run time with TPU_E_LINALG and PyTorch CPU's (LAPACK's) message:
+ *   eigh: "linalg.eigh: [(Batch element b): ]The algorithm failed to
+ *         converge because the input matrix is ill-conditioned or has too
+ *         many repeated eigenvalues (error code: 1|2)." (2 with vectors)
+ *   svd:  "linalg.svd: [(Batch element b): ]The algorithm failed to
+ *         converge because the input matrix contained non-finite values."
+ * (b = the first failing batch element; the prefix only for batched
+ * operands). The same error, with error code n, if Jacobi does not
+ * converge (not seen for finite input). A launch that must raise at the
+ * call synchronises.
+ *
+ * tpuir_eigh: x [..., n, n] symmetric, read from its lower (lower = 1) or
+ * upper (lower = 0) triangle only (LAPACK UPLO). Cyclic Jacobi.
+ *   result [..., 1 + n, n] when compute_v, else [..., 1, n]:
+ *     row 0           eigenvalues w, ascending (LAPACK syevd order)
+ *     rows 1..n       V with V[i][j] = component i of the eigenvector of
+ *                     w[j] (orthonormal columns; A V = V diag(w))
+ *   Each eigenvector is normalised so that its largest-magnitude component
+ *   is positive (eigenvectors are only defined up to sign).
+ * tpuir_svd: x [..., m, n], k = min(m, n). One-sided (Hestenes) Jacobi.
+ *   result [..., P], P = k + (compute_uv ? m*uc + vr*n : 0), with
+ *   uc = vr = (full_matrices ? m resp. n : k):
+ *     [0, k)            singular values S, descending, >= 0
+ *     [k, k + m*uc)     U [m, uc] row-major (orthonormal columns)
+ *     [k + m*uc, P)     Vh [vr, n] row-major (orthonormal rows)
+ *   A = U[:, :k] diag(S) Vh[:k, :]. Columns of U / rows of Vh beyond the
+ *   rank of A (and beyond k when full_matrices) complete an orthonormal
+ *   basis. Singular vectors are normalised so that the largest-magnitude
+ *   component of each right singular vector is positive.
+ * Node attributes: EIGH kind = lower, dim = compute_v; SVD kind =
+ * compute_uv, dim = full_matrices; both: a[0] = check_nan (not ival:
+ * the Fused Eager cache key skips ival, which holds constant values). */
+tpuir_val tpuir_eigh(tpuir_graph *g, tpuir_val x, int lower, int compute_v,
+                     int check_nan);
+tpuir_val tpuir_svd(tpuir_graph *g, tpuir_val x, int full_matrices,
+                    int compute_uv, int check_nan);
 
 /* ---- outputs and inspection ------------------------------------------ */
 /* Declare the graph's results (in order). A value may appear twice and may

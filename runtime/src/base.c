@@ -36,6 +36,7 @@ const char *tpu_status_name(int code) {
   case TPU_E_BUSY: return "TPU_E_BUSY";
   case TPU_E_UNSUPPORTED: return "TPU_E_UNSUPPORTED";
   case TPU_E_INTERNAL: return "TPU_E_INTERNAL";
+  case TPU_E_LINALG: return "TPU_E_LINALG";
   default: return "TPU_E_?";
   }
 }

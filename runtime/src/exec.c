@@ -70,6 +70,7 @@ static int node_can_fail(const tpuir_graph *g, const tpuir_node *n) {
     return 1;
   case TPUIR_DIV: case TPUIR_REM: case TPUIR_POW:
     return tpux__ew_can_fail(n->op, tpuir_get_node(g, n->in[0])->dtype);
+  case TPUIR_EIGH: case TPUIR_SVD: return n->a[0] != 0; /* check_nan */
   default: return 0;
   }
 }
@@ -173,6 +174,7 @@ static int eval_node(xctx *c, int t, const tpu_view *ins) {
   case TPUIR_CONVOLUTION: case TPUIR_REDUCE_WINDOW: case TPUIR_WINDOW_ARGMAX:
     return tpux__eval_conv(c, t);
   case TPUIR_SORT: return tpux__eval_sort(c, t);
+  case TPUIR_EIGH: case TPUIR_SVD: return tpux__eval_spectral(c, t);
   default:
     if (is_view_op(n->op)) return eval_view(c, t, n);
     return tpu_error(TPU_E_UNSUPPORTED, "vTPU executor: op %s not supported",

@@ -203,6 +203,8 @@ int tpux__eval_index_add(xctx *c, int t);
 int tpux__eval_conv(xctx *c, int t);
 /* SORT (exec_sort.c). */
 int tpux__eval_sort(xctx *c, int t);
+/* EIGH, SVD (exec_spectral.c). */
+int tpux__eval_spectral(xctx *c, int t);
 
 /* Philox4x32-10 block for a 128-bit counter (ctr[0] least significant). */
 void tpux__philox(const uint32_t ctr[4], uint64_t seed, uint32_t out[4]);

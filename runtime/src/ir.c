@@ -105,6 +105,7 @@ static const char *const k_op_names[TPUIR_NUM_OPS] = {
     [TPUIR_REDUCE_WINDOW] = "reduce_window",
     [TPUIR_WINDOW_ARGMAX] = "window_argmax",
     [TPUIR_SORT] = "sort",
+    [TPUIR_EIGH] = "eigh", [TPUIR_SVD] = "svd",
 };
 
 /* Static name of an op ("add", "dot_general", ...); "?" if invalid. */
@@ -1217,6 +1218,14 @@ size_t tpuir_dump(const tpuir_graph *g, char *buf, size_t cap) {
       sb_printf(&s, " {%s}", at);
       break;
     }
+    case TPUIR_EIGH:
+      sb_printf(&s, " {uplo=%s, compute_v=%d, check_nan=%d}",
+                n->kind ? "L" : "U", (int)n->dim, (int)n->a[0]);
+      break;
+    case TPUIR_SVD:
+      sb_printf(&s, " {compute_uv=%d, full_matrices=%d, check_nan=%d}",
+                (int)n->kind, (int)n->dim, (int)n->a[0]);
+      break;
     default: break;
     }
     char ts[200];

@@ -37,6 +37,7 @@ static void table_init(void) {
       {lw_rows_resize, lw_nrows_resize},
       {lw_rows_dynamic, lw_nrows_dynamic},
       {lw_rows_compare, lw_nrows_compare},
+      {lw_rows_spectral, lw_nrows_spectral},
   };
   int total = 0;
   for (size_t f = 0; f < sizeof fam / sizeof fam[0]; f++) total += fam[f].n;

@@ -90,6 +90,8 @@ extern const lw_row lw_rows_dynamic[];
 extern const int lw_nrows_dynamic;
 extern const lw_row lw_rows_compare[];
 extern const int lw_nrows_compare;
+extern const lw_row lw_rows_spectral[];
+extern const int lw_nrows_spectral;
 
 /* ---- scalars ------------------------------------------------------------ */
 enum { LW_SK_BOOL = 0, LW_SK_INT, LW_SK_FLOAT };

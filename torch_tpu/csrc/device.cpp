@@ -26,6 +26,7 @@ using c10::DeviceType;
     case TPU_E_VALUE: TORCH_CHECK_VALUE(false, msg);
     case TPU_E_OOM: TORCH_CHECK_WITH(OutOfMemoryError, false, msg);
     case TPU_E_UNSUPPORTED: TORCH_CHECK_NOT_IMPLEMENTED(false, msg);
+    case TPU_E_LINALG: TORCH_CHECK_LINALG(false, msg);
     default: TORCH_CHECK(false, msg);
   }
 }
