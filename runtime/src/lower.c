@@ -68,12 +68,17 @@ static int overload_is_default(const char *ov) {
   return !ov || !*ov || strcmp(ov, "default") == 0;
 }
 
+/* "name" or "name.overload", truncated to cap - 1 (on every op call: no
+ * printf) */
 static void make_key(char *buf, size_t cap, const char *name,
                      const char *overload) {
-  if (overload_is_default(overload))
-    snprintf(buf, cap, "%s", name ? name : "");
-  else
-    snprintf(buf, cap, "%s.%s", name ? name : "", overload);
+  size_t k = 0;
+  for (const char *p = name ? name : ""; *p && k + 1 < cap; p++) buf[k++] = *p;
+  if (!overload_is_default(overload)) {
+    if (k + 1 < cap) buf[k++] = '.';
+    for (const char *p = overload; *p && k + 1 < cap; p++) buf[k++] = *p;
+  }
+  buf[k] = 0;
 }
 
 static const lw_row *find_row(const char *name, const char *overload) {
