@@ -68,6 +68,13 @@ typedef enum tpuir_op {
   TPUIR_SORT,          /* stable sort along a dim (ir_sort.c) */
   TPUIR_EIGH,       /* symmetric eigendecomposition, packed (ir_spectral.c) */
   TPUIR_SVD,        /* singular value decomposition, packed (ir_spectral.c) */
+  /* dense linear algebra (ir_linalg.c / exec_linalg.c; see that section) */
+  TPUIR_CHOLESKY,          /* StableHLO cholesky (+ info result) */
+  TPUIR_TRIANGULAR_SOLVE,  /* StableHLO triangular_solve */
+  TPUIR_LU,                /* custom call: getrf (one node per result) */
+  TPUIR_LU_PIVOTS_TO_PERM, /* custom call: LAPACK pivots -> permutation */
+  TPUIR_GEQRF,             /* custom call: Householder QR (one per result) */
+  TPUIR_HOUSEHOLDER_PRODUCT, /* custom call: orgqr */
   TPUIR_NUM_OPS
 } tpuir_op;
 
@@ -261,6 +268,80 @@ typedef enum tpuir_sort_result {
  * Node attributes: dim, kind = result, a[0] = descending (0/1), na = 0. */
 tpuir_val tpuir_sort(tpuir_graph *g, tpuir_val x, int dim, int descending,
                      int result);
+/* ---- dense linear algebra (ir_linalg.c, executor exec_linalg.c) ------ */
+/* Matrix operands are float32 or float64 arrays [..., rows, cols] (rank >=
+ * 2; leading dims are batch dims, processed independently). The vTPU
+ * computes in double for f32 and f64 alike; results are in the operand
+ * dtype (pivots / info / permutations are int32, as PyTorch returns them).
+ * Other dtypes -> TPU_E_TYPE; rank < 2 or shape mismatches -> TPU_E_INVALID.
+ *
+ * Multi-result factorizations: the IR has one value per node, so each
+ * result is its own node selected by `result` (attribute `dim`); XLA's
+ * custom calls return tuples, a printer emits one call + get_tuple_element
+ * per distinct operand. The executor recomputes the factorization per
+ * result node (cheap next to the cost of a second graph; a graph that needs
+ * both LU and pivots pays twice). Node attributes: kind = flags below,
+ * dim = result index. */
+enum {
+  TPUIR_CHOL_FACTOR = 0, /* [..., n, n], the other triangle zero */
+  TPUIR_CHOL_INFO = 1,   /* int32 [...]: 0, or k when the leading minor of
+                            order k is not positive definite (LAPACK potrf) */
+};
+enum {
+  TPUIR_LU_PACKED = 0, /* [..., m, n]: L (unit diag, below) and U packed */
+  TPUIR_LU_PIVOTS = 1, /* int32 [..., min(m, n)], 1-based LAPACK ipiv */
+  TPUIR_LU_INFO = 2,   /* int32 [...]: 0, or k when U[k-1, k-1] == 0 */
+  TPUIR_LU_PERM = 3,   /* int32 [..., m]: 0-based, (L U)[i, :] = A[perm[i], :] */
+};
+enum {
+  TPUIR_QR_PACKED = 0, /* [..., m, n]: R on/above the diagonal, Householder
+                          vectors (implicit unit head) below (LAPACK geqrf) */
+  TPUIR_QR_TAU = 1,    /* [..., min(m, n)] */
+};
+/* Cholesky factor of the symmetric positive-definite x [..., n, n]: only
+ * the `lower` (1: A = L L^T, reads the lower triangle) or upper (0:
+ * A = U^T U, reads the upper triangle) half is read. `result`
+ * TPUIR_CHOL_FACTOR / TPUIR_CHOL_INFO. A failing matrix keeps the partial
+ * factor of the first info-1 columns (like LAPACK potf2); other entries of
+ * the factor are then unspecified (finite). `lower` may be or'ed with
+ * TPUIR_CHOL_CHECK: the node then fails at run time on a non-PD matrix
+ * (TPU_E_INVALID, PyTorch's "cholesky: The factorization could not be
+ * completed ..." text) and always runs, even when unused (the deprecated
+ * torch.cholesky raises). kind = lower | check. */
+#define TPUIR_CHOL_CHECK 2
+tpuir_val tpuir_cholesky(tpuir_graph *g, tpuir_val x, int lower, int result);
+/* StableHLO triangular_solve: a [..., k, k] triangular (only the `lower` or
+ * upper triangle is read; unit_diagonal: its diagonal is taken as 1), b
+ * [..., m, n] with the same batch dims and dtype. left_side: solves
+ * op(a) X = b (k == m), else X op(a) = b (k == n); op = transpose when
+ * transpose_a. Result [..., m, n]. A zero diagonal gives inf/nan (IEEE),
+ * like BLAS trsm. kind = left_side | lower << 1 | unit_diagonal << 2 |
+ * transpose_a << 3. */
+tpuir_val tpuir_triangular_solve(tpuir_graph *g, tpuir_val a, tpuir_val b,
+                                 int left_side, int lower, int unit_diagonal,
+                                 int transpose_a);
+/* LU with partial pivoting of x [..., m, n] (LAPACK getrf: the pivot is the
+ * first entry of largest |a| in the column; a zero pivot column is left as
+ * is and sets info once, the factorization continues). `result` one of
+ * TPUIR_LU_*. */
+tpuir_val tpuir_lu(tpuir_graph *g, tpuir_val x, int result);
+/* Row permutation (int32 [..., m], 0-based, as TPUIR_LU_PERM) of LAPACK
+ * pivots (int32/int64 [..., k], 1-based, applied as swaps i <-> piv[i]-1 in
+ * order). A pivot outside [1, m] fails at run time with TPU_E_INVALID
+ * "pivots passed to lu_unpack must be between 1 and LU.size(-2)
+ * inclusive.". kind = 0, dim = m. */
+tpuir_val tpuir_lu_pivots_to_perm(tpuir_graph *g, tpuir_val pivots,
+                                  int64_t m);
+/* Householder QR of x [..., m, n] (LAPACK geqrf/dlarfg: beta = -sign(alpha)
+ * * norm, tau = (beta - alpha) / beta, tau = 0 when the column below the
+ * diagonal is already zero). `result` TPUIR_QR_PACKED / TPUIR_QR_TAU. */
+tpuir_val tpuir_geqrf(tpuir_graph *g, tpuir_val x, int result);
+/* First n columns of H_1 ... H_k (LAPACK orgqr), H_i = I - tau_i v_i v_i^T
+ * with v_i stored below the diagonal of column i of a (unit head): a
+ * [..., m, n] with m >= n, tau [..., k] with k <= n, same batch dims and
+ * dtype. Result [..., m, n]. */
+tpuir_val tpuir_householder_product(tpuir_graph *g, tpuir_val a,
+                                    tpuir_val tau);
 
 /* ---- spectral decompositions (ir_spectral.c) -------------------------- */
 /* The IR has one result value per node, so each decomposition is ONE node

@@ -67,7 +67,10 @@ static int node_can_fail(const tpuir_graph *g, const tpuir_node *n) {
   switch (n->op) {
   case TPUIR_GATHER: case TPUIR_INDEX_SELECT: case TPUIR_SCATTER_ADD:
   case TPUIR_INDEX_ADD:
+  case TPUIR_LU_PIVOTS_TO_PERM:
     return 1;
+  case TPUIR_CHOLESKY:
+    return (n->kind & TPUIR_CHOL_CHECK) != 0;
   case TPUIR_DIV: case TPUIR_REM: case TPUIR_POW:
     return tpux__ew_can_fail(n->op, tpuir_get_node(g, n->in[0])->dtype);
   case TPUIR_EIGH: case TPUIR_SVD: return n->a[0] != 0; /* check_nan */
@@ -175,6 +178,9 @@ static int eval_node(xctx *c, int t, const tpu_view *ins) {
     return tpux__eval_conv(c, t);
   case TPUIR_SORT: return tpux__eval_sort(c, t);
   case TPUIR_EIGH: case TPUIR_SVD: return tpux__eval_spectral(c, t);
+  case TPUIR_CHOLESKY: case TPUIR_TRIANGULAR_SOLVE: case TPUIR_LU:
+  case TPUIR_LU_PIVOTS_TO_PERM: case TPUIR_GEQRF: case TPUIR_HOUSEHOLDER_PRODUCT:
+    return tpux__eval_linalg(c, t);
   default:
     if (is_view_op(n->op)) return eval_view(c, t, n);
     return tpu_error(TPU_E_UNSUPPORTED, "vTPU executor: op %s not supported",

@@ -205,6 +205,9 @@ int tpux__eval_conv(xctx *c, int t);
 int tpux__eval_sort(xctx *c, int t);
 /* EIGH, SVD (exec_spectral.c). */
 int tpux__eval_spectral(xctx *c, int t);
+/* CHOLESKY, TRIANGULAR_SOLVE, LU, LU_PIVOTS_TO_PERM, GEQRF,
+ * HOUSEHOLDER_PRODUCT (exec_linalg.c). */
+int tpux__eval_linalg(xctx *c, int t);
 
 /* Philox4x32-10 block for a 128-bit counter (ctr[0] least significant). */
 void tpux__philox(const uint32_t ctr[4], uint64_t seed, uint32_t out[4]);

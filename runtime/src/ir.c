@@ -106,6 +106,11 @@ static const char *const k_op_names[TPUIR_NUM_OPS] = {
     [TPUIR_WINDOW_ARGMAX] = "window_argmax",
     [TPUIR_SORT] = "sort",
     [TPUIR_EIGH] = "eigh", [TPUIR_SVD] = "svd",
+    [TPUIR_CHOLESKY] = "cholesky",
+    [TPUIR_TRIANGULAR_SOLVE] = "triangular_solve",
+    [TPUIR_LU] = "lu", [TPUIR_LU_PIVOTS_TO_PERM] = "lu_pivots_to_permutation",
+    [TPUIR_GEQRF] = "geqrf",
+    [TPUIR_HOUSEHOLDER_PRODUCT] = "householder_product",
 };
 
 /* Static name of an op ("add", "dot_general", ...); "?" if invalid. */
@@ -1226,6 +1231,17 @@ size_t tpuir_dump(const tpuir_graph *g, char *buf, size_t cap) {
       sb_printf(&s, " {compute_uv=%d, full_matrices=%d, check_nan=%d}",
                 (int)n->kind, (int)n->dim, (int)n->a[0]);
       break;
+    case TPUIR_CHOLESKY:
+    case TPUIR_TRIANGULAR_SOLVE:
+    case TPUIR_LU:
+    case TPUIR_LU_PIVOTS_TO_PERM:
+    case TPUIR_GEQRF:
+    case TPUIR_HOUSEHOLDER_PRODUCT: {
+      char at[200];
+      tpuir__linalg_attr_str(n, at, sizeof at);
+      sb_printf(&s, " {%s}", at);
+      break;
+    }
     default: break;
     }
     char ts[200];

@@ -19,4 +19,8 @@ tpuir_val tpuir__commit(tpuir_graph *g);
  * ir_conv.c. */
 void tpuir__window_attr_str(const tpuir_node *n, char *buf, size_t cap);
 
+/* Attribute text of a dense linear algebra node (CHOLESKY ... 
+ * HOUSEHOLDER_PRODUCT) for tpuir_dump. Defined in ir_linalg.c. */
+void tpuir__linalg_attr_str(const tpuir_node *n, char *buf, size_t cap);
+
 #endif /* TPU_IR_INTERNAL_H */

@@ -92,6 +92,8 @@ extern const lw_row lw_rows_compare[];
 extern const int lw_nrows_compare;
 extern const lw_row lw_rows_spectral[];
 extern const int lw_nrows_spectral;
+extern const lw_row lw_rows_linalg_solve[];
+extern const int lw_nrows_linalg_solve;
 
 /* ---- scalars ------------------------------------------------------------ */
 enum { LW_SK_BOOL = 0, LW_SK_INT, LW_SK_FLOAT };
