@@ -609,6 +609,9 @@ static int det_fn(lw_b *b) {
   int dt = A->view.dtype;
   b->out_rule = LW_OUT_SAME;
   tpuir_val x = lw_convert(b, lw_tensor(b, A), CT);
+  /* like CPU: a contiguous A is factored as A^T (det(A^T) = det(A)); the
+   * backward formulas read this LU */
+  if (tpu_view_is_contiguous(&A->view)) x = mT(b, x);
   tpuir_val lu = tpuir_lu(b->g, x, TPUIR_LU_PACKED), piv = tpuir_lu(b->g, x, TPUIR_LU_PIVOTS);
   LW_TRY(lu);
   tpuir_val d = diag(b, lu), sg = perm_sign(b, piv);
@@ -846,10 +849,6 @@ static int lstsq_fn(lw_b *b) {
     lw_shape rs = lw_info(b, r);
     int64_t d = rs.ndim - 2;
     res = tpuir_reduce(b->g, TPUIR_RED_SUM, lw_bin(b, TPUIR_MUL, r, r), 1, &d);
-    if (vec) {
-      lw_shape q = lw_info(b, res);
-      res = lw_reshape(b, res, q.ndim - 1, q.sizes);
-    }
   } else {
     res = lw_full(b, CT, 1, &z, 0);
   }
