@@ -305,7 +305,7 @@ enum {
  * factor of the first info-1 columns (like LAPACK potf2); other entries of
  * the factor are then unspecified (finite). `lower` may be or'ed with
  * TPUIR_CHOL_CHECK: the node then fails at run time on a non-PD matrix
- * (TPU_E_INVALID, PyTorch's "cholesky: The factorization could not be
+ * (TPU_E_LINALG, PyTorch's "cholesky: The factorization could not be
  * completed ..." text) and always runs, even when unused (the deprecated
  * torch.cholesky raises). kind = lower | check. */
 #define TPUIR_CHOL_CHECK 2

@@ -385,7 +385,7 @@ int tpux__eval_linalg(xctx *c, int t) {
       if (ob[i] == 0.0) continue;
       char bs[64] = "";
       if (n->ndim > 0) snprintf(bs, sizeof bs, ": (Batch element %lld)", (long long)i);
-      rc = tpu_error(TPU_E_INVALID,
+      rc = tpu_error(TPU_E_LINALG,
                      "cholesky%s: The factorization could not be completed because the "
                      "input is not positive-definite (the leading minor of order %d is "
                      "not positive-definite).",
