@@ -32,7 +32,7 @@
 
 #define SP_MAX_SWEEPS 100
 
-enum { SP_OK = 0, SP_NAN, SP_INF, SP_NOCONV };
+enum { SP_OK = 0, SP_NAN, SP_INF, SP_NOCONV, SP_NOMEM };
 
 typedef struct sp_job {
   const tpuir_node *n;
@@ -103,47 +103,57 @@ static double jacobi_tan(double z) {
 /* ---- EIGH ---------------------------------------------------------------- */
 
 /* Eigen-decompose the symmetric n x n row-major A in place (destroyed);
- * V (n x n row-major, may be NULL) receives the eigenvectors as columns,
- * w the eigenvalues (unsorted). Returns SP_OK or SP_NOCONV. */
-static int jacobi_eigh(double *A, double *V, double *w, int64_t n) {
+ * Vt (n x n, may be NULL) receives the eigenvectors as ROWS (Vt[j*n + i] =
+ * component i of eigenvector j, so each rotation updates two contiguous
+ * rows), w the eigenvalues (unsorted). A is kept fully symmetric: a
+ * rotation reads and writes rows p and q (contiguous) and mirrors them
+ * into columns p and q. Returns SP_OK or SP_NOCONV. */
+static int jacobi_eigh(double *A, double *Vt, double *w, int64_t n) {
   double frob = 0;
   for (int64_t i = 0; i < n * n; i++) frob += A[i] * A[i];
   frob = sqrt(frob);
   double tiny = frob * 1e-20;
-  if (V) {
-    memset(V, 0, (size_t)(n * n) * sizeof(double));
-    for (int64_t i = 0; i < n; i++) V[i * n + i] = 1;
+  if (Vt) {
+    memset(Vt, 0, (size_t)(n * n) * sizeof(double));
+    for (int64_t i = 0; i < n; i++) Vt[i * n + i] = 1;
   }
   int conv = 0;
   for (int sweep = 0; sweep < SP_MAX_SWEEPS && !conv; sweep++) {
     conv = 1;
     for (int64_t p = 0; p < n; p++) {
+      double *rp = A + p * n;
       for (int64_t q = p + 1; q < n; q++) {
-        double apq = A[p * n + q], app = A[p * n + p], aqq = A[q * n + q];
+        double *rq = A + q * n;
+        double apq = rp[q], app = rp[p], aqq = rq[q];
         if (fabs(apq) <= tiny ||
             fabs(apq) <= DBL_EPSILON * sqrt(fabs(app)) * sqrt(fabs(aqq))) {
-          A[p * n + q] = A[q * n + p] = 0;
+          rp[q] = rq[p] = 0;
           continue;
         }
         conv = 0;
         double t = jacobi_tan(0.5 * (aqq - app) / apq);
         double c = 1.0 / sqrt(1.0 + t * t), s = t * c, tau = s / (1.0 + c);
-        A[p * n + p] = app - t * apq;
-        A[q * n + q] = aqq + t * apq;
-        A[p * n + q] = A[q * n + p] = 0;
+        for (int64_t k = 0; k < n; k++) {
+          double akp = rp[k], akq = rq[k];
+          rp[k] = akp - s * (akq + tau * akp);
+          rq[k] = akq + s * (akp - tau * akq);
+        }
+        rp[p] = app - t * apq;
+        rq[q] = aqq + t * apq;
+        rp[q] = rq[p] = 0;
         for (int64_t k = 0; k < n; k++) {
           if (k == p || k == q) continue;
-          double akp = A[k * n + p], akq = A[k * n + q];
-          double np = akp - s * (akq + tau * akp), nq = akq + s * (akp - tau * akq);
-          A[k * n + p] = A[p * n + k] = np;
-          A[k * n + q] = A[q * n + k] = nq;
+          A[k * n + p] = rp[k];
+          A[k * n + q] = rq[k];
         }
-        if (V)
+        if (Vt) {
+          double *vp = Vt + p * n, *vq = Vt + q * n;
           for (int64_t k = 0; k < n; k++) {
-            double vkp = V[k * n + p], vkq = V[k * n + q];
-            V[k * n + p] = vkp - s * (vkq + tau * vkp);
-            V[k * n + q] = vkq + s * (vkp - tau * vkq);
+            double a = vp[k], d = vq[k];
+            vp[k] = a - s * (d + tau * a);
+            vq[k] = d + s * (a - tau * d);
           }
+        }
       }
     }
   }
@@ -194,11 +204,12 @@ static int eigh_one(const sp_job *J, int64_t b, eigh_ws *ws) {
   for (int64_t j = 0; j < n; j++) R[j] = ws->w[ws->perm[j]] * scale;
   if (want_v)
     for (int64_t j = 0; j < n; j++) {
-      int64_t c = ws->perm[j], arg = 0;
+      const double *vc = V + ws->perm[j] * n; /* V holds vectors as rows */
+      int64_t arg = 0;
       for (int64_t i = 1; i < n; i++)
-        if (fabs(V[i * n + c]) > fabs(V[arg * n + c])) arg = i;
-      double sg = V[arg * n + c] < 0 ? -1.0 : 1.0;
-      for (int64_t i = 0; i < n; i++) R[n + i * n + j] = sg * V[i * n + c];
+        if (fabs(vc[i]) > fabs(vc[arg])) arg = i;
+      double sg = vc[arg] < 0 ? -1.0 : 1.0;
+      for (int64_t i = 0; i < n; i++) R[n + i * n + j] = sg * vc[i];
     }
   store_result(J, b, R, ws->fbuf);
   return st;
@@ -206,48 +217,98 @@ static int eigh_one(const sp_job *J, int64_t b, eigh_ws *ws) {
 
 /* ---- SVD ----------------------------------------------------------------- */
 
+/* Rotate columns p < q of W (and V) to make them orthogonal unless they
+ * already are (to tol relative to their norms). Returns 1 if rotated. */
+static int hs_rotate(double *W, double *V, int64_t rows, int64_t cols, int64_t p,
+                     int64_t q, double tol) {
+  double *wp = W + p * rows, *wq = W + q * rows;
+  double al = 0, be = 0, ga = 0;
+  for (int64_t i = 0; i < rows; i++) {
+    al += wp[i] * wp[i];
+    be += wq[i] * wq[i];
+    ga += wp[i] * wq[i];
+  }
+  if (fabs(ga) <= tol * sqrt(al) * sqrt(be) || fabs(ga) < 1e-290) return 0;
+  double t = jacobi_tan((be - al) / (2 * ga));
+  double c = 1.0 / sqrt(1.0 + t * t), s = t * c;
+  for (int64_t i = 0; i < rows; i++) {
+    double x = wp[i], y = wq[i];
+    wp[i] = c * x - s * y;
+    wq[i] = s * x + c * y;
+  }
+  if (V) {
+    double *vp = V + p * cols, *vq = V + q * cols;
+    for (int64_t i = 0; i < cols; i++) {
+      double x = vp[i], y = vq[i];
+      vp[i] = c * x - s * y;
+      vq[i] = s * x + c * y;
+    }
+  }
+  return 1;
+}
+
+typedef struct hs_round {
+  double *W, *V;
+  int64_t rows, cols;
+  const int64_t *pq; /* pairs: pq[2i] < pq[2i+1] */
+  double tol;
+  _Atomic int rotated;
+} hs_round;
+
+static void hs_range(void *ctx, int64_t lo, int64_t hi) {
+  hs_round *R = ctx;
+  int any = 0;
+  for (int64_t i = lo; i < hi; i++)
+    any |= hs_rotate(R->W, R->V, R->rows, R->cols, R->pq[2 * i], R->pq[2 * i + 1],
+                     R->tol);
+  if (any) atomic_store(&R->rotated, 1);
+}
+
 /* Hestenes Jacobi on W (rows x cols column-major, rows >= cols): on return
  * the columns of W are mutually orthogonal and W_in V = W_out; V
- * (cols x cols column-major, may be NULL) accumulates the rotations. */
+ * (cols x cols column-major, may be NULL) accumulates the rotations. A
+ * sweep visits every pair once in round-robin (tournament) order: each
+ * round is cols/2 disjoint pairs, rotated in parallel when large. */
 static int hestenes(double *W, double *V, int64_t rows, int64_t cols) {
-  double tol = DBL_EPSILON * (double)(rows > 1 ? rows : 1);
   if (V) {
     memset(V, 0, (size_t)(cols * cols) * sizeof(double));
     for (int64_t i = 0; i < cols; i++) V[i * cols + i] = 1;
   }
+  if (cols < 2) return SP_OK;
+  int64_t N = cols + (cols & 1); /* index cols = a bye */
+  int64_t *idx = malloc((size_t)N * 2 * sizeof(int64_t));
+  if (!idx) return SP_NOMEM;
+  int64_t *pq = idx + N;
+  for (int64_t i = 0; i < N; i++) idx[i] = i;
+  hs_round R;
+  R.W = W;
+  R.V = V;
+  R.rows = rows;
+  R.cols = cols;
+  R.pq = pq;
+  R.tol = DBL_EPSILON * (double)rows;
   int conv = 0;
   for (int sweep = 0; sweep < SP_MAX_SWEEPS && !conv; sweep++) {
-    conv = 1;
-    for (int64_t p = 0; p < cols; p++) {
-      double *wp = W + p * rows;
-      for (int64_t q = p + 1; q < cols; q++) {
-        double *wq = W + q * rows;
-        double al = 0, be = 0, ga = 0;
-        for (int64_t i = 0; i < rows; i++) {
-          al += wp[i] * wp[i];
-          be += wq[i] * wq[i];
-          ga += wp[i] * wq[i];
-        }
-        if (fabs(ga) <= tol * sqrt(al) * sqrt(be) || fabs(ga) < 1e-290) continue;
-        conv = 0;
-        double t = jacobi_tan((be - al) / (2 * ga));
-        double c = 1.0 / sqrt(1.0 + t * t), s = t * c;
-        for (int64_t i = 0; i < rows; i++) {
-          double a = wp[i], d = wq[i];
-          wp[i] = c * a - s * d;
-          wq[i] = s * a + c * d;
-        }
-        if (V) {
-          double *vp = V + p * cols, *vq = V + q * cols;
-          for (int64_t i = 0; i < cols; i++) {
-            double a = vp[i], d = vq[i];
-            vp[i] = c * a - s * d;
-            vq[i] = s * a + c * d;
-          }
-        }
+    atomic_store(&R.rotated, 0);
+    for (int64_t r = 0; r < N - 1; r++) {
+      int64_t np = 0;
+      for (int64_t i = 0; i < N / 2; i++) {
+        int64_t a = idx[i], b = idx[N - 1 - i];
+        if (a >= cols || b >= cols) continue;
+        pq[2 * np] = a < b ? a : b;
+        pq[2 * np + 1] = a < b ? b : a;
+        np++;
       }
+      int64_t work = rows * np;
+      if (work < XK_GRAIN) hs_range(&R, 0, np);
+      else tpurt_parallel_for(np, 8192 / rows + 1, hs_range, &R);
+      int64_t last = idx[N - 1]; /* rotate all but idx[0] */
+      for (int64_t i = N - 1; i > 1; i--) idx[i] = idx[i - 1];
+      idx[1] = last;
     }
+    conv = !atomic_load(&R.rotated);
   }
+  free(idx);
   return conv ? SP_OK : SP_NOCONV;
 }
 
@@ -335,6 +396,7 @@ static int svd_one(const sp_job *J, int64_t b, svd_ws *ws) {
     }
   double *V = want_uv ? ws->V : NULL;
   st = hestenes(W, V, rows, cols);
+  if (st == SP_NOMEM) return st;
   for (int64_t j = 0; j < cols; j++) ws->sig[j] = sqrt(dotv(W + j * rows, W + j * rows, rows));
   sort_idx(ws->sig, cols, ws->perm, 1);
   for (int64_t j = 0; j < k; j++) R[j] = ws->sig[ws->perm[j]] * scale;
@@ -431,7 +493,8 @@ static void sp_range(void *ctx, int64_t lo, int64_t hi) {
       svd_ws ws = {M, W, V, U, sig, res, R, perm, ok, rowbuf, fbuf};
       st = svd_one(J, b, &ws);
     }
-    if (st == SP_NAN || st == SP_NOCONV) note_fail(J, b, st);
+    if (st == SP_NOMEM) atomic_store(&J->oom, 1);
+    else if (st == SP_NAN || st == SP_NOCONV) note_fail(J, b, st);
   }
   free(blk);
 }

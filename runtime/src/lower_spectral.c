@@ -107,7 +107,7 @@ static int svd_fn(lw_b *b) {
   LW_TRY(rc);
   const tpu_view *v = &a->view;
   int dt = v->dtype, nd = v->ndim;
-  if (!tpu_dtype_is_float(dt))
+  if (tpu_dtype_is_int(dt) || dt == TPU_BOOL)
     return tpu_error(TPU_E_INVALID,
                      "linalg.svd: Expected a floating point or complex tensor as "
                      "input. Got %s",
@@ -116,7 +116,7 @@ static int svd_fn(lw_b *b) {
     return tpu_error(TPU_E_INVALID,
                      "torch.linalg.svd: keyword argument `driver=` is only "
                      "supported on CUDA inputs with cuSOLVER backend.");
-  if (dt != TPU_F32 && dt != TPU_F64)
+  if (dt != TPU_F32 && dt != TPU_F64) /* f16/bf16 like CPU; complex: not yet */
     return tpu_error(TPU_E_UNSUPPORTED, "\"linalg_svd_cpu\" not implemented for '%s'",
                      lw_torch_name(dt));
   int full = (int)lw_int(b, "full_matrices", 0);

@@ -407,3 +407,38 @@ TPU_TEST(spectral_repeated) {
   lt_result_free(&r);
   lt_free(&A);
 }
+
+/* a matrix large enough for the parallel Jacobi rounds (and a wide one) */
+TPU_TEST(spectral_svd_large) {
+  int m = 400, n = 170;
+  uint64_t seed = 5;
+  for (int wide = 0; wide < 2; wide++) {
+    int64_t sz[2] = {wide ? n : m, wide ? m : n};
+    tpu_view A = lt_new(TPU_F64, 2, sz);
+    int64_t numel = (int64_t)m * n;
+    for (int64_t i = 0; i < numel; i++) lt_set(&A, i, rnd(&seed));
+    lt_result r = run_svd(A, 0, 1);
+    CHECK_OK(r.rc);
+    const tpu_view *U = &r.out[0], *S = &r.out[1], *Vh = &r.out[2];
+    int64_t rr = sz[0], cc = sz[1], k = n;
+    double err = 0, orth = 0;
+    for (int64_t i = 0; i < rr; i++)
+      for (int64_t j = 0; j < cc; j++) {
+        double s = 0;
+        for (int64_t q = 0; q < k; q++)
+          s += el(U, 0, i, q) * lt_get(S, q) * el(Vh, 0, q, j);
+        err = fmax(err, fabs(s - lt_get(&A, i * cc + j)));
+      }
+    for (int64_t p = 0; p < k; p += 7)
+      for (int64_t q = 0; q < k; q++) {
+        double d = 0;
+        for (int64_t i = 0; i < rr; i++) d += el(U, 0, i, p) * el(U, 0, i, q);
+        orth = fmax(orth, fabs(d - (p == q)));
+      }
+    CHECK(err < 1e-11);
+    CHECK(orth < 1e-11);
+    for (int64_t q = 1; q < k; q++) CHECK(lt_get(S, q) <= lt_get(S, q - 1));
+    lt_result_free(&r);
+    lt_free(&A);
+  }
+}
