@@ -94,6 +94,8 @@ extern const lw_row lw_rows_spectral[];
 extern const int lw_nrows_spectral;
 extern const lw_row lw_rows_linalg_solve[];
 extern const int lw_nrows_linalg_solve;
+extern const lw_row lw_rows_nn2[];
+extern const int lw_nrows_nn2;
 
 /* ---- scalars ------------------------------------------------------------ */
 enum { LW_SK_BOOL = 0, LW_SK_INT, LW_SK_FLOAT };

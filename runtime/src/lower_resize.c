@@ -184,7 +184,12 @@ static int pad_fn(lw_b *b) {
     int axis = nd - k + j;
     int64_t in = iv->sizes[axis];
     int64_t lo = pad[2 * (k - 1 - j)], hi = pad[2 * (k - 1 - j) + 1];
-    if (lo < 0 || hi < 0) return tpu_error(TPU_E_UNSUPPORTED, "%s: negative padding", b->base);
+    /* replication with negative padding crops (the clamped index covers it) */
+    if (reflect && (lo < 0 || hi < 0))
+      return tpu_error(TPU_E_UNSUPPORTED, "%s: negative padding", b->base);
+    if (!reflect && in + lo + hi < 1)
+      return tpu_error(TPU_E_INVALID, "input (W: %lld) is too small. Calculated output W: %lld",
+                       (long long)in, (long long)(in + lo + hi));
     if (reflect && (lo >= in || hi >= in))
       return tpu_error(TPU_E_INVALID,
                        "Argument #4: Padding size should be less than the corresponding input "
