@@ -40,6 +40,7 @@ static void table_init(void) {
       {lw_rows_spectral, lw_nrows_spectral},
       {lw_rows_linalg_solve, lw_nrows_linalg_solve},
       {lw_rows_nn2, lw_nrows_nn2},
+      {lw_rows_misc, lw_nrows_misc},
   };
   int total = 0;
   for (size_t f = 0; f < sizeof fam / sizeof fam[0]; f++) total += fam[f].n;

@@ -96,6 +96,8 @@ extern const lw_row lw_rows_linalg_solve[];
 extern const int lw_nrows_linalg_solve;
 extern const lw_row lw_rows_nn2[];
 extern const int lw_nrows_nn2;
+extern const lw_row lw_rows_misc[];
+extern const int lw_nrows_misc;
 
 /* ---- scalars ------------------------------------------------------------ */
 enum { LW_SK_BOOL = 0, LW_SK_INT, LW_SK_FLOAT };
