@@ -310,6 +310,96 @@ static int unique_consecutive_fn(lw_b *b) {
   return dyn_unique_results(b, self, x, first, rank, rank, n, u);
 }
 
+/* ---- repeat_interleave.Tensor / bincount -------------------------------- */
+
+/* Sum and minimum of a 1-D integer view (after dyn_sync). */
+static void dyn_sum_min_max(const tpu_view *v, int64_t *sum, int64_t *mn, int64_t *mx) {
+  int64_t n = tpu_view_numel(v);
+  *sum = 0;
+  *mn = INT64_MAX;
+  *mx = INT64_MIN;
+  for (int64_t j = 0; j < n; j++) {
+    double f;
+    int64_t i;
+    dyn_read(v->dtype, dyn_elem(v, j), &f, &i);
+    *sum += i;
+    if (i < *mn) *mn = i;
+    if (i > *mx) *mx = i;
+  }
+}
+
+/* repeat_interleave.Tensor(repeats, output_size): index i repeated
+ * repeats[i] times. Data-dependent shape: synchronizes. Each nonzero
+ * repeat writes i at its first output slot; a running max fills the rest. */
+static int repeat_interleave_fn(lw_b *b) {
+  const tpulw_tensor *rep = lw_tensor_arg(b, "repeats");
+  if (!rep || rep->device < 0)
+    return tpu_error(TPU_E_UNSUPPORTED, "repeat_interleave: unsupported arguments");
+  int dt = rep->view.dtype;
+  if (dt != TPU_I32 && dt != TPU_I64)
+    return tpu_error(TPU_E_UNSUPPORTED, "\"repeat_interleave_cpu\" not implemented for '%s'",
+                     lw_torch_name(dt));
+  if (rep->view.ndim != 1)
+    return tpu_error(TPU_E_INVALID, "repeat_interleave only accept 1D vector as repeat");
+  int rc = dyn_sync(b->ctx->device);
+  if (rc < 0) return rc;
+  int64_t n = rep->view.sizes[0], total, mn, mx;
+  dyn_sum_min_max(&rep->view, &total, &mn, &mx);
+  if (n > 0 && mn < 0) return tpu_error(TPU_E_INVALID, "repeats can not be negative");
+  if (!lw_none(b, "output_size") && lw_int(b, "output_size", -1) != total)
+    return tpu_error(TPU_E_INVALID, "allocated size does not match required size");
+  b->out_rule = LW_OUT_SAME;
+  if (total == 0) return lw_result(b, lw_full(b, dt, 1, &total, 0));
+  tpuir_val r = lw_convert(b, lw_tensor(b, rep), TPU_I64);
+  tpuir_val start = lw_bin(b, TPUIR_SUB, dyn_scan(b, r, n), r);
+  tpuir_val slot = lw_sel(b, lw_bin_c(b, TPUIR_GT, r, 0), start, lw_const(b, TPU_I64, (double)total));
+  int64_t t1 = total + 1, st = 0, str = 1;
+  tpuir_val a = tpuir_scatter_add(b->g, lw_full(b, TPU_I64, 1, &t1, 0), 0, slot,
+                                  tpuir_iota(b->g, TPU_I64, 1, &n, 0));
+  a = tpuir_slice(b->g, a, &st, &total, &str);
+  tpuir_val zero = lw_const(b, TPU_I64, 0);
+  for (int64_t k = 1; k < total && a >= 0; k *= 2) {
+    int64_t lo = k, hi = -k, in = 0;
+    a = lw_bin(b, TPUIR_MAX, a, tpuir_pad(b->g, a, zero, &lo, &hi, &in));
+  }
+  return lw_result_as(b, a, dt);
+}
+
+/* bincount(self, weights, minlength): counts (int64) or summed weights
+ * (float32 weights: float32, others: float64) of each value of the 1-D
+ * non-negative integer input. Data-dependent shape: synchronizes. */
+static int bincount_fn(lw_b *b) {
+  const tpulw_tensor *self = lw_tensor_arg(b, "self");
+  const tpulw_tensor *w = lw_tensor_arg(b, "weights");
+  if (!self || self->device < 0 || (w && w->device < 0))
+    return tpu_error(TPU_E_UNSUPPORTED, "bincount: unsupported arguments");
+  int dt = self->view.dtype;
+  if (!tpu_dtype_is_int(dt))
+    return tpu_error(TPU_E_UNSUPPORTED, "\"bincount_cpu\" not implemented for '%s'",
+                     lw_torch_name(dt));
+  int64_t minlength = lw_int(b, "minlength", 0);
+  if (minlength < 0) return tpu_error(TPU_E_INVALID, "minlength should be >= 0");
+  if (self->view.ndim != 1)
+    return tpu_error(TPU_E_INVALID, "bincount only supports 1-d non-negative integral inputs.");
+  int64_t n = self->view.sizes[0];
+  if (w && (w->view.ndim != 1 || w->view.sizes[0] != n))
+    return tpu_error(TPU_E_INVALID, "weights should be 1-d and have the same length as input");
+  int rc = dyn_sync(b->ctx->device);
+  if (rc < 0) return rc;
+  int64_t sum, mn, mx;
+  dyn_sum_min_max(&self->view, &sum, &mn, &mx);
+  if (n > 0 && mn < 0)
+    return tpu_error(TPU_E_INVALID, "bincount only supports 1-d non-negative integral inputs.");
+  int64_t size = n > 0 && mx + 1 > minlength ? mx + 1 : minlength;
+  int odt = !w ? TPU_I64 : w->view.dtype == TPU_F32 ? TPU_F32 : TPU_F64;
+  b->out_rule = LW_OUT_SAME;
+  tpuir_val z = lw_full(b, odt, 1, &size, 0);
+  if (n == 0) return lw_result(b, z);
+  tpuir_val src = w ? lw_convert(b, lw_tensor(b, w), odt) : lw_full(b, odt, 1, &n, 1);
+  return lw_result(b, tpuir_index_add(b->g, z, 0, lw_convert(b, lw_tensor(b, self), TPU_I64),
+                                      src));
+}
+
 /* ---- scatter_reduce / index_reduce -------------------------------------- */
 
 enum { SR_SUM = 0, SR_PROD, SR_MEAN, SR_AMAX, SR_AMIN };
@@ -410,6 +500,16 @@ static int sr_core(lw_b *b, const tpulw_tensor *self, int d, tpuir_val idx,
   return lw_result_as(b, res, dt);
 }
 
+/* Shared entry (lower_internal.h): scatter_reduce of src into self along d
+ * at int64 positions idx with reduce "sum" | "prod" | "mean" | "amax" |
+ * "amin". */
+int lw_scatter_reduce(lw_b *b, const tpulw_tensor *self, int d, tpuir_val idx, tpuir_val src,
+                      const char *reduce, int include_self) {
+  int kind = sr_kind(reduce, 0);
+  if (kind < 0) return tpu_error(TPU_E_INVALID, "scatter_reduce: bad reduce %s", reduce);
+  return sr_core(b, self, d, idx, src, kind, include_self);
+}
+
 /* scatter_reduce.two(self, dim, index, src, reduce, include_self) and its
  * out= / in-place forms. */
 static int scatter_reduce_fn(lw_b *b) {
@@ -423,8 +523,8 @@ static int scatter_reduce_fn(lw_b *b) {
   if (kind < 0)
     return tpu_error(TPU_E_INVALID, "reduce argument must be either sum, prod, mean, "
                      "amax or amin, got %s", lw_str(b, "reduce") ? lw_str(b, "reduce") : "None");
-  if (index->view.dtype != TPU_I64)
-    return tpu_error(TPU_E_INVALID, "scatter(): Expected dtype int64 for index");
+  if (index->view.dtype != TPU_I64 && index->view.dtype != TPU_I32)
+    return tpu_error(TPU_E_INVALID, "scatter(): Expected dtype int32/int64 for index");
   if (src->view.dtype != self->view.dtype)
     return tpu_error(TPU_E_INVALID, "scatter(): Expected self.dtype to be equal to src.dtype");
   int r = self->view.ndim, d;
@@ -442,7 +542,7 @@ static int scatter_reduce_fn(lw_b *b) {
   int64_t st[TPU_MAX_DIMS] = {0}, str[TPU_MAX_DIMS];
   for (int i = 0; i < r; i++) str[i] = 1;
   if (r > 0) sv = tpuir_slice(b->g, sv, st, iv->sizes, str);
-  return sr_core(b, self, d, lw_tensor(b, index), sv, kind,
+  return sr_core(b, self, d, lw_convert(b, lw_tensor(b, index), TPU_I64), sv, kind,
                  (int)lw_int(b, "include_self", 1));
 }
 
@@ -657,6 +757,9 @@ const lw_row lw_rows_dynamic[] = {
     {"index_reduce.out", index_reduce_fn, 0},
     {"index_reduce_", index_reduce_fn, 0},
     {"logspace.out", logspace_fn, 0},
+    {"repeat_interleave.Tensor", repeat_interleave_fn, 0},
+    {"bincount", bincount_fn, 0},
+    {"bincount.out", bincount_fn, 0},
     {"polygamma", polygamma_fn, 0},
     {"polygamma.out", polygamma_fn, 0},
     {"polygamma_", polygamma_fn, 0},

@@ -100,8 +100,10 @@ static int scatter_prep(lw_b *b, tpuir_val *x, tpuir_val *idx, tpuir_val *src,
     return tpu_error(TPU_E_INVALID, "scatter(): Expected self.dtype to be equal to src.dtype");
   int rc = lw_wrap_dim(lw_int(b, "dim", 0), sv->ndim, dim);
   if (rc < 0) return rc;
-  if (sv->ndim == 0 || (iv->ndim != sv->ndim && tpu_view_numel(iv) != 0))
-    return tpu_error(TPU_E_UNSUPPORTED, "%s: rank mismatch", b->base);
+  if (iv->ndim != sv->ndim && tpu_view_numel(iv) != 0 && sv->ndim > 0)
+    return tpu_error(TPU_E_INVALID,
+                     "Index tensor must have the same number of dimensions as self tensor");
+  if (sv->ndim == 0) return tpu_error(TPU_E_UNSUPPORTED, "%s: 0-dim self", b->base);
   *x = lw_convert(b, lw_tensor(b, self), dt);
   *idx = lw_tensor(b, index);
   if (tpu_view_numel(iv) == 0) { /* CPU: no-op, shape checks skipped */
@@ -143,8 +145,16 @@ static int scatter_add_fn(lw_b *b) {
   if (!self) return tpu_error(TPU_E_UNSUPPORTED, "scatter_add: no self");
   int dt = self->view.dtype;
   const char *reduce = lw_str(b, "reduce");
+  if (reduce && strcmp(reduce, "multiply") == 0) { /* scatter_reduce prod, self included */
+    tpuir_val x, idx, src;
+    int dim;
+    int rc = scatter_prep(b, &x, &idx, &src, &dim, dt);
+    if (rc < 0) return rc;
+    if (tpu_view_numel(&lw_tensor_arg(b, "index")->view) == 0) return lw_result(b, x);
+    return lw_scatter_reduce(b, self, dim, lw_convert(b, idx, TPU_I64), src, "prod", 1);
+  }
   if (reduce && strcmp(reduce, "add") != 0 && strcmp(reduce, "sum") != 0)
-    return tpu_error(TPU_E_UNSUPPORTED, "scatter: reduce=%s", reduce);
+    return tpu_error(TPU_E_INVALID, "reduce argument must be either add or multiply.");
   int cdt = dt == TPU_BOOL ? TPU_I32 : lw_opmath(dt);
   tpuir_val x, idx, src;
   int dim;
@@ -250,7 +260,12 @@ static int index_fill_copy_fn(lw_b *b) {
   int dim;
   int rc = lw_wrap_dim(lw_int(b, "dim", 0), s.ndim, &dim);
   if (rc < 0) return rc;
-  if (s.ndim == 0) return tpu_error(TPU_E_UNSUPPORTED, "%s: 0-dim self", b->base);
+  int scalar = s.ndim == 0; /* a 0-dim self acts as [1] */
+  if (scalar) {
+    int64_t one = 1;
+    x = lw_reshape(b, x, 1, &one);
+    s = lw_info(b, x);
+  }
   int64_t size = s.sizes[dim], k = tpu_view_numel(&index->view);
   tpuir_val idx = lw_reshape(b, lw_tensor(b, index), 1, &k);
   if (!is_copy) idx = wrap_index(b, idx, size);
@@ -268,7 +283,8 @@ static int index_fill_copy_fn(lw_b *b) {
                        "index_fill_ only supports a 0-dimensional value tensor, but got tensor "
                        "with %d dimension(s).", v.t->view.ndim);
     if (v.kind == LW_OPND_NONE) return tpu_error(TPU_E_UNSUPPORTED, "index_fill: no value");
-    return lw_result(b, lw_sel(b, hit, lw_opnd_val(b, &v, dt), x));
+    tpuir_val r = lw_sel(b, hit, lw_opnd_val(b, &v, dt), x);
+    return lw_result(b, scalar ? lw_reshape(b, r, 0, NULL) : r);
   }
   const tpulw_tensor *src = lw_tensor_arg(b, "source");
   if (!src) return tpu_error(TPU_E_UNSUPPORTED, "index_copy: no source");
@@ -278,6 +294,10 @@ static int index_fill_copy_fn(lw_b *b) {
                      lw_torch_name(src->view.dtype));
   int cdt = tpu_dtype_is_float(dt) ? lw_opmath(dt) : TPU_I64;
   tpuir_val sv = lw_convert(b, lw_tensor(b, src), cdt);
+  if (scalar && src->view.ndim == 0) {
+    int64_t one = 1;
+    sv = lw_reshape(b, sv, 1, &one);
+  }
   lw_shape ss = lw_info(b, sv);
   if (ss.ndim != s.ndim || ss.sizes[dim] != k)
     return tpu_error(TPU_E_INVALID, "index_copy_(): Source/destination tensor must have same "
@@ -286,7 +306,8 @@ static int index_fill_copy_fn(lw_b *b) {
   tpuir_val sum = tpuir_index_add(b->g, lw_full(b, cdt, s.ndim, s.sizes, 0), dim, idx, sv);
   tpuir_val c = lw_convert(b, lw_reshape(b, cnt, s.ndim, ms), cdt);
   tpuir_val mean = lw_bin(b, TPUIR_DIV, sum, lw_bin_c(b, TPUIR_MAX, c, 1));
-  return lw_result(b, lw_sel(b, hit, lw_convert(b, mean, dt), x));
+  tpuir_val r = lw_sel(b, hit, lw_convert(b, mean, dt), x);
+  return lw_result(b, scalar ? lw_reshape(b, r, 0, NULL) : r);
 }
 
 /* take(self, index): self flattened, negative indices wrap */
@@ -842,6 +863,8 @@ const lw_row lw_rows_index[] = {
     {"scatter.value_out", scatter_fn, 0},
     {"scatter.reduce", scatter_fn, 0}, {"scatter_.reduce", scatter_fn, 0},
     {"scatter.reduce_out", scatter_fn, 0},
+    {"scatter.value_reduce", scatter_fn, 0}, {"scatter_.value_reduce", scatter_fn, 0},
+    {"scatter.value_reduce_out", scatter_fn, 0},
     {"index_add", index_add_fn, 0}, {"index_add_", index_add_fn, 0},
     {"index_add.out", index_add_fn, 0},
     {"index.Tensor", index_fn, 0}, {"index.Tensor_out", index_fn, 0},

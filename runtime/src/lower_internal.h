@@ -246,6 +246,11 @@ int lw_sort_last(lw_b *b, tpuir_val x, int desc, tpuir_val *vals, tpuir_val *per
 /* Top-k along the LAST dim (largest or smallest first). */
 int lw_topk_last(lw_b *b, tpuir_val x, int64_t k, int largest, tpuir_val *vals,
                  tpuir_val *idxs);
+/* torch.scatter_reduce of src (index's shape) into tensor arg self along
+ * dim d at int64 positions idx, reduce "sum" | "prod" | "mean" | "amax" |
+ * "amin" (lower_dynamic.c); declares the result (self's dtype). */
+int lw_scatter_reduce(lw_b *b, const tpulw_tensor *self, int d, tpuir_val idx, tpuir_val src,
+                      const char *reduce, int include_self);
 /* Sum-reduce dims (mask bit d set) of v; keepdim keeps size-1 dims. */
 tpuir_val lw_reduce_dims(lw_b *b, int kind, tpuir_val v, uint32_t mask,
                          int keepdim);

@@ -722,6 +722,107 @@ static int histogram_fn(lw_b *b) {
   return TPU_OK;
 }
 
+/* ---- segment_reduce -------------------------------------------------------- */
+
+#define SEG_PAIRS_MAX ((int64_t)1 << 26)
+
+/* segment_reduce(data, reduce, lengths | offsets, axis, unsafe, initial):
+ * segment s of each row covers [start_s, end_s) along axis (lengths:
+ * running sums; offsets: consecutive entries). `initial` joins every
+ * segment (an empty one gives initial; without it max/min give -inf/+inf,
+ * sum 0, prod 1, mean NaN). Element-segment membership is a mask over
+ * (segment, position); the data-dependent checks of the lengths (negative
+ * entries, total != size) are not made (unsafe semantics). */
+static int segment_reduce_fn(lw_b *b) {
+  const tpulw_tensor *data = lw_tensor_arg(b, "data");
+  const tpulw_tensor *len = lw_tensor_arg(b, "lengths"), *off = lw_tensor_arg(b, "offsets");
+  if (!data || data->device < 0 || (!len && !off) || !lw_none(b, "indices"))
+    return tpu_error(TPU_E_UNSUPPORTED, "segment_reduce: unsupported arguments");
+  const tpulw_tensor *lt = len ? len : off;
+  if (lt->device < 0) return tpu_error(TPU_E_UNSUPPORTED, "segment_reduce: CPU lengths");
+  const char *red = lw_str(b, "reduce");
+  static const char *names[] = {"max", "mean", "min", "sum", "prod"};
+  int kind = -1;
+  for (int k = 0; red && k < 5; k++)
+    if (strcmp(red, names[k]) == 0) kind = k;
+  if (kind < 0)
+    return tpu_error(TPU_E_INVALID, "reduce argument must be either sum, prod, mean, amax or "
+                     "amin, got %s", red ? red : "None");
+  int dt = data->view.dtype;
+  if (!tpu_dtype_is_float(dt))
+    return tpu_error(TPU_E_UNSUPPORTED, "\"_segment_reduce_cpu\" not implemented for '%s'",
+                     lw_torch_name(dt));
+  int nd = data->view.ndim, axis;
+  int rc = lw_wrap_dim(lw_int(b, "axis", 0), nd, &axis);
+  if (rc < 0) return rc;
+  if (nd == 0) return tpu_error(TPU_E_UNSUPPORTED, "segment_reduce: 0-dim data");
+  const tpu_view *lv = &lt->view;
+  if (lv->dtype != TPU_I64 && lv->dtype != TPU_I32)
+    return tpu_error(TPU_E_UNSUPPORTED, "segment_reduce: lengths dtype");
+  if (lv->ndim != axis + 1)
+    return tpu_error(TPU_E_INVALID, "segment_reduce(): Expected lengths to have %d dimensions",
+                     axis + 1);
+  for (int d = 0; d < axis; d++)
+    if (lv->sizes[d] != data->view.sizes[d])
+      return tpu_error(TPU_E_INVALID, "segment_reduce(): Expected lengths and data to have the "
+                       "same leading dimensions");
+  int64_t S = lv->sizes[axis] - (off ? 1 : 0);
+  if (S < 0) return tpu_error(TPU_E_INVALID, "segment_reduce(): offsets must not be empty");
+  int64_t N = data->view.sizes[axis], P = 1, I = 1;
+  for (int d = 0; d < axis; d++) P *= data->view.sizes[d];
+  for (int d = axis + 1; d < nd; d++) I *= data->view.sizes[d];
+  if (P * S * N * I > SEG_PAIRS_MAX)
+    return tpu_error(TPU_E_UNSUPPORTED, "segment_reduce: too large");
+  int cdt = lw_opmath(dt);
+  /* starts/ends [P, S] */
+  int64_t ls[2] = {P, lv->sizes[axis]};
+  tpuir_val l = lw_reshape(b, lw_convert(b, lw_tensor(b, lt), TPU_I64), 2, ls);
+  tpuir_val st, en;
+  int64_t z2[2] = {0, 0}, one2[2] = {1, 1};
+  if (len) {
+    en = scan_op(b, l, 1, TPUIR_ADD, 0);
+    st = lw_bin(b, TPUIR_SUB, en, l);
+  } else {
+    int64_t a0[2] = {0, 0}, a1[2] = {P, S}, b0[2] = {0, 1}, b1[2] = {P, S + 1};
+    st = tpuir_slice(b->g, l, a0, a1, one2);
+    en = tpuir_slice(b->g, l, b0, b1, one2);
+  }
+  (void)z2;
+  /* mask [P, S, N] */
+  int64_t m3[3] = {P, S, N}, d01[2] = {0, 1};
+  tpuir_val j = tpuir_iota(b->g, TPU_I64, 3, m3, 2);
+  tpuir_val mask = lw_bin(b, TPUIR_AND,
+                          lw_bin(b, TPUIR_LE, tpuir_broadcast_in_dim(b->g, st, 3, m3, d01), j),
+                          lw_bin(b, TPUIR_LT, j, tpuir_broadcast_in_dim(b->g, en, 3, m3, d01)));
+  int64_t e4[4] = {P, S, N, I}, d3[3] = {0, 2, 3}, dm[3] = {0, 1, 2}, x3[3] = {P, N, I};
+  tpuir_val x = lw_reshape(b, lw_convert(b, lw_tensor(b, data), cdt), 3, x3);
+  tpuir_val xe = tpuir_broadcast_in_dim(b->g, x, 4, e4, d3);
+  tpuir_val me = tpuir_broadcast_in_dim(b->g, mask, 4, e4, dm);
+  static const int rk[] = {TPUIR_RED_MAX, TPUIR_RED_SUM, TPUIR_RED_MIN, TPUIR_RED_SUM,
+                           TPUIR_RED_PROD};
+  double ident = kind == 0 ? -INFINITY : kind == 2 ? INFINITY : kind == 4 ? 1 : 0;
+  int64_t rd = 2;
+  tpuir_val r = tpuir_reduce(b->g, rk[kind], lw_sel(b, me, xe, lw_const(b, cdt, ident)), 1, &rd);
+  lw_scalar init;
+  int has_init = lw_scalar_arg(b, "initial", &init);
+  tpuir_val iv = has_init ? lw_const(b, cdt, init.f) : -1;
+  if (has_init) {
+    static const int ops[] = {TPUIR_MAX, TPUIR_ADD, TPUIR_MIN, TPUIR_ADD, TPUIR_MUL};
+    r = lw_bin(b, ops[kind], r, iv);
+  }
+  if (kind == 1) { /* mean */
+    int64_t c3[3] = {P, S, I}, d2[2] = {0, 1};
+    tpuir_val cnt = lw_convert(b, lw_bin(b, TPUIR_SUB, en, st), cdt);
+    cnt = tpuir_broadcast_in_dim(b->g, cnt, 3, c3, d2);
+    tpuir_val q = lw_bin(b, TPUIR_DIV, r, cnt);
+    if (has_init) q = lw_sel(b, lw_bin_c(b, TPUIR_EQ, cnt, 0), lw_bcast(b, iv, 3, c3), q);
+    r = q;
+  }
+  int64_t os[TPU_MAX_DIMS];
+  for (int d = 0; d < nd; d++) os[d] = d == axis ? S : data->view.sizes[d];
+  return lw_result_as(b, lw_reshape(b, r, nd, os), dt);
+}
+
 /* ---- table ---------------------------------------------------------------- */
 
 const lw_row lw_rows_misc[] = {
@@ -755,5 +856,6 @@ const lw_row lw_rows_misc[] = {
     {"_histogramdd_bin_edges", histogram_fn, 0},
     {"_histogramdd_from_bin_cts", histogram_fn, 0},
     {"_histogramdd_from_bin_tensors", histogram_fn, 0},
+    {"segment_reduce", segment_reduce_fn, 0},
 };
 const int lw_nrows_misc = sizeof lw_rows_misc / sizeof lw_rows_misc[0];

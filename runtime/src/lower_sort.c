@@ -131,7 +131,9 @@ static int search_fn(lw_b *b) {
   const tpulw_tensor *seq = lw_tensor_arg(b, is_bucket ? "boundaries" : "sorted_sequence");
   if (v.kind == LW_OPND_NONE || !seq)
     return tpu_error(TPU_E_UNSUPPORTED, "%s: missing operand", b->base);
-  if (!lw_none(b, "sorter")) return tpu_error(TPU_E_UNSUPPORTED, "searchsorted: sorter");
+  const tpulw_tensor *sorter = lw_tensor_arg(b, "sorter");
+  if (sorter && sorter->device < 0)
+    return tpu_error(TPU_E_UNSUPPORTED, "searchsorted: CPU sorter");
   int right = (int)lw_int(b, "right", 0);
   const char *side = lw_str(b, "side");
   if (side) {
@@ -151,6 +153,24 @@ static int search_fn(lw_b *b) {
   if (dt == TPU_BOOL) dt = TPU_U8;
   tpuir_val x = lw_opnd_val(b, &v, dt), sq = lw_opnd_val(b, &so, dt);
   lw_shape xs = lw_info(b, x), ss = lw_info(b, sq);
+  if (sorter) { /* the sequence in sorted order: gather along its last dim */
+    const tpu_view *sv = &sorter->view;
+    int same = sv->ndim == ss.ndim;
+    for (int d = 0; same && d < sv->ndim; d++) same = sv->sizes[d] == ss.sizes[d];
+    if (!same)
+      return tpu_error(TPU_E_INVALID, "torch.searchsorted(): boundary and sorter must have the "
+                       "same size, but got boundary tensor of size %lld and sorter of size %lld",
+                       (long long)(ss.ndim ? ss.sizes[ss.ndim - 1] : 1),
+                       (long long)(sv->ndim ? sv->sizes[sv->ndim - 1] : 1));
+    if (sv->dtype != TPU_I64)
+      return tpu_error(TPU_E_INVALID, "torch.searchsorted(): sorter must be a tensor of long "
+                       "dtype but got dtype %s", lw_torch_name(sv->dtype));
+    if (ss.ndim > 0 && lw_numel(&ss) > 0) {
+      b->sync = 1;
+      b->err_remap = LW_ERR_RUNTIME;
+      sq = tpuir_gather(b->g, sq, ss.ndim - 1, lw_tensor(b, sorter));
+    }
+  }
   if (is_bucket && ss.ndim != 1)
     return tpu_error(TPU_E_INVALID,
                      "boundaries tensor must be 1 dimension, but got dim(%d)", ss.ndim);
