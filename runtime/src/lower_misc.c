@@ -371,7 +371,7 @@ static int put_fn(lw_b *b) {
                      lw_torch_name(src->view.dtype));
   int64_t n = tpu_view_numel(&self->view), k = tpu_view_numel(&index->view);
   if (tpu_view_numel(&src->view) != k)
-    return tpu_error(TPU_E_INVALID, "put_(): Expected source and index to have the same number "
+    return tpu_error(TPU_E_INDEX, "put_(): Expected source and index to have the same number "
                      "of elements, but got source.numel() = %lld, index.numel() = %lld",
                      (long long)tpu_view_numel(&src->view), (long long)k);
   int acc = (int)lw_int(b, "accumulate", 0);
@@ -511,8 +511,8 @@ static tpuir_val hist_edges_ct(lw_b *b, tpuir_val x, int d, int64_t bins, const 
   if (rng) {
     lo = lw_const(b, dt, rng[0]);
     hi = lw_const(b, dt, rng[1]);
-  } else if (s.sizes[0] == 0) {
-    lo = hi = lw_const(b, dt, 0);
+  } else if (s.sizes[0] == 0) { /* CPU's default range [0, 1] */
+    return linspace_v(b, lw_const(b, dt, 0), lw_const(b, dt, 1), bins + 1, dt);
   } else {
     int64_t st[2] = {0, d}, lim[2] = {s.sizes[0], d + 1}, str[2] = {1, 1}, z = 0, m = s.sizes[0];
     tpuir_val col = lw_reshape(b, tpuir_slice(b->g, x, st, lim, str), 1, &m);
