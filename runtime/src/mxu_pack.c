@@ -90,6 +90,8 @@ static inline __mmask16 lanes(int64_t n) {
   return n >= 16 ? (__mmask16)0xffff : n <= 0 ? 0 : (__mmask16)((1u << n) - 1);
 }
 
+#define PF_AHEAD 8
+
 /* Panel rows contiguous in memory (rs == 1). */
 T512 static void pack_rows_contig(const tpumxu_src *s, int64_t r0, int nr,
                                   int R, int64_t k0, int64_t kv, int64_t kc,
@@ -98,9 +100,15 @@ T512 static void pack_rows_contig(const tpumxu_src *s, int64_t r0, int nr,
   int np = nplanes ? nplanes : 1;
   int64_t es = s->dtype == TPU_F32 ? 4 : 2;
   int nvec = (R + 15) / 16;
+  /* every k-step is a new cache line (a transposed read): prefetch
+   * PF_AHEAD k-steps ahead so the loads are not latency-bound */
+  const int64_t kstride = s->ks * es, row_bytes = (int64_t)nr * es;
   if (fmt == TPUMXU_FMT_F32) {
     for (int64_t l = 0; l < kc; l++) {
       const char *src = s->base + (r0 + (k0 + l) * s->ks) * es;
+      if (l + PF_AHEAD < kv)
+        for (int64_t b = 0; b < row_bytes; b += 64)
+          _mm_prefetch(src + PF_AHEAD * kstride + b, _MM_HINT_T0);
       for (int v = 0; v < nvec; v++) {
         __mmask16 ml = l < kv ? lanes(nr - v * 16) : 0;
         __m512i part[3];
@@ -114,7 +122,12 @@ T512 static void pack_rows_contig(const tpumxu_src *s, int64_t r0, int nr,
   }
   for (int64_t l = 0; l < kc; l += 2) {
     const char *s0 = s->base + (r0 + (k0 + l) * s->ks) * es;
-    const char *s1 = s0 + s->ks * es;
+    const char *s1 = s0 + kstride;
+    if (l + PF_AHEAD + 1 < kv)
+      for (int64_t b = 0; b < row_bytes; b += 64) {
+        _mm_prefetch(s0 + PF_AHEAD * kstride + b, _MM_HINT_T0);
+        _mm_prefetch(s1 + PF_AHEAD * kstride + b, _MM_HINT_T0);
+      }
     for (int v = 0; v < nvec; v++) {
       __m512i pe[3], po[3];
       split16(ld16(s->dtype, s0 + v * 16 * es, l < kv ? lanes(nr - v * 16) : 0),
