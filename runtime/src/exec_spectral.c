@@ -6,15 +6,19 @@
  * Matrices run in parallel over the batch (one matrix per task).
  *
  * EIGH: cyclic Jacobi on the symmetric matrix rebuilt from the selected
- * triangle: each (p, q) rotation zeroes a_pq (Rutishauser's stable update,
- * tan from the smaller root); a sweep skips pairs already negligible
+ * triangle: each (p, q) rotation zeroes a_pq (tan from the smaller root);
+ * a sweep visits every pair once in round-robin (tournament) order, n/2
+ * disjoint pairs per round, so a round's rotations commute and are applied
+ * together (columns by rows of A, then rows by pairs: contiguous, and
+ * parallel for large n). Pairs already negligible are skipped
  * (|a_pq| <= eps * sqrt(|a_pp a_qq|), or below 1e-20 of ||A||_F, far under
- * double roundoff of the eigenvalues), and the iteration stops after a
- * sweep without rotations. Quadratic convergence: ~6-10 sweeps.
+ * double roundoff of the eigenvalues); the iteration stops after a sweep
+ * without rotations. Quadratic convergence: ~6-10 sweeps.
  *
  * SVD: one-sided (Hestenes) Jacobi on the columns of the tall orientation
  * W (A, or A^T when m < n): rotate column pairs until every pair is
- * orthogonal to eps * rows relative to their norms, accumulating V. Then
+ * orthogonal to eps * rows relative to their norms, accumulating V (the
+ * same round-robin rounds, pairs rotated in parallel when large). Then
  * sigma_j = ||w_j||, U's columns are w_j / sigma_j (re-orthogonalised by
  * modified Gram-Schmidt) and the columns for zero singular values and, for
  * full_matrices, the extra columns complete an orthonormal basis: each
@@ -102,12 +106,82 @@ static double jacobi_tan(double z) {
 
 /* ---- EIGH ---------------------------------------------------------------- */
 
-/* Eigen-decompose the symmetric n x n row-major A in place (destroyed);
- * Vt (n x n, may be NULL) receives the eigenvectors as ROWS (Vt[j*n + i] =
- * component i of eigenvector j, so each rotation updates two contiguous
- * rows), w the eigenvalues (unsorted). A is kept fully symmetric: a
- * rotation reads and writes rows p and q (contiguous) and mirrors them
- * into columns p and q. Returns SP_OK or SP_NOCONV. */
+/* Round-robin (tournament) schedule over `cols` indices: idx holds N =
+ * cols rounded up to even entries (index cols is a bye), initially
+ * 0..N-1. rr_pairs writes the round's disjoint pairs (p < q, byes
+ * skipped) to pq and returns their count; rr_next moves to the next round
+ * (all but idx[0] rotate). N - 1 rounds visit every pair once. */
+static int64_t rr_pairs(const int64_t *idx, int64_t N, int64_t cols, int64_t *pq) {
+  int64_t np = 0;
+  for (int64_t i = 0; i < N / 2; i++) {
+    int64_t a = idx[i], b = idx[N - 1 - i];
+    if (a >= cols || b >= cols) continue;
+    pq[2 * np] = a < b ? a : b;
+    pq[2 * np + 1] = a < b ? b : a;
+    np++;
+  }
+  return np;
+}
+
+static void rr_next(int64_t *idx, int64_t N) {
+  int64_t last = idx[N - 1];
+  for (int64_t i = N - 1; i > 1; i--) idx[i] = idx[i - 1];
+  if (N > 1) idx[1] = last;
+}
+
+/* One round of two-sided Jacobi: the round's rotations act on disjoint
+ * index pairs, so A <- J^T A J is applied as a column phase (A J, by rows
+ * of A) and a row phase (J^T (A J), by pairs), both parallel. */
+typedef struct ej_round {
+  double *A, *Vt;
+  int64_t n, np;
+  const int64_t *pq;
+  const double *cs; /* per pair: c, s, new a_pp, new a_qq; s == 0: none */
+} ej_round;
+
+static void ej_cols(void *ctx, int64_t lo, int64_t hi) {
+  const ej_round *R = ctx;
+  for (int64_t k = lo; k < hi; k++) {
+    double *row = R->A + k * R->n;
+    for (int64_t i = 0; i < R->np; i++) {
+      double c = R->cs[4 * i], s = R->cs[4 * i + 1];
+      if (s == 0) continue;
+      int64_t p = R->pq[2 * i], q = R->pq[2 * i + 1];
+      double x = row[p], y = row[q];
+      row[p] = c * x - s * y;
+      row[q] = s * x + c * y;
+    }
+  }
+}
+
+static void rot_rows(double *rp, double *rq, int64_t n, double c, double s) {
+  for (int64_t k = 0; k < n; k++) {
+    double x = rp[k], y = rq[k];
+    rp[k] = c * x - s * y;
+    rq[k] = s * x + c * y;
+  }
+}
+
+static void ej_rows(void *ctx, int64_t lo, int64_t hi) {
+  const ej_round *R = ctx;
+  int64_t n = R->n;
+  for (int64_t i = lo; i < hi; i++) {
+    double c = R->cs[4 * i], s = R->cs[4 * i + 1];
+    if (s == 0) continue;
+    int64_t p = R->pq[2 * i], q = R->pq[2 * i + 1];
+    double *rp = R->A + p * n, *rq = R->A + q * n;
+    rot_rows(rp, rq, n, c, s);
+    rp[p] = R->cs[4 * i + 2]; /* the 2 x 2 block exactly */
+    rq[q] = R->cs[4 * i + 3];
+    rp[q] = rq[p] = 0;
+    if (R->Vt) rot_rows(R->Vt + p * n, R->Vt + q * n, n, c, s);
+  }
+}
+
+/* Eigen-decompose the symmetric n x n row-major A in place (destroyed) by
+ * cyclic Jacobi in round-robin order; Vt (n x n, may be NULL) receives the
+ * eigenvectors as ROWS (Vt[j*n + i] = component i of eigenvector j), w the
+ * eigenvalues (unsorted). Returns SP_OK, SP_NOCONV or SP_NOMEM. */
 static int jacobi_eigh(double *A, double *Vt, double *w, int64_t n) {
   double frob = 0;
   for (int64_t i = 0; i < n * n; i++) frob += A[i] * A[i];
@@ -117,47 +191,56 @@ static int jacobi_eigh(double *A, double *Vt, double *w, int64_t n) {
     memset(Vt, 0, (size_t)(n * n) * sizeof(double));
     for (int64_t i = 0; i < n; i++) Vt[i * n + i] = 1;
   }
-  int conv = 0;
+  int64_t N = n + (n & 1);
+  int64_t *idx = malloc((size_t)(N ? N : 1) * 2 * sizeof(int64_t));
+  double *cs = malloc((size_t)(N / 2 + 1) * 4 * sizeof(double));
+  if (!idx || !cs) {
+    free(idx);
+    free(cs);
+    return SP_NOMEM;
+  }
+  int64_t *pq = idx + N;
+  for (int64_t i = 0; i < N; i++) idx[i] = i;
+  int par = n * n >= 2 * XK_GRAIN;
+  int64_t grain = 8192 / (n ? n : 1) + 1;
+  int conv = n < 2;
   for (int sweep = 0; sweep < SP_MAX_SWEEPS && !conv; sweep++) {
     conv = 1;
-    for (int64_t p = 0; p < n; p++) {
-      double *rp = A + p * n;
-      for (int64_t q = p + 1; q < n; q++) {
-        double *rq = A + q * n;
-        double apq = rp[q], app = rp[p], aqq = rq[q];
+    for (int64_t r = 0; r < N - 1; r++, rr_next(idx, N)) {
+      ej_round R = {A, Vt, n, rr_pairs(idx, N, n, pq), pq, cs};
+      int any = 0;
+      for (int64_t i = 0; i < R.np; i++) {
+        int64_t p = pq[2 * i], q = pq[2 * i + 1];
+        double apq = A[p * n + q], app = A[p * n + p], aqq = A[q * n + q];
+        cs[4 * i] = 1;
+        cs[4 * i + 1] = 0;
         if (fabs(apq) <= tiny ||
             fabs(apq) <= DBL_EPSILON * sqrt(fabs(app)) * sqrt(fabs(aqq))) {
-          rp[q] = rq[p] = 0;
+          A[p * n + q] = A[q * n + p] = 0;
           continue;
         }
-        conv = 0;
         double t = jacobi_tan(0.5 * (aqq - app) / apq);
-        double c = 1.0 / sqrt(1.0 + t * t), s = t * c, tau = s / (1.0 + c);
-        for (int64_t k = 0; k < n; k++) {
-          double akp = rp[k], akq = rq[k];
-          rp[k] = akp - s * (akq + tau * akp);
-          rq[k] = akq + s * (akp - tau * akq);
-        }
-        rp[p] = app - t * apq;
-        rq[q] = aqq + t * apq;
-        rp[q] = rq[p] = 0;
-        for (int64_t k = 0; k < n; k++) {
-          if (k == p || k == q) continue;
-          A[k * n + p] = rp[k];
-          A[k * n + q] = rq[k];
-        }
-        if (Vt) {
-          double *vp = Vt + p * n, *vq = Vt + q * n;
-          for (int64_t k = 0; k < n; k++) {
-            double a = vp[k], d = vq[k];
-            vp[k] = a - s * (d + tau * a);
-            vq[k] = d + s * (a - tau * d);
-          }
-        }
+        double c = 1.0 / sqrt(1.0 + t * t);
+        cs[4 * i] = c;
+        cs[4 * i + 1] = t * c;
+        cs[4 * i + 2] = app - t * apq;
+        cs[4 * i + 3] = aqq + t * apq;
+        any = 1;
+      }
+      if (!any) continue;
+      conv = 0;
+      if (par) {
+        tpurt_parallel_for(n, grain, ej_cols, &R);
+        tpurt_parallel_for(R.np, grain, ej_rows, &R);
+      } else {
+        ej_cols(&R, 0, n);
+        ej_rows(&R, 0, R.np);
       }
     }
   }
   for (int64_t i = 0; i < n; i++) w[i] = A[i * n + i];
+  free(idx);
+  free(cs);
   return conv ? SP_OK : SP_NOCONV;
 }
 
@@ -200,6 +283,7 @@ static int eigh_one(const sp_job *J, int64_t b, eigh_ws *ws) {
   for (int64_t i = 0; i < n * n; i++) A[i] /= scale;
   double *V = want_v ? ws->V : NULL;
   st = jacobi_eigh(A, V, ws->w, n);
+  if (st == SP_NOMEM) return st;
   sort_idx(ws->w, n, ws->perm, 0);
   for (int64_t j = 0; j < n; j++) R[j] = ws->w[ws->perm[j]] * scale;
   if (want_v)
@@ -290,21 +374,10 @@ static int hestenes(double *W, double *V, int64_t rows, int64_t cols) {
   int conv = 0;
   for (int sweep = 0; sweep < SP_MAX_SWEEPS && !conv; sweep++) {
     atomic_store(&R.rotated, 0);
-    for (int64_t r = 0; r < N - 1; r++) {
-      int64_t np = 0;
-      for (int64_t i = 0; i < N / 2; i++) {
-        int64_t a = idx[i], b = idx[N - 1 - i];
-        if (a >= cols || b >= cols) continue;
-        pq[2 * np] = a < b ? a : b;
-        pq[2 * np + 1] = a < b ? b : a;
-        np++;
-      }
-      int64_t work = rows * np;
-      if (work < XK_GRAIN) hs_range(&R, 0, np);
+    for (int64_t r = 0; r < N - 1; r++, rr_next(idx, N)) {
+      int64_t np = rr_pairs(idx, N, cols, pq);
+      if (rows * np < XK_GRAIN) hs_range(&R, 0, np);
       else tpurt_parallel_for(np, 8192 / rows + 1, hs_range, &R);
-      int64_t last = idx[N - 1]; /* rotate all but idx[0] */
-      for (int64_t i = N - 1; i > 1; i--) idx[i] = idx[i - 1];
-      idx[1] = last;
     }
     conv = !atomic_load(&R.rotated);
   }

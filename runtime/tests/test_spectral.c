@@ -442,3 +442,38 @@ TPU_TEST(spectral_svd_large) {
     lt_free(&A);
   }
 }
+
+/* an eigh large enough for the parallel Jacobi rounds */
+TPU_TEST(spectral_eigh_large) {
+  int n = 260;
+  uint64_t seed = 9;
+  int64_t sz[2] = {n, n};
+  tpu_view A = lt_new(TPU_F64, 2, sz);
+  for (int i = 0; i < n; i++)
+    for (int j = 0; j <= i; j++) {
+      double v = rnd(&seed);
+      lt_set(&A, (int64_t)i * n + j, v);
+      lt_set(&A, (int64_t)j * n + i, v);
+    }
+  lt_result r = run_eigh(A, "L", 1);
+  CHECK_OK(r.rc);
+  const tpu_view *w = &r.out[0], *V = &r.out[1];
+  double err = 0, orth = 0;
+  for (int j = 0; j < n; j += 3) {
+    for (int i = 0; i < n; i++) {
+      double av = 0;
+      for (int k = 0; k < n; k++) av += lt_get(&A, (int64_t)i * n + k) * el(V, 0, k, j);
+      err = fmax(err, fabs(av - lt_get(w, j) * el(V, 0, i, j)));
+    }
+    for (int q = 0; q < n; q++) {
+      double d = 0;
+      for (int k = 0; k < n; k++) d += el(V, 0, k, j) * el(V, 0, k, q);
+      orth = fmax(orth, fabs(d - (j == q)));
+    }
+  }
+  CHECK(err < 1e-11);
+  CHECK(orth < 1e-11);
+  for (int j = 1; j < n; j++) CHECK(lt_get(w, j) >= lt_get(w, j - 1));
+  lt_result_free(&r);
+  lt_free(&A);
+}
