@@ -277,3 +277,35 @@ def test_replicate_negative_pad():
     _run(lambda x: F.pad(x, (1, -2, 0, 1, -1, 1), mode="replicate"), torch.randn(1, 2, 4, 4, 4).transpose(2, 4))
     with pytest.raises(RuntimeError):
         F.pad(torch.randn(1, 2, 3, device=DEV), (-2, -1), mode="replicate")
+
+
+# ---- grid_sample ------------------------------------------------------------------------
+
+@pytest.mark.parametrize("mode", ["bilinear", "nearest", "bicubic"])
+@pytest.mark.parametrize("pad", ["zeros", "border", "reflection"])
+@pytest.mark.parametrize("align", [False, True])
+def test_grid_sample_2d(mode, pad, align):
+    x = torch.randn(2, 3, 5, 6)
+    g = torch.rand(2, 4, 7, 2) * 2.6 - 1.3
+    _run(lambda x, g: F.grid_sample(x, g, mode=mode, padding_mode=pad, align_corners=align), x, g,
+         atol=1e-4, rtol=1e-4)
+
+
+@pytest.mark.parametrize("mode", ["bilinear", "nearest"])
+@pytest.mark.parametrize("pad", ["zeros", "border", "reflection"])
+def test_grid_sample_3d(mode, pad):
+    x = torch.randn(2, 2, 4, 5, 3)
+    g = torch.rand(2, 3, 2, 4, 3) * 2.6 - 1.3
+    _run(lambda x, g: F.grid_sample(x, g, mode=mode, padding_mode=pad, align_corners=False), x, g,
+         atol=1e-4, rtol=1e-4)
+
+
+def test_grid_sample_noncontig_empty_errors():
+    x = torch.randn(2, 6, 5, 3).transpose(1, 3)
+    g = (torch.rand(2, 2, 7, 4) * 2 - 1).transpose(1, 3)
+    _run(lambda x, g: F.grid_sample(x, g, align_corners=False), x, g, atol=1e-4, rtol=1e-4)
+    _run(lambda x, g: F.grid_sample(x, g, align_corners=False), torch.randn(0, 2, 3, 3), torch.rand(0, 2, 2, 2), grad=False)
+    with pytest.raises(RuntimeError):
+        F.grid_sample(torch.randn(2, 3, 4, 4, device=DEV), torch.rand(1, 2, 2, 2, device=DEV), align_corners=False)
+    with pytest.raises(RuntimeError):
+        F.grid_sample(torch.randn(2, 3, 4, 4, device=DEV), torch.rand(2, 2, 2, 3, device=DEV), align_corners=False)

@@ -5,7 +5,9 @@
  *   (+ backward); multilabel_margin_loss_forward (+ backward);
  *   upsample_bicubic2d and _upsample_bilinear2d_aa (+ backward);
  *   _embedding_bag / _embedding_bag_forward_only (+ dense backward and
- *   per_sample_weights backward).
+ *   per_sample_weights backward); grid_sampler_2d/3d (+ backward: bilinear,
+ *   nearest, bicubic taps gathered from the flattened plane, gradients
+ *   scattered back).
  *
  * Pooling with data- or shape-dependent windows (adaptive, fractional)
  * gathers every window into a trailing axis of size K (the largest window;
@@ -1185,6 +1187,289 @@ static int ebag_psw_bw_fn(lw_b *b) {
   return lw_result_as(b, r, dt);
 }
 
+/* ---- grid_sampler_2d / grid_sampler_3d (+ backward) ---------------------- */
+
+enum { GS_BILINEAR = 0, GS_NEAREST, GS_BICUBIC };
+enum { GS_ZEROS = 0, GS_BORDER, GS_REFLECTION };
+
+/* clip to [0, size - 1]; *gm (if non-NULL) *= d/dx (0 where clipped) */
+static tpuir_val gs_clip(lw_b *b, tpuir_val x, int64_t size, tpuir_val *gm) {
+  tpuir_val r = lw_bin_c(b, TPUIR_MIN, lw_bin_c(b, TPUIR_MAX, x, 0), (double)(size - 1));
+  if (gm) {
+    lw_shape s = lw_info(b, x);
+    tpuir_val inside = lw_bin(b, TPUIR_AND, lw_bin_c(b, TPUIR_GT, x, 0), lw_bin_c(b, TPUIR_LT, x, (double)(size - 1)));
+    *gm = lw_sel(b, inside, *gm, lw_const(b, s.dtype, 0));
+  }
+  return r;
+}
+
+/* reflect x into [tl/2, th/2] (GridSampler.h reflect_coordinates[_set_grad]) */
+static tpuir_val gs_reflect(lw_b *b, tpuir_val x, int64_t tl, int64_t th, tpuir_val *gm) {
+  lw_shape s = lw_info(b, x);
+  if (tl == th) {
+    if (gm) *gm = lw_full(b, s.dtype, s.ndim, s.sizes, 0);
+    return lw_full(b, s.dtype, s.ndim, s.sizes, 0);
+  }
+  double mn = (double)tl / 2, span = (double)(th - tl) / 2;
+  tpuir_val d = lw_bin_c(b, TPUIR_SUB, x, mn);
+  tpuir_val neg = lw_bin_c(b, TPUIR_LT, d, 0);
+  tpuir_val a = lw_un(b, TPUIR_ABS, d);
+  tpuir_val extra = lw_bin_c(b, TPUIR_REM, a, span);
+  tpuir_val flips = lw_un(b, TPUIR_FLOOR, lw_bin_c(b, TPUIR_DIV, a, span));
+  tpuir_val even = lw_bin_c(b, TPUIR_EQ, lw_bin_c(b, TPUIR_REM, flips, 2), 0);
+  tpuir_val r = lw_sel(b, even, lw_bin_c(b, TPUIR_ADD, extra, mn),
+                       lw_bin_c(b, TPUIR_ADD, lw_bin(b, TPUIR_SUB, lw_const(b, s.dtype, span), extra), mn));
+  if (gm) {
+    tpuir_val one = lw_const(b, s.dtype, 1), mone = lw_const(b, s.dtype, -1);
+    tpuir_val m = lw_sel(b, neg, mone, one);
+    m = lw_sel(b, even, m, lw_un(b, TPUIR_NEG, m));
+    *gm = lw_bin(b, TPUIR_MUL, *gm, m);
+  }
+  return r;
+}
+
+/* padding applied to an unnormalized coordinate (compute_coordinates) */
+static tpuir_val gs_pad(lw_b *b, tpuir_val x, int64_t size, int pad, int align, tpuir_val *gm) {
+  if (pad == GS_BORDER) {
+    x = gs_clip(b, x, size, gm);
+  } else if (pad == GS_REFLECTION) {
+    x = align ? gs_reflect(b, x, 0, 2 * (size - 1), gm) : gs_reflect(b, x, -1, 2 * size - 1, gm);
+    x = gs_clip(b, x, size, gm);
+  }
+  /* safe_downgrade_to_int_range: non-finite / huge -> -100 */
+  lw_shape s = lw_info(b, x);
+  tpuir_val ok = lw_bin(b, TPUIR_AND, lw_un(b, TPUIR_IS_FINITE, x),
+                        lw_bin(b, TPUIR_AND, lw_bin_c(b, TPUIR_LT, x, 2147483646.0), lw_bin_c(b, TPUIR_GE, x, -2147483648.0)));
+  return lw_sel(b, ok, x, lw_const(b, s.dtype, -100));
+}
+
+static tpuir_val gs_unnorm(lw_b *b, tpuir_val c, int64_t size, int align, double *mult) {
+  if (align) {
+    *mult = (double)(size - 1) / 2;
+    return lw_bin_c(b, TPUIR_MUL, lw_bin_c(b, TPUIR_ADD, c, 1), (double)(size - 1) / 2);
+  }
+  *mult = (double)size / 2;
+  return lw_bin_c(b, TPUIR_DIV, lw_bin_c(b, TPUIR_SUB, lw_bin_c(b, TPUIR_MUL, lw_bin_c(b, TPUIR_ADD, c, 1), (double)size), 1), 2);
+}
+
+/* Keys cubic coefficients (A = -0.75) of tap k at fraction t, and their
+ * derivative (get_cubic_coefficients_grad) */
+static tpuir_val cubic_coef(lw_b *b, tpuir_val t, int k, int grad) {
+  const double A = -0.75;
+  lw_shape s = lw_info(b, t);
+  tpuir_val one = lw_const(b, s.dtype, 1);
+  tpuir_val x, w;
+  if (!grad) {
+    x = k == 0 ? lw_bin_c(b, TPUIR_ADD, t, 1) : k == 1 ? t : k == 2 ? lw_bin(b, TPUIR_SUB, one, t)
+                                                         : lw_bin_c(b, TPUIR_ADD, lw_bin(b, TPUIR_SUB, one, t), 1);
+    if (k == 1 || k == 2) {
+      w = lw_bin_c(b, TPUIR_SUB, lw_bin_c(b, TPUIR_MUL, x, A + 2), A + 3);
+      return lw_bin_c(b, TPUIR_ADD, lw_bin(b, TPUIR_MUL, lw_bin(b, TPUIR_MUL, w, x), x), 1);
+    }
+    w = lw_bin_c(b, TPUIR_SUB, lw_bin_c(b, TPUIR_MUL, x, A), 5 * A);
+    w = lw_bin_c(b, TPUIR_ADD, lw_bin(b, TPUIR_MUL, w, x), 8 * A);
+    return lw_bin_c(b, TPUIR_SUB, lw_bin(b, TPUIR_MUL, w, x), 4 * A);
+  }
+  if (k == 0) {
+    x = lw_bin(b, TPUIR_SUB, lw_const(b, s.dtype, -1), t);
+    w = lw_bin_c(b, TPUIR_SUB, lw_bin_c(b, TPUIR_MUL, x, -3 * A), 10 * A);
+    return lw_bin_c(b, TPUIR_SUB, lw_bin(b, TPUIR_MUL, w, x), 8 * A);
+  }
+  if (k == 1) {
+    x = lw_un(b, TPUIR_NEG, t);
+    w = lw_bin_c(b, TPUIR_SUB, lw_bin_c(b, TPUIR_MUL, x, -3 * (A + 2)), 2 * (A + 3));
+    return lw_bin(b, TPUIR_MUL, w, x);
+  }
+  if (k == 2) {
+    x = lw_bin(b, TPUIR_SUB, one, t);
+    w = lw_bin_c(b, TPUIR_SUB, lw_bin_c(b, TPUIR_MUL, x, 3 * (A + 2)), 2 * (A + 3));
+    return lw_bin(b, TPUIR_MUL, w, x);
+  }
+  x = lw_bin(b, TPUIR_SUB, lw_const(b, s.dtype, 2), t);
+  w = lw_bin_c(b, TPUIR_SUB, lw_bin_c(b, TPUIR_MUL, x, 3 * A), 10 * A);
+  return lw_bin_c(b, TPUIR_ADD, lw_bin(b, TPUIR_MUL, w, x), 8 * A);
+}
+
+#define GS_MAXT 64
+typedef struct gs_tap {
+  tpuir_val flat;           /* int64 [N, P] flat spatial index (0 where invalid) */
+  tpuir_val w;              /* cdt [N, P] weight (0 where invalid) */
+  tpuir_val dw[3];          /* cdt [N, P] d weight / d source coord per dim */
+} gs_tap;
+
+static int grid_fn(lw_b *b) {
+  int bw = strstr(b->base, "_backward") != NULL;
+  int nsp = nsp_of(b);
+  const tpulw_tensor *in = lw_tensor_arg(b, "input"), *gr = lw_tensor_arg(b, "grid");
+  int rc;
+  if ((rc = need_tpu(b, in)) || (rc = need_tpu(b, gr))) return rc;
+  const tpu_view *iv = &in->view, *gv = &gr->view;
+  int dt = iv->dtype;
+  char s1[256], s2[256];
+  if ((rc = float_only(b, dt))) return rc;
+  if (gv->dtype != dt)
+    return tpu_error(TPU_E_INVALID, "grid_sampler(): expected input and grid to have same dtype, "
+                     "but input has %s and grid has %s", lw_c_name(dt), lw_c_name(gv->dtype));
+  if (iv->ndim != nsp + 2 || gv->ndim != iv->ndim)
+    return tpu_error(TPU_E_INVALID, "grid_sampler(): expected %dD input and grid with same number "
+                     "of dimensions, but got input with sizes [%s] and grid with sizes [%s]", nsp + 2,
+                     fmt_sizes(s1, sizeof s1, iv->ndim, iv->sizes), fmt_sizes(s2, sizeof s2, gv->ndim, gv->sizes));
+  if (iv->sizes[0] != gv->sizes[0])
+    return tpu_error(TPU_E_INVALID, "grid_sampler(): expected grid and input to have same batch "
+                     "size, but got input with sizes [%s] and grid with sizes [%s]",
+                     fmt_sizes(s1, sizeof s1, iv->ndim, iv->sizes), fmt_sizes(s2, sizeof s2, gv->ndim, gv->sizes));
+  if (gv->sizes[gv->ndim - 1] != nsp)
+    return tpu_error(TPU_E_INVALID, "grid_sampler(): expected grid to have size %d in last "
+                     "dimension, but got grid with sizes [%s]", nsp, fmt_sizes(s2, sizeof s2, gv->ndim, gv->sizes));
+  for (int i = 2; i < iv->ndim; i++)
+    if (iv->sizes[i] <= 0)
+      return tpu_error(TPU_E_INVALID, "grid_sampler(): expected input to have non-empty spatial "
+                       "dimensions, but input has sizes [%s] with dimension %d being empty",
+                       fmt_sizes(s1, sizeof s1, iv->ndim, iv->sizes), i);
+  int mode = (int)lw_int(b, "interpolation_mode", 0), pad = (int)lw_int(b, "padding_mode", 0);
+  int align = (int)lw_int(b, "align_corners", 0);
+  if (mode == GS_BICUBIC && nsp == 3)
+    return tpu_error(TPU_E_INVALID, "grid_sampler(): bicubic interpolation only supports 4D input");
+  if (mode < 0 || mode > 2 || pad < 0 || pad > 2)
+    return tpu_error(TPU_E_UNSUPPORTED, "grid_sampler: mode");
+  int64_t N = iv->sizes[0], C = iv->sizes[1], P = 1, S = 1;
+  for (int i = 0; i < nsp; i++) {
+    P *= gv->sizes[1 + i];
+    S *= iv->sizes[2 + i];
+  }
+  int64_t osz[5] = {N, C};
+  for (int i = 0; i < nsp; i++) osz[2 + i] = gv->sizes[1 + i];
+  int cdt = lw_opmath(dt);
+  const tpulw_tensor *go = NULL;
+  int m0 = 1, m1 = 1;
+  if (bw) {
+    go = lw_tensor_arg(b, "grad_output");
+    if ((rc = need_tpu(b, go))) return rc;
+    int ok = go->view.ndim == nsp + 2;
+    for (int i = 0; ok && i < nsp + 2; i++) ok = go->view.sizes[i] == osz[i];
+    if (!ok) return tpu_error(TPU_E_INVALID, "grid_sampler backward: grad_output shape");
+    int n;
+    int64_t sc;
+    const int64_t *mk = lw_ints(b, "output_mask", &n, &sc);
+    if (mk && n == 2) {
+      m0 = mk[0] != 0;
+      m1 = mk[1] != 0;
+    }
+  }
+  if (N == 0 || P == 0 || C == 0) {
+    if (!bw) return lw_result(b, lw_full(b, dt, nsp + 2, osz, 0));
+    if ((rc = lw_result(b, lw_full(b, dt, iv->ndim, iv->sizes, 0))) < 0) return rc;
+    return lw_result(b, lw_full(b, dt, gv->ndim, gv->sizes, 0));
+  }
+  int64_t g3[3] = {N, P, nsp}, np2[2] = {N, P}, one3[3] = {1, 1, 1};
+  tpuir_val g = lw_reshape(b, lw_convert(b, lw_tensor(b, gr), cdt), 3, g3);
+  tpuir_val gmul[3], i0[3], t[3];
+  int64_t size[3], stride[3];
+  int64_t st = 1;
+  for (int d = 0; d < nsp; d++) { /* d = 0: W (last dim), 1: H, 2: D */
+    size[d] = iv->sizes[iv->ndim - 1 - d];
+    stride[d] = st;
+    st *= size[d];
+    int64_t lo[3] = {0, 0, d}, hi[3] = {N, P, d + 1};
+    tpuir_val c = lw_reshape(b, tpuir_slice(b->g, g, lo, hi, one3), 2, np2);
+    double um;
+    tpuir_val x = gs_unnorm(b, c, size[d], align, &um);
+    gmul[d] = lw_full(b, cdt, 2, np2, um);
+    if (mode != GS_BICUBIC) x = gs_pad(b, x, size[d], pad, align, &gmul[d]);
+    LW_TRY(x);
+    if (mode == GS_NEAREST) {
+      i0[d] = lw_un(b, TPUIR_ROUND_EVEN, x);
+    } else {
+      i0[d] = lw_un(b, TPUIR_FLOOR, x);
+      t[d] = lw_bin(b, TPUIR_SUB, x, i0[d]);
+    }
+  }
+  /* taps */
+  gs_tap taps[GS_MAXT];
+  int ntap = 0;
+  int per = mode == GS_NEAREST ? 1 : mode == GS_BILINEAR ? 2 : 4;
+  int total = 1;
+  for (int d = 0; d < nsp; d++) total *= per;
+  tpuir_val zero = lw_const(b, cdt, 0);
+  for (int k = 0; k < total; k++) {
+    int kd[3], kk = k;
+    for (int d = 0; d < nsp; d++) {
+      kd[d] = kk % per;
+      kk /= per;
+    }
+    tpuir_val valid = -1, flat = -1, w = -1, wd[3] = {-1, -1, -1}, dwd[3] = {-1, -1, -1};
+    for (int d = 0; d < nsp; d++) {
+      tpuir_val pos;
+      if (mode == GS_NEAREST) {
+        pos = i0[d];
+        wd[d] = lw_full(b, cdt, 2, np2, 1);
+        dwd[d] = lw_full(b, cdt, 2, np2, 0);
+      } else if (mode == GS_BILINEAR) {
+        pos = kd[d] ? lw_bin_c(b, TPUIR_ADD, i0[d], 1) : i0[d];
+        wd[d] = kd[d] ? t[d] : lw_bin(b, TPUIR_SUB, lw_const(b, cdt, 1), t[d]);
+        dwd[d] = lw_full(b, cdt, 2, np2, kd[d] ? 1 : -1);
+      } else {
+        pos = gs_pad(b, lw_bin_c(b, TPUIR_ADD, i0[d], (double)(kd[d] - 1)), size[d], pad, align, NULL);
+        wd[d] = cubic_coef(b, t[d], kd[d], 0);
+        dwd[d] = lw_un(b, TPUIR_NEG, cubic_coef(b, t[d], kd[d], 1));
+      }
+      tpuir_val ok = lw_bin(b, TPUIR_AND, lw_bin_c(b, TPUIR_GE, pos, 0), lw_bin_c(b, TPUIR_LE, pos, (double)(size[d] - 1)));
+      valid = valid < 0 ? ok : lw_bin(b, TPUIR_AND, valid, ok);
+      tpuir_val pi = lw_convert(b, lw_sel(b, ok, pos, zero), TPU_I64);
+      pi = lw_bin_c(b, TPUIR_MUL, pi, (double)stride[d]);
+      flat = flat < 0 ? pi : lw_bin(b, TPUIR_ADD, flat, pi);
+      LW_TRY(flat);
+    }
+    gs_tap *tp = &taps[ntap++];
+    tp->flat = lw_sel(b, valid, flat, lw_const(b, TPU_I64, 0));
+    for (int d = 0; d < nsp; d++) w = w < 0 ? wd[d] : lw_bin(b, TPUIR_MUL, w, wd[d]);
+    tp->w = lw_sel(b, valid, w, zero);
+    for (int d = 0; d < nsp; d++) {
+      tpuir_val dw = dwd[d];
+      for (int e = 0; e < nsp; e++)
+        if (e != d) dw = lw_bin(b, TPUIR_MUL, dw, wd[e]);
+      tp->dw[d] = lw_sel(b, valid, dw, zero);
+    }
+    LW_TRY(tp->w);
+  }
+  int64_t ins[3] = {N, C, S}, outs[3] = {N, C, P}, d02[2] = {0, 2};
+  tpuir_val x = lw_reshape(b, lw_convert(b, lw_tensor(b, in), cdt), 3, ins);
+  tpuir_val gsrc[3] = {-1, -1, -1}, acc = -1, gin = -1;
+  tpuir_val gout = bw ? lw_reshape(b, lw_convert(b, lw_tensor(b, go), cdt), 3, outs) : -1;
+  if (bw && m0) gin = lw_full(b, cdt, 3, ins, 0);
+  for (int k = 0; k < ntap; k++) {
+    tpuir_val idx = tpuir_broadcast_in_dim(b->g, taps[k].flat, 3, outs, d02);
+    tpuir_val w3 = tpuir_broadcast_in_dim(b->g, taps[k].w, 3, outs, d02);
+    if (!bw) {
+      tpuir_val v = lw_bin(b, TPUIR_MUL, tpuir_gather(b->g, x, 2, idx), w3);
+      acc = acc < 0 ? v : lw_bin(b, TPUIR_ADD, acc, v);
+      LW_TRY(acc);
+      continue;
+    }
+    if (m0) gin = tpuir_scatter_add(b->g, gin, 2, idx, lw_bin(b, TPUIR_MUL, gout, w3));
+    if (m1 && mode != GS_NEAREST) {
+      tpuir_val vg = lw_reduce_dims(b, TPUIR_RED_SUM, lw_bin(b, TPUIR_MUL, tpuir_gather(b->g, x, 2, idx), gout), 2u, 0);
+      for (int d = 0; d < nsp; d++) {
+        tpuir_val c = lw_bin(b, TPUIR_MUL, vg, taps[k].dw[d]);
+        gsrc[d] = gsrc[d] < 0 ? c : lw_bin(b, TPUIR_ADD, gsrc[d], c);
+        LW_TRY(gsrc[d]);
+      }
+    }
+  }
+  if (!bw) return lw_result_as(b, lw_reshape(b, acc, nsp + 2, osz), dt);
+  if (m0) {
+    if ((rc = lw_result_as(b, lw_reshape(b, gin, iv->ndim, iv->sizes), dt)) < 0) return rc;
+  } else {
+    if ((rc = lw_result(b, lw_full(b, dt, iv->ndim, iv->sizes, 0))) < 0) return rc;
+  }
+  if (!m1 || mode == GS_NEAREST) return lw_result(b, lw_full(b, dt, gv->ndim, gv->sizes, 0));
+  tpuir_val parts[3];
+  int64_t np1[3] = {N, P, 1};
+  for (int d = 0; d < nsp; d++) parts[d] = lw_reshape(b, lw_bin(b, TPUIR_MUL, gsrc[d], gmul[d]), 3, np1);
+  tpuir_val gg = tpuir_concat(b->g, nsp, parts, 2);
+  return lw_result_as(b, lw_reshape(b, gg, gv->ndim, gv->sizes), dt);
+}
+
 #define R2(n, fn, code) {n, fn, code}, {n ".out", fn, code}
 
 const lw_row lw_rows_nn2[] = {
@@ -1228,5 +1513,9 @@ const lw_row lw_rows_nn2[] = {
     {"_embedding_bag_backward", ebag_bw_fn, K_EBAG_BW},
     R2("_embedding_bag_dense_backward", ebag_bw_fn, K_EBAG_DENSE_BW),
     R2("_embedding_bag_per_sample_weights_backward", ebag_psw_bw_fn, K_EBAG_PSW_BW),
+    R2("grid_sampler_2d", grid_fn, 0),
+    R2("grid_sampler_3d", grid_fn, 0),
+    R2("grid_sampler_2d_backward", grid_fn, 0),
+    R2("grid_sampler_3d_backward", grid_fn, 0),
 };
 const int lw_nrows_nn2 = sizeof lw_rows_nn2 / sizeof lw_rows_nn2[0];
