@@ -33,7 +33,7 @@ def _run(fn, *args, grad=True, atol=1e-5, rtol=1e-4, **kw):
             if c is None:
                 assert a is None
             else:
-                assert_close(a, c, atol=atol, rtol=rtol)
+                assert_close(a, c, atol=atol, rtol=rtol, equal_nan=True)
 
 
 # ---- max_unpool -------------------------------------------------------------
@@ -309,3 +309,34 @@ def test_grid_sample_noncontig_empty_errors():
         F.grid_sample(torch.randn(2, 3, 4, 4, device=DEV), torch.rand(1, 2, 2, 2, device=DEV), align_corners=False)
     with pytest.raises(RuntimeError):
         F.grid_sample(torch.randn(2, 3, 4, 4, device=DEV), torch.rand(2, 2, 2, 3, device=DEV), align_corners=False)
+
+
+# ---- ctc_loss ------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("red", ["none", "mean", "sum"])
+@pytest.mark.parametrize("flat", [False, True])
+def test_ctc_loss(red, flat):
+    T, N, C = 12, 3, 5
+    lp = torch.randn(T, N, C).log_softmax(2)
+    il = [12, 9, 10]
+    tl = [4, 0, 3]
+    tg = torch.tensor([[1, 2, 2, 3], [0, 0, 0, 0], [4, 4, 1, 0]])
+    if flat:
+        tg = torch.cat([tg[i, :tl[i]] for i in range(N)])
+    _run(lambda lp: F.ctc_loss(lp, tg.to(lp.device), il, tl, reduction=red), lp, atol=1e-4)
+    # lengths as tensors, non-contiguous log_probs
+    lp2 = torch.randn(N, T, C).log_softmax(2).transpose(0, 1)
+    _run(lambda lp: F.ctc_loss(lp, tg.to(lp.device), torch.tensor(il), torch.tensor(tl), reduction=red), lp2, atol=1e-4)
+
+
+def test_ctc_loss_infinity_blank_empty_errors():
+    T, N, C = 3, 2, 4
+    lp = torch.randn(T, N, C).log_softmax(2)
+    tg = torch.tensor([[1, 1, 1], [2, 3, 1]])  # the first target cannot fit into 3 frames
+    for zi in (False, True):
+        _run(lambda lp: F.ctc_loss(lp, tg.to(lp.device), [3, 3], [3, 2], blank=0, reduction="none", zero_infinity=zi), lp)
+    _run(lambda lp: F.ctc_loss(lp, tg.to(lp.device), [3, 2], [1, 2], blank=3, reduction="sum"), lp)
+    with pytest.raises(RuntimeError):
+        F.ctc_loss(lp.to(DEV), tg.to(DEV), [4, 3], [1, 2])
+    with pytest.raises(RuntimeError):
+        F.ctc_loss(lp.to(DEV), tg.to(DEV), [3, 3], [1, 2], blank=7)

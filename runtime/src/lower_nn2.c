@@ -7,7 +7,9 @@
  *   _embedding_bag / _embedding_bag_forward_only (+ dense backward and
  *   per_sample_weights backward); grid_sampler_2d/3d (+ backward: bilinear,
  *   nearest, bicubic taps gathered from the flattened plane, gradients
- *   scattered back).
+ *   scattered back); _ctc_loss / _ctc_loss_backward (int-list lengths;
+ *   the alpha / beta recursions unrolled over time, vectorized over batch
+ *   and extended-target positions).
  *
  * Pooling with data- or shape-dependent windows (adaptive, fractional)
  * gathers every window into a trailing axis of size K (the largest window;
@@ -1470,6 +1472,235 @@ static int grid_fn(lw_b *b) {
   return lw_result_as(b, lw_reshape(b, gg, gv->ndim, gv->sizes), dt);
 }
 
+/* ---- CTC loss (_ctc_loss / _ctc_loss_backward, int-list lengths) ------- */
+
+/* int64 [n] vector of host values */
+static tpuir_val host_vec(lw_b *b, int n, const int64_t *v) {
+  if (n == 0) {
+    int64_t z = 0;
+    return lw_full(b, TPU_I64, 1, &z, 0);
+  }
+  tpuir_val parts[256];
+  if (n > 256) return tpu_error(TPU_E_UNSUPPORTED, "ctc_loss: batch too large");
+  int64_t one = 1;
+  for (int i = 0; i < n; i++) parts[i] = lw_reshape(b, lw_const(b, TPU_I64, (double)v[i]), 1, &one);
+  return n == 1 ? parts[0] : tpuir_concat(b->g, n, parts, 0);
+}
+
+/* logsumexp of k values (same shape), -inf safe like PyTorch's CTC code */
+static tpuir_val lse(lw_b *b, int k, const tpuir_val *v) {
+  tpuir_val m = v[0];
+  for (int i = 1; i < k; i++) m = lw_bin(b, TPUIR_MAX, m, v[i]);
+  lw_shape s = lw_info(b, m);
+  m = lw_sel(b, lw_bin_c(b, TPUIR_EQ, m, -INFINITY), lw_const(b, s.dtype, 0), m);
+  tpuir_val acc = -1;
+  for (int i = 0; i < k; i++) {
+    tpuir_val e = lw_un(b, TPUIR_EXP, lw_bin(b, TPUIR_SUB, v[i], m));
+    acc = acc < 0 ? e : lw_bin(b, TPUIR_ADD, acc, e);
+  }
+  return lw_bin(b, TPUIR_ADD, lw_un(b, TPUIR_LOG, acc), m);
+}
+
+/* shift along dim 1 of [N, L] by k (> 0: towards higher s), filling -inf */
+static tpuir_val shift1(lw_b *b, tpuir_val v, int k) {
+  lw_shape s = lw_info(b, v);
+  int64_t lo[2] = {0, k}, hi[2] = {0, -k}, in[2] = {0, 0};
+  if (k > s.sizes[1] || -k > s.sizes[1]) return lw_full(b, s.dtype, 2, s.sizes, -INFINITY);
+  return tpuir_pad(b->g, v, lw_const(b, s.dtype, -INFINITY), lo, hi, in);
+}
+
+#define CTC_MAXT 4096
+static int ctc_fn(lw_b *b) {
+  int bw = strstr(b->base, "_backward") != NULL;
+  const tpulw_tensor *lpt = lw_tensor_arg(b, "log_probs"), *tgt = lw_tensor_arg(b, "targets");
+  int rc;
+  if ((rc = need_tpu(b, lpt)) || (rc = need_tpu(b, tgt))) return rc;
+  const tpu_view *lv = &lpt->view, *tv = &tgt->view;
+  int dt = lv->dtype;
+  if ((rc = float_only(b, dt))) return rc;
+  int nil, ntl;
+  int64_t sc1, sc2;
+  const int64_t *il = lw_ints(b, "input_lengths", &nil, &sc1);
+  const int64_t *tl = lw_ints(b, "target_lengths", &ntl, &sc2);
+  if (!il || !tl) return tpu_error(TPU_E_UNSUPPORTED, "ctc_loss: lengths must be int lists");
+  if (lv->ndim != 3) return tpu_error(TPU_E_INVALID, "ctc_loss: log_probs must be 3-D (T, N, C)");
+  int64_t T = lv->sizes[0], N = lv->sizes[1], C = lv->sizes[2];
+  int64_t blank = lw_int(b, "blank", 0);
+  int zinf = (int)lw_int(b, "zero_infinity", 0);
+  if (blank < 0 || blank >= C) return tpu_error(TPU_E_INVALID, "blank must be in label range");
+  if (nil != N) return tpu_error(TPU_E_INVALID, "input_lengths must be of size batch_size");
+  if (ntl != N) return tpu_error(TPU_E_INVALID, "target_lengths must be of size batch_size");
+  if (tv->dtype != TPU_I64 && tv->dtype != TPU_I32)
+    return tpu_error(TPU_E_UNSUPPORTED, "ctc_loss: targets dtype");
+  int64_t maxS = 0, tsum = 0;
+  for (int i = 0; i < N; i++) {
+    if (tl[i] < 0)
+      return tpu_error(TPU_E_INVALID, "Expected target_lengths to have value at least 0, but got "
+                       "value %lld", (long long)tl[i]);
+    if (il[i] < 0 || il[i] > T)
+      return tpu_error(TPU_E_INVALID, "Expected input_lengths to have value at most %lld, but got "
+                       "value %lld (while checking arguments for ctc_loss_cpu)", (long long)T, (long long)il[i]);
+    if (tl[i] > maxS) maxS = tl[i];
+    tsum += tl[i];
+  }
+  if (tv->ndim == 2) {
+    if (tv->sizes[0] != N)
+      return tpu_error(TPU_E_INVALID, "Expected tensor to have size %lld at dimension 0, but got "
+                       "size %lld for argument #2 'targets' (while checking arguments for ctc_loss_cpu)",
+                       (long long)N, (long long)tv->sizes[0]);
+    if (tv->sizes[1] < maxS)
+      return tpu_error(TPU_E_INVALID, "Expected tensor to have size at least %lld at dimension 1, "
+                       "but got size %lld for argument #2 'targets' (while checking arguments for "
+                       "ctc_loss_cpu)", (long long)maxS, (long long)tv->sizes[1]);
+  } else if (tv->ndim == 1) {
+    if (tv->sizes[0] < tsum)
+      return tpu_error(TPU_E_INVALID, "Expected tensor to have size at least %lld at dimension 0, "
+                       "but got size %lld for argument #2 'targets' (while checking arguments for "
+                       "ctc_loss_cpu)", (long long)tsum, (long long)tv->sizes[0]);
+  } else {
+    return tpu_error(TPU_E_INVALID, "ctc_loss: targets must be 1-D or 2-D");
+  }
+  if (T > CTC_MAXT) return tpu_error(TPU_E_UNSUPPORTED, "ctc_loss: sequence too long");
+  int64_t L = 2 * maxS + 1;
+  int cdt = dt == TPU_F64 ? TPU_F64 : TPU_F32;
+  int64_t nl[2] = {N, L}, n1[2] = {N, 1}, tnl[3] = {T, N, L};
+  if (N == 0 || T == 0) {
+    if (bw) return lw_result(b, lw_full(b, dt, 3, lv->sizes, 0));
+    if ((rc = lw_result(b, lw_full(b, dt, 1, &N, 0))) < 0) return rc;
+    int64_t ntl3[3] = {N, T, L};
+    return lw_result(b, lw_full(b, dt, 3, ntl3, -INFINITY));
+  }
+  /* extended targets tprime [N, L] (blank at even s) */
+  tpuir_val sio = tpuir_iota(b->g, TPU_I64, 2, nl, 1);
+  tpuir_val half = lw_bin_c(b, TPUIR_DIV, sio, 2);
+  tpuir_val tg = lw_convert(b, lw_tensor(b, tgt), TPU_I64);
+  tpuir_val lab;
+  if (tv->ndim == 2) {
+    int64_t S = tv->sizes[1];
+    if (S == 0) {
+      lab = lw_full(b, TPU_I64, 2, nl, (double)blank);
+    } else {
+      lab = tpuir_gather(b->g, tg, 1, lw_bin_c(b, TPUIR_MIN, half, (double)(S - 1)));
+    }
+  } else {
+    int64_t offs[256], o = 0;
+    if (N > 256) return tpu_error(TPU_E_UNSUPPORTED, "ctc_loss: batch too large");
+    for (int i = 0; i < N; i++) {
+      offs[i] = o;
+      o += tl[i];
+    }
+    int64_t tn = tv->sizes[0];
+    if (tn == 0) {
+      lab = lw_full(b, TPU_I64, 2, nl, (double)blank);
+    } else {
+      tpuir_val ov = lw_reshape(b, host_vec(b, (int)N, offs), 2, n1);
+      tpuir_val fi = lw_bin_c(b, TPUIR_MIN, lw_bin(b, TPUIR_ADD, half, ov), (double)(tn - 1));
+      int64_t nln = N * L;
+      lab = lw_reshape(b, tpuir_index_select(b->g, tg, 0, lw_reshape(b, fi, 1, &nln)), 2, nl);
+    }
+  }
+  tpuir_val tlv = lw_reshape(b, host_vec(b, (int)N, tl), 2, n1);
+  tpuir_val ilv = lw_reshape(b, host_vec(b, (int)N, il), 2, n1);
+  tpuir_val odd = lw_bin_c(b, TPUIR_EQ, lw_bin_c(b, TPUIR_REM, sio, 2), 1);
+  tpuir_val svalid = lw_bin(b, TPUIR_LE, sio, lw_bin_c(b, TPUIR_MUL, tlv, 2)); /* s <= 2 tl */
+  tpuir_val tprime = lw_sel(b, lw_bin(b, TPUIR_AND, odd, svalid), lab, lw_const(b, TPU_I64, (double)blank));
+  b->sync = 1;
+  b->err_remap = LW_ERR_RUNTIME;
+  /* skip transition s-2 -> s allowed where tprime[s] != tprime[s-2] */
+  int64_t lo2[2] = {0, 2}, hi2[2] = {0, -2}, z2[2] = {0, 0};
+  tpuir_val tp2 = tpuir_pad(b->g, tprime, lw_const(b, TPU_I64, (double)blank), lo2, hi2, z2);
+  tpuir_val skip = lw_bin(b, TPUIR_AND, lw_bin_c(b, TPUIR_GE, sio, 2), lw_bin(b, TPUIR_NE, tprime, tp2));
+  tpuir_val lp = lw_convert(b, lw_tensor(b, lpt), cdt);
+  int64_t d12[2] = {1, 2};
+  tpuir_val lpg = tpuir_gather(b->g, lp, 2, tpuir_broadcast_in_dim(b->g, tprime, 3, tnl, d12)); /* [T,N,L] */
+  LW_TRY(lpg);
+  tpuir_val ninf = lw_const(b, cdt, -INFINITY);
+  int64_t one3[3] = {1, 1, 1};
+  #define LPG_T(t) lw_reshape(b, tpuir_slice(b->g, lpg, (int64_t[3]){(t), 0, 0}, (int64_t[3]){(t) + 1, N, L}, one3), 2, nl)
+  if (!bw) {
+    tpuir_val parts[CTC_MAXT];
+    tpuir_val a = lw_sel(b, lw_bin(b, TPUIR_AND, lw_bin_c(b, TPUIR_LE, sio, 1), svalid), LPG_T(0), ninf);
+    a = lw_sel(b, lw_bin_c(b, TPUIR_LT, ilv, 1), ninf, a);
+    tpuir_val fin = a;
+    int64_t n1l[3] = {N, 1, L};
+    parts[0] = lw_reshape(b, a, 3, n1l);
+    for (int64_t t = 1; t < T; t++) {
+      tpuir_val v3[3] = {a, shift1(b, a, 1), lw_sel(b, skip, shift1(b, a, 2), ninf)};
+      tpuir_val na = lw_bin(b, TPUIR_ADD, lse(b, 3, v3), LPG_T(t));
+      na = lw_sel(b, svalid, na, ninf);
+      tpuir_val live = lw_bin_c(b, TPUIR_GT, ilv, (double)t);
+      a = lw_sel(b, live, na, ninf);
+      fin = lw_sel(b, live, na, fin);
+      parts[t] = lw_reshape(b, a, 3, n1l);
+      LW_TRY(parts[t]);
+    }
+    /* nll = -logaddexp(alpha[2tl], alpha[2tl-1]) (tl == 0: -alpha[0]) */
+    tpuir_val i1 = lw_bin_c(b, TPUIR_MUL, tlv, 2);
+    tpuir_val i2 = lw_bin_c(b, TPUIR_MAX, lw_bin_c(b, TPUIR_SUB, i1, 1), 0);
+    tpuir_val l1 = tpuir_gather(b->g, fin, 1, i1);
+    tpuir_val l2 = lw_sel(b, lw_bin_c(b, TPUIR_GT, tlv, 0), tpuir_gather(b->g, fin, 1, i2), ninf);
+    tpuir_val v2[2] = {l1, l2};
+    tpuir_val nll = lw_un(b, TPUIR_NEG, lw_reshape(b, lse(b, 2, v2), 1, &N));
+    tpuir_val la = T == 1 ? parts[0] : tpuir_concat(b->g, (int)T, parts, 1);
+    if ((rc = lw_result_as(b, nll, dt)) < 0) return rc;
+    return lw_result_as(b, la, dt);
+  }
+  const tpulw_tensor *gt = lw_tensor_arg(b, "grad"), *nt = lw_tensor_arg(b, "neg_log_likelihood");
+  const tpulw_tensor *at = lw_tensor_arg(b, "log_alpha");
+  if ((rc = need_tpu(b, gt)) || (rc = need_tpu(b, nt)) || (rc = need_tpu(b, at))) return rc;
+  const tpu_view *av = &at->view;
+  if (av->ndim != 3 || av->sizes[0] != N || av->sizes[1] != T || av->sizes[2] != L)
+    return tpu_error(TPU_E_INVALID, "_ctc_loss_backward: log_alpha has the wrong shape");
+  int64_t gn = 1;
+  for (int i = 0; i < gt->view.ndim; i++) gn *= gt->view.sizes[i];
+  if (gn != N) return tpu_error(TPU_E_INVALID, "_ctc_loss_backward: grad must have batch_size elements");
+  int64_t perm[3] = {1, 0, 2};
+  tpuir_val la = tpuir_transpose(b->g, lw_convert(b, lw_tensor(b, at), cdt), perm); /* [T,N,L] */
+  tpuir_val parts[CTC_MAXT];
+  tpuir_val bt = -1;
+  tpuir_val i1 = lw_bin_c(b, TPUIR_MUL, tlv, 2);
+  tpuir_val endm = lw_bin(b, TPUIR_AND, lw_bin(b, TPUIR_GE, sio, lw_bin_c(b, TPUIR_SUB, i1, 1)), svalid);
+  int64_t lom2[2] = {0, -2}, hip2[2] = {0, 2};
+  tpuir_val skipb = tpuir_pad(b->g, skip, lw_const(b, TPU_BOOL, 0), lom2, hip2, z2); /* skip[s + 2] */
+  int64_t t1l[3] = {1, N, L};
+  for (int64_t t = T - 1; t >= 0; t--) {
+    tpuir_val lpt_ = LPG_T(t);
+    tpuir_val init = lw_sel(b, endm, lpt_, ninf);
+    tpuir_val nb;
+    if (bt < 0) {
+      nb = lw_full(b, cdt, 2, nl, -INFINITY);
+    } else {
+      tpuir_val v3[3] = {bt, shift1(b, bt, -1), lw_sel(b, skipb, shift1(b, bt, -2), ninf)};
+      nb = lw_sel(b, svalid, lw_bin(b, TPUIR_ADD, lse(b, 3, v3), lpt_), ninf);
+    }
+    tpuir_val last = lw_bin_c(b, TPUIR_EQ, ilv, (double)(t + 1));
+    tpuir_val before = lw_bin_c(b, TPUIR_GT, ilv, (double)(t + 1));
+    bt = lw_sel(b, last, init, lw_sel(b, before, nb, ninf));
+    tpuir_val lat = lw_reshape(b, tpuir_slice(b->g, la, (int64_t[3]){t, 0, 0}, (int64_t[3]){t + 1, N, L}, one3), 2, nl);
+    parts[t] = lw_reshape(b, lw_bin(b, TPUIR_ADD, lat, bt), 3, t1l);
+    LW_TRY(parts[t]);
+  }
+  tpuir_val lcab = T == 1 ? parts[0] : tpuir_concat(b->g, (int)T, parts, 0); /* [T,N,L] */
+  tpuir_val m = lw_reduce_dims(b, TPUIR_RED_MAX, lcab, 4u, 1);
+  m = lw_sel(b, lw_bin_c(b, TPUIR_EQ, m, -INFINITY), lw_const(b, cdt, 0), m);
+  tpuir_val ex = lw_un(b, TPUIR_EXP, lw_bin(b, TPUIR_SUB, lcab, m));
+  tpuir_val sums = tpuir_scatter_add(b->g, lw_full(b, cdt, 3, lv->sizes, 0), 2,
+                                     tpuir_broadcast_in_dim(b->g, tprime, 3, tnl, d12), ex);
+  tpuir_val lsum = lw_bin(b, TPUIR_ADD, lw_un(b, TPUIR_LOG, sums), m);
+  int64_t s1n1[3] = {1, N, 1};
+  tpuir_val nll = lw_reshape(b, lw_convert(b, lw_tensor(b, nt), cdt), 3, s1n1);
+  tpuir_val g = lw_reshape(b, lw_convert(b, lw_tensor(b, gt), cdt), 3, s1n1);
+  tpuir_val res = lw_bin(b, TPUIR_SUB, lw_un(b, TPUIR_EXP, lp),
+                         lw_un(b, TPUIR_EXP, lw_bin(b, TPUIR_SUB, lw_bin(b, TPUIR_ADD, lsum, nll), lp)));
+  res = lw_bin(b, TPUIR_MUL, res, g);
+  int64_t tn1[3] = {T, N, 1};
+  tpuir_val live = lw_bin(b, TPUIR_LT, tpuir_iota(b->g, TPU_I64, 3, tn1, 0), lw_reshape(b, ilv, 3, s1n1));
+  tpuir_val zero = lw_const(b, cdt, 0);
+  res = lw_sel(b, live, res, zero);
+  if (zinf) res = lw_sel(b, lw_bin_c(b, TPUIR_EQ, nll, INFINITY), zero, res);
+  return lw_result_as(b, res, dt);
+}
+
 #define R2(n, fn, code) {n, fn, code}, {n ".out", fn, code}
 
 const lw_row lw_rows_nn2[] = {
@@ -1517,5 +1748,7 @@ const lw_row lw_rows_nn2[] = {
     R2("grid_sampler_3d", grid_fn, 0),
     R2("grid_sampler_2d_backward", grid_fn, 0),
     R2("grid_sampler_3d_backward", grid_fn, 0),
+    R2("_ctc_loss", ctc_fn, 0),
+    R2("_ctc_loss_backward", ctc_fn, 0),
 };
 const int lw_nrows_nn2 = sizeof lw_rows_nn2 / sizeof lw_rows_nn2[0];
