@@ -258,3 +258,22 @@ def test_gradients():
     _grad(lambda x: torch.linalg.matrix_norm(x, "nuc"), b)
     c = _rand(4, 4, seed=23)  # float32
     _grad(lambda x: torch.linalg.svdvals(x), c, tol=dict(rtol=1e-3, atol=1e-3))
+
+
+def test_fused_eager():
+    from torch_tpu.execution_mode import EagerMode, eager_mode
+
+    a = _rand(3, 5, 4, seed=31)
+    h = _sym(2, 4, 4, seed=32)
+    with eager_mode(EagerMode.DEFER_AND_FUSE):
+        x = a.to(DEV) * 2 + 1  # fused producer, then the decomposition
+        s = torch.linalg.svdvals(x)
+        w = torch.linalg.eigvalsh(h.to(DEV) - 1)
+        p = torch.linalg.pinv(x)
+        assert_close(s, torch.linalg.svdvals(a * 2 + 1), **TOL)
+        assert_close(w, torch.linalg.eigvalsh(h - 1), **TOL)
+        assert_close(p, torch.linalg.pinv(a * 2 + 1), **TOL)
+        bad = h.clone()
+        bad[0, 1, 0] = float("nan")
+        with pytest.raises(torch.linalg.LinAlgError):
+            torch.linalg.eigvalsh(bad.to(DEV) + 0)

@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "test_lower_util.h"
+#include "tpu_exec.h"
 #include "tpu_ir.h"
 #include "tpu_test.h"
 
@@ -476,4 +477,37 @@ TPU_TEST(spectral_eigh_large) {
   for (int j = 1; j < n; j++) CHECK(lt_get(w, j) >= lt_get(w, j - 1));
   lt_result_free(&r);
   lt_free(&A);
+}
+
+/* the IR ops on f16 / bf16 operands (computed in double, rounded once) */
+TPU_TEST(spectral_ir_half) {
+  int dts[2] = {TPU_F16, TPU_BF16};
+  for (int di = 0; di < 2; di++) {
+    int dt = dts[di];
+    tpuir_graph *g = tpuir_graph_new();
+    int64_t sz[2] = {2, 2};
+    tpuir_val x = tpuir_param(g, dt, 2, sz);
+    tpuir_val outs[2] = {tpuir_eigh(g, x, 1, 1, 0), tpuir_svd(g, x, 0, 0, 0)};
+    CHECK_OK(tpuir_set_outputs(g, 2, outs));
+    double a[4] = {2, 1, 1, 2};
+    tpu_view in = lt_from(dt, 2, sz, a);
+    int64_t es[2] = {3, 2}, ss[1] = {2};
+    tpu_view ov[2] = {lt_new(dt, 2, es), lt_new(dt, 1, ss)};
+    CHECK_OK(tpux_run(g, 1, &in, 2, ov));
+    double want_w[2] = {1, 3}, want_s[2] = {3, 1};
+    tpu_view w = ov[0];
+    w.ndim = 1;
+    w.sizes[0] = 2;
+    w.strides[0] = 1;
+    CHECK_VALS(w, want_w, 2, 1e-2);
+    for (int i = 2; i < 6; i++) CHECK_NEAR(fabs(lt_get(&ov[0], i)), sqrt(0.5), 1e-2);
+    /* vectors (1,-1) and (1,1) up to sign */
+    CHECK(lt_get(&ov[0], 2) * lt_get(&ov[0], 4) < 0);
+    CHECK(lt_get(&ov[0], 3) * lt_get(&ov[0], 5) > 0);
+    CHECK_VALS(ov[1], want_s, 2, 1e-2);
+    lt_free(&in);
+    lt_free(&ov[0]);
+    lt_free(&ov[1]);
+    tpuir_graph_free(g);
+  }
 }
