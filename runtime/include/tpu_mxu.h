@@ -44,6 +44,31 @@ int tpumxu_gemm(int dtype, int precision, int64_t batch, int64_t m, int64_t n,
                 int64_t sbk, int64_t sbn, double beta, void *c, int64_t sbc,
                 int64_t scm, int64_t scn);
 
+/* GEMM epilogue callback: called once the final values (alpha/beta applied,
+ * rounded to dtype) of the C block rows [m0, m1) x cols [n0, n1) of batch
+ * item `batch` have been stored, while the block is still hot in cache.
+ * The blocks of one call cover C exactly once. It runs on the thread that
+ * finished the block: a pool worker or the calling thread, several blocks
+ * concurrently, in no particular order. It must only read the finished
+ * block (not other parts of C) and write memory no other block's callback
+ * or the GEMM itself touches (in particular not A, B or other parts of C);
+ * it must not call tpurt_parallel_for expecting parallelism (nested calls
+ * run inline). It cannot fail: report errors through ctx. */
+typedef void (*tpumxu_epilogue_fn)(void *ctx, int64_t batch, int64_t m0,
+                                   int64_t m1, int64_t n0, int64_t n1);
+
+/* tpumxu_gemm with an optional epilogue (epi may be NULL: then exactly
+ * tpumxu_gemm). With k == 0 the epilogue is called on the calling thread
+ * for each batch item after C is scaled. Not called when batch, m or n is
+ * 0 or on an argument error; after an out-of-memory error some blocks may
+ * have been processed. Borrowed: all pointers, epi_ctx. */
+int tpumxu_gemm_ex(int dtype, int precision, int64_t batch, int64_t m,
+                   int64_t n, int64_t k, double alpha, const void *a,
+                   int64_t sab, int64_t sam, int64_t sak, const void *b,
+                   int64_t sbb, int64_t sbk, int64_t sbn, double beta, void *c,
+                   int64_t sbc, int64_t scm, int64_t scn,
+                   tpumxu_epilogue_fn epi, void *epi_ctx);
+
 #ifdef __cplusplus
 }
 #endif

@@ -188,6 +188,56 @@ static int eval_node(xctx *c, int t, const tpu_view *ins) {
   }
 }
 
+/* Whether value o of a region fused into the epilogue of dot t is
+ * available when t runs: computed before t (a region member only once its
+ * region has run), or a parameter/constant/iota or view chain of such that
+ * can be evaluated early (appended to pre[*np]). */
+static int epi_input_ok(const tpuir_graph *g, int t, int o, const int32_t *reg,
+                        int32_t *rpar, const int32_t *rlast, int32_t *pre,
+                        int *np) {
+  if (o < t) return reg[o] < 0 || rlast[uf_find(rpar, reg[o])] < t;
+  if (o == t) return 0; /* a view of the dot's value: other element order */
+  const tpuir_node *n = tpuir_get_node(g, o);
+  if (n->op != TPUIR_PARAM && n->op != TPUIR_CONST && n->op != TPUIR_IOTA &&
+      !(is_view_op(n->op) && epi_input_ok(g, t, n->in[0], reg, rpar, rlast, pre, np)))
+    return 0;
+  pre[(*np)++] = o;
+  return 1;
+}
+
+/* Members of region R (ending at node E) in order, with their store flags
+ * and direct destinations; a direct destination is dropped when a load of
+ * the region aliases it without being the identical view. Returns the
+ * count. */
+static int region_list(const tpuir_graph *g, int R, int E, const char *live,
+                       const int32_t *reg, int32_t *rpar, const int32_t *rfirst,
+                       const char *ext, const tpu_view *const *direct,
+                       const xv *vals, int32_t *members, char *store,
+                       const tpu_view **dsts) {
+  int nm = 0;
+  for (int u = rfirst[R]; u <= E; u++) {
+    if (!live[u] || reg[u] < 0 || uf_find(rpar, reg[u]) != R) continue;
+    store[nm] = ext[u];
+    dsts[nm] = direct[u];
+    members[nm++] = u;
+  }
+  /* loads aliasing a direct destination must be the identical view */
+  for (int k = 0; k < nm; k++) {
+    if (!dsts[k]) continue;
+    for (int q = 0; q < nm && dsts[k]; q++) {
+      const tpuir_node *m = tpuir_get_node(g, members[q]);
+      for (int a = 0; a < m->nin && dsts[k]; a++) {
+        int o = m->in[a];
+        if (reg[o] >= 0 && uf_find(rpar, reg[o]) == R) continue;
+        const tpu_view *ov = &vals[o].v;
+        if (tpux__views_overlap(ov, dsts[k]) && !tpux__views_same(ov, dsts[k]))
+          dsts[k] = NULL;
+      }
+    }
+  }
+  return nm;
+}
+
 /* Run graph g (see tpu_exec.h). Borrowed: g, ins, outs. */
 int tpux_run(const tpuir_graph *g, int nin, const tpu_view *ins, int nout,
              const tpu_view *outs) {
@@ -230,10 +280,16 @@ int tpux_run(const tpuir_graph *g, int nin, const tpu_view *ins, int nout,
   const tpu_view **direct = calloc(nb, sizeof(*direct));
   char *out_done = calloc((size_t)(nout ? nout : 1), 1);
   int32_t *members = malloc(sizeof(int32_t) * XK_REGION_MAX_NODES);
+  /* GEMM epilogues: epi[t] = region fused into dot t (or -1); preown[u] =
+   * dot at which node u is evaluated early (or -1); rfused[R]; done[u] */
+  int32_t *epi = malloc(nb * sizeof(int32_t)), *preown = malloc(nb * sizeof(int32_t));
+  int32_t *plist = malloc(nb * sizeof(int32_t));
+  char *rfused = calloc(nb, 1), *done = calloc(nb, 1);
   int rc = TPU_OK;
   if (!last || !root || !users || !head || !next || !reg || !rpar || !rfirst ||
       !rlast || !rsize || !rin || !rsc || !rclosed || !rfail || !ext || !live || !vals ||
-      !direct || !out_done || !members) {
+      !direct || !out_done || !members || !epi || !preown || !plist || !rfused ||
+      !done) {
     rc = tpu_error(TPU_E_OOM, "tpux_run: out of host memory");
     goto done;
   }
@@ -392,6 +448,75 @@ int tpux_run(const tpuir_graph *g, int nin, const tpu_view *ins, int nout,
     }
     if (ok) direct[t] = &outs[i];
   }
+  /* GEMM epilogues: a float DOT_GENERAL (result dtype = operand dtype)
+   * whose value an elementwise region of the same shape reads directly, if
+   * that region cannot fail and every other input of it exists when the dot
+   * runs (parameters, constants and views may be evaluated early), runs
+   * the region on each finished GEMM block (exec_epilogue.c). The region
+   * then runs at the dot's position: its direct output writes are re-checked
+   * against everything that still reads an overlapping parameter from
+   * there on (the dot's own operands included). */
+  for (int t = 0; t < nn; t++) {
+    epi[t] = -1;
+    preown[t] = -1;
+  }
+  for (int t = 0; t < nn && tpux__epilogue_enabled(); t++) {
+    const tpuir_node *n = tpuir_get_node(g, t);
+    if (!live[t] || n->op != TPUIR_DOT_GENERAL) continue;
+    if ((n->dtype != TPU_F32 && n->dtype != TPU_BF16 && n->dtype != TPU_F16 &&
+         n->dtype != TPU_F64) ||
+        tpuir_get_node(g, n->in[0])->dtype != n->dtype)
+      continue;
+    int R = -1;
+    for (int u = t + 1; u < nn && R < 0; u++) {
+      if (!live[u] || reg[u] < 0) continue;
+      const tpuir_val *ops;
+      int no = node_operands(tpuir_get_node(g, u), &ops);
+      for (int k = 0; k < no; k++)
+        if (ops[k] == t) R = uf_find(rpar, reg[u]);
+    }
+    if (R < 0 || rfused[R] || rfail[R]) continue;
+    const tpuir_node *rn = tpuir_get_node(g, rlast[R]);
+    int ok = rn->ndim == n->ndim, np = 0;
+    for (int d = 0; ok && d < n->ndim; d++) ok = rn->sizes[d] == n->sizes[d];
+    for (int u = rfirst[R]; u <= rlast[R] && ok; u++) {
+      if (!live[u] || reg[u] < 0 || uf_find(rpar, reg[u]) != R) continue;
+      const tpuir_node *m = tpuir_get_node(g, u);
+      for (int k = 0; k < m->nin && ok; k++) {
+        int o = m->in[k];
+        if (o == t || (reg[o] >= 0 && uf_find(rpar, reg[o]) == R)) continue;
+        ok = epi_input_ok(g, t, o, reg, rpar, rlast, plist, &np);
+      }
+    }
+    if (!ok) continue;
+    epi[t] = R;
+    rfused[R] = 1;
+    for (int q = 0; q < np; q++)
+      if (preown[plist[q]] < 0) preown[plist[q]] = t;
+    for (int u = rfirst[R]; u <= rlast[R]; u++) {
+      if (!live[u] || reg[u] < 0 || uf_find(rpar, reg[u]) != R || !direct[u]) continue;
+      const tpu_view *dv = direct[u];
+      int dok = last_fail < t;
+      for (int p = 0; p < nn && dok; p++) {
+        const tpuir_node *pn = tpuir_get_node(g, p);
+        if (pn->op != TPUIR_PARAM || !live[p]) continue;
+        if (!tpux__views_overlap(&ins[pn->dim], dv)) continue;
+        for (int i = 0; i < nout && dok; i++) dok = root[tpuir_output(g, i)] != p;
+        for (int v = 0; v < nn && dok; v++) { /* readers at or after t */
+          const tpuir_node *vn = tpuir_get_node(g, v);
+          if (!live[v] || is_view_op(vn->op)) continue;
+          int Rv = reg[v] >= 0 ? uf_find(rpar, reg[v]) : -1;
+          if (Rv == R) continue;
+          int pos = Rv >= 0 ? rlast[Rv] : v;
+          if (pos < t) continue;
+          const tpuir_val *ops;
+          int no = node_operands(vn, &ops);
+          for (int k = 0; k < no; k++) dok &= root[ops[k]] != p;
+        }
+      }
+      if (!dok) direct[u] = NULL;
+    }
+  }
 
   /* ---- evaluate ---- */
   xctx c = {g, vals};
@@ -399,39 +524,35 @@ int tpux_run(const tpuir_graph *g, int nin, const tpu_view *ins, int nout,
   const tpu_view *dsts[XK_REGION_MAX_NODES];
   for (int t = 0; t < nn && rc == TPU_OK; t++) {
     if (!live[t]) continue;
-    if (reg[t] >= 0) {
+    int nm = 0;
+    if (done[t]) {
+      /* evaluated early, for a GEMM epilogue */
+    } else if (reg[t] >= 0) {
       int R = uf_find(rpar, reg[t]);
-      if (rlast[R] == t) {
-        int nm = 0;
-        for (int u = rfirst[R]; u <= t; u++) {
-          if (!live[u] || reg[u] < 0 || uf_find(rpar, reg[u]) != R) continue;
-          store[nm] = ext[u];
-          dsts[nm] = direct[u];
-          members[nm++] = u;
-        }
-        /* loads aliasing a direct destination must be the identical view */
-        for (int k = 0; k < nm; k++) {
-          if (!dsts[k]) continue;
-          for (int q = 0; q < nm && dsts[k]; q++) {
-            const tpuir_node *m = tpuir_get_node(g, members[q]);
-            for (int a = 0; a < m->nin && dsts[k]; a++) {
-              int o = m->in[a];
-              if (reg[o] >= 0 && uf_find(rpar, reg[o]) == R) continue;
-              const tpu_view *ov = &vals[o].v;
-              if (tpux__views_overlap(ov, dsts[k]) && !tpux__views_same(ov, dsts[k]))
-                dsts[k] = NULL;
-            }
-          }
-        }
+      if (rlast[R] == t && !rfused[R]) {
+        nm = region_list(g, R, t, live, reg, rpar, rfirst, ext, direct, vals,
+                         members, store, dsts);
         rc = tpux__eval_region(&c, nm, members, store, dsts);
-        for (int k = 0; k < nm && rc == TPU_OK; k++)
-          if (dsts[k])
-            for (int i = 0; i < nout; i++)
-              if (tpuir_output(g, i) == members[k]) out_done[i] = 1;
+      }
+    } else if (epi[t] >= 0) {
+      int R = epi[t];
+      for (int u = t + 1; u <= rlast[R] && rc == TPU_OK; u++)
+        if (preown[u] == t && !done[u]) {
+          rc = eval_node(&c, u, ins);
+          done[u] = 1;
+        }
+      if (rc == TPU_OK) {
+        nm = region_list(g, R, rlast[R], live, reg, rpar, rfirst, ext, direct,
+                         vals, members, store, dsts);
+        rc = tpux__eval_dot_fused(&c, t, nm, members, store, dsts);
       }
     } else {
       rc = eval_node(&c, t, ins);
     }
+    for (int k = 0; k < nm && rc == TPU_OK; k++)
+      if (dsts[k])
+        for (int i = 0; i < nout; i++)
+          if (tpuir_output(g, i) == members[k]) out_done[i] = 1;
     for (int v = head[t]; v >= 0; v = next[v]) {
       tpux__free(vals[v].mem);
       vals[v].mem = NULL;
@@ -490,6 +611,11 @@ done:
   free(rfail);
   free(ext);
   free(members);
+  free(epi);
+  free(preown);
+  free(plist);
+  free(rfused);
+  free(done);
   free(last);
   free(root);
   free(users);

@@ -137,9 +137,17 @@ static void idot_range(void *ctx, int64_t b, int64_t e) {
 }
 
 int tpux__eval_dot(xctx *c, int t) {
+  int applied;
+  return tpux__eval_dot_ex(c, t, NULL, NULL, &applied);
+}
+
+/* DOT_GENERAL with an optional GEMM epilogue (see exec_internal.h). */
+int tpux__eval_dot_ex(xctx *c, int t, tpumxu_epilogue_fn fn, void *ctx,
+                      int *applied) {
   const tpuir_node *n = tpuir_get_node(c->g, t);
   const tpu_view *L = &c->vals[n->in[0]].v, *R = &c->vals[n->in[1]].v;
-  int rc = tpux__alloc_value(c, t);
+  *applied = 0;
+  int rc = c->vals[t].mem ? TPU_OK : tpux__alloc_value(c, t);
   if (rc) return rc;
   int nb = n->na, nc = n->nb;
   int64_t lfree[TPU_MAX_DIMS], rfree[TPU_MAX_DIMS];
@@ -202,8 +210,11 @@ int tpux__eval_dot(xctx *c, int t) {
       size_t es = tpu_dtype_size(gdt);
       const char *ab = (const char *)lo.v.base + lo.v.offset * (int64_t)es;
       const char *bb = (const char *)ro.v.base + ro.v.offset * (int64_t)es;
-      rc = tpumxu_gemm(gdt, prec, batch, m, nn, k, 1.0, ab, ls[0], ls[1], ls[2],
-                       bb, rs[0], rs[1], rs[2], 0.0, cv.base, m * nn, nn, 1);
+      tpumxu_epilogue_fn epi = cbuf ? NULL : fn;
+      rc = tpumxu_gemm_ex(gdt, prec, batch, m, nn, k, 1.0, ab, ls[0], ls[1],
+                          ls[2], bb, rs[0], rs[1], rs[2], 0.0, cv.base, m * nn,
+                          nn, 1, epi, ctx);
+      *applied = epi != NULL;
     }
   }
   if (!rc && cbuf) rc = tpux__copy_nocheck(&c->vals[t].v, &cv);

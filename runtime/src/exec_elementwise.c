@@ -745,9 +745,8 @@ typedef struct prog_job {
   int64_t total; /* elements */
 } prog_job;
 
-static void run_tile(xk_prog *p, int64_t L, int64_t n, int in_row,
-                     char *scratch) {
-  const xk_space *s = &p->sp;
+static void run_tile(xk_prog *p, const xk_space *s, int64_t L, int64_t n,
+                     int in_row, char *scratch) {
   void *bp[XK_MAX_BUF], *dout[XK_MAX_INS];
   char stored[XK_MAX_ARR] = {0};
   for (int i = 0; i < p->nbuf; i++) bp[i] = scratch + (size_t)i * XK_TILE * 8;
@@ -832,11 +831,11 @@ static void prog_range(void *ctx, int64_t b, int64_t e) {
       int64_t L = row * j->row + ch * XK_TILE;
       int64_t n = j->row - ch * XK_TILE;
       if (n > XK_TILE) n = XK_TILE;
-      run_tile(p, L, n, 1, scratch);
+      run_tile(p, &p->sp, L, n, 1, scratch);
     } else {
       int64_t L = t * XK_TILE, n = j->total - L;
       if (n > XK_TILE) n = XK_TILE;
-      run_tile(p, L, n, p->sp.nd == 1, scratch);
+      run_tile(p, &p->sp, L, n, p->sp.nd == 1, scratch);
     }
   }
   tpux__free(scratch);
@@ -862,7 +861,52 @@ int tpux__prog_run(xk_prog *p) {
   if (grain < 1) grain = 1;
   if (ntiles <= grain) prog_range(&j, 0, ntiles);
   else tpurt_parallel_for(ntiles, grain, prog_range, &j);
+  return tpux__prog_status(p);
+}
+
+/* Run a program serially over `s` (the program's arrays, re-based and
+ * re-shaped; see exec_internal.h). Errors go to p->err. */
+void tpux__prog_run_serial(xk_prog *p, xk_space *s) {
+  tpux__space_coalesce(s);
+  int64_t total = tpux__space_numel(s);
+  if (total == 0) return;
+  char *scratch = tpux__alloc((size_t)(p->nbuf ? p->nbuf : 1) * XK_TILE * 8);
+  if (!scratch) {
+    int z = TPU_OK;
+    atomic_compare_exchange_strong(&p->err, &z, TPU_E_OOM);
+    return;
+  }
+  for (int k = 0; k < p->nload; k++) /* broadcast scalars: one fill */
+    if (p->load_const[k]) {
+      const xk_arr *ar = &s->arr[p->load[k].arr];
+      tpux__load(ar->dt, ar->p, 0, XK_TILE,
+                 scratch + (size_t)p->load[k].buf * XK_TILE * 8);
+    }
+  int64_t row = s->sz[s->nd - 1];
+  if (s->nd > 1 && row >= 256) {
+    int64_t cpr = (row + XK_TILE - 1) / XK_TILE;
+    for (int64_t r = 0; r < total / row; r++)
+      for (int64_t ch = 0; ch < cpr; ch++) {
+        if (atomic_load_explicit(&p->err, memory_order_relaxed)) goto out;
+        int64_t n = row - ch * XK_TILE;
+        run_tile(p, s, r * row + ch * XK_TILE, n > XK_TILE ? XK_TILE : n, 1,
+                 scratch);
+      }
+  } else {
+    for (int64_t L = 0; L < total; L += XK_TILE) {
+      if (atomic_load_explicit(&p->err, memory_order_relaxed)) break;
+      int64_t n = total - L;
+      run_tile(p, s, L, n > XK_TILE ? XK_TILE : n, s->nd == 1, scratch);
+    }
+  }
+out:
+  tpux__free(scratch);
+}
+
+/* Status of a program's run: TPU_OK or an error with its message. */
+int tpux__prog_status(xk_prog *p) {
   int err = atomic_load(&p->err);
+  if (err == TPU_OK) return TPU_OK;
   if (err == TPU_E_OOM) return tpu_error(TPU_E_OOM, "out of host memory for tiles");
   if (err == TPU_E_INVALID) {
     for (int j2 = 0; j2 < p->nins; j2++)
@@ -871,8 +915,7 @@ int tpux__prog_run(xk_prog *p) {
                          "Integers to negative integer powers are not allowed.");
     return tpu_error(TPU_E_INVALID, "ZeroDivisionError");
   }
-  if (err) return tpu_error(err, "elementwise kernel failed");
-  return TPU_OK;
+  return tpu_error(err, "elementwise kernel failed");
 }
 
 /* ---- node evaluation ---------------------------------------------------- */
@@ -881,9 +924,10 @@ static int needs_norm(int dt) {
   return dt == TPU_BF16 || dt == TPU_F16 || (xk_cls(dt) == XK_I64 && dt != TPU_I64);
 }
 
-/* Evaluate a fused elementwise region (see exec_internal.h). */
-int tpux__eval_region(xctx *c, int n, const int32_t *members, const char *store,
-                      const tpu_view *const *dst) {
+/* Build the program of a fused elementwise region (see exec_internal.h). */
+int tpux__region_prog(xctx *c, int n, const int32_t *members, const char *store,
+                      const tpu_view *const *dst, xk_prog **out) {
+  *out = NULL;
   if (n < 1 || n > XK_MAX_INS)
     return tpu_error(TPU_E_INTERNAL, "eval_region: bad region size %d", n);
   const tpuir_graph *g = c->g;
@@ -983,6 +1027,16 @@ int tpux__eval_region(xctx *c, int n, const int32_t *members, const char *store,
           p->direct_ok[s] = 0;
   }
   p->nins = n;
+  *out = p;
+  return TPU_OK;
+}
+
+/* Evaluate a fused elementwise region (see exec_internal.h). */
+int tpux__eval_region(xctx *c, int n, const int32_t *members, const char *store,
+                      const tpu_view *const *dst) {
+  xk_prog *p;
+  int rc = tpux__region_prog(c, n, members, store, dst, &p);
+  if (rc) return rc;
   rc = tpux__prog_run(p);
   free(p);
   return rc;

@@ -143,6 +143,13 @@ typedef struct xk_prog {
 /* Run a program over its space (parallel). Returns TPU_OK or an error
  * (message set on the calling thread). */
 int tpux__prog_run(xk_prog *p);
+/* Run a program on the calling thread only (no parallel_for) over space s:
+ * p's arrays re-based/re-shaped (same array order; s is coalesced in
+ * place). Errors are recorded in p->err (see tpux__prog_status). Used by
+ * GEMM epilogues on pool workers. */
+void tpux__prog_run_serial(xk_prog *p, xk_space *s);
+/* TPU_OK, or the error recorded in p->err with its message set. */
+int tpux__prog_status(xk_prog *p);
 /* Run one elementwise instruction on class buffers (n elements). Returns
  * TPU_OK or an error code (TPU_E_INVALID for integer /0 and negative int
  * powers); *bad receives the offending value. */
@@ -185,6 +192,36 @@ void tpux__free(void *p);
  * temporary); other members live only in tile buffers. */
 int tpux__eval_region(xctx *c, int n, const int32_t *members, const char *store,
                       const tpu_view *const *dst);
+
+/* Build the program of a region without running it (same arguments as
+ * tpux__eval_region; stored members get their memory now). Its space is the
+ * region's shape, arrays in the order: loads, then stores. Caller frees
+ * *out (free). */
+int tpux__region_prog(xctx *c, int n, const int32_t *members, const char *store,
+                      const tpu_view *const *dst, xk_prog **out);
+
+/* ---- GEMM epilogues (exec_epilogue.c) ---------------------------------- */
+/* 1 unless epilogue fusion is disabled (env TORCH_TPU_NO_EPILOGUE=1, read
+ * once, or tpux__set_epilogue(0)). */
+int tpux__epilogue_enabled(void);
+/* Override: 1 on, 0 off, -1 back to the environment. Process-wide; for
+ * tests. */
+void tpux__set_epilogue(int mode);
+/* Number of dots whose GEMM ran a region in its epilogue so far. */
+int64_t tpux__epilogue_runs(void);
+/* DOT_GENERAL node t followed by the region members[0..n) (same arguments
+ * as tpux__eval_region), which must read t's value only directly, have
+ * t's shape and cannot fail: runs the region on each finished GEMM block
+ * when possible, else right after the dot. */
+int tpux__eval_dot_fused(xctx *c, int t, int n, const int32_t *members,
+                         const char *store, const tpu_view *const *dst);
+/* tpux__eval_dot with a GEMM epilogue (fn may be NULL); *applied = 1 when
+ * fn ran on every block of the result, 0 when the dot took a path without
+ * epilogues (integers, converted results, empty). If c->vals[t].mem is
+ * already set, the result goes there. */
+int tpux__eval_dot_ex(xctx *c, int t, void (*fn)(void *, int64_t, int64_t,
+                                                 int64_t, int64_t, int64_t),
+                      void *ctx, int *applied);
 
 /* Node evaluators (result into c->vals[t]). */
 int tpux__eval_const(xctx *c, int t);

@@ -66,6 +66,8 @@ typedef struct f64_job {
   double *c;
   int64_t sab, sam, sak, sbb, sbk, sbn, sbc, scm, scn;
   int oom;
+  tpumxu_epilogue_fn epi;
+  void *epi_ctx;
 } f64_job;
 
 #define F64_ROWS 16
@@ -101,6 +103,7 @@ static void f64_fn(void *ctx, int64_t t0, int64_t t1) {
         *cp = J->beta != 0. ? J->alpha * acc[j] + J->beta * *cp : J->alpha * acc[j];
       }
     }
+    if (J->epi) J->epi(J->epi_ctx, bi, i0, i1, 0, J->n);
   }
   free(acc);
   free(brow);
@@ -138,6 +141,18 @@ int tpumxu_gemm(int dtype, int precision, int64_t batch, int64_t m, int64_t n,
                 int64_t sam, int64_t sak, const void *b, int64_t sbb,
                 int64_t sbk, int64_t sbn, double beta, void *c, int64_t sbc,
                 int64_t scm, int64_t scn) {
+  return tpumxu_gemm_ex(dtype, precision, batch, m, n, k, alpha, a, sab, sam,
+                        sak, b, sbb, sbk, sbn, beta, c, sbc, scm, scn, NULL,
+                        NULL);
+}
+
+/* GEMM with an optional per-block epilogue callback (see tpu_mxu.h). */
+int tpumxu_gemm_ex(int dtype, int precision, int64_t batch, int64_t m,
+                   int64_t n, int64_t k, double alpha, const void *a,
+                   int64_t sab, int64_t sam, int64_t sak, const void *b,
+                   int64_t sbb, int64_t sbk, int64_t sbn, double beta, void *c,
+                   int64_t sbc, int64_t scm, int64_t scn,
+                   tpumxu_epilogue_fn epi, void *epi_ctx) {
   if (dtype != TPU_F32 && dtype != TPU_BF16 && dtype != TPU_F16 &&
       dtype != TPU_F64)
     return tpu_error(TPU_E_TYPE, "tpumxu_gemm: unsupported dtype %s",
@@ -153,17 +168,19 @@ int tpumxu_gemm(int dtype, int precision, int64_t batch, int64_t m, int64_t n,
     return tpu_error(TPU_E_INVALID, "tpumxu_gemm: NULL operand");
   if (k == 0) {
     scale_c(dtype, batch, m, n, beta, c, sbc, scm, scn);
+    if (epi)
+      for (int64_t bi = 0; bi < batch; bi++) epi(epi_ctx, bi, 0, m, 0, n);
     return TPU_OK;
   }
   if (dtype == TPU_F64) {
     f64_job J = {m, n, k, (m + F64_ROWS - 1) / F64_ROWS, alpha, beta, a, b, c,
-                 sab, sam, sak, sbb, sbk, sbn, sbc, scm, scn, 0};
+                 sab, sam, sak, sbb, sbk, sbn, sbc, scm, scn, 0, epi, epi_ctx};
     int64_t grain = (int64_t)(1 + (1 << 16) / ((double)F64_ROWS * n * k + 1));
     tpurt_parallel_for(batch * J.mb, grain, f64_fn, &J);
     return J.oom ? tpu_error(TPU_E_OOM, "tpumxu_gemm: out of host memory") : TPU_OK;
   }
   tpumxu_problem p = {dtype, precision, tpumxu_get_isa(), batch, m, n, k,
                       (float)alpha, (float)beta, a, b, c, sab, sam, sak, sbb,
-                      sbk, sbn, sbc, scm, scn};
+                      sbk, sbn, sbc, scm, scn, epi, epi_ctx};
   return tpumxu_run(&p);
 }

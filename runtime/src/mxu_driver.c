@@ -53,7 +53,13 @@ typedef struct job {
   int64_t b_panel, b_plane; /* bytes per B panel (one plane), per plane */
   float *acc_s, *acc_h;
   int oom;
+  int64_t bi;             /* batch item */
+  tpumxu_epilogue_fn epi; /* optional per-block callback */
+  void *epi_ctx;
 } job;
+
+/* columns of C handed to the epilogue at once (at least; a task's share) */
+#define EPI_COLS 256
 
 static int64_t cdiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
 static int64_t rup(int64_t a, int64_t b) { return cdiv(a, b) * b; }
@@ -118,6 +124,7 @@ static void compute_fn(void *ctx, int64_t t0, int64_t t1) {
       tpumxu_pack_panel(J->isa, &J->A, r0, nr, MR, J->kb0, J->kbv, J->kbc,
                         J->fmt, J->nplanes, apack + ii * a_panel, a_plane);
     }
+    int64_t g0 = jp0; /* first panel not yet given to the epilogue */
     for (int64_t jp = jp0; jp < jp1; jp++) {
       int64_t cj = J->n0 + jp * NR;
       int nr_eff = (int)(J->n1 - cj < NR ? J->n1 - cj : NR);
@@ -146,6 +153,13 @@ static void compute_fn(void *ctx, int64_t t0, int64_t t1) {
           kd->epi(H, J->nsmall ? S : NULL, NR, mr_eff, nr_eff, J->alpha,
                   J->beta, J->dtype, J->c + (ci * J->scm + cj * J->scn) * es,
                   J->scm, J->scn);
+      }
+      if (J->last && J->epi) { /* finished columns, while they are hot */
+        int64_t cs = J->n0 + g0 * NR, ce = cj + nr_eff;
+        if (ce - cs >= EPI_COLS || jp + 1 == jp1) {
+          J->epi(J->epi_ctx, J->bi, i0, i1, cs, ce);
+          g0 = jp + 1;
+        }
       }
     }
   }
@@ -244,6 +258,7 @@ static void item_at(const tpumxu_problem *p, const job *tmpl, int64_t b,
   J->A.base = p->a + b * p->sab * es;
   J->B.base = p->b + b * p->sbb * es;
   J->c = p->c + b * p->sbc * es;
+  J->bi = b;
 }
 
 static void batch_fn(void *ctx, int64_t b0, int64_t b1) {
@@ -271,6 +286,8 @@ int tpumxu_run(const tpumxu_problem *p) {
   T.B = (tpumxu_src){p->b, p->sbn, p->sbk, p->dtype};
   T.scm = p->scm;
   T.scn = p->scn;
+  T.epi = p->epi;
+  T.epi_ctx = p->epi_ctx;
   /* raw f32 values: FP32 precision, or f16 storage (f16 x f16 products are
    * exact in f32); bf16 parts: the split precisions and bf16 storage */
   int raw = p->dtype == TPU_F16 || (p->dtype == TPU_F32 && p->prec == TPU_PREC_FP32);

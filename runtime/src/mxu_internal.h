@@ -104,6 +104,8 @@ typedef struct tpumxu_problem {
   const char *a, *b;
   char *c;
   int64_t sab, sam, sak, sbb, sbk, sbn, sbc, scm, scn;
+  tpumxu_epilogue_fn epi; /* optional (see tpumxu_gemm_ex) */
+  void *epi_ctx;
 } tpumxu_problem;
 
 /* Run a problem with the packed/blocked driver on the thread pool.
