@@ -448,7 +448,7 @@ int tpux_run(const tpuir_graph *g, int nin, const tpu_view *ins, int nout,
     }
     if (ok) direct[t] = &outs[i];
   }
-  /* GEMM epilogues: a float DOT_GENERAL (result dtype = operand dtype)
+  /* GEMM epilogues: a float DOT_GENERAL
    * whose value an elementwise region of the same shape reads directly, if
    * that region cannot fail and every other input of it exists when the dot
    * runs (parameters, constants and views may be evaluated early), runs
@@ -463,10 +463,9 @@ int tpux_run(const tpuir_graph *g, int nin, const tpu_view *ins, int nout,
   for (int t = 0; t < nn && tpux__epilogue_enabled(); t++) {
     const tpuir_node *n = tpuir_get_node(g, t);
     if (!live[t] || n->op != TPUIR_DOT_GENERAL) continue;
-    if ((n->dtype != TPU_F32 && n->dtype != TPU_BF16 && n->dtype != TPU_F16 &&
-         n->dtype != TPU_F64) ||
-        tpuir_get_node(g, n->in[0])->dtype != n->dtype)
-      continue;
+    if (!tpu_dtype_is_float(n->dtype) ||
+        !tpu_dtype_is_float(tpuir_get_node(g, n->in[0])->dtype))
+      continue; /* exec_dot.c still decides whether its GEMM can take it */
     int R = -1;
     for (int u = t + 1; u < nn && R < 0; u++) {
       if (!live[u] || reg[u] < 0) continue;

@@ -67,18 +67,20 @@ static double act_ref(int act, double h) {
 
 /* y = act(X @ W + bias) (+ residual), X [M,K] or transposed [K,M], W [K,N]
  * or [N,K]; optional second output: the raw dot. */
-static void linear_case(int *tpu_test_failed_, int dt, int64_t M, int64_t K,
-                        int64_t N, int act, int tx, int tw, int resid,
-                        int raw_out, int expect_fused) {
+static void linear_case2(int *tpu_test_failed_, int dt, int odt, int64_t M,
+                         int64_t K, int64_t N, int act, int tx, int tw,
+                         int resid, int raw_out, int expect_fused) {
   tpuir_graph *g = tpuir_graph_new();
   int64_t xs[2] = {tx ? K : M, tx ? M : K}, ws[2] = {tw ? N : K, tw ? K : N};
   int64_t bs[1] = {N}, os[2] = {M, N};
   tpuir_val X = tpuir_param(g, dt, 2, xs), W = tpuir_param(g, dt, 2, ws);
-  tpuir_val B = tpuir_param(g, dt, 1, bs);
-  tpuir_val Rs = resid ? tpuir_param(g, dt, 2, os) : -1;
+  tpuir_val B = tpuir_param(g, odt, 1, bs);
+  tpuir_val Rs = resid ? tpuir_param(g, odt, 2, os) : -1;
   int64_t lc[1] = {tx ? 0 : 1}, rc_[1] = {tw ? 1 : 0};
   tpuir_val D = tpuir_dot_general(g, X, W, 0, NULL, NULL, 1, lc, rc_,
-                                  TPU_PREC_HIGHEST, dt);
+                                  TPU_PREC_HIGHEST, odt);
+  int fdt = dt;
+  dt = odt; /* the region computes in the dot's result dtype */
   int64_t d1[1] = {1};
   tpuir_val h = tpuir_binary(g, TPUIR_ADD, D, tpuir_broadcast_in_dim(g, B, 2, os, d1));
   tpuir_val y = h;
@@ -90,13 +92,14 @@ static void linear_case(int *tpu_test_failed_, int dt, int64_t M, int64_t K,
     y = tpuir_binary(g, TPUIR_MUL, y, cscal(g, dt, 1.7, 2, os));
   }
   if (resid) y = tpuir_binary(g, TPUIR_ADD, y, Rs);
+  if (fdt != dt) y = tpuir_convert(g, y, fdt);
   tpuir_val outs[2] = {y, D};
   CHECK_OK(tpuir_set_outputs(g, raw_out ? 2 : 1, outs));
 
   uint64_t seed = 0x1234 + (uint64_t)(M * 131 + N * 7 + K + dt);
   tarr P[4];
-  P[0] = ta_new(dt, 2, xs);
-  P[1] = ta_new(dt, 2, ws);
+  P[0] = ta_new(fdt, 2, xs);
+  P[1] = ta_new(fdt, 2, ws);
   P[2] = ta_new(dt, 1, bs);
   P[3] = ta_new(dt, 2, os);
   int np = resid ? 4 : 3;
@@ -110,7 +113,7 @@ static void linear_case(int *tpu_test_failed_, int dt, int64_t M, int64_t K,
   int ok = run_both(g, np, ins, on, &fused);
   int refok = 1;
   if (ok) { /* independent reference (double, from the rounded inputs) */
-    double tol = tol_of(dt) * (1 + sqrt((double)K));
+    double tol = tol_of(fdt) * (1 + sqrt((double)K));
     for (int64_t i = 0; i < M && refok; i++)
       for (int64_t j = 0; j < N && refok; j++) {
         double s = 0;
@@ -136,6 +139,13 @@ static void linear_case(int *tpu_test_failed_, int dt, int64_t M, int64_t K,
   CHECK(ok);
   CHECK(refok);
   if (expect_fused >= 0) CHECK(fused == expect_fused);
+}
+
+static void linear_case(int *tpu_test_failed_, int dt, int64_t M, int64_t K,
+                        int64_t N, int act, int tx, int tw, int resid,
+                        int raw_out, int expect_fused) {
+  linear_case2(tpu_test_failed_, dt, dt, M, K, N, act, tx, tw, resid, raw_out,
+               expect_fused);
 }
 
 TPU_TEST(exec_epilogue_bias_relu) {
@@ -165,6 +175,14 @@ TPU_TEST(exec_epilogue_residual_transposed) {
       linear_case(tpu_test_failed_, dts[d], 45, 70, 270, ACT_GELU, tr & 1, tr >> 1, 1, 0, 1);
       if (*tpu_test_failed_) return;
     }
+}
+
+/* bf16/f16 operands with an f32 result (what the lowerings emit), the
+ * region converting back at the end */
+TPU_TEST(exec_epilogue_widened_dot) {
+  linear_case2(tpu_test_failed_, TPU_BF16, TPU_F32, 41, 50, 300, ACT_GELU, 0, 1, 1, 0, 1);
+  if (*tpu_test_failed_) return;
+  linear_case2(tpu_test_failed_, TPU_F16, TPU_F32, 23, 8, 40, ACT_RELU, 1, 0, 0, 1, 1);
 }
 
 TPU_TEST(exec_epilogue_raw_dot_output) {
