@@ -455,7 +455,8 @@ int tpux_run(const tpuir_graph *g, int nin, const tpu_view *ins, int nout,
    * the region on each finished GEMM block (exec_epilogue.c). The region
    * then runs at the dot's position: its direct output writes are re-checked
    * against everything that still reads an overlapping parameter from
-   * there on (the dot's own operands included). */
+   * there on (the dot's own operands included); if one would have to become
+   * a copy, the region is not fused. */
   for (int t = 0; t < nn; t++) {
     epi[t] = -1;
     preown[t] = -1;
@@ -487,12 +488,8 @@ int tpux_run(const tpuir_graph *g, int nin, const tpu_view *ins, int nout,
         ok = epi_input_ok(g, t, o, reg, rpar, rlast, plist, &np);
       }
     }
-    if (!ok) continue;
-    epi[t] = R;
-    rfused[R] = 1;
-    for (int q = 0; q < np; q++)
-      if (preown[plist[q]] < 0) preown[plist[q]] = t;
-    for (int u = rfirst[R]; u <= rlast[R]; u++) {
+    /* direct writes must stay direct (else the fusion would cost a copy) */
+    for (int u = rfirst[R]; u <= rlast[R] && ok; u++) {
       if (!live[u] || reg[u] < 0 || uf_find(rpar, reg[u]) != R || !direct[u]) continue;
       const tpu_view *dv = direct[u];
       int dok = last_fail < t;
@@ -513,8 +510,13 @@ int tpux_run(const tpuir_graph *g, int nin, const tpu_view *ins, int nout,
           for (int k = 0; k < no; k++) dok &= root[ops[k]] != p;
         }
       }
-      if (!dok) direct[u] = NULL;
+      ok = dok;
     }
+    if (!ok) continue;
+    epi[t] = R;
+    rfused[R] = 1;
+    for (int q = 0; q < np; q++)
+      if (preown[plist[q]] < 0) preown[plist[q]] = t;
   }
 
   /* ---- evaluate ---- */

@@ -258,8 +258,8 @@ TPU_TEST(exec_epilogue_batched) {
 }
 
 /* y = X @ W + X (square), output written over X itself: the epilogue must
- * not write X while the GEMM still reads it; and y = X @ W + R written
- * over R (identical view: the direct write is allowed). */
+ * not write X while the GEMM still reads it (so it is not fused); and
+ * y = X @ W + R written over R (identical view: fused, written directly). */
 TPU_TEST(exec_epilogue_inplace_outputs) {
   for (int over_x = 0; over_x < 2; over_x++) {
     int dt = TPU_F32;
@@ -288,7 +288,9 @@ TPU_TEST(exec_epilogue_inplace_outputs) {
       int64_t fused = tpux__epilogue_runs() - r0;
       tpux__set_epilogue(-1);
       CHECK_OK(rc);
-      CHECK(fused == mode);
+      /* over X: a direct write there would race with the GEMM reading X,
+       * and a copy would cost more than the fusion saves: not fused */
+      CHECK(fused == (over_x ? 0 : mode));
       res[mode] = ta_new(dt, 2, sz);
       memcpy(res[mode].mem, out.base, (size_t)(n * n * 4));
     }
