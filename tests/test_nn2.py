@@ -191,6 +191,10 @@ def test_multi_margin_loss_errors():
         F.multi_margin_loss(x, torch.tensor([0, 1, 2], device=DEV))
     with pytest.raises(ValueError):
         F.multi_margin_loss(x, torch.tensor([0, 1], device=DEV), p=3)
+    with pytest.raises(RuntimeError, match="expected scalar type Long"):
+        F.multi_margin_loss(x, torch.tensor([0.0, 1.0], device=DEV))
+    with pytest.raises(RuntimeError, match="target tensor should be 1-D"):
+        F.multi_margin_loss(x, torch.zeros(2, 3, dtype=torch.long, device=DEV))
 
 
 @pytest.mark.parametrize("red", ["none", "mean", "sum"])

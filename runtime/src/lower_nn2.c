@@ -717,9 +717,14 @@ static int multi_margin_fn(lw_b *b) {
   const tpu_view *tv = &tg->view;
   int64_t tn = 1;
   for (int i = 0; i < tv->ndim; i++) tn *= tv->sizes[i];
-  if (!(tv->ndim <= 1 && tn == nframe))
-    return tpu_error(TPU_E_INVALID, "inconsistent target size, expected %lld but got [%s]",
-                     (long long)nframe, fmt_sizes(s1, sizeof s1, tv->ndim, tv->sizes));
+  if (!(tv->ndim <= 1 && tn == nframe)) {
+    char s3[256];
+    return tpu_error(TPU_E_INVALID, "multi_margin_loss: target tensor should be 1-D with size equal "
+                     "to the number of input samples (batch size). Expected target size [%lld], but "
+                     "got [%s]. Input has shape [%s].", (long long)nframe,
+                     fmt_sizes(s1, sizeof s1, tv->ndim, tv->sizes),
+                     fmt_sizes(s3, sizeof s3, v->ndim, v->sizes));
+  }
   if (wt) {
     int64_t wn = 1;
     for (int i = 0; i < wt->view.ndim; i++) wn *= wt->view.sizes[i];
@@ -727,8 +732,8 @@ static int multi_margin_fn(lw_b *b) {
       return tpu_error(TPU_E_INVALID, "inconsistent weight size, expected %lld but got [%s]",
                        (long long)dim, fmt_sizes(s1, sizeof s1, wt->view.ndim, wt->view.sizes));
   }
-  if (tv->dtype != TPU_I64 && tv->dtype != TPU_I32)
-    return tpu_error(TPU_E_UNSUPPORTED, "multi_margin_loss: target dtype");
+  if (tv->dtype != TPU_I64)
+    return tpu_error(TPU_E_INVALID, "expected scalar type Long but found %s", lw_torch_name(tv->dtype));
   int cdt = lw_opmath(dt);
   int64_t s2[2] = {nframe, dim}, s1n[2] = {nframe, 1};
   tpuir_val x = lw_reshape(b, lw_convert(b, lw_tensor(b, in), cdt), 2, s2);
@@ -801,7 +806,8 @@ static int mlml_fn(lw_b *b) {
     return tpu_error(TPU_E_INVALID, "inconsistent target size: [%s] for input of size: [%s]",
                      fmt_sizes(s1, sizeof s1, tv->ndim, tv->sizes),
                      fmt_sizes(s2c, sizeof s2c, v->ndim, v->sizes));
-  if (tv->dtype != TPU_I64) return tpu_error(TPU_E_UNSUPPORTED, "multilabel_margin_loss: target dtype");
+  if (tv->dtype != TPU_I64)
+    return tpu_error(TPU_E_INVALID, "expected scalar type Long but found %s", lw_torch_name(tv->dtype));
   int cdt = lw_opmath(dt);
   int64_t s2[2] = {nframe, dim}, s3[3] = {nframe, dim, dim};
   tpuir_val x = lw_reshape(b, lw_convert(b, lw_tensor(b, in), cdt), 2, s2);
