@@ -59,18 +59,21 @@ def test_defer_and_fuse_selectable():
     assert torch_tpu.execution_mode.get_eager_mode() is prev
 
 
-# An op with no native lowering, used to exercise the fallback machinery.
-UNSUPPORTED = "aten::_cdist_forward"
+# An op with no native lowering (int8 weight-only quantized matmul), used to
+# exercise the fallback machinery.
+UNSUPPORTED = "aten::_weight_int8pack_mm"
 
 
 def _unsupported_op(x):
-    return torch.cdist(x, x)
+    w = (torch.arange(15, device=x.device) % 7 - 3).to(torch.int8).view(5, 3)
+    scales = torch.linspace(0.5, 1.5, 5, device=x.device)
+    return torch._weight_int8pack_mm(x, w, scales)
 
 
 def test_fallback_disabled_raises_not_implemented():
     x = torch.randn(4, 3, device=DEV)
     assert not torch_tpu.execution_mode.is_cpu_fallback_enabled()  # conftest
-    with pytest.raises(NotImplementedError, match="_cdist_forward"):
+    with pytest.raises(NotImplementedError, match="_weight_int8pack_mm"):
         _unsupported_op(x)
 
 
@@ -82,7 +85,7 @@ def test_fallback_enabled_warns_once_and_counts():
             before = torch.tpu.fallback_counts().get(UNSUPPORTED, 0)
             y = _unsupported_op(x.to(DEV))
             y2 = _unsupported_op(x.to(DEV))
-        msgs = [str(m.message) for m in w if "_cdist_forward" in str(m.message)]
+        msgs = [str(m.message) for m in w if "_weight_int8pack_mm" in str(m.message)]
         assert len(msgs) == 1 and "not natively supported" in msgs[0]
         assert torch.tpu.fallback_counts()[UNSUPPORTED] == before + 2
         assert y.is_tpu
