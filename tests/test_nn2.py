@@ -344,3 +344,22 @@ def test_ctc_loss_infinity_blank_empty_errors():
         F.ctc_loss(lp.to(DEV), tg.to(DEV), [4, 3], [1, 2])
     with pytest.raises(RuntimeError):
         F.ctc_loss(lp.to(DEV), tg.to(DEV), [3, 3], [1, 2], blank=7)
+
+
+def test_embedding_renorm_max_norm():
+    w = torch.randn(10, 4) * 2
+    idx = torch.tensor([1, 2, 4, 5, 4, 3, 2, 9])
+    off = torch.tensor([0, 4])
+    for p in (2.0, 1.0):
+        wc, wt = w.clone(), w.to(DEV)
+        oc = F.embedding_bag(idx, wc, off, max_norm=1.5, norm_type=p)
+        ot = F.embedding_bag(idx.to(DEV), wt, off.to(DEV), max_norm=1.5, norm_type=p)
+        assert_close(ot, oc)
+        assert_close(wt, wc)  # renormalised in place
+    wt = w.to(DEV).t().contiguous().t()
+    torch.embedding_renorm_(wt, torch.tensor([0, 0, 7], device=DEV), 1.0, 2.0)
+    wc = w.clone()
+    torch.embedding_renorm_(wc, torch.tensor([0, 0, 7]), 1.0, 2.0)
+    assert_close(wt, wc)
+    with pytest.raises(RuntimeError):
+        torch.embedding_renorm_(torch.randn(3, device=DEV), torch.tensor([0], device=DEV), 1.0, 2.0)

@@ -1195,6 +1195,42 @@ static int ebag_psw_bw_fn(lw_b *b) {
   return lw_result_as(b, r, dt);
 }
 
+/* embedding_renorm_ (max_norm of embedding / embedding_bag): rows named
+ * by indices whose p-norm exceeds max_norm are scaled by
+ * max_norm / (norm + 1e-7) (scale in double, like CPU). */
+static int renorm_fn(lw_b *b) {
+  const tpulw_tensor *self = lw_tensor_arg(b, "self"), *it = lw_tensor_arg(b, "indices");
+  int rc;
+  if ((rc = need_tpu(b, self)) || (rc = need_tpu(b, it))) return rc;
+  const tpu_view *v = &self->view;
+  int dt = v->dtype;
+  if ((rc = float_only(b, dt))) return rc;
+  if (v->ndim != 2)
+    return tpu_error(TPU_E_INVALID, "Expected 2-dimensional tensor, but got %d-dimensional tensor "
+                     "for argument #1 'self' (while checking arguments for embedding_renorm_)", v->ndim);
+  int idt = it->view.dtype;
+  if (idt != TPU_I64 && idt != TPU_I32)
+    return tpu_error(TPU_E_INVALID, "Expected tensor for argument #2 'indices' to have one of the "
+                     "following scalar types: Long, Int; but got %s instead (while checking "
+                     "arguments for embedding_renorm_)", lw_torch_name(idt));
+  double max_norm = lw_float(b, "max_norm", 0), p = lw_float(b, "norm_type", 2);
+  int64_t V = v->sizes[0], D = v->sizes[1], n = 1;
+  for (int i = 0; i < it->view.ndim; i++) n *= it->view.sizes[i];
+  int cdt = lw_opmath(dt);
+  tpuir_val w = lw_convert(b, lw_tensor(b, self), cdt);
+  if (n == 0 || V == 0) return lw_result_as(b, w, dt);
+  tpuir_val ix = lw_reshape(b, lw_convert(b, lw_tensor(b, it), TPU_I64), 1, &n);
+  tpuir_val hit = tpuir_index_add(b->g, lw_full(b, TPU_I64, 1, &V, 0), 0, ix, lw_full(b, TPU_I64, 1, &n, 1));
+  b->sync = 1;
+  tpuir_val norm = D ? pnorm_last(b, w, p) : lw_full(b, cdt, 1, &V, 0);
+  tpuir_val nd = lw_convert(b, norm, TPU_F64);
+  tpuir_val scale = lw_bin(b, TPUIR_DIV, lw_const(b, TPU_F64, max_norm), lw_bin_c(b, TPUIR_ADD, nd, 1e-7));
+  tpuir_val on = lw_bin(b, TPUIR_AND, lw_bin_c(b, TPUIR_GT, hit, 0), lw_bin_c(b, TPUIR_GT, nd, max_norm));
+  int64_t v1[2] = {V, 1};
+  tpuir_val sc = lw_reshape(b, lw_convert(b, lw_sel(b, on, scale, lw_const(b, TPU_F64, 1)), cdt), 2, v1);
+  return lw_result_as(b, lw_bin(b, TPUIR_MUL, w, sc), dt);
+}
+
 /* ---- grid_sampler_2d / grid_sampler_3d (+ backward) ---------------------- */
 
 enum { GS_BILINEAR = 0, GS_NEAREST, GS_BICUBIC };
@@ -1755,6 +1791,8 @@ const lw_row lw_rows_nn2[] = {
     R2("grid_sampler_2d_backward", grid_fn, 0),
     R2("grid_sampler_3d_backward", grid_fn, 0),
     R2("_ctc_loss", ctc_fn, 0),
+    {"embedding_renorm_", renorm_fn, 0},
+    R2("embedding_renorm", renorm_fn, 0),
     R2("_ctc_loss_backward", ctc_fn, 0),
 };
 const int lw_nrows_nn2 = sizeof lw_rows_nn2 / sizeof lw_rows_nn2[0];
