@@ -54,6 +54,8 @@ typedef enum tpu_dtype {
   TPU_BF16,
   TPU_F32,
   TPU_F64,
+  TPU_C64,  /* complex64: two float32 (re, im) interleaved */
+  TPU_C128, /* complex128: two float64 (re, im) interleaved */
   TPU_NUM_DTYPES
 } tpu_dtype;
 
@@ -63,6 +65,13 @@ size_t tpu_dtype_size(int dt);
 const char *tpu_dtype_name(int dt);
 int tpu_dtype_is_float(int dt); /* f16, bf16, f32, f64 */
 int tpu_dtype_is_int(int dt);   /* u8..i64 (not bool) */
+int tpu_dtype_is_complex(int dt); /* c64, c128 */
+/* Real dtype of a complex dtype's parts (c64 -> f32, c128 -> f64); any
+ * other dtype is returned unchanged. */
+int tpu_dtype_complex_part(int dt);
+/* Complex dtype whose parts have dtype dt (f64 -> c128; f16/bf16/f32 and
+ * ints -> c64; complex dtypes unchanged). */
+int tpu_dtype_to_complex(int dt);
 
 /* Scalar conversions with PyTorch/TPU rounding (round-to-nearest-even). */
 float tpu_bf16_to_f32(uint16_t h);

@@ -75,6 +75,9 @@ typedef enum tpuir_op {
   TPUIR_LU_PIVOTS_TO_PERM, /* custom call: LAPACK pivots -> permutation */
   TPUIR_GEQRF,             /* custom call: Householder QR (one per result) */
   TPUIR_HOUSEHOLDER_PRODUCT, /* custom call: orgqr */
+  /* complex numbers and FFT (ir_complex.c) */
+  TPUIR_REAL, TPUIR_IMAG, TPUIR_COMPLEX, TPUIR_CONJ,
+  TPUIR_FFT,        /* attr: kind = tpuir_fft_type, a = fft_length (na) */
   TPUIR_NUM_OPS
 } tpuir_op;
 
@@ -388,6 +391,46 @@ tpuir_val tpuir_eigh(tpuir_graph *g, tpuir_val x, int lower, int compute_v,
                      int check_nan);
 tpuir_val tpuir_svd(tpuir_graph *g, tpuir_val x, int full_matrices,
                     int compute_uv, int check_nan);
+/* ---- complex numbers and FFT (ir_complex.c) --------------------------
+ * Complex dtypes (TPU_C64, TPU_C128) store (re, im) pairs. Elementwise
+ * ops accept complex operands where the math is defined: NEG, ADD, SUB,
+ * MUL, DIV, POW, EQ, NE, SELECT, CONVERT (real -> complex: imag 0; complex
+ * -> real: the real part, like torch), ABS (-> the real part dtype: |z|),
+ * IS_FINITE/IS_NAN/IS_INF, and EXP, EXPM1, LOG, LOG1P, SQRT, RSQRT, SIN,
+ * COS, TAN, TANH, SINH, COSH, ASIN, ACOS, ATAN, ASINH, ACOSH, ATANH,
+ * LOGISTIC (C99 complex semantics); REDUCE with SUM / PROD. Other ops
+ * reject complex operands with TPU_E_TYPE. There are no complex CONST
+ * nodes: build one with tpuir_complex of two real constants. Complex nodes
+ * are never fused by the vTPU executor (they run as standalone nodes,
+ * computing in double). dot_general does not take complex operands
+ * (lowerings split a complex matmul into real dot_generals). */
+typedef enum tpuir_fft_type {
+  TPUIR_FFT_FWD = 0, /* complex -> complex, forward (exp(-2 pi i jk/n)) */
+  TPUIR_FFT_INV,     /* complex -> complex, inverse, scaled by 1/prod(n) */
+  TPUIR_FFT_RFFT,    /* real (f32/f64) -> complex, forward; the last fft
+                        dim shrinks to n/2 + 1 */
+  TPUIR_FFT_IRFFT    /* complex (last dim n/2 + 1) -> real, inverse scaled
+                        by 1/prod(n); the result's last dim is n */
+} tpuir_fft_type;
+/* Real / imaginary part of x: complex -> its part dtype (c64 -> f32); a
+ * real x gives x itself (REAL) or zeros (IMAG). */
+tpuir_val tpuir_real(tpuir_graph *g, tpuir_val x);
+tpuir_val tpuir_imag(tpuir_graph *g, tpuir_val x);
+/* re + im*i: re and im of the same float dtype (f32 -> c64, f64 -> c128;
+ * f16/bf16 are TPU_E_TYPE) and shape. */
+tpuir_val tpuir_complex(tpuir_graph *g, tpuir_val re, tpuir_val im);
+/* Complex conjugate (a real x gives x). */
+tpuir_val tpuir_conj(tpuir_graph *g, tpuir_val x);
+/* StableHLO fft over the trailing nlen (1..3) dims of x with lengths
+ * fft_length[0..nlen) (each >= 1). FWD/INV: x complex whose trailing dims
+ * equal fft_length; RFFT: x f32/f64 with trailing dims = fft_length,
+ * result complex (c64 for f32) with last dim fft_length[-1]/2 + 1;
+ * IRFFT: x complex with trailing dims = fft_length except the last, which
+ * is fft_length[-1]/2 + 1, result the real part dtype with last dim
+ * fft_length[-1]. Any length (not only powers of two); the vTPU computes
+ * in double. Errors: TPU_E_TYPE (dtypes), TPU_E_INVALID (shapes). */
+tpuir_val tpuir_fft(tpuir_graph *g, tpuir_val x, int fft_type, int nlen,
+                    const int64_t *fft_length);
 
 /* ---- outputs and inspection ------------------------------------------ */
 /* Declare the graph's results (in order). A value may appear twice and may

@@ -41,7 +41,8 @@ typedef enum tpulw_kind {
   TPULW_STR,       /* s */
   TPULW_DTYPE,     /* i = tpu_dtype */
   TPULW_GENERATOR, /* gen (never NULL: glue substitutes the default one) */
-  TPULW_OTHER      /* layout/device/memory_format...: ignored by lowerings */
+  TPULW_OTHER,     /* layout/device/memory_format...: ignored by lowerings */
+  TPULW_COMPLEX    /* f + f_im*i (a complex-valued Scalar) */
 } tpulw_kind;
 
 typedef struct tpulw_tensor {
@@ -53,6 +54,7 @@ typedef struct tpulw_tensor {
   int32_t wrapped_number;/* Python number wrapped into a tensor */
   double cpu_f;
   int64_t cpu_i;
+  double cpu_im;         /* imaginary part of a complex 0-dim CPU tensor */
 } tpulw_tensor;
 
 /* Philox generator state; lowerings of random ops read it and advance
@@ -76,6 +78,7 @@ typedef struct tpulw_arg {
   tpulw_tensor t;
   const tpulw_tensor *tensors;
   tpulw_philox *gen;
+  double f_im;                 /* imaginary part (TPULW_COMPLEX) */
 } tpulw_arg;
 
 typedef struct tpulw_ctx {

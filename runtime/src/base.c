@@ -47,6 +47,7 @@ static const struct { size_t size; const char *name; } k_dtypes[TPU_NUM_DTYPES] 
     [TPU_I32] = {4, "int32"},     [TPU_I64] = {8, "int64"},
     [TPU_F16] = {2, "float16"},   [TPU_BF16] = {2, "bfloat16"},
     [TPU_F32] = {4, "float32"},   [TPU_F64] = {8, "float64"},
+    [TPU_C64] = {8, "complex64"}, [TPU_C128] = {16, "complex128"},
 };
 
 size_t tpu_dtype_size(int dt) {
@@ -59,6 +60,14 @@ int tpu_dtype_is_float(int dt) {
   return dt == TPU_F16 || dt == TPU_BF16 || dt == TPU_F32 || dt == TPU_F64;
 }
 int tpu_dtype_is_int(int dt) { return dt >= TPU_U8 && dt <= TPU_I64; }
+int tpu_dtype_is_complex(int dt) { return dt == TPU_C64 || dt == TPU_C128; }
+int tpu_dtype_complex_part(int dt) {
+  return dt == TPU_C64 ? TPU_F32 : dt == TPU_C128 ? TPU_F64 : dt;
+}
+int tpu_dtype_to_complex(int dt) {
+  if (tpu_dtype_is_complex(dt)) return dt;
+  return dt == TPU_F64 ? TPU_C128 : TPU_C64;
+}
 
 float tpu_bf16_to_f32(uint16_t h) {
   uint32_t u = (uint32_t)h << 16;

@@ -160,6 +160,7 @@ static int uf_find(int32_t *par, int x) {
 
 static int eval_node(xctx *c, int t, const tpu_view *ins) {
   const tpuir_node *n = tpuir_get_node(c->g, t);
+  if (tpux__is_complex_node(c->g, n)) return tpux__eval_complex(c, t);
   switch (n->op) {
   case TPUIR_PARAM: c->vals[t].v = ins[n->dim]; return TPU_OK;
   case TPUIR_CONST: return tpux__eval_const(c, t);
@@ -323,7 +324,7 @@ int tpux_run(const tpuir_graph *g, int nin, const tpu_view *ins, int nout,
     const tpuir_val *ops;
     int no = node_operands(n, &ops);
     int R = -1;
-    if (is_elementwise(n->op)) {
+    if (is_elementwise(n->op) && !tpux__is_complex_node(g, n)) {
       int cand[3], nc = 0;
       for (int k = 0; k < no; k++) {
         if (reg[ops[k]] < 0) continue;

@@ -125,9 +125,12 @@ typedef struct raw_job {
       for (int64_t i = 0; i < n; i++) d_[i * ds] = s_[i * ss];               \
   } while (0)
 
+typedef struct raw16 { uint64_t lo, hi; } raw16;
+
 static void raw_row(size_t es, char *d, int64_t ds, const char *s, int64_t ss,
                     int64_t n) {
   switch (es) {
+  case 16: RAW_ROW(raw16); break;
   case 1: RAW_ROW(uint8_t); break;
   case 2: RAW_ROW(uint16_t); break;
   case 4: RAW_ROW(uint32_t); break;
@@ -222,6 +225,8 @@ int tpux__copy_nocheck(const tpu_view *dst, const tpu_view *src) {
     raw_copy(dst, src);
     return TPU_OK;
   }
+  if (tpu_dtype_is_complex(dst->dtype) || tpu_dtype_is_complex(src->dtype))
+    return tpux__copy_complex(dst, src);
   xk_prog *p = calloc(1, sizeof *p);
   if (!p) return tpu_error(TPU_E_OOM, "copy: out of host memory");
   tpux__space_init(&p->sp, dst->ndim, dst->sizes);

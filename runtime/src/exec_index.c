@@ -49,6 +49,7 @@ static inline void copy_elem(size_t es, char *d, const char *s) {
   case 1: *d = *s; break;
   case 2: memcpy(d, s, 2); break;
   case 4: memcpy(d, s, 4); break;
+  case 16: memcpy(d, s, 16); break;
   default: memcpy(d, s, 8); break;
   }
 }

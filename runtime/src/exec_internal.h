@@ -246,6 +246,17 @@ int tpux__eval_spectral(xctx *c, int t);
  * HOUSEHOLDER_PRODUCT (exec_linalg.c). */
 int tpux__eval_linalg(xctx *c, int t);
 
+/* Complex values (exec_complex.c). */
+/* 1 if node n has a complex operand or result (or is REAL/IMAG/COMPLEX/
+ * CONJ/FFT) and is not pure data movement: it runs through
+ * tpux__eval_complex, never in a fused region. */
+int tpux__is_complex_node(const tpuir_graph *g, const tpuir_node *n);
+int tpux__eval_complex(xctx *c, int t);
+/* dst = convert(src) when either dtype is complex (no overlap check). */
+int tpux__copy_complex(const tpu_view *dst, const tpu_view *src);
+/* Fill dst with re + im*i converted to its dtype. */
+int tpux__fill_complex(const tpu_view *dst, double re, double im);
+
 /* Philox4x32-10 block for a 128-bit counter (ctr[0] least significant). */
 void tpux__philox(const uint32_t ctr[4], uint64_t seed, uint32_t out[4]);
 

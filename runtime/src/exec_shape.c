@@ -132,11 +132,20 @@ int tpux__eval_pad(xctx *c, int t) {
   const tpu_view *out = &c->vals[t].v;
   if (tpu_view_numel(out) == 0) return TPU_OK;
   const tpu_view *pv = &c->vals[n->in[1]].v;
+  if (tpu_dtype_is_complex(pv->dtype)) {
+    double cv[2] = {0, 0};
+    const char *pp = (const char *)pv->base + pv->offset * (int64_t)tpu_dtype_size(pv->dtype);
+    if (pv->dtype == TPU_C128) memcpy(cv, pp, 16);
+    else { float f[2]; memcpy(f, pp, 8); cv[0] = f[0]; cv[1] = f[1]; }
+    rc = tpux__fill_complex(out, cv[0], cv[1]);
+  } else {
   uint64_t val = 0;
   tpux__load(pv->dtype,
              (const char *)pv->base + pv->offset * (int64_t)tpu_dtype_size(pv->dtype),
              0, 1, &val);
   tpux__fill(out, &val);
+  }
+  if (rc) return rc;
   tpu_view src = c->vals[n->in[0]].v, dst = *out;
   for (int i = 0; i < n->ndim; i++) {
     int64_t lo = n->a[i], step = n->c[i] + 1, in = src.sizes[i],

@@ -111,6 +111,8 @@ static const char *const k_op_names[TPUIR_NUM_OPS] = {
     [TPUIR_LU] = "lu", [TPUIR_LU_PIVOTS_TO_PERM] = "lu_pivots_to_permutation",
     [TPUIR_GEQRF] = "geqrf",
     [TPUIR_HOUSEHOLDER_PRODUCT] = "householder_product",
+    [TPUIR_REAL] = "real", [TPUIR_IMAG] = "imag", [TPUIR_COMPLEX] = "complex",
+    [TPUIR_CONJ] = "conj", [TPUIR_FFT] = "fft",
 };
 
 /* Static name of an op ("add", "dot_general", ...); "?" if invalid. */
@@ -121,7 +123,8 @@ const char *tpuir_op_name(int op) {
 
 static const char *short_dtype(int dt) {
   static const char *const k[TPU_NUM_DTYPES] = {
-      "i1", "u8", "i8", "i16", "i32", "i64", "f16", "bf16", "f32", "f64"};
+      "i1", "u8", "i8", "i16", "i32", "i64", "f16", "bf16", "f32", "f64",
+      "c64", "c128"};
   return (dt >= 0 && dt < TPU_NUM_DTYPES) ? k[dt] : "?";
 }
 
@@ -263,6 +266,8 @@ tpuir_val tpuir_param(tpuir_graph *g, int dtype, int ndim,
 
 /* Rank-0 constant from a double (see layout comment for ival). */
 tpuir_val tpuir_const_f(tpuir_graph *g, int dtype, double v) {
+  if (tpu_dtype_is_complex(dtype))
+    return tpu_error(TPU_E_TYPE, "constant: no complex constants (use tpuir_complex)");
   if (!dtype_ok(dtype))
     return tpu_error(TPU_E_TYPE, "constant: invalid dtype %d", dtype);
   tpuir_node *nd = new_node(g, TPUIR_CONST);
@@ -283,6 +288,8 @@ tpuir_val tpuir_const_f(tpuir_graph *g, int dtype, double v) {
 
 /* Rank-0 constant from an int64. */
 tpuir_val tpuir_const_i(tpuir_graph *g, int dtype, int64_t v) {
+  if (tpu_dtype_is_complex(dtype))
+    return tpu_error(TPU_E_TYPE, "constant: no complex constants (use tpuir_complex)");
   if (!dtype_ok(dtype))
     return tpu_error(TPU_E_TYPE, "constant: invalid dtype %d", dtype);
   tpuir_node *nd = new_node(g, TPUIR_CONST);
@@ -296,7 +303,7 @@ tpuir_val tpuir_const_i(tpuir_graph *g, int dtype, int64_t v) {
 /* Array whose element at index i is i[dim]. */
 tpuir_val tpuir_iota(tpuir_graph *g, int dtype, int ndim, const int64_t *sizes,
                      int dim) {
-  if (!dtype_ok(dtype))
+  if (!dtype_ok(dtype) || tpu_dtype_is_complex(dtype))
     return tpu_error(TPU_E_TYPE, "iota: invalid dtype %d", dtype);
   int rc = check_sizes("iota", ndim, sizes);
   if (rc) return rc;
@@ -364,6 +371,22 @@ tpuir_val tpuir_unary(tpuir_graph *g, int op, tpuir_val x) {
   if (rc) return rc;
   const tpuir_node *xn = val(g, x);
   int dt = xn->dtype, rdt = dt;
+  if (tpu_dtype_is_complex(dt)) {
+    switch (op) {
+    case TPUIR_NEG: break;
+    case TPUIR_ABS: rdt = tpu_dtype_complex_part(dt); break;
+    case TPUIR_IS_FINITE: case TPUIR_IS_NAN: case TPUIR_IS_INF: rdt = TPU_BOOL; break;
+    case TPUIR_EXP: case TPUIR_EXPM1: case TPUIR_LOG: case TPUIR_LOG1P:
+    case TPUIR_SQRT: case TPUIR_RSQRT: case TPUIR_SIN: case TPUIR_COS:
+    case TPUIR_TAN: case TPUIR_TANH: case TPUIR_SINH: case TPUIR_COSH:
+    case TPUIR_ASIN: case TPUIR_ACOS: case TPUIR_ATAN: case TPUIR_ASINH:
+    case TPUIR_ACOSH: case TPUIR_ATANH: case TPUIR_LOGISTIC:
+      break;
+    default:
+      return tpu_error(TPU_E_TYPE, "%s: not supported for complex operands (%s)",
+                       nm, tpu_dtype_name(dt));
+    }
+  } else
   switch (op) {
   case TPUIR_NEG:
     if (dt == TPU_BOOL)
@@ -420,6 +443,11 @@ tpuir_val tpuir_binary(tpuir_graph *g, int op, tpuir_val a, tpuir_val b) {
   if (!same_shape(an, bn))
     return shape_mismatch(nm, an, bn, TPU_E_INVALID, "shape");
   int dt = an->dtype, rdt = dt;
+  if (tpu_dtype_is_complex(dt) && op != TPUIR_ADD && op != TPUIR_SUB &&
+      op != TPUIR_MUL && op != TPUIR_DIV && op != TPUIR_POW &&
+      op != TPUIR_EQ && op != TPUIR_NE)
+    return tpu_error(TPU_E_TYPE, "%s: not supported for complex operands (%s)",
+                     nm, tpu_dtype_name(dt));
   switch (op) {
   case TPUIR_ADD: case TPUIR_MUL: case TPUIR_MAX: case TPUIR_MIN:
     break;
@@ -744,6 +772,9 @@ tpuir_val tpuir_reduce(tpuir_graph *g, int kind, tpuir_val x, int ndims,
   if (kind < TPUIR_RED_SUM || kind > TPUIR_RED_OR)
     return tpu_error(TPU_E_INVALID, "reduce: invalid kind %d", kind);
   const tpuir_node *xn = val(g, x);
+  if (tpu_dtype_is_complex(xn->dtype) && kind != TPUIR_RED_SUM && kind != TPUIR_RED_PROD)
+    return tpu_error(TPU_E_TYPE, "reduce: %s is not defined for complex operands",
+                     reduce_kind_name(kind));
   if ((kind == TPUIR_RED_AND || kind == TPUIR_RED_OR) && xn->dtype != TPU_BOOL)
     return tpu_error(TPU_E_TYPE, "reduce: %s needs a bool operand, got %s",
                      reduce_kind_name(kind), tpu_dtype_name(xn->dtype));
@@ -817,6 +848,12 @@ tpuir_val tpuir_dot_general(tpuir_graph *g, tpuir_val lhs, tpuir_val rhs,
   if (l->dtype != r->dtype) return shape_mismatch(nm, l, r, TPU_E_TYPE, "dtype");
   if (l->dtype == TPU_BOOL)
     return tpu_error(TPU_E_TYPE, "dot_general: bool operands are not supported");
+  if (tpu_dtype_is_complex(l->dtype) && tpu_dtype_is_complex(out_dtype))
+    return tpuir__dot_complex(g, lhs, rhs, nbatch, lhs_batch, rhs_batch, ncontract,
+                              lhs_contract, rhs_contract, precision, out_dtype);
+  if (tpu_dtype_is_complex(l->dtype) || tpu_dtype_is_complex(out_dtype))
+    return tpu_error(TPU_E_TYPE, "dot_general: complex operands are not supported "
+                     "(split into real dot_generals)");
   if (!dtype_ok(out_dtype) || out_dtype == TPU_BOOL)
     return tpu_error(TPU_E_TYPE, "dot_general: invalid result dtype %d", out_dtype);
   if (precision < TPU_PREC_DEFAULT || precision > TPU_PREC_FP32)
@@ -973,6 +1010,8 @@ tpuir_val tpuir_scatter_add(tpuir_graph *g, tpuir_val base, int dim,
   if ((rc = check_val(g, src, "scatter_add"))) return rc;
   const tpuir_node *bn = val(g, base), *in = val(g, idx), *sn = val(g, src);
   if ((rc = check_index_dtype("scatter_add", in))) return rc;
+  if (tpu_dtype_is_complex(bn->dtype))
+    return tpu_error(TPU_E_TYPE, "scatter_add: complex operands are not supported");
   if (sn->dtype != bn->dtype)
     return shape_mismatch("scatter_add", bn, sn, TPU_E_TYPE, "dtype");
   if ((rc = check_dim0("scatter_add", dim, bn->ndim))) return rc;
@@ -1010,6 +1049,8 @@ tpuir_val tpuir_index_add(tpuir_graph *g, tpuir_val base, int dim,
   if ((rc = check_val(g, src, "index_add"))) return rc;
   const tpuir_node *bn = val(g, base), *in = val(g, idx), *sn = val(g, src);
   if ((rc = check_index_dtype("index_add", in))) return rc;
+  if (tpu_dtype_is_complex(bn->dtype))
+    return tpu_error(TPU_E_TYPE, "index_add: complex operands are not supported");
   if (sn->dtype != bn->dtype)
     return shape_mismatch("index_add", bn, sn, TPU_E_TYPE, "dtype");
   if ((rc = check_dim0("index_add", dim, bn->ndim))) return rc;
@@ -1203,6 +1244,12 @@ size_t tpuir_dump(const tpuir_graph *g, char *buf, size_t cap) {
     case TPUIR_SORT:
       sb_printf(&s, " {dim=%d, descending=%d, result=%s}", (int)n->dim, (int)n->a[0],
                 n->kind == TPUIR_SORT_INDICES ? "indices" : "values");
+      break;
+    case TPUIR_FFT:
+      sb_printf(&s, " {fft_type=%s, ", n->kind == TPUIR_FFT_FWD ? "FFT"
+                : n->kind == TPUIR_FFT_INV ? "IFFT" : n->kind == TPUIR_FFT_RFFT ? "RFFT" : "IRFFT");
+      sb_ints(&s, "fft_length", n->na, n->a);
+      sb_printf(&s, "}");
       break;
     case TPUIR_DOT_GENERAL:
       sb_printf(&s, " {");

@@ -22,5 +22,14 @@ void tpuir__window_attr_str(const tpuir_node *n, char *buf, size_t cap);
 /* Attribute text of a dense linear algebra node (CHOLESKY ... 
  * HOUSEHOLDER_PRODUCT) for tpuir_dump. Defined in ir_linalg.c. */
 void tpuir__linalg_attr_str(const tpuir_node *n, char *buf, size_t cap);
+/* dot_general of two complex operands (same dtype) as four real
+ * dot_generals of their parts: (a+bi)(c+di) = (ac - bd) + (ad + bc)i.
+ * Result dtype out_dtype (complex). Defined in ir_complex.c. */
+tpuir_val tpuir__dot_complex(tpuir_graph *g, tpuir_val lhs, tpuir_val rhs,
+                             int nbatch, const int64_t *lhs_batch,
+                             const int64_t *rhs_batch, int ncontract,
+                             const int64_t *lhs_contract,
+                             const int64_t *rhs_contract, int precision,
+                             int out_dtype);
 
 #endif /* TPU_IR_INTERNAL_H */

@@ -41,6 +41,8 @@ static void table_init(void) {
       {lw_rows_linalg_solve, lw_nrows_linalg_solve},
       {lw_rows_nn2, lw_nrows_nn2},
       {lw_rows_misc, lw_nrows_misc},
+      {lw_rows_complex, lw_nrows_complex},
+      {lw_rows_fft, lw_nrows_fft},
   };
   int total = 0;
   for (size_t f = 0; f < sizeof fam / sizeof fam[0]; f++) total += fam[f].n;
@@ -304,6 +306,14 @@ int tpulw_prepare(const tpulw_ctx *ctx, const char *name, const char *overload,
     char key[256];
     make_key(key, sizeof key, name, overload);
     return tpu_error(TPU_E_UNSUPPORTED, "no native lowering for aten::%s", key);
+  }
+  if (lw_call_is_complex(args, nargs)) { /* complex-aware rows only */
+    char key[256];
+    make_key(key, sizeof key, name, overload);
+    row = lw_complex_row(key, row);
+    if (!row)
+      return tpu_error(TPU_E_UNSUPPORTED, "no native lowering for aten::%s with complex "
+                       "arguments", key);
   }
   int rc = check_devices(ctx, args, nargs);
   if (rc < 0) return rc;

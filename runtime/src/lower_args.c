@@ -10,18 +10,18 @@
 /* ---- scalars ------------------------------------------------------------ */
 
 lw_scalar lw_scalar_f(double f) {
-  lw_scalar s = {LW_SK_FLOAT, 0, f};
+  lw_scalar s = {LW_SK_FLOAT, 0, f, 0};
   if (isfinite(f) && fabs(f) < 9.2e18) s.i = (int64_t)f;
   return s;
 }
 
 lw_scalar lw_scalar_i(int64_t i) {
-  lw_scalar s = {LW_SK_INT, i, (double)i};
+  lw_scalar s = {LW_SK_INT, i, (double)i, 0};
   return s;
 }
 
 static lw_scalar scalar_b(int v) {
-  lw_scalar s = {LW_SK_BOOL, v != 0, v != 0};
+  lw_scalar s = {LW_SK_BOOL, v != 0, v != 0, 0};
   return s;
 }
 
@@ -41,9 +41,17 @@ int lw_none(const lw_b *b, const char *name) {
   return 0;
 }
 
+lw_scalar lw_scalar_c(double re, double im) {
+  lw_scalar s = lw_scalar_f(re);
+  s.kind = LW_SK_COMPLEX;
+  s.im = im;
+  return s;
+}
+
 static int cpu_scalar(const tpulw_tensor *t, lw_scalar *out) {
   if (t->device >= 0 || !t->defined) return 0;
-  if (tpu_dtype_is_float(t->view.dtype)) *out = lw_scalar_f(t->cpu_f);
+  if (tpu_dtype_is_complex(t->view.dtype)) *out = lw_scalar_c(t->cpu_f, t->cpu_im);
+  else if (tpu_dtype_is_float(t->view.dtype)) *out = lw_scalar_f(t->cpu_f);
   else if (t->view.dtype == TPU_BOOL) *out = scalar_b(t->cpu_i != 0);
   else *out = lw_scalar_i(t->cpu_i);
   return 1;
@@ -56,6 +64,7 @@ int lw_scalar_arg(const lw_b *b, const char *name, lw_scalar *out) {
   case TPULW_INT: *out = lw_scalar_i(a->i); return 1;
   case TPULW_BOOL: *out = scalar_b(a->i != 0); return 1;
   case TPULW_FLOAT: *out = lw_scalar_f(a->f); return 1;
+  case TPULW_COMPLEX: *out = lw_scalar_c(a->f, a->f_im); return 1;
   case TPULW_TENSOR: return cpu_scalar(&a->t, out);
   default: return 0;
   }
@@ -117,12 +126,12 @@ lw_opnd lw_opnd_scalar(lw_scalar s) {
 }
 
 lw_opnd lw_opnd_tensor(const tpulw_tensor *t) {
-  lw_opnd o = {LW_OPND_TENSOR, t, {0, 0, 0}};
+  lw_opnd o = {LW_OPND_TENSOR, t, {0, 0, 0, 0}};
   return o;
 }
 
 lw_opnd lw_opnd_arg(const lw_b *b, const char *name) {
-  lw_opnd o = {LW_OPND_NONE, NULL, {0, 0, 0}};
+  lw_opnd o = {LW_OPND_NONE, NULL, {0, 0, 0, 0}};
   const tpulw_arg *a = lw_arg(b, name);
   if (!a) return o;
   if (a->kind == TPULW_TENSOR) {
@@ -146,18 +155,22 @@ lw_opnd lw_opnd_arg(const lw_b *b, const char *name) {
 #define BF TPU_BF16
 #define F32 TPU_F32
 #define F64 TPU_F64
+#define C64 TPU_C64
+#define C128 TPU_C128
 /* torch.promote_types over our dtypes (generated with PyTorch 2.13). */
 static const signed char k_promote[TPU_NUM_DTYPES][TPU_NUM_DTYPES] = {
-    {B, U8, I8, I16, I32, I64, F16, BF, F32, F64},
-    {U8, U8, I16, I16, I32, I64, F16, BF, F32, F64},
-    {I8, I16, I8, I16, I32, I64, F16, BF, F32, F64},
-    {I16, I16, I16, I16, I32, I64, F16, BF, F32, F64},
-    {I32, I32, I32, I32, I32, I64, F16, BF, F32, F64},
-    {I64, I64, I64, I64, I64, I64, F16, BF, F32, F64},
-    {F16, F16, F16, F16, F16, F16, F16, F32, F32, F64},
-    {BF, BF, BF, BF, BF, BF, F32, BF, F32, F64},
-    {F32, F32, F32, F32, F32, F32, F32, F32, F32, F64},
-    {F64, F64, F64, F64, F64, F64, F64, F64, F64, F64},
+    {B, U8, I8, I16, I32, I64, F16, BF, F32, F64, C64, C128},
+    {U8, U8, I16, I16, I32, I64, F16, BF, F32, F64, C64, C128},
+    {I8, I16, I8, I16, I32, I64, F16, BF, F32, F64, C64, C128},
+    {I16, I16, I16, I16, I32, I64, F16, BF, F32, F64, C64, C128},
+    {I32, I32, I32, I32, I32, I64, F16, BF, F32, F64, C64, C128},
+    {I64, I64, I64, I64, I64, I64, F16, BF, F32, F64, C64, C128},
+    {F16, F16, F16, F16, F16, F16, F16, F32, F32, F64, C64, C128},
+    {BF, BF, BF, BF, BF, BF, F32, BF, F32, F64, C64, C128},
+    {F32, F32, F32, F32, F32, F32, F32, F32, F32, F64, C64, C128},
+    {F64, F64, F64, F64, F64, F64, F64, F64, F64, F64, C128, C128},
+    {C64, C64, C64, C64, C64, C64, C64, C64, C64, C128, C64, C128},
+    {C128, C128, C128, C128, C128, C128, C128, C128, C128, C128, C128, C128},
 };
 #undef B
 #undef U8
@@ -169,6 +182,8 @@ static const signed char k_promote[TPU_NUM_DTYPES][TPU_NUM_DTYPES] = {
 #undef BF
 #undef F32
 #undef F64
+#undef C64
+#undef C128
 
 int lw_promote(int a, int b) {
   if (a < 0) return b;
@@ -179,6 +194,7 @@ int lw_promote(int a, int b) {
 static int category(int dt) {
   if (dt == TPU_BOOL) return 0;
   if (tpu_dtype_is_int(dt)) return 1;
+  if (tpu_dtype_is_complex(dt)) return 3;
   return 2;
 }
 
@@ -187,14 +203,15 @@ int lw_can_cast(int from, int to) { return category(from) <= category(to); }
 const char *lw_torch_name(int dt) {
   static const char *const names[TPU_NUM_DTYPES] = {
       "Bool", "Byte", "Char", "Short", "Int", "Long",
-      "Half", "BFloat16", "Float", "Double"};
+      "Half", "BFloat16", "Float", "Double", "ComplexFloat", "ComplexDouble"};
   return (dt >= 0 && dt < TPU_NUM_DTYPES) ? names[dt] : "?";
 }
 
 const char *lw_c_name(int dt) {
   static const char *const names[TPU_NUM_DTYPES] = {
       "bool", "unsigned char", "signed char", "short int", "int", "long int",
-      "c10::Half", "c10::BFloat16", "float", "double"};
+      "c10::Half", "c10::BFloat16", "float", "double", "c10::complex<float>",
+      "c10::complex<double>"};
   return (dt >= 0 && dt < TPU_NUM_DTYPES) ? names[dt] : "?";
 }
 
@@ -209,6 +226,9 @@ int lw_out_dtype(const lw_b *b) {
 /* c10 combine_categories(higher, lower). */
 static int combine(int higher, int lower) {
   if (higher < 0) return lower;
+  if (tpu_dtype_is_complex(higher)) return higher;
+  if (lower >= 0 && tpu_dtype_is_complex(lower))
+    return tpu_dtype_is_float(higher) ? tpu_dtype_to_complex(higher) : lower;
   if (tpu_dtype_is_float(higher)) return higher;
   if (higher == TPU_BOOL || (lower >= 0 && tpu_dtype_is_float(lower)))
     return lw_promote(higher, lower);
@@ -223,6 +243,7 @@ int lw_result_type(int n, const lw_opnd *ops) {
       int dt = o->t->view.dtype;
       if (o->t->wrapped_number) {
         if (tpu_dtype_is_float(dt)) dt = LW_DEFAULT_FLOAT;
+        if (tpu_dtype_is_complex(dt)) dt = TPU_C64;
         wrap_r = lw_promote(wrap_r, dt);
       } else if (o->t->view.ndim == 0) {
         zero_r = lw_promote(zero_r, dt);
@@ -230,9 +251,10 @@ int lw_result_type(int n, const lw_opnd *ops) {
         dim_r = lw_promote(dim_r, dt);
       }
     } else if (o->kind == LW_OPND_SCALAR) {
-      int dt = o->s.kind == LW_SK_BOOL  ? TPU_BOOL
-               : o->s.kind == LW_SK_INT ? TPU_I64
-                                        : LW_DEFAULT_FLOAT;
+      int dt = o->s.kind == LW_SK_BOOL      ? TPU_BOOL
+               : o->s.kind == LW_SK_INT     ? TPU_I64
+               : o->s.kind == LW_SK_COMPLEX ? TPU_C64
+                                            : LW_DEFAULT_FLOAT;
       wrap_r = lw_promote(wrap_r, dt);
     }
   }
@@ -244,7 +266,7 @@ int lw_opmath(int dt) {
 }
 
 int lw_float_or_default(int dt) {
-  return tpu_dtype_is_float(dt) ? dt : LW_DEFAULT_FLOAT;
+  return tpu_dtype_is_float(dt) || tpu_dtype_is_complex(dt) ? dt : LW_DEFAULT_FLOAT;
 }
 
 /* ---- graph values ------------------------------------------------------- */
@@ -291,6 +313,8 @@ static int64_t wrap_int(int dt, int64_t v) {
 }
 
 tpuir_val lw_const(lw_b *b, int dtype, double v) {
+  if (tpu_dtype_is_complex(dtype)) /* (v, 0): no complex constant nodes */
+    return tpuir_convert(b->g, tpuir_const_f(b->g, tpu_dtype_complex_part(dtype), v), dtype);
   if (tpu_dtype_is_float(dtype)) return tpuir_const_f(b->g, dtype, v);
   if (dtype == TPU_BOOL) return tpuir_const_i(b->g, dtype, v != 0);
   int64_t i = 0;
@@ -299,6 +323,12 @@ tpuir_val lw_const(lw_b *b, int dtype, double v) {
 }
 
 tpuir_val lw_const_s(lw_b *b, int dtype, lw_scalar s) {
+  if (tpu_dtype_is_complex(dtype)) {
+    int pd = tpu_dtype_complex_part(dtype);
+    double re = s.kind == LW_SK_INT ? (double)s.i : s.f;
+    return tpuir_complex(b->g, tpuir_const_f(b->g, pd, re),
+                         tpuir_const_f(b->g, pd, s.kind == LW_SK_COMPLEX ? s.im : 0.0));
+  }
   if (tpu_dtype_is_float(dtype)) return tpuir_const_f(b->g, dtype, s.f);
   if (dtype == TPU_BOOL)
     return tpuir_const_i(b->g, dtype, s.kind == LW_SK_FLOAT ? s.f != 0 : s.i != 0);

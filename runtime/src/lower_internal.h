@@ -98,17 +98,30 @@ extern const lw_row lw_rows_nn2[];
 extern const int lw_nrows_nn2;
 extern const lw_row lw_rows_misc[];
 extern const int lw_nrows_misc;
+extern const lw_row lw_rows_complex[];
+extern const int lw_nrows_complex;
+extern const lw_row lw_rows_fft[];
+extern const int lw_nrows_fft;
+
+/* Complex gate (lower_complex.c): 1 if any tensor / dtype / Scalar
+ * argument is complex; the row lowering such a call of `key` given the
+ * table's row (NULL: none, the call is TPU_E_UNSUPPORTED). */
+int lw_call_is_complex(const tpulw_arg *args, int nargs);
+const lw_row *lw_complex_row(const char *key, const lw_row *row);
 
 /* ---- scalars ------------------------------------------------------------ */
-enum { LW_SK_BOOL = 0, LW_SK_INT, LW_SK_FLOAT };
+enum { LW_SK_BOOL = 0, LW_SK_INT, LW_SK_FLOAT, LW_SK_COMPLEX };
 typedef struct lw_scalar {
   int kind; /* LW_SK_* */
   int64_t i;
-  double f; /* valid for every kind */
+  double f; /* valid for every kind (the real part of a complex one) */
+  double im; /* imaginary part (LW_SK_COMPLEX; 0 otherwise) */
 } lw_scalar;
 
 lw_scalar lw_scalar_f(double f);
 lw_scalar lw_scalar_i(int64_t i);
+/* Complex scalar re + im*i (kind LW_SK_COMPLEX). */
+lw_scalar lw_scalar_c(double re, double im);
 
 /* ---- argument access (lower_args.c) ------------------------------------ */
 /* Argument by schema name, NULL if absent. */
@@ -167,7 +180,7 @@ int lw_result_type(int n, const lw_opnd *ops);
  * opmath), others unchanged. */
 int lw_opmath(int dt);
 /* dt if floating, else the default float dtype. */
-int lw_float_or_default(int dt);
+int lw_float_or_default(int dt); /* complex dtypes are kept too */
 
 /* ---- graph values ------------------------------------------------------- */
 typedef struct lw_shape {

@@ -43,6 +43,8 @@ int to_tpu_dtype(c10::ScalarType st) {
     case c10::ScalarType::BFloat16: return TPU_BF16;
     case c10::ScalarType::Float: return TPU_F32;
     case c10::ScalarType::Double: return TPU_F64;
+    case c10::ScalarType::ComplexFloat: return TPU_C64;
+    case c10::ScalarType::ComplexDouble: return TPU_C128;
     default: return -1;
   }
 }
@@ -52,7 +54,8 @@ c10::ScalarType to_scalar_type(int dt) {
       c10::ScalarType::Bool, c10::ScalarType::Byte,     c10::ScalarType::Char,
       c10::ScalarType::Short, c10::ScalarType::Int,     c10::ScalarType::Long,
       c10::ScalarType::Half, c10::ScalarType::BFloat16, c10::ScalarType::Float,
-      c10::ScalarType::Double};
+      c10::ScalarType::Double, c10::ScalarType::ComplexFloat,
+      c10::ScalarType::ComplexDouble};
   TORCH_CHECK(dt >= 0 && dt < TPU_NUM_DTYPES, "torch_tpu: bad dtype ", dt);
   return k[dt];
 }

@@ -12,6 +12,9 @@
 #include <ATen/TensorUtils.h>
 #include <ATen/core/dispatch/Dispatcher.h>
 #include <ATen/native/CPUFallback.h>
+#include <ATen/ops/_conj_physical.h>
+#include <ATen/ops/_neg_view.h>
+#include <ATen/ops/neg.h>
 #include <torch/library.h>
 
 #include <cstring>
@@ -88,6 +91,48 @@ at::Tensor unfold(const at::Tensor& self, int64_t dim, int64_t size, int64_t ste
   sizes.push_back(size);
   strides.push_back(st);
   return alias_as(self, sizes, strides, self.storage_offset());
+}
+
+// view_as_real / view_as_complex: aliases of the same storage with the
+// other dtype (PyTorch registers them per backend, CPU and CUDA only).
+at::Tensor view_as_real(const at::Tensor& self) {
+  TORCH_CHECK(self.is_complex(), "view_as_real is only supported for complex tensors");
+  TORCH_CHECK(!self.is_conj(), "view_as_real doesn't work on unresolved conjugated tensors.  "
+              "To resolve the conjugate tensor so you can view it as real, use self.resolve_conj()");
+  std::vector<int64_t> sizes(self.sizes().begin(), self.sizes().end());
+  std::vector<int64_t> strides;
+  for (int64_t st : self.strides()) strides.push_back(st * 2);
+  sizes.push_back(2);
+  strides.push_back(1);
+  auto impl = c10::make_intrusive<c10::TensorImpl>(
+      c10::TensorImpl::VIEW, c10::Storage(self.storage()), self.key_set(),
+      c10::scalarTypeToTypeMeta(c10::toRealValueType(self.scalar_type())));
+  impl->set_sizes_and_strides(sizes, strides, self.storage_offset() * 2);
+  return at::Tensor(std::move(impl));
+}
+
+at::Tensor view_as_complex(const at::Tensor& self) {
+  auto st = self.scalar_type();
+  TORCH_CHECK(st == c10::kFloat || st == c10::kDouble || st == c10::kHalf,
+              "view_as_complex is only supported for float and double tensors, but got a "
+              "tensor of scalar type: ", st);
+  TORCH_CHECK(st != c10::kHalf, "torch_tpu: complex32 (chalf) is not supported");
+  TORCH_CHECK(self.dim() != 0, "Input tensor must have one or more dimensions");
+  TORCH_CHECK(self.size(-1) == 2, "Tensor must have a last dimension of size 2");
+  TORCH_CHECK(self.stride(-1) == 1, "Tensor must have a last dimension with stride 1");
+  std::vector<int64_t> sizes(self.sizes().begin(), self.sizes().end() - 1);
+  std::vector<int64_t> strides;
+  for (int64_t i = 0; i + 1 < self.dim(); i++) {
+    TORCH_CHECK(self.stride(i) % 2 == 0, "Tensor must have a stride divisible by 2 for all "
+                "but last dimension");
+    strides.push_back(self.stride(i) / 2);
+  }
+  TORCH_CHECK(self.storage_offset() % 2 == 0, "Tensor must have a storage_offset divisible by 2");
+  auto impl = c10::make_intrusive<c10::TensorImpl>(
+      c10::TensorImpl::VIEW, c10::Storage(self.storage()), self.key_set(),
+      c10::scalarTypeToTypeMeta(c10::toComplexType(st)));
+  impl->set_sizes_and_strides(sizes, strides, self.storage_offset() / 2);
+  return at::Tensor(std::move(impl));
 }
 
 // ---- storage growth / resize ---------------------------------------------------
@@ -197,7 +242,7 @@ at::Tensor copy_from_and_resize(const at::Tensor& self, const at::Tensor& dst) {
 c10::Scalar local_scalar_dense(const at::Tensor& self) {
   TORCH_CHECK(self.numel() == 1, "a Tensor with ", self.numel(),
               " elements cannot be converted to Scalar");
-  alignas(8) unsigned char buf[8] = {};
+  alignas(16) unsigned char buf[16] = {};
   tpu_view src = make_view(self), dst;
   tpu_view_init_contiguous(&dst, buf, src.dtype, 0, nullptr);
   src.ndim = 0;  // numel == 1: the element at the offset
@@ -212,6 +257,16 @@ c10::Scalar local_scalar_dense(const at::Tensor& self) {
     case TPU_F16: return c10::Scalar(c10::Half(*reinterpret_cast<uint16_t*>(buf), c10::Half::from_bits()));
     case TPU_BF16: return c10::Scalar(c10::BFloat16(*reinterpret_cast<uint16_t*>(buf), c10::BFloat16::from_bits()));
     case TPU_F32: return c10::Scalar(static_cast<double>(*reinterpret_cast<float*>(buf)));
+    case TPU_C64: {
+      float f[2];
+      std::memcpy(f, buf, sizeof f);
+      return c10::Scalar(c10::complex<float>(f[0], f[1]));
+    }
+    case TPU_C128: {
+      double f[2];
+      std::memcpy(f, buf, sizeof f);
+      return c10::Scalar(c10::complex<double>(f[0], f[1]));
+    }
     default: return c10::Scalar(*reinterpret_cast<double*>(buf));
   }
 }
@@ -308,6 +363,13 @@ bool fill_tensor(Marshal& m, const at::Tensor& t, tpulw_tensor& out) {
     c10::Scalar s = t.item();
     out.device = -1;
     out.view.dtype = dt;
+    if (s.isComplex()) {
+      c10::complex<double> z = s.toComplexDouble();
+      out.cpu_f = z.real();
+      out.cpu_im = z.imag();
+      out.cpu_i = static_cast<int64_t>(out.cpu_f);
+      return true;
+    }
     out.cpu_f = s.toDouble();
     out.cpu_i = s.isFloatingPoint() ? static_cast<int64_t>(out.cpu_f) : s.toLong();
     return true;
@@ -415,8 +477,10 @@ bool marshal(Marshal& m, const c10::FunctionSchema& schema, torch::jit::Stack* s
           a.kind = TPULW_FLOAT;
           a.f = s.toDouble();
         } else {
-          m.why = "complex scalar";
-          return false;
+          c10::complex<double> z = s.toComplexDouble();
+          a.kind = TPULW_COMPLEX;
+          a.f = z.real();
+          a.f_im = z.imag();
         }
         break;
       }
@@ -578,6 +642,25 @@ void native_boxed(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
 
 void copy_between(const at::Tensor& src_in, const at::Tensor& dst) {
   at::Tensor src = src_in.sizes().equals(dst.sizes()) ? src_in : src_in.expand(dst.sizes());
+  // lazy conjugate / negative views: materialise on the side that holds
+  // them (the device: native conj_physical / neg), then copy the bytes
+  if (src.is_conj() != dst.is_conj() || src.is_neg() != dst.is_neg()) {
+    TORCH_CHECK(!dst.is_conj() && !dst.is_neg(),
+                "torch_tpu: copy into a conjugate/negative view is not supported");
+    bool conj = src.is_conj(), neg = src.is_neg();
+    at::Tensor plain = conj ? src.conj() : src;  // the bits cleared, same memory
+    if (neg) plain = at::_neg_view(plain);
+    if (src.device().type() == c10::DeviceType::PrivateUse1) {
+      if (conj) plain = at::_conj_physical(plain);  // native
+      if (neg) plain = at::neg(plain);
+      copy_between(plain, dst);
+    } else {  // host -> device: copy the stored values, then fix them on the device
+      copy_between(plain, dst);
+      if (conj) dst.conj_physical_();
+      if (neg) dst.neg_();
+    }
+    return;
+  }
   if (dst.numel() == 0) return;
   tpu_view dv = make_view(dst), sv = make_view(src);
   bool s_dev = src.device().type() == c10::DeviceType::PrivateUse1;
@@ -609,6 +692,8 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   m.impl("view", view);
   m.impl("_reshape_alias", reshape_alias);
   m.impl("unfold", unfold);
+  m.impl("view_as_real", view_as_real);
+  m.impl("view_as_complex", view_as_complex);
   m.impl("resize_", resize_);
   m.impl("set_.source_Storage_storage_offset", set_storage_offset);
   m.impl("set_.source_Storage", set_source_storage);
@@ -619,6 +704,19 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   m.impl("_local_scalar_dense", local_scalar_dense);
   m.impl("_fused_sdp_choice", fused_sdp_choice);
   m.impl("_has_compatible_shallow_copy_type", has_compatible_shallow_copy_type);
+}
+
+// Lazy conjugate / negative tensors: PyTorch's Conjugate/Negative fallback
+// would materialise a conj source of _copy_from with clone(), which copies
+// through _copy_from again (endless recursion on backends whose copies go
+// through _copy_from). copy_between resolves the bits itself.
+TORCH_LIBRARY_IMPL(aten, Conjugate, m) {
+  m.impl("_copy_from", torch::CppFunction::makeFallthrough());
+  m.impl("_copy_from_and_resize", torch::CppFunction::makeFallthrough());
+}
+TORCH_LIBRARY_IMPL(aten, Negative, m) {
+  m.impl("_copy_from", torch::CppFunction::makeFallthrough());
+  m.impl("_copy_from_and_resize", torch::CppFunction::makeFallthrough());
 }
 
 TORCH_LIBRARY_IMPL(_, PrivateUse1, m) {
