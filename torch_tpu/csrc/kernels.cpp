@@ -116,7 +116,7 @@ at::Tensor view_as_complex(const at::Tensor& self) {
   TORCH_CHECK(st == c10::kFloat || st == c10::kDouble || st == c10::kHalf,
               "view_as_complex is only supported for float and double tensors, but got a "
               "tensor of scalar type: ", st);
-  TORCH_CHECK(st != c10::kHalf, "torch_tpu: complex32 (chalf) is not supported");
+  TORCH_CHECK_NOT_IMPLEMENTED(st != c10::kHalf, "torch_tpu: complex32 (chalf) is not supported");
   TORCH_CHECK(self.dim() != 0, "Input tensor must have one or more dimensions");
   TORCH_CHECK(self.size(-1) == 2, "Tensor must have a last dimension of size 2");
   TORCH_CHECK(self.stride(-1) == 1, "Tensor must have a last dimension with stride 1");
