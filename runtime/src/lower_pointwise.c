@@ -61,7 +61,8 @@ static int get_self(const lw_b *b, const char *name, lw_opnd *o) {
 static const char *c_type_name(int dt) {
   static const char *const n[TPU_NUM_DTYPES] = {
       "bool", "uint8_t", "int8_t", "int16_t", "int", "int64_t",
-      "c10::Half", "c10::BFloat16", "float", "double"};
+      "c10::Half", "c10::BFloat16", "float", "double", "c10::complex<float>",
+      "c10::complex<double>"};
   return (dt >= 0 && dt < TPU_NUM_DTYPES) ? n[dt] : "?";
 }
 
