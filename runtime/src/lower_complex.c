@@ -1,6 +1,7 @@
 /* lower_complex.c - lowerings for complex tensors: complex, polar, angle,
- * abs/sgn of complex values, conj_physical, sum/mean/vdot of complex
- * values; and the complex gate of the lowering driver.
+ * abs/sgn of complex values, conj_physical, sum/mean/prod/vdot of complex
+ * values, pow and normal_ on complex tensors; and the complex gate of the
+ * lowering driver.
  *
  * The gate (lw_complex_row): a call with a complex tensor, dtype or Scalar
  * argument runs natively only through (1) a row of this family or of
@@ -18,7 +19,7 @@
 #include "lower_internal.h"
 
 enum { C_COMPLEX = 1, C_POLAR, C_ANGLE, C_ABS, C_SGN, C_CONJ, C_SUM, C_MEAN,
-       C_VDOT, C_ISNAN, C_ISINF };
+       C_VDOT, C_ISNAN, C_ISINF, C_PROD };
 
 /* complex(real, imag) / polar(abs, angle) */
 static int complex_fn(lw_b *b) {
@@ -116,7 +117,14 @@ static int csum_fn(lw_b *b) {
   int rc = lw_dim_mask(b, "dim", sh.ndim, &mask);
   if (rc < 0) return rc;
   int keepdim = (int)lw_int(b, "keepdim", 0);
-  tpuir_val r = lw_reduce_dims(b, TPUIR_RED_SUM, x, mask, keepdim);
+  if (b->op == C_PROD && lw_arg(b, "dim") && lw_arg(b, "dim")->kind == TPULW_INT) {
+    int d; /* prod.dim_int: one dim */
+    rc = lw_wrap_dim(lw_arg(b, "dim")->i, sh.ndim, &d);
+    if (rc < 0) return rc;
+    mask = sh.ndim ? 1u << d : 0;
+  }
+  tpuir_val r = lw_reduce_dims(b, b->op == C_PROD ? TPUIR_RED_PROD : TPUIR_RED_SUM, x,
+                               mask, keepdim);
   if (b->op == C_MEAN) {
     int64_t cnt = 1;
     for (int d = 0; d < sh.ndim; d++)
@@ -124,6 +132,51 @@ static int csum_fn(lw_b *b) {
     r = lw_bin_c(b, TPUIR_DIV, r, (double)cnt);
   }
   return lw_result(b, r);
+}
+
+/* pow(self, exponent) with a complex operand (Tensor or Scalar on
+ * either side) */
+static int cpow_fn(lw_b *b) {
+  lw_opnd ops[2] = {lw_opnd_arg(b, "self"), lw_opnd_arg(b, "exponent")};
+  if (ops[0].kind == LW_OPND_NONE || ops[1].kind == LW_OPND_NONE)
+    return tpu_error(TPU_E_UNSUPPORTED, "pow: missing operand");
+  int dt = lw_result_type(2, ops);
+  if (!tpu_dtype_is_complex(dt)) return tpu_error(TPU_E_UNSUPPORTED, "pow: real result");
+  tpuir_val x = lw_opnd_val(b, &ops[0], dt), y = lw_opnd_val(b, &ops[1], dt);
+  return lw_result(b, lw_bin(b, TPUIR_POW, x, y));
+}
+
+/* normal_ on a complex tensor: real and imaginary parts are independent
+ * N(mean, std^2 / 2) draws (torch: normal_ on view_as_real(self) with
+ * std / sqrt(2)) */
+static int cnormal_fn(lw_b *b) {
+  const tpulw_tensor *s = lw_tensor_arg(b, "self");
+  if (!s || !tpu_dtype_is_complex(s->view.dtype))
+    return tpu_error(TPU_E_UNSUPPORTED, "normal_: not a complex self");
+  double mean = lw_float(b, "mean", 0), std = lw_float(b, "std", 1);
+  if (!(std >= 0))
+    return tpu_error(TPU_E_INVALID, "normal expects std >= 0.0, but found std %g", std);
+  const tpu_view *v = &s->view;
+  int pd = tpu_dtype_complex_part(v->dtype), nd = v->ndim;
+  int64_t sz[TPU_MAX_DIMS], st[TPU_MAX_DIMS], li[TPU_MAX_DIMS], sd[TPU_MAX_DIMS];
+  if (nd + 1 > TPU_MAX_DIMS) return tpu_error(TPU_E_UNSUPPORTED, "normal_: rank too large");
+  for (int d = 0; d < nd; d++) {
+    sz[d] = v->sizes[d];
+    st[d] = 0;
+    li[d] = v->sizes[d];
+    sd[d] = 1;
+  }
+  sz[nd] = 2;
+  sd[nd] = 1;
+  tpuir_val z = lw_rng(b, TPUIR_RNG_NORMAL, pd, nd + 1, sz);
+  z = lw_bin_c(b, TPUIR_ADD, lw_bin_c(b, TPUIR_MUL, z, std / sqrt(2.0)), mean);
+  tpuir_val part[2];
+  for (int k = 0; k < 2; k++) {
+    st[nd] = k;
+    li[nd] = k + 1;
+    part[k] = lw_reshape(b, tpuir_slice(b->g, z, st, li, sd), nd, v->sizes);
+  }
+  return lw_result(b, tpuir_complex(b->g, part[0], part[1]));
 }
 
 /* vdot(self, other) = sum(conj(self) * other) */
@@ -175,6 +228,13 @@ static const lw_row k_overrides[] = {
     {"mean", csum_fn, C_MEAN}, {"mean.dim", csum_fn, C_MEAN},
     {"mean.out", csum_fn, C_MEAN}, {"mean.dtype_out", csum_fn, C_MEAN},
     {"vdot", vdot_fn, C_VDOT}, {"vdot.out", vdot_fn, C_VDOT},
+    {"prod", csum_fn, C_PROD}, {"prod.dim_int", csum_fn, C_PROD},
+    {"prod.int_out", csum_fn, C_PROD}, {"prod.out", csum_fn, C_PROD},
+    {"pow.Tensor_Tensor", cpow_fn, 0}, {"pow.Tensor_Tensor_out", cpow_fn, 0},
+    {"pow.Tensor_Scalar", cpow_fn, 0}, {"pow.Tensor_Scalar_out", cpow_fn, 0},
+    {"pow.Scalar", cpow_fn, 0}, {"pow.Scalar_out", cpow_fn, 0},
+    {"pow_.Tensor", cpow_fn, 0}, {"pow_.Scalar", cpow_fn, 0},
+    {"normal_", cnormal_fn, 0},
 };
 
 /* rows of other families that are correct for complex operands */
@@ -184,7 +244,9 @@ static const char *const k_complex_ok[] = {
     "narrow_copy", "narrow_copy.out", "index_select", "index_select.out", "gather",
     "gather.out", "index.Tensor", "index.Tensor_out", "take", "take.out", "tril",
     "tril.out", "tril_", "triu", "triu.out", "triu_", "where.self", "where.self_out",
-    "zero_", "fill_.Scalar", "fill_.Tensor",
+    "zero_", "fill_.Scalar", "fill_.Tensor", "masked_fill.Scalar", "masked_fill_.Scalar",
+    "masked_fill.Scalar_out", "masked_fill.Tensor", "masked_fill_.Tensor",
+    "masked_fill.Tensor_out",
     /* arithmetic on IR ops that accept complex operands */
     "add.Tensor", "add.out", "add_.Tensor", "add.Scalar", "add.Scalar_out", "add_.Scalar",
     "sub.Tensor", "sub.out", "sub_.Tensor", "sub.Scalar", "sub.Scalar_out", "sub_.Scalar",
