@@ -24,6 +24,13 @@
  * needed after the region runs, no node at or after it can fail, and any
  * region input aliasing it is the identical view, read at the same index;
  * such a store happens at the end of each tile, after all its loads).
+ *
+ * GEMM epilogues: a region that reads a float DOT_GENERAL's value directly
+ * (same shape, cannot fail, every other input available when the dot runs)
+ * runs at the dot, on each finished GEMM block (exec_epilogue.c); inputs
+ * after the dot that are parameters, constants, views or small regions of
+ * such (optimizer scalars) are evaluated early for it. Results are
+ * bit-identical to the unfused plan. TORCH_TPU_NO_EPILOGUE=1 disables it.
  */
 #include <stdlib.h>
 
@@ -189,20 +196,61 @@ static int eval_node(xctx *c, int t, const tpu_view *ins) {
   }
 }
 
+/* Planning state for GEMM epilogues (see tpux_run). */
+typedef struct epi_plan {
+  const tpuir_graph *g;
+  const char *live, *rfail, *rfused;
+  const int32_t *reg, *rfirst, *rlast, *rearly;
+  int32_t *rpar;
+  int32_t *pre; /* early work: node u (>= 0) or region R as -(R + 1) */
+  int np;
+} epi_plan;
+
+/* small regions (a few scalars: optimizer step counts, bias corrections)
+ * may run early, before a dot, to feed its epilogue */
+#define EPI_EARLY_REGION_NUMEL 16
+
+static int epi_listed(const epi_plan *P, int item) {
+  for (int q = 0; q < P->np; q++)
+    if (P->pre[q] == item) return 1;
+  return 0;
+}
+
 /* Whether value o of a region fused into the epilogue of dot t is
  * available when t runs: computed before t (a region member only once its
- * region has run), or a parameter/constant/iota or view chain of such that
- * can be evaluated early (appended to pre[*np]). */
-static int epi_input_ok(const tpuir_graph *g, int t, int o, const int32_t *reg,
-                        int32_t *rpar, const int32_t *rlast, int32_t *pre,
-                        int *np) {
-  if (o < t) return reg[o] < 0 || rlast[uf_find(rpar, reg[o])] < t;
+ * region has run), or a parameter/constant/iota, a view chain, or a small
+ * region that cannot fail, of such inputs, which can then be evaluated
+ * early (appended to P->pre). */
+static int epi_input_ok(epi_plan *P, int t, int o) {
+  const tpuir_graph *g = P->g;
+  int Ro = P->reg[o] >= 0 ? uf_find(P->rpar, P->reg[o]) : -1;
+  if (Ro >= 0 && (P->rfused[Ro] || P->rearly[Ro] >= 0))
+    return 1; /* runs at an earlier dot (dots are planned in order) */
+  if (o < t) return Ro < 0 || P->rlast[Ro] < t;
   if (o == t) return 0; /* a view of the dot's value: other element order */
   const tpuir_node *n = tpuir_get_node(g, o);
+  if (Ro >= 0) {
+    if (P->rfail[Ro] || epi_listed(P, -(Ro + 1))) return !P->rfail[Ro];
+    int64_t numel = 1;
+    for (int d = 0; d < n->ndim; d++) numel *= n->sizes[d];
+    if (numel > EPI_EARLY_REGION_NUMEL) return 0;
+    for (int u = P->rfirst[Ro]; u <= P->rlast[Ro]; u++) {
+      if (!P->live[u] || P->reg[u] < 0 || uf_find(P->rpar, P->reg[u]) != Ro) continue;
+      const tpuir_node *m = tpuir_get_node(g, u);
+      for (int k = 0; k < m->nin; k++) {
+        int x = m->in[k];
+        if (P->reg[x] >= 0 && uf_find(P->rpar, P->reg[x]) == Ro) continue;
+        if (!epi_input_ok(P, t, x)) return 0;
+      }
+    }
+    P->pre[P->np++] = -(Ro + 1);
+    return 1;
+  }
+  if (epi_listed(P, o)) return 1;
   if (n->op != TPUIR_PARAM && n->op != TPUIR_CONST && n->op != TPUIR_IOTA &&
-      !(is_view_op(n->op) && epi_input_ok(g, t, n->in[0], reg, rpar, rlast, pre, np)))
+      !(is_view_op(n->op) && epi_input_ok(P, t, n->in[0])))
     return 0;
-  pre[(*np)++] = o;
+  P->pre[P->np++] = o;
   return 1;
 }
 
@@ -284,13 +332,13 @@ int tpux_run(const tpuir_graph *g, int nin, const tpu_view *ins, int nout,
   /* GEMM epilogues: epi[t] = region fused into dot t (or -1); preown[u] =
    * dot at which node u is evaluated early (or -1); rfused[R]; done[u] */
   int32_t *epi = malloc(nb * sizeof(int32_t)), *preown = malloc(nb * sizeof(int32_t));
-  int32_t *plist = malloc(nb * sizeof(int32_t));
+  int32_t *plist = malloc(2 * nb * sizeof(int32_t)), *rearly = malloc(nb * sizeof(int32_t));
   char *rfused = calloc(nb, 1), *done = calloc(nb, 1);
   int rc = TPU_OK;
   if (!last || !root || !users || !head || !next || !reg || !rpar || !rfirst ||
       !rlast || !rsize || !rin || !rsc || !rclosed || !rfail || !ext || !live || !vals ||
       !direct || !out_done || !members || !epi || !preown || !plist || !rfused ||
-      !done) {
+      !done || !rearly) {
     rc = tpu_error(TPU_E_OOM, "tpux_run: out of host memory");
     goto done;
   }
@@ -461,7 +509,9 @@ int tpux_run(const tpuir_graph *g, int nin, const tpu_view *ins, int nout,
   for (int t = 0; t < nn; t++) {
     epi[t] = -1;
     preown[t] = -1;
+    rearly[t] = -1;
   }
+  epi_plan P = {g, live, rfail, rfused, reg, rfirst, rlast, rearly, rpar, plist, 0};
   for (int t = 0; t < nn && tpux__epilogue_enabled(); t++) {
     const tpuir_node *n = tpuir_get_node(g, t);
     if (!live[t] || n->op != TPUIR_DOT_GENERAL) continue;
@@ -478,7 +528,8 @@ int tpux_run(const tpuir_graph *g, int nin, const tpu_view *ins, int nout,
     }
     if (R < 0 || rfused[R] || rfail[R]) continue;
     const tpuir_node *rn = tpuir_get_node(g, rlast[R]);
-    int ok = rn->ndim == n->ndim, np = 0;
+    int ok = rn->ndim == n->ndim;
+    P.np = 0;
     for (int d = 0; ok && d < n->ndim; d++) ok = rn->sizes[d] == n->sizes[d];
     for (int u = rfirst[R]; u <= rlast[R] && ok; u++) {
       if (!live[u] || reg[u] < 0 || uf_find(rpar, reg[u]) != R) continue;
@@ -486,7 +537,7 @@ int tpux_run(const tpuir_graph *g, int nin, const tpu_view *ins, int nout,
       for (int k = 0; k < m->nin && ok; k++) {
         int o = m->in[k];
         if (o == t || (reg[o] >= 0 && uf_find(rpar, reg[o]) == R)) continue;
-        ok = epi_input_ok(g, t, o, reg, rpar, rlast, plist, &np);
+        ok = epi_input_ok(&P, t, o);
       }
     }
     /* direct writes must stay direct (else the fusion would cost a copy) */
@@ -516,8 +567,10 @@ int tpux_run(const tpuir_graph *g, int nin, const tpu_view *ins, int nout,
     if (!ok) continue;
     epi[t] = R;
     rfused[R] = 1;
-    for (int q = 0; q < np; q++)
-      if (preown[plist[q]] < 0) preown[plist[q]] = t;
+    for (int q = 0; q < P.np; q++) {
+      if (plist[q] >= 0 && preown[plist[q]] < 0) preown[plist[q]] = t;
+      if (plist[q] < 0) rearly[-plist[q] - 1] = t;
+    }
   }
 
   /* ---- evaluate ---- */
@@ -531,18 +584,27 @@ int tpux_run(const tpuir_graph *g, int nin, const tpu_view *ins, int nout,
       /* evaluated early, for a GEMM epilogue */
     } else if (reg[t] >= 0) {
       int R = uf_find(rpar, reg[t]);
-      if (rlast[R] == t && !rfused[R]) {
+      if (rlast[R] == t && !rfused[R] && rearly[R] < 0) {
         nm = region_list(g, R, t, live, reg, rpar, rfirst, ext, direct, vals,
                          members, store, dsts);
         rc = tpux__eval_region(&c, nm, members, store, dsts);
       }
     } else if (epi[t] >= 0) {
       int R = epi[t];
-      for (int u = t + 1; u <= rlast[R] && rc == TPU_OK; u++)
+      for (int u = t + 1; u <= rlast[R] && rc == TPU_OK; u++) {
+        int Ru = reg[u] >= 0 ? uf_find(rpar, reg[u]) : -1;
         if (preown[u] == t && !done[u]) {
           rc = eval_node(&c, u, ins);
           done[u] = 1;
+        } else if (Ru >= 0 && rlast[Ru] == u && rearly[Ru] == t) {
+          /* a small region run early (no direct writes: it runs before
+           * readers of the destinations it would have had) */
+          nm = region_list(g, Ru, u, live, reg, rpar, rfirst, ext, direct, vals,
+                           members, store, dsts);
+          for (int k = 0; k < nm; k++) dsts[k] = NULL;
+          rc = tpux__eval_region(&c, nm, members, store, dsts);
         }
+      }
       if (rc == TPU_OK) {
         nm = region_list(g, R, rlast[R], live, reg, rpar, rfirst, ext, direct,
                          vals, members, store, dsts);
@@ -616,6 +678,7 @@ done:
   free(epi);
   free(preown);
   free(plist);
+  free(rearly);
   free(rfused);
   free(done);
   free(last);

@@ -354,6 +354,71 @@ TPU_TEST(exec_epilogue_input_order) {
   }
 }
 
+/* an optimizer-like step: a scalar count updated in place after the dot
+ * (its own small region, run early for the epilogue), the dot's region
+ * scaling by a value derived from it and updating the weight in place */
+TPU_TEST(exec_epilogue_early_scalar_region) {
+  int dt = TPU_F32;
+  int64_t xs[2] = {40, 30}, ws[2] = {30, 270}, os[2] = {40, 270};
+  tpuir_graph *g = tpuir_graph_new();
+  tpuir_val X = tpuir_param(g, dt, 2, xs), W = tpuir_param(g, dt, 2, ws);
+  tpuir_val S = tpuir_param(g, dt, 0, NULL), Wt = tpuir_param(g, dt, 2, os);
+  int64_t lc[1] = {1}, rc_[1] = {0};
+  tpuir_val D = tpuir_dot_general(g, X, W, 0, NULL, NULL, 1, lc, rc_, TPU_PREC_HIGHEST, dt);
+  tpuir_val s1 = tpuir_binary(g, TPUIR_ADD, S, tpuir_const_f(g, dt, 1));
+  tpuir_val corr = tpuir_binary(g, TPUIR_DIV, tpuir_const_f(g, dt, 0.1),
+                                tpuir_unary(g, TPUIR_SQRT, s1));
+  tpuir_val y = tpuir_binary(g, TPUIR_MUL, D, tpuir_broadcast_in_dim(g, corr, 2, os, NULL));
+  y = tpuir_binary(g, TPUIR_SUB, Wt, y);
+  tpuir_val outs[2] = {y, s1};
+  CHECK_OK(tpuir_set_outputs(g, 2, outs));
+  tarr res[2][2];
+  for (int mode = 0; mode < 2; mode++) {
+    uint64_t seed = 11;
+    tarr P[4] = {ta_new(dt, 2, xs), ta_new(dt, 2, ws), ta_new(dt, 0, NULL), ta_new(dt, 2, os)};
+    tpu_view ins[4];
+    for (int i = 0; i < 4; i++) {
+      ta_fill(&P[i].v, &seed, 0, 1);
+      ins[i] = P[i].v;
+    }
+    tpu_view ov[2] = {ins[3], ins[2]}; /* both in place */
+    tpux__set_epilogue(mode);
+    int64_t r0 = tpux__epilogue_runs();
+    int rc = tpux_run(g, 4, ins, 2, ov);
+    int64_t fused = tpux__epilogue_runs() - r0;
+    tpux__set_epilogue(-1);
+    res[mode][0] = P[3];
+    res[mode][1] = P[2];
+    free(P[0].mem);
+    free(P[1].mem);
+    CHECK_OK(rc);
+    CHECK(fused == mode);
+  }
+  int same = !memcmp(res[0][0].mem, res[1][0].mem, 40 * 270 * 4) &&
+             !memcmp(res[0][1].mem, res[1][1].mem, 4);
+  /* reference */
+  uint64_t seed = 11;
+  tarr P[4] = {ta_new(dt, 2, xs), ta_new(dt, 2, ws), ta_new(dt, 0, NULL), ta_new(dt, 2, os)};
+  for (int i = 0; i < 4; i++) ta_fill(&P[i].v, &seed, 0, 1);
+  float st = (float)tv_get(&P[2].v, 0) + 1.0f, cr = 0.1f / sqrtf(st);
+  int refok = tv_get(&res[1][1].v, 0) == st;
+  for (int64_t i = 0; i < 40 && refok; i++)
+    for (int64_t j = 0; j < 270 && refok; j++) {
+      double sum = 0;
+      for (int64_t l = 0; l < 30; l++) sum += tv_get(&P[0].v, i * 30 + l) * tv_get(&P[1].v, l * 270 + j);
+      double want = tv_get(&P[3].v, i * 270 + j) - (float)sum * cr;
+      refok = near_eq(tv_get(&res[1][0].v, i * 270 + j), want, 1e-5);
+    }
+  for (int i = 0; i < 4; i++) free(P[i].mem);
+  for (int m = 0; m < 2; m++) {
+    free(res[m][0].mem);
+    free(res[m][1].mem);
+  }
+  tpuir_graph_free(g);
+  CHECK(same);
+  CHECK(refok);
+}
+
 /* the public entry point: every block exactly once, after it is final */
 typedef struct cover_ctx {
   const float *c;
