@@ -212,6 +212,15 @@ def test_pow_prod_masked_fill():
         assert_close(f(t), f(a), rtol=1e-4, atol=1e-5)
 
 
+@pytest.mark.parametrize("ord", [2, 1, float("inf"), 0, 3.5])
+def test_vector_norm(ord):
+    a = _c(6, 8, seed=9)
+    t = a.to(DEV)
+    assert_close(torch.linalg.vector_norm(t, ord), torch.linalg.vector_norm(a, ord), **TOL)
+    assert_close(torch.linalg.vector_norm(t.t(), ord, dim=1, keepdim=True),
+                 torch.linalg.vector_norm(a.t(), ord, dim=1, keepdim=True), **TOL)
+
+
 def test_randn_complex_on_device():
     r = torch.randn(20000, dtype=torch.cfloat, device=DEV)
     assert r.dtype == torch.cfloat and r.device.type == "tpu"

@@ -1,7 +1,7 @@
 /* lower_complex.c - lowerings for complex tensors: complex, polar, angle,
  * abs/sgn of complex values, conj_physical, sum/mean/prod/vdot of complex
- * values, pow and normal_ on complex tensors; and the complex gate of the
- * lowering driver.
+ * values, pow, normal_ and linalg_vector_norm on complex tensors; and the
+ * complex gate of the lowering driver.
  *
  * The gate (lw_complex_row): a call with a complex tensor, dtype or Scalar
  * argument runs natively only through (1) a row of this family or of
@@ -179,6 +179,48 @@ static int cnormal_fn(lw_b *b) {
   return lw_result(b, tpuir_complex(b->g, part[0], part[1]));
 }
 
+/* linalg_vector_norm of a complex tensor: the norm of |z| (real result
+ * of the part dtype; a complex `dtype` argument picks the computation
+ * precision like torch) */
+static int cnorm_fn(lw_b *b) {
+  const tpulw_tensor *s = lw_tensor_arg(b, "self");
+  if (!s || s->device < 0 || !tpu_dtype_is_complex(s->view.dtype))
+    return tpu_error(TPU_E_UNSUPPORTED, "%s: not a complex self", b->base);
+  int dt = lw_dtype_arg(b, "dtype", s->view.dtype);
+  if (!tpu_dtype_is_complex(dt)) return tpu_error(TPU_E_UNSUPPORTED, "norm: real dtype");
+  int rd = tpu_dtype_complex_part(dt);
+  double ord = lw_float(b, "ord", 2);
+  tpuir_val a = lw_un(b, TPUIR_ABS, lw_convert(b, lw_tensor(b, s), dt));
+  lw_shape sh = lw_info(b, a);
+  uint32_t mask;
+  int rc = lw_dim_mask(b, "dim", sh.ndim, &mask);
+  if (rc < 0) return rc;
+  int keep = (int)lw_int(b, "keepdim", 0);
+  tpuir_val r;
+  if (isinf(ord)) {
+    for (int d = 0; d < sh.ndim; d++)
+      if ((mask >> d & 1u) && sh.sizes[d] == 0)
+        return tpu_error(TPU_E_INVALID, "linalg.vector_norm cannot compute the %s norm on "
+                         "an empty tensor because the operation does not have an identity",
+                         ord > 0 ? "inf" : "-inf");
+    r = lw_reduce_dims(b, ord > 0 ? TPUIR_RED_MAX : TPUIR_RED_MIN, a, mask, keep);
+  } else if (ord == 0) {
+    tpuir_val nz = lw_convert(b, lw_bin(b, TPUIR_NE, a, lw_const(b, rd, 0)), rd);
+    r = lw_reduce_dims(b, TPUIR_RED_SUM, nz, mask, keep);
+  } else if (ord == 1) {
+    r = lw_reduce_dims(b, TPUIR_RED_SUM, a, mask, keep);
+  } else if (ord == 2) {
+    r = lw_un(b, TPUIR_SQRT, lw_reduce_dims(b, TPUIR_RED_SUM, lw_bin(b, TPUIR_MUL, a, a),
+                                            mask, keep));
+  } else {
+    tpuir_val pw = lw_bin(b, TPUIR_POW, a, lw_const(b, rd, ord));
+    r = lw_bin(b, TPUIR_POW, lw_reduce_dims(b, TPUIR_RED_SUM, pw, mask, keep),
+               lw_const(b, rd, 1.0 / ord));
+  }
+  b->out_rule = LW_OUT_SAME;
+  return lw_result(b, r);
+}
+
 /* vdot(self, other) = sum(conj(self) * other) */
 static int vdot_fn(lw_b *b) {
   const tpulw_tensor *a = lw_tensor_arg(b, "self"), *c = lw_tensor_arg(b, "other");
@@ -235,6 +277,7 @@ static const lw_row k_overrides[] = {
     {"pow.Scalar", cpow_fn, 0}, {"pow.Scalar_out", cpow_fn, 0},
     {"pow_.Tensor", cpow_fn, 0}, {"pow_.Scalar", cpow_fn, 0},
     {"normal_", cnormal_fn, 0},
+    {"linalg_vector_norm", cnorm_fn, 0}, {"linalg_vector_norm.out", cnorm_fn, 0},
 };
 
 /* rows of other families that are correct for complex operands */
