@@ -867,15 +867,27 @@ int tpux__prog_run(xk_prog *p) {
 /* Run a program serially over `s` (the program's arrays, re-based and
  * re-shaped; see exec_internal.h). Errors go to p->err. */
 void tpux__prog_run_serial(xk_prog *p, xk_space *s) {
+  /* tile buffers: kept per thread (GEMM epilogues call this once per block;
+   * a malloc/free pair of this size per block can trim and re-fault heap
+   * pages), at most XK_MAX_BUF tiles */
+  static _Thread_local char *tl_scratch;
+  static _Thread_local size_t tl_cap;
   tpux__space_coalesce(s);
   int64_t total = tpux__space_numel(s);
   if (total == 0) return;
-  char *scratch = tpux__alloc((size_t)(p->nbuf ? p->nbuf : 1) * XK_TILE * 8);
-  if (!scratch) {
-    int z = TPU_OK;
-    atomic_compare_exchange_strong(&p->err, &z, TPU_E_OOM);
-    return;
+  size_t need = (size_t)(p->nbuf ? p->nbuf : 1) * XK_TILE * 8;
+  if (tl_cap < need) {
+    char *nb = aligned_alloc(64, need);
+    if (!nb) {
+      int z = TPU_OK;
+      atomic_compare_exchange_strong(&p->err, &z, TPU_E_OOM);
+      return;
+    }
+    free(tl_scratch);
+    tl_scratch = nb;
+    tl_cap = need;
   }
+  char *scratch = tl_scratch;
   for (int k = 0; k < p->nload; k++) /* broadcast scalars: one fill */
     if (p->load_const[k]) {
       const xk_arr *ar = &s->arr[p->load[k].arr];
@@ -899,8 +911,7 @@ void tpux__prog_run_serial(xk_prog *p, xk_space *s) {
       run_tile(p, s, L, n > XK_TILE ? XK_TILE : n, s->nd == 1, scratch);
     }
   }
-out:
-  tpux__free(scratch);
+out:;
 }
 
 /* Status of a program's run: TPU_OK or an error with its message. */
