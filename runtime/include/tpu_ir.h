@@ -78,6 +78,31 @@ typedef enum tpuir_op {
   /* complex numbers and FFT (ir_complex.c) */
   TPUIR_REAL, TPUIR_IMAG, TPUIR_COMPLEX, TPUIR_CONJ,
   TPUIR_FFT,        /* attr: kind = tpuir_fft_type, a = fft_length (na) */
+  /* special functions (ir_special.c / exec_special.c), elementwise and
+   * fused like the ops above. Unary, float operand, result in its dtype: */
+  TPUIR_BESSEL_J0, TPUIR_BESSEL_J1, TPUIR_BESSEL_Y0, TPUIR_BESSEL_Y1,
+  TPUIR_MBESSEL_I0, TPUIR_MBESSEL_I1, TPUIR_MBESSEL_K0, TPUIR_MBESSEL_K1,
+  TPUIR_SMBESSEL_K0, TPUIR_SMBESSEL_K1, /* exp(x) * K0(x), exp(x) * K1(x) */
+  TPUIR_AIRY_AI, TPUIR_SPH_BESSEL_J0,
+  TPUIR_ENTR,       /* -x ln x (0 at 0, -inf for x < 0) */
+  TPUIR_ERFCX,      /* exp(x^2) erfc(x) */
+  TPUIR_I0, TPUIR_I0E, TPUIR_I1, TPUIR_I1E, /* torch.i0 family (Cephes) */
+  TPUIR_LOG_NDTR, TPUIR_NDTRI,
+  TPUIR_SINC,       /* sin(pi x) / (pi x), 1 at 0 */
+  TPUIR_FREXP_MANT, /* frexp mantissa in [0.5, 1) (x itself for 0/inf/nan) */
+  TPUIR_FREXP_EXP,  /* frexp exponent -> int32 (0 for 0/inf/nan) */
+  /* binary (a, b), same float dtype, result in that dtype: */
+  TPUIR_ZETA,       /* Hurwitz zeta(x = a, q = b) */
+  TPUIR_XLOG1PY,    /* a * log1p(b), 0 where a == 0 unless b is NaN */
+  TPUIR_IGAMMA, TPUIR_IGAMMAC, /* regularized incomplete gamma P(a, x), Q */
+  TPUIR_NEXTAFTER,
+  /* orthogonal polynomials p_n(x) with (a = x, b = n); n is truncated to
+   * an integer like PyTorch's (int64_t) cast: */
+  TPUIR_CHEB_T, TPUIR_CHEB_U, TPUIR_CHEB_V, TPUIR_CHEB_W,
+  TPUIR_SCHEB_T, TPUIR_SCHEB_U, TPUIR_SCHEB_V, TPUIR_SCHEB_W, /* shifted */
+  TPUIR_HERMITE_H, TPUIR_HERMITE_HE, TPUIR_LAGUERRE_L, TPUIR_LEGENDRE_P,
+  /* binary, same integer dtype (not bool): */
+  TPUIR_GCD, TPUIR_LCM, /* non-negative like std::gcd / torch.lcm (|a*b|/g) */
   TPUIR_NUM_OPS
 } tpuir_op;
 
@@ -431,6 +456,19 @@ tpuir_val tpuir_conj(tpuir_graph *g, tpuir_val x);
  * in double. Errors: TPU_E_TYPE (dtypes), TPU_E_INVALID (shapes). */
 tpuir_val tpuir_fft(tpuir_graph *g, tpuir_val x, int fft_type, int nlen,
                     const int64_t *fft_length);
+/* ---- special functions (ir_special.c) ------------------------------- */
+/* First/last op of the special-function block of tpuir_op. */
+#define TPUIR_SPECIAL_FIRST TPUIR_BESSEL_J0
+#define TPUIR_SPECIAL_LAST TPUIR_LCM
+/* Unary special function (TPUIR_BESSEL_J0 .. TPUIR_FREXP_EXP) of a float
+ * value; result has x's shape and dtype (FREXP_EXP: int32). A non-float
+ * operand is TPU_E_TYPE; another op is TPU_E_INVALID. */
+tpuir_val tpuir_special_unary(tpuir_graph *g, int op, tpuir_val x);
+/* Binary special function (TPUIR_ZETA .. TPUIR_LCM): operands of the same
+ * shape and dtype (float for ZETA .. LEGENDRE_P, integer for GCD/LCM, else
+ * TPU_E_TYPE); result has that shape and dtype. */
+tpuir_val tpuir_special_binary(tpuir_graph *g, int op, tpuir_val a,
+                               tpuir_val b);
 
 /* ---- outputs and inspection ------------------------------------------ */
 /* Declare the graph's results (in order). A value may appear twice and may

@@ -56,7 +56,8 @@ static int is_view_op(int op) {
 
 static int is_elementwise(int op) {
   return (op >= TPUIR_NEG && op <= TPUIR_GE) || op == TPUIR_SELECT ||
-         op == TPUIR_CONVERT;
+         op == TPUIR_CONVERT ||
+         (op >= TPUIR_SPECIAL_FIRST && op <= TPUIR_SPECIAL_LAST);
 }
 
 /* a broadcast of a one-element value: loaded once per thread by a fused

@@ -720,6 +720,8 @@ int tpux__ew_apply(const xk_ins *in, int64_t n, void *r, const void *a,
     convert_buf(in->in_dt, in->dt, n, r, a);
   } else if (in->op == TPUIR_SELECT) {
     select_buf(xk_cls(in->in_dt), n, r, a, b, c);
+  } else if (in->op >= TPUIR_SPECIAL_FIRST && in->op <= TPUIR_SPECIAL_LAST) {
+    rc = tpux__special_apply(in->op, in->in_dt, n, r, a, b);
   } else {
     switch (xk_cls(in->in_dt)) {
     case XK_F32: rc = ew_f32(in->op, n, r, a, b); break;

@@ -157,6 +157,12 @@ int tpux__ew_apply(const xk_ins *in, int64_t n, void *r, const void *a,
                    const void *b, const void *c, int64_t *bad);
 /* 1 if the op can fail at run time for this operand dtype. */
 int tpux__ew_can_fail(int op, int dt);
+/* Special-function ops (TPUIR_SPECIAL_FIRST .. TPUIR_SPECIAL_LAST) on class
+ * buffers: operands of dtype in_dt (float class for f16/bf16/f32, double,
+ * int64 for GCD/LCM), n elements, result in the class of the node's
+ * dtype (FREXP_EXP: int64). r may alias a. Defined in exec_special.c. */
+int tpux__special_apply(int op, int in_dt, int64_t n, void *r, const void *a,
+                        const void *b);
 
 /* ---- copies ------------------------------------------------------------ */
 /* dst = convert(src) elementwise; views of equal sizes; no overlap check. */

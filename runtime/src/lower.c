@@ -43,6 +43,7 @@ static void table_init(void) {
       {lw_rows_misc, lw_nrows_misc},
       {lw_rows_complex, lw_nrows_complex},
       {lw_rows_fft, lw_nrows_fft},
+      {lw_rows_special, lw_nrows_special},
   };
   int total = 0;
   for (size_t f = 0; f < sizeof fam / sizeof fam[0]; f++) total += fam[f].n;

@@ -108,6 +108,8 @@ extern const int lw_nrows_fft;
  * table's row (NULL: none, the call is TPU_E_UNSUPPORTED). */
 int lw_call_is_complex(const tpulw_arg *args, int nargs);
 const lw_row *lw_complex_row(const char *key, const lw_row *row);
+extern const lw_row lw_rows_special[];
+extern const int lw_nrows_special;
 
 /* ---- scalars ------------------------------------------------------------ */
 enum { LW_SK_BOOL = 0, LW_SK_INT, LW_SK_FLOAT, LW_SK_COMPLEX };
