@@ -921,7 +921,10 @@ static int activation2_fn(lw_b *b) {
            op == P_LOGIT_BW;
   if (!self || (bw && !go)) return tpu_error(TPU_E_UNSUPPORTED, "%s: missing operand", b->base);
   int dt = self->view.dtype;
-  if (!tpu_dtype_is_float(dt)) return unsupported_dtype(b->base, dt);
+  if (!tpu_dtype_is_float(dt)) {
+    if (op != P_LOGIT) return unsupported_dtype(b->base, dt);
+    dt = LW_DEFAULT_FLOAT; /* logit promotes ints like a unary float op */
+  }
   int cdt = lw_opmath(dt);
   tpuir_val x = lw_convert(b, lw_tensor(b, self), cdt);
   tpuir_val g = bw ? lw_convert(b, lw_tensor(b, go), cdt) : -1;
@@ -962,10 +965,9 @@ static int activation2_fn(lw_b *b) {
     return lw_result_as(b, r, dt);
   }
   case P_LOGIT: {
-    if (!lw_none(b, "eps")) {
-      double e = lw_float(b, "eps", 0);
+    double e = lw_none(b, "eps") ? -1.0 : lw_float(b, "eps", 0);
+    if (e >= 0) /* a negative (or NaN) eps means no clamping, like CPU */
       x = lw_bin_c(b, TPUIR_MIN, lw_bin_c(b, TPUIR_MAX, x, e), 1 - e);
-    }
     r = lw_un(b, TPUIR_LOG, lw_bin(b, TPUIR_DIV, x, lw_bin(b, TPUIR_SUB, one, x)));
     return lw_result_as(b, r, dt);
   }
