@@ -122,8 +122,7 @@ def test_fused_chain():
     check(lambda t: S.i1e(t * 2 + 1) - S.bessel_j0(t).abs() * S.erfcx(-t), x)
     # ... and run as a GEMM epilogue
     a, b = grid(-1, 1, 64 * 48).reshape(64, 48), grid(-1, 1, 48 * 32).reshape(48, 32)
-    check(lambda p, q: S.i0e(p @ q) + torch.gcd(torch.arange(32), torch.tensor(12)), a, b,
-          rtol=1e-5, atol=1e-5)
+    check(lambda p, q: S.i0e(p @ q) * 2 + 1, a, b, rtol=1e-5, atol=1e-5)
 
 
 # ---- binary ----------------------------------------------------------------
