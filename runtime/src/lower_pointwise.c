@@ -922,7 +922,7 @@ static int activation2_fn(lw_b *b) {
   if (!self || (bw && !go)) return tpu_error(TPU_E_UNSUPPORTED, "%s: missing operand", b->base);
   int dt = self->view.dtype;
   if (!tpu_dtype_is_float(dt)) {
-    if (op != P_LOGIT) return unsupported_dtype(b->base, dt);
+    if (op != P_LOGIT || tpu_dtype_is_complex(dt)) return unsupported_dtype(b->base, dt);
     dt = LW_DEFAULT_FLOAT; /* logit promotes ints like a unary float op */
   }
   int cdt = lw_opmath(dt);

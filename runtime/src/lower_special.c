@@ -48,6 +48,7 @@ static int special_unary_fn(lw_b *b) {
   if (s.kind == LW_OPND_NONE) s = lw_opnd_arg(b, "x"); /* airy_ai, ... */
   if (s.kind != LW_OPND_TENSOR)
     return tpu_error(TPU_E_UNSUPPORTED, "%s: expected a tensor operand", b->base);
+  if (tpu_dtype_is_complex(s.t->view.dtype)) return not_implemented(b, s.t->view.dtype);
   int dt = lw_float_or_default(s.t->view.dtype);
   if ((dt == TPU_F16 || dt == TPU_BF16) && !(b->op & SF_HALF))
     return not_implemented(b, dt);
@@ -68,6 +69,7 @@ static int special_binary_fn(lw_b *b) {
   if (ops[0].kind == LW_OPND_NONE || ops[1].kind == LW_OPND_NONE)
     return tpu_error(TPU_E_UNSUPPORTED, "%s: missing operand", b->base);
   int dt = lw_result_type(2, ops);
+  if (tpu_dtype_is_complex(dt)) return not_implemented(b, dt);
   if (b->op & SF_INT) {
     if (!tpu_dtype_is_int(dt)) return not_implemented(b, dt);
   } else if (b->op & SF_FLOAT) {
