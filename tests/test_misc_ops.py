@@ -285,3 +285,16 @@ def test_repeat_interleave_bincount():
     _raises_like(torch.bincount, torch.tensor([[1]]))
     _raises_like(lambda t: torch.bincount(t, minlength=-1), v)
     _raises_like(lambda t, w: torch.bincount(t, w), v, torch.ones(2))
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.int64, torch.bool])
+def test_unique_dim(dtype):
+    x = _sample((3, 25, 2), dtype, seed=8, lo=0, hi=2).transpose(0, 1)  # non-contiguous
+    for dim in (0, 1, 2, -1):
+        _check(lambda t: torch.unique(t, dim=dim, return_inverse=True, return_counts=True), x)
+        _check(lambda t: torch.unique_consecutive(t, dim=dim, return_inverse=True,
+                                                  return_counts=True), x)
+    _check(lambda t: torch.unique(t, dim=1, return_inverse=True, return_counts=True),
+           torch.empty(3, 0, dtype=dtype))
+    _raises_like(lambda t: torch.unique(t, dim=0), torch.empty(0, 3, 0, dtype=dtype).transpose(0, 1))
+    _raises_like(lambda t: torch.unique(t, dim=3), x)

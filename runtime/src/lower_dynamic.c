@@ -1,6 +1,6 @@
 /* lower_dynamic.c - lowerings of ATen ops whose output SHAPE depends on
- * the input DATA (nonzero, masked_select, _unique2, unique_consecutive),
- * plus reductions the IR has no scatter kind for (scatter_reduce,
+ * the input DATA (nonzero, masked_select, _unique2, unique_consecutive,
+ * unique_dim, repeat_interleave.Tensor, bincount), plus reductions the IR has no scatter kind for (scatter_reduce,
  * index_reduce) and a few stragglers (logspace.out, polygamma).
  *
  * Data-dependent shape: synchronizes, like CUDA's nonzero. tpulw_prepare
@@ -11,11 +11,14 @@
  * are then produced by an ordinary IR graph: a prefix count (log-step
  * scan) gives each selected element its output slot, scatter_add of the
  * element positions into those slots gives the source index of every
- * output element, and index_select reads the values.
+ * output element, and index_select reads the values. The unique ops
+ * sort with TPUIR_SORT (stable; slices lexicographically, one sort per
+ * column) and mark the starts of runs of equal values.
  *
  * Rows: lw_rows_dynamic (table_init in lower.c).
  */
 #include <math.h>
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -289,6 +292,8 @@ static int unique2_fn(lw_b *b) {
   return dyn_unique_results(b, self, xs, first, rank, inv, n, u);
 }
 
+static int unique_dim_fn(lw_b *b, const tpulw_tensor *self, int64_t dim_arg, int consecutive);
+
 /* unique_consecutive(self, return_inverse, return_counts, dim=None).
  * Data-dependent shape: synchronizes. */
 static int unique_consecutive_fn(lw_b *b) {
@@ -297,7 +302,7 @@ static int unique_consecutive_fn(lw_b *b) {
     return tpu_error(TPU_E_UNSUPPORTED, "unique_consecutive: unsupported arguments");
   if (!lw_none(b, "dim") && !(self->view.ndim == 1 && (lw_int(b, "dim", 0) == 0 ||
                                                         lw_int(b, "dim", 0) == -1)))
-    return tpu_error(TPU_E_UNSUPPORTED, "unique_consecutive: dim");
+    return unique_dim_fn(b, self, lw_int(b, "dim", 0), 1);
   int64_t n = tpu_view_numel(&self->view);
   int rc = dyn_sync(b->ctx->device);
   if (rc < 0) return rc;
@@ -308,6 +313,182 @@ static int unique_consecutive_fn(lw_b *b) {
   tpuir_val rank = lw_bin_c(b, TPUIR_SUB, dyn_scan(b, lw_convert(b, first, TPU_I64), n), 1);
   LW_TRY(rank);
   return dyn_unique_results(b, self, x, first, rank, rank, n, u);
+}
+
+/* ---- unique along a dim ------------------------------------------------- */
+
+#define DYN_UNIQUE_DIM_COLS 512 /* lexicographic sort: one TPUIR_SORT per column */
+
+typedef struct dyn_rows {
+  const double *f;
+  const int64_t *i;
+  int64_t m;
+  int fl;
+} dyn_rows;
+static dyn_rows g_rows; /* qsort context (guarded by g_rows_lock) */
+static pthread_mutex_t g_rows_lock = PTHREAD_MUTEX_INITIALIZER;
+
+/* lexicographic row order, NaN largest (the order of TPUIR_SORT) */
+static int dyn_row_cmp(const void *pa, const void *pb) {
+  int64_t a = *(const int64_t *)pa, c = *(const int64_t *)pb;
+  for (int64_t k = 0; k < g_rows.m; k++) {
+    int r;
+    if (g_rows.fl) {
+      double x = g_rows.f[a * g_rows.m + k], y = g_rows.f[c * g_rows.m + k];
+      int xn = isnan(x), yn = isnan(y);
+      r = (xn || yn) ? xn - yn : (x > y) - (x < y);
+    } else {
+      int64_t x = g_rows.i[a * g_rows.m + k], y = g_rows.i[c * g_rows.m + k];
+      r = (x > y) - (x < y);
+    }
+    if (r) return r;
+  }
+  return (a > c) - (a < c);
+}
+
+/* row a != row c elementwise somewhere (NaN != NaN) */
+static int dyn_row_ne(const dyn_rows *R, int64_t a, int64_t c) {
+  for (int64_t k = 0; k < R->m; k++)
+    if (R->fl ? !(R->f[a * R->m + k] == R->f[c * R->m + k])
+              : R->i[a * R->m + k] != R->i[c * R->m + k])
+      return 1;
+  return 0;
+}
+
+/* Distinct rows of v read as [n, m] with `dim` first (after dyn_sync);
+ * consecutive: runs instead. -2 on OOM. */
+static int64_t dyn_count_unique_rows(const tpu_view *v, int dim, int consecutive) {
+  tpu_view t = *v; /* dim moved first */
+  for (int d = dim; d > 0; d--) {
+    t.sizes[d] = v->sizes[d - 1];
+    t.strides[d] = v->strides[d - 1];
+  }
+  t.sizes[0] = v->sizes[dim];
+  t.strides[0] = v->strides[dim];
+  int64_t N = tpu_view_numel(&t), n = t.sizes[0];
+  if (n == 0) return 0;
+  int64_t m = N / n;
+  dyn_rows R = {NULL, NULL, m, tpu_dtype_is_float(v->dtype)};
+  double *f = malloc((size_t)(N ? N : 1) * sizeof *f);
+  int64_t *iv = malloc((size_t)(N ? N : 1) * sizeof *iv);
+  int64_t *ord = malloc((size_t)n * sizeof *ord);
+  if (!f || !iv || !ord) {
+    free(f);
+    free(iv);
+    free(ord);
+    return -2;
+  }
+  for (int64_t j = 0; j < N; j++) dyn_read(v->dtype, dyn_elem(&t, j), &f[j], &iv[j]);
+  R.f = f;
+  R.i = iv;
+  for (int64_t j = 0; j < n; j++) ord[j] = j;
+  if (!consecutive) {
+    pthread_mutex_lock(&g_rows_lock);
+    g_rows = R;
+    qsort(ord, (size_t)n, sizeof *ord, dyn_row_cmp);
+    pthread_mutex_unlock(&g_rows_lock);
+  }
+  int64_t u = 1;
+  for (int64_t j = 1; j < n; j++) u += dyn_row_ne(&R, ord[j], ord[j - 1]);
+  free(f);
+  free(iv);
+  free(ord);
+  return u;
+}
+
+/* unique_dim(self, dim, sorted, ...) / unique_dim_consecutive /
+ * unique_consecutive with a dim -> (values, inverse, counts): unique
+ * slices along dim (always sorted lexicographically unless consecutive,
+ * like CPU). Data-dependent shape: synchronizes. The slices are sorted
+ * by one stable TPUIR_SORT per column, last column first. */
+static int unique_dim_fn(lw_b *b, const tpulw_tensor *self, int64_t dim_arg, int consecutive) {
+  const tpu_view *v = &self->view;
+  int nd = v->ndim, dim;
+  if (nd == 0)
+    return tpu_error(TPU_E_INDEX, "Dimension specified as %lld but tensor has no dimensions",
+                     (long long)dim_arg);
+  int rc = lw_wrap_dim(dim_arg, nd, &dim);
+  if (rc < 0) return rc;
+  for (int d = 0; d < nd; d++)
+    if (d != dim && v->sizes[d] == 0)
+      return tpu_error(TPU_E_INVALID, "There are 0 sized dimensions, and they aren't selected, "
+                       "so unique cannot be applied");
+  int64_t n = v->sizes[dim], N = tpu_view_numel(v), m = n ? N / n : 0;
+  if (m > DYN_UNIQUE_DIM_COLS && !consecutive)
+    return tpu_error(TPU_E_UNSUPPORTED, "unique_dim: slices of %lld elements", (long long)m);
+  rc = dyn_sync(b->ctx->device);
+  if (rc < 0) return rc;
+  int64_t u = dyn_count_unique_rows(v, dim, consecutive);
+  if (u == -2) return tpu_error(TPU_E_OOM, "unique_dim: out of host memory");
+  b->out_rule = LW_OUT_SAME;
+  tpuir_val x = lw_tensor(b, self);
+  int64_t perm[TPU_MAX_DIMS], inv[TPU_MAX_DIMS], ts[TPU_MAX_DIMS];
+  perm[0] = dim;
+  for (int d = 0, k = 1; d < nd; d++)
+    if (d != dim) perm[k++] = d;
+  for (int d = 0; d < nd; d++) {
+    inv[perm[d]] = d;
+    ts[d] = v->sizes[perm[d]];
+  }
+  int zero = 0;
+  int64_t z = 0;
+  if (n == 0) {
+    if ((rc = lw_result(b, x)) < 0) return rc;
+    if ((rc = lw_result(b, lw_full(b, TPU_I64, 1, &z, 0))) < 0) return rc;
+    return lw_result(b, lw_full(b, TPU_I64, 1, &z, 0));
+  }
+  (void)zero;
+  tpuir_val xt = dim ? tpuir_transpose(b->g, x, perm) : x;
+  int64_t nm[2] = {n, m};
+  tpuir_val x2 = dyn_cmpable(b, lw_reshape(b, xt, 2, nm));
+  tpuir_val order = tpuir_iota(b->g, TPU_I64, 1, &n, 0);
+  if (!consecutive)
+    for (int64_t c = m - 1; c >= 0 && order >= 0; c--) {
+      int64_t st[2] = {0, c}, lim[2] = {n, c + 1}, str[2] = {1, 1};
+      tpuir_val col = lw_reshape(b, tpuir_slice(b->g, x2, st, lim, str), 1, &n);
+      tpuir_val key = tpuir_index_select(b->g, col, 0, order);
+      order = tpuir_index_select(b->g, order, 0, tpuir_sort(b->g, key, 0, 0, TPUIR_SORT_INDICES));
+    }
+  tpuir_val xs = consecutive ? x2 : tpuir_index_select(b->g, x2, 0, order);
+  tpuir_val first;
+  int64_t one = 1;
+  if (n == 1) {
+    first = lw_full(b, TPU_BOOL, 1, &one, 1);
+  } else {
+    int64_t s0[2] = {0, 0}, e0[2] = {n - 1, m}, s1[2] = {1, 0}, e1[2] = {n, m}, str[2] = {1, 1};
+    tpuir_val ne = lw_bin(b, TPUIR_NE, tpuir_slice(b->g, xs, s1, e1, str),
+                          tpuir_slice(b->g, xs, s0, e0, str));
+    int64_t ax = 1, n1 = n - 1;
+    ne = m ? tpuir_reduce(b->g, TPUIR_RED_OR, ne, 1, &ax) : lw_full(b, TPU_BOOL, 1, &n1, 0);
+    tpuir_val parts[2] = {lw_full(b, TPU_BOOL, 1, &one, 1), ne};
+    first = tpuir_concat(b->g, 2, parts, 0);
+  }
+  tpuir_val rank = lw_bin_c(b, TPUIR_SUB, dyn_scan(b, lw_convert(b, first, TPU_I64), n), 1);
+  tpuir_val invv = consecutive ? rank
+                               : tpuir_scatter_add(b->g, lw_full(b, TPU_I64, 1, &n, 0), 0, order, rank);
+  int64_t u1 = u + 1, st = 0, str = 1;
+  tpuir_val slot = lw_sel(b, first, rank, lw_const(b, TPU_I64, (double)u));
+  tpuir_val src = tpuir_scatter_add(b->g, lw_full(b, TPU_I64, 1, &u1, 0), 0, slot,
+                                    tpuir_iota(b->g, TPU_I64, 1, &n, 0));
+  tpuir_val rows = tpuir_slice(b->g, src, &st, &u, &str);
+  if (!consecutive) rows = tpuir_index_select(b->g, order, 0, rows);
+  int64_t xn[2] = {n, m};
+  tpuir_val vals = tpuir_index_select(b->g, lw_reshape(b, xt, 2, xn), 0, rows);
+  ts[0] = u;
+  vals = lw_reshape(b, vals, nd, ts);
+  if (dim) vals = tpuir_transpose(b->g, vals, inv);
+  if ((rc = lw_result(b, vals)) < 0) return rc;
+  if ((rc = lw_result(b, invv)) < 0) return rc;
+  return lw_result(b, tpuir_scatter_add(b->g, lw_full(b, TPU_I64, 1, &u, 0), 0, rank,
+                                        lw_full(b, TPU_I64, 1, &n, 1)));
+}
+
+static int unique_dim_row_fn(lw_b *b) {
+  const tpulw_tensor *self = lw_tensor_arg(b, "self");
+  if (!self || self->device < 0)
+    return tpu_error(TPU_E_UNSUPPORTED, "%s: unsupported arguments", b->base);
+  return unique_dim_fn(b, self, lw_int(b, "dim", 0),
+                       strcmp(b->base, "unique_dim_consecutive") == 0);
 }
 
 /* ---- repeat_interleave.Tensor / bincount -------------------------------- */
@@ -750,6 +931,8 @@ const lw_row lw_rows_dynamic[] = {
     {"masked_select.out", masked_select_fn, 0},
     {"_unique2", unique2_fn, 0},
     {"unique_consecutive", unique_consecutive_fn, 0},
+    {"unique_dim", unique_dim_row_fn, 0},
+    {"unique_dim_consecutive", unique_dim_row_fn, 0},
     {"scatter_reduce.two", scatter_reduce_fn, 0},
     {"scatter_reduce.two_out", scatter_reduce_fn, 0},
     {"scatter_reduce_.two", scatter_reduce_fn, 0},

@@ -255,10 +255,11 @@ int lw_wrap_dim(int64_t dim, int ndim, int *out);
  * generator. */
 tpuir_val lw_rng(lw_b *b, int kind, int dtype, int nd, const int64_t *sizes);
 /* Stable sort of x along its LAST dim (ascending, or descending; NaN is the
- * largest value): sorted values and the source index of each position.
- * Costs rows * n^2; TPU_E_UNSUPPORTED beyond the all-pairs cap. */
+ * largest value): sorted values and the source index of each position
+ * (one TPUIR_SORT node for the permutation, the values gathered). */
 int lw_sort_last(lw_b *b, tpuir_val x, int desc, tpuir_val *vals, tpuir_val *perm);
-/* Top-k along the LAST dim (largest or smallest first). */
+/* Top-k along the LAST dim (largest or smallest first; the head of the
+ * stable sort, so ties keep their order). */
 int lw_topk_last(lw_b *b, tpuir_val x, int64_t k, int largest, tpuir_val *vals,
                  tpuir_val *idxs);
 /* torch.scatter_reduce of src (index's shape) into tensor arg self along
