@@ -293,9 +293,16 @@ typedef enum tpuir_sort_result {
  * one element (dim must be 0); empty slices are fine. dim out of range ->
  * TPU_E_INDEX. Two nodes (values + indices) sort twice: a lowering that
  * needs both should build the INDICES node and gather the values.
- * Node attributes: dim, kind = result, a[0] = descending (0/1), na = 0. */
+ * Node attributes: dim, kind = result, a[0] = descending (0/1), na = 0;
+ * sizes[dim] = the number of entries kept (tpuir_sort_head). */
 tpuir_val tpuir_sort(tpuir_graph *g, tpuir_val x, int dim, int descending,
                      int result);
+/* The first k entries along dim of tpuir_sort's result (0 <= k <= size of
+ * dim; k < 0 = all): the result has size k at dim. topk is a sort head;
+ * the executor selects a short head in O(n log k) instead of sorting.
+ * k > size -> TPU_E_INVALID. */
+tpuir_val tpuir_sort_head(tpuir_graph *g, tpuir_val x, int dim, int descending,
+                          int result, int64_t k);
 /* ---- dense linear algebra (ir_linalg.c, executor exec_linalg.c) ------ */
 /* Matrix operands are float32 or float64 arrays [..., rows, cols] (rank >=
  * 2; leading dims are batch dims, processed independently). The vTPU

@@ -8,7 +8,9 @@
  * with their source positions by an LSD radix sort on the key bytes (one
  * pass per byte of the dtype; passes where every key shares the byte are
  * skipped), which is stable, so equal elements keep their order in both
- * directions. Short rows use insertion sort (also stable). The result is
+ * directions. Short rows use insertion sort (also stable). When only a
+ * short head of each slice is wanted (tpuir_sort_head, k * 16 <= n), a
+ * max-heap of k (key, position) pairs selects it in O(n log k). The result is
  * the permutation (int64) or the values copied from the source positions
  * (so -0.0 and NaN payloads are kept). Rows run in parallel on the pool.
  */
@@ -17,6 +19,7 @@
 #include "exec_internal.h"
 
 #define SORT_SMALL 32
+#define SORT_HEAD_RATIO 16 /* heap selection when head * 16 <= len */
 
 typedef struct sort_job {
   const tpuir_node *n;
@@ -24,6 +27,7 @@ typedef struct sort_job {
   char *out;
   int dim, nouter, desc, want_idx, width;
   int64_t len;                      /* slice length */
+  int64_t head;                     /* entries kept per slice (<= len) */
   int64_t osz[TPU_MAX_DIMS];        /* outer dims (all but dim) */
   int64_t oxs[TPU_MAX_DIMS];        /* their input strides */
   int64_t oos[TPU_MAX_DIMS];        /* their output strides */
@@ -121,6 +125,55 @@ static void sort_radix(uint64_t **k, uint32_t **ix, uint64_t **k2, uint32_t **ix
   }
 }
 
+/* (key, index) pairs ordered lexicographically: a stable order */
+static inline int pair_lt(uint64_t ka, uint32_t ia, uint64_t kb, uint32_t ib) {
+  return ka < kb || (ka == kb && ia < ib);
+}
+
+static void heap_down(uint64_t *k, uint32_t *ix, int64_t n, int64_t i) {
+  for (;;) {
+    int64_t l = 2 * i + 1, r = l + 1, m = i;
+    if (l < n && pair_lt(k[m], ix[m], k[l], ix[l])) m = l;
+    if (r < n && pair_lt(k[m], ix[m], k[r], ix[r])) m = r;
+    if (m == i) return;
+    uint64_t tk = k[i]; k[i] = k[m]; k[m] = tk;
+    uint32_t ti = ix[i]; ix[i] = ix[m]; ix[m] = ti;
+    i = m;
+  }
+}
+
+/* The `lim` smallest (key, position) pairs of the n keys in src, in order,
+ * into (k, ix): a max-heap of size lim (an element enters only if its key
+ * is below the heap's top, which is exact since positions grow), then a
+ * heap sort of what is left. */
+static void sort_head(const uint64_t *src, int64_t n, int64_t lim, uint64_t *k, uint32_t *ix) {
+  int64_t h = 0;
+  for (int64_t i = 0; i < n; i++) {
+    uint64_t key = src[i];
+    if (h < lim) { /* sift up */
+      int64_t c = h++;
+      while (c > 0) {
+        int64_t p = (c - 1) / 2;
+        if (!pair_lt(k[p], ix[p], key, (uint32_t)i)) break;
+        k[c] = k[p];
+        ix[c] = ix[p];
+        c = p;
+      }
+      k[c] = key;
+      ix[c] = (uint32_t)i;
+    } else if (key < k[0]) {
+      k[0] = key;
+      ix[0] = (uint32_t)i;
+      heap_down(k, ix, h, 0);
+    }
+  }
+  for (int64_t e = h - 1; e > 0; e--) {
+    uint64_t tk = k[0]; k[0] = k[e]; k[e] = tk;
+    uint32_t ti = ix[0]; ix[0] = ix[e]; ix[e] = ti;
+    heap_down(k, ix, e, 0);
+  }
+}
+
 static inline void copy_elem(size_t es, char *d, const char *s) {
   switch (es) {
   case 1: *d = *s; break;
@@ -162,14 +215,22 @@ static void sort_rows(void *ctx, int64_t rb, int64_t re) {
       kk[i] = sort_key(dt, xr + i * j->xstride * (int64_t)es) ^ flip;
       ii[i] = (uint32_t)i;
     }
-    if (n <= SORT_SMALL) sort_insertion(kk, ii, n);
-    else sort_radix(&kk, &ii, &k2, &i2, n, j->width);
+    int64_t lim = j->head;
+    if (lim * SORT_HEAD_RATIO <= n) {
+      sort_head(kk, n, lim, k2, i2);
+      kk = k2;
+      ii = i2;
+    } else if (n <= SORT_SMALL) {
+      sort_insertion(kk, ii, n);
+    } else {
+      sort_radix(&kk, &ii, &k2, &i2, n, j->width);
+    }
     if (j->want_idx) {
       int64_t *o = (int64_t *)j->out + oo;
-      for (int64_t i = 0; i < n; i++) o[i * j->ostride] = ii[i];
+      for (int64_t i = 0; i < lim; i++) o[i * j->ostride] = ii[i];
     } else {
       char *o = j->out + oo * (int64_t)es;
-      for (int64_t i = 0; i < n; i++)
+      for (int64_t i = 0; i < lim; i++)
         copy_elem(es, o + i * j->ostride * (int64_t)es,
                   xr + (int64_t)ii[i] * j->xstride * (int64_t)es);
     }
@@ -185,7 +246,7 @@ int tpux__eval_sort(xctx *c, int t) {
   if (rc) return rc;
   tpu_view *ov = &c->vals[t].v;
   int64_t numel = tpu_view_numel(x);
-  if (numel == 0) return TPU_OK;
+  if (numel == 0 || tpu_view_numel(ov) == 0) return TPU_OK;
   sort_job j;
   memset(&j, 0, sizeof j);
   j.n = n;
@@ -198,7 +259,9 @@ int tpux__eval_sort(xctx *c, int t) {
   j.width = (int)j.es;
   if (x->ndim == 0) {
     j.len = 1;
+    j.head = 1;
   } else {
+    j.head = n->sizes[n->dim];
     j.len = x->sizes[n->dim];
     j.xstride = x->strides[n->dim];
     j.ostride = ov->strides[n->dim];

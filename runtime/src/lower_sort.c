@@ -42,24 +42,11 @@ int lw_sort_last(lw_b *b, tpuir_val x, int desc, tpuir_val *vals, tpuir_val *per
   return *vals < 0 ? *vals : perm < 0 ? perm : TPU_OK;
 }
 
-/* First k entries along dim of v. */
-static tpuir_val head_along(lw_b *b, tpuir_val v, int dim, int64_t k) {
-  lw_shape s = lw_info(b, v);
-  int64_t st[TPU_MAX_DIMS] = {0}, lim[TPU_MAX_DIMS], str[TPU_MAX_DIMS];
-  for (int d = 0; d < s.ndim; d++) {
-    lim[d] = s.sizes[d];
-    str[d] = 1;
-  }
-  if (lim[dim] == k) return v;
-  lim[dim] = k;
-  return tpuir_slice(b->g, v, st, lim, str);
-}
-
 /* Sorted (stable) indices along dim cut to the first k, and the values
  * gathered at them. */
 static int topk_along(lw_b *b, tpuir_val x, int dim, int64_t k, int desc, tpuir_val *vals,
                       tpuir_val *idxs) {
-  tpuir_val perm = head_along(b, tpuir_sort(b->g, x, dim, desc, TPUIR_SORT_INDICES), dim, k);
+  tpuir_val perm = tpuir_sort_head(b->g, x, dim, desc, TPUIR_SORT_INDICES, k);
   *idxs = perm;
   *vals = tpuir_gather(b->g, x, dim, perm);
   return *vals < 0 ? *vals : perm < 0 ? perm : TPU_OK;

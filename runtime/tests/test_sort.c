@@ -156,3 +156,53 @@ TPU_TEST(sort_long_rows_vs_qsort) {
     free(X.mem);
   }
 }
+
+/* tpuir_sort_head: the prefix of the full stable sort (heap selection for
+ * short heads, full sort otherwise), both directions, ties and NaN. */
+TPU_TEST(sort_head_matches_prefix) {
+  uint64_t seed = 123;
+  static const int dts[] = {TPU_F32, TPU_I64, TPU_F16, TPU_U8};
+  for (int t = 0; t < 4; t++) {
+    int dt = dts[t];
+    int64_t sz[2] = {3, 2000};
+    tarr X = ta_new(dt, 2, sz);
+    ta_fill(&X.v, &seed, dt == TPU_U8 ? 0 : -50, 50); /* many ties */
+    if (tpu_dtype_is_float(dt)) {
+      tv_set(&X.v, 7, NAN);
+      tv_set(&X.v, 2500, NAN);
+    }
+    static const int64_t ks[] = {0, 1, 5, 100, 2000};
+    for (int desc = 0; desc < 2; desc++)
+      for (int ki = 0; ki < 5; ki++) {
+        int64_t k = ks[ki];
+        tpuir_graph *g = tpuir_graph_new();
+        tpuir_val p = tpuir_param(g, dt, 2, sz);
+        tpuir_val outs[3] = {tpuir_sort_head(g, p, 1, desc, TPUIR_SORT_VALUES, k),
+                             tpuir_sort_head(g, p, 1, desc, TPUIR_SORT_INDICES, k),
+                             tpuir_sort(g, p, 1, desc, TPUIR_SORT_INDICES)};
+        CHECK_OK(tpuir_set_outputs(g, 3, outs));
+        int64_t hs[2] = {3, k};
+        tarr V = ta_new(dt, 2, hs), I = ta_new(TPU_I64, 2, hs), F = ta_new(TPU_I64, 2, sz);
+        tpu_view ov[3] = {V.v, I.v, F.v};
+        CHECK_OK(tpux_run(g, 1, &X.v, 3, ov));
+        int ok = 1;
+        for (int64_t r = 0; r < 3 && ok; r++)
+          for (int64_t i = 0; i < k && ok; i++) {
+            int64_t want = tv_geti(&F.v, r * 2000 + i), got = tv_geti(&I.v, r * k + i);
+            double wv = tv_get(&X.v, r * 2000 + want), gv = tv_get(&V.v, r * k + i);
+            ok = got == want && (isnan(wv) ? isnan(gv) : gv == wv);
+          }
+        CHECK(ok);
+        free(V.mem);
+        free(I.mem);
+        free(F.mem);
+        tpuir_graph_free(g);
+      }
+    free(X.mem);
+  }
+  tpuir_graph *g = tpuir_graph_new();
+  int64_t sz[1] = {4};
+  tpuir_val p = tpuir_param(g, TPU_F32, 1, sz);
+  CHECK(tpuir_sort_head(g, p, 0, 0, TPUIR_SORT_VALUES, 5) == TPU_E_INVALID);
+  tpuir_graph_free(g);
+}
