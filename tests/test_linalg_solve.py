@@ -277,3 +277,39 @@ def test_gradients(fn, make):
     yt = fn(xt)
     (gt,) = torch.autograd.grad(yt, xt, g.to("tpu"))
     close(gt, ga, torch.float64, rtol=1e-7, atol=1e-7)
+
+
+@pytest.mark.parametrize("dt", DT)
+def test_ldl(dt):
+    # indefinite symmetric matrices exercise 2x2 Bunch-Kaufman pivots
+    a = rnd(4, 6, 6, dt=dt, seed=11)
+    a = a + a.mT
+    a[1, 0, 0] = 0.0  # forces a 2x2 block at the start
+    a[2] = torch.tensor([[0.0, 1, 2], [1, 0, 3], [2, 3, 0]], dtype=dt).repeat(2, 2)
+    a[2] += 1e-3 * torch.eye(6, dtype=dt)
+    LD, piv, info = torch.linalg.ldl_factor_ex(a.to("tpu"))
+    rLD, rpiv, rinfo = torch.linalg.ldl_factor_ex(a)
+    assert (rpiv < 0).any()
+    assert piv.dtype == torch.int32 and piv.cpu().equal(rpiv)
+    assert info.cpu().equal(rinfo)
+    close(LD, rLD, dt, rtol=1e-3 if dt == torch.float32 else 1e-9)
+    b = rnd(4, 6, 2, dt=dt, seed=12)
+    close(torch.linalg.ldl_solve(rLD.to("tpu"), rpiv.to("tpu"), b.to("tpu")),
+          torch.linalg.ldl_solve(rLD, rpiv, b), dt, rtol=1e-3 if dt == torch.float32 else 1e-9)
+    # broadcast B over one factorization, empty, zero matrix (info)
+    close(torch.linalg.ldl_solve(rLD[0].to("tpu"), rpiv[0].to("tpu"), b.to("tpu")),
+          torch.linalg.ldl_solve(rLD[0], rpiv[0], b), dt)
+    e = torch.empty(0, 2, 2, dtype=dt)
+    close(torch.linalg.ldl_factor(e.to("tpu")), tuple(torch.linalg.ldl_factor(e)), dt)
+    z = torch.zeros(3, 3, dtype=dt)
+    r = torch.linalg.ldl_factor_ex(z.to("tpu"))
+    assert r.info.item() == torch.linalg.ldl_factor_ex(z).info.item() == 1
+    with pytest.raises(RuntimeError, match="floating point"):
+        torch.linalg.ldl_factor(torch.eye(3, dtype=torch.long).to("tpu"))
+
+
+def test_ormqr_errors():
+    with pytest.raises(RuntimeError, match="at least 2 dimensions"):
+        torch.ormqr(*(torch.randn((), device="tpu"),) * 3)
+    with pytest.raises(RuntimeError, match=r"tau.shape\[-1\] must be equal"):
+        torch.ormqr(torch.ones(5, 0, device="tpu"), torch.ones(5, device="tpu"), torch.ones(5, 5, device="tpu"))

@@ -103,6 +103,9 @@ typedef enum tpuir_op {
   TPUIR_HERMITE_H, TPUIR_HERMITE_HE, TPUIR_LAGUERRE_L, TPUIR_LEGENDRE_P,
   /* binary, same integer dtype (not bool): */
   TPUIR_GCD, TPUIR_LCM, /* non-negative like std::gcd / torch.lcm (|a*b|/g) */
+  /* dense linear algebra, continued (ir_linalg.c) */
+  TPUIR_LDL,               /* custom call: sytrf (one node per result) */
+  TPUIR_LDL_SOLVE,         /* custom call: sytrs */
   TPUIR_NUM_OPS
 } tpuir_op;
 
@@ -377,6 +380,24 @@ tpuir_val tpuir_geqrf(tpuir_graph *g, tpuir_val x, int result);
  * dtype. Result [..., m, n]. */
 tpuir_val tpuir_householder_product(tpuir_graph *g, tpuir_val a,
                                     tpuir_val tau);
+enum {
+  TPUIR_LDL_LD = 0,     /* [..., n, n]: D (1x1 / 2x2 blocks) and unit L below,
+                           zero above the diagonal */
+  TPUIR_LDL_PIVOTS = 1, /* int32 [..., n], LAPACK sytrf ipiv (1-based; a 2x2
+                           block stores -p twice) */
+  TPUIR_LDL_INFO = 2,   /* int32 [...]: 0, or k when D(k, k) is exactly 0 */
+};
+/* Bunch-Kaufman LDL^T of the symmetric x [..., n, n] (LAPACK sytf2 with
+ * uplo = 'L': only the lower triangle is read; alpha = (1 + sqrt(17)) / 8;
+ * a zero column sets info and the factorization continues). `result` one
+ * of TPUIR_LDL_*. */
+tpuir_val tpuir_ldl(tpuir_graph *g, tpuir_val x, int result);
+/* Solve A X = B from the LDL^T factors of A (LAPACK sytrs, uplo = 'L'): ld
+ * [..., n, n] (TPUIR_LDL_LD), pivots int32 [..., n] (TPUIR_LDL_PIVOTS), b
+ * [..., n, k]; equal batch dims, ld and b of one float dtype. Result
+ * [..., n, k]. A pivot outside [1, n] gives unspecified values. */
+tpuir_val tpuir_ldl_solve(tpuir_graph *g, tpuir_val ld, tpuir_val pivots,
+                          tpuir_val b);
 
 /* ---- spectral decompositions (ir_spectral.c) -------------------------- */
 /* The IR has one result value per node, so each decomposition is ONE node

@@ -189,6 +189,7 @@ static int eval_node(xctx *c, int t, const tpu_view *ins) {
   case TPUIR_EIGH: case TPUIR_SVD: return tpux__eval_spectral(c, t);
   case TPUIR_CHOLESKY: case TPUIR_TRIANGULAR_SOLVE: case TPUIR_LU:
   case TPUIR_LU_PIVOTS_TO_PERM: case TPUIR_GEQRF: case TPUIR_HOUSEHOLDER_PRODUCT:
+  case TPUIR_LDL: case TPUIR_LDL_SOLVE:
     return tpux__eval_linalg(c, t);
   default:
     if (is_view_op(n->op)) return eval_view(c, t, n);

@@ -1,6 +1,6 @@
 /* exec_linalg.c - vTPU dense linear algebra nodes: CHOLESKY,
- * TRIANGULAR_SOLVE, LU, LU_PIVOTS_TO_PERM, GEQRF, HOUSEHOLDER_PRODUCT
- * (semantics in tpu_ir.h).
+ * TRIANGULAR_SOLVE, LU, LU_PIVOTS_TO_PERM, GEQRF, HOUSEHOLDER_PRODUCT, LDL,
+ * LDL_SOLVE (semantics in tpu_ir.h).
  *
  * Operands are first copied into contiguous row-major double buffers
  * (f32 and f64 alike compute in double), every batch element is factored
@@ -8,7 +8,7 @@
  * is gathered into a double buffer and finally converted into the node's
  * contiguous result (f32/f64, or int32 for pivots/info/permutations; those
  * are exact in double). The algorithms are LAPACK's unblocked ones
- * (potf2, getf2, geqr2 with dlarfg, org2r), so pivots, signs and tau follow
+ * (potf2, getf2, geqr2 with dlarfg, org2r, sytf2, sytrs), so pivots, signs and tau follow
  * LAPACK's conventions.
  */
 #include <math.h>
@@ -21,8 +21,8 @@
 typedef struct la_job {
   const tpuir_node *n;
   int64_t nbatch;
-  const double *x, *y;   /* operands (contiguous doubles) */
-  int64_t xsz, ysz;      /* elements per batch element */
+  const double *x, *y, *z; /* operands (contiguous doubles) */
+  int64_t xsz, ysz, zsz;   /* elements per batch element */
   double *out;           /* result, osz per batch element */
   int64_t osz;
   int64_t r, c, k;       /* sizes (meaning per op) */
@@ -145,6 +145,170 @@ static void householder(const double *a, const double *tau, int64_t m,
       for (int64_t r = i + 1; r < m; r++) q[r * n + c] -= w * a[r * n + i];
     }
   }
+}
+
+/* sytf2 (uplo = 'L', Bunch-Kaufman) on a (n x n, lower triangle read) in
+ * place; piv (n, LAPACK ipiv as doubles). Returns info. */
+static int ldl_factor(double *a, int64_t n, double *piv) {
+  const double alpha = (1.0 + sqrt(17.0)) / 8.0;
+  int info = 0;
+#define A_(i, j) a[(i) * n + (j)]
+  int64_t k = 0;
+  while (k < n) {
+    int64_t kstep = 1, kp = k, imax = k;
+    double absakk = fabs(A_(k, k)), colmax = 0.0;
+    if (k < n - 1) {
+      imax = k + 1;
+      for (int64_t i = k + 2; i < n; i++)
+        if (fabs(A_(i, k)) > fabs(A_(imax, k))) imax = i;
+      colmax = fabs(A_(imax, k));
+    }
+    if (fmax(absakk, colmax) == 0.0 || isnan(absakk)) {
+      if (!info) info = (int)(k + 1);
+      kp = k;
+    } else {
+      if (absakk >= alpha * colmax) {
+        kp = k;
+      } else {
+        int64_t jmax = k; /* row imax, columns k..imax-1 */
+        for (int64_t j = k + 1; j < imax; j++)
+          if (fabs(A_(imax, j)) > fabs(A_(imax, jmax))) jmax = j;
+        double rowmax = fabs(A_(imax, jmax));
+        if (imax < n - 1) {
+          int64_t jm = imax + 1;
+          for (int64_t i = imax + 2; i < n; i++)
+            if (fabs(A_(i, imax)) > fabs(A_(jm, imax))) jm = i;
+          rowmax = fmax(rowmax, fabs(A_(jm, imax)));
+        }
+        if (absakk >= alpha * colmax * (colmax / rowmax)) {
+          kp = k;
+        } else if (fabs(A_(imax, imax)) >= alpha * rowmax) {
+          kp = imax;
+        } else {
+          kp = imax;
+          kstep = 2;
+        }
+      }
+      int64_t kk = k + kstep - 1;
+      if (kp != kk) {
+        double t;
+        for (int64_t i = kp + 1; i < n; i++) {
+          t = A_(i, kk); A_(i, kk) = A_(i, kp); A_(i, kp) = t;
+        }
+        for (int64_t j = kk + 1; j < kp; j++) {
+          t = A_(j, kk); A_(j, kk) = A_(kp, j); A_(kp, j) = t;
+        }
+        t = A_(kk, kk); A_(kk, kk) = A_(kp, kp); A_(kp, kp) = t;
+        if (kstep == 2) {
+          t = A_(k + 1, k); A_(k + 1, k) = A_(kp, k); A_(kp, k) = t;
+        }
+      }
+      if (kstep == 1) {
+        if (k < n - 1) {
+          double d11 = 1.0 / A_(k, k);
+          for (int64_t j = k + 1; j < n; j++) {
+            double xj = A_(j, k);
+            if (xj == 0.0) continue;
+            for (int64_t i = j; i < n; i++) A_(i, j) -= d11 * A_(i, k) * xj;
+          }
+          for (int64_t i = k + 1; i < n; i++) A_(i, k) *= d11;
+        }
+      } else if (k < n - 2) {
+        double d21 = A_(k + 1, k);
+        double d11 = A_(k + 1, k + 1) / d21;
+        double d22 = A_(k, k) / d21;
+        double t = 1.0 / (d11 * d22 - 1.0);
+        d21 = t / d21;
+        for (int64_t j = k + 2; j < n; j++) {
+          double wk = d21 * (d11 * A_(j, k) - A_(j, k + 1));
+          double wkp1 = d21 * (d22 * A_(j, k + 1) - A_(j, k));
+          for (int64_t i = j; i < n; i++) A_(i, j) -= A_(i, k) * wk + A_(i, k + 1) * wkp1;
+          A_(j, k) = wk;
+          A_(j, k + 1) = wkp1;
+        }
+      }
+    }
+    if (kstep == 1) {
+      piv[k] = (double)(kp + 1);
+    } else {
+      piv[k] = -(double)(kp + 1);
+      piv[k + 1] = -(double)(kp + 1);
+    }
+    k += kstep;
+  }
+  for (int64_t r = 0; r < n; r++)
+    for (int64_t c = r + 1; c < n; c++) A_(r, c) = 0.0;
+#undef A_
+  return info;
+}
+
+/* sytrs (uplo = 'L'): b (n x m) overwritten by A^{-1} b. Pivots out of
+ * range are clamped (unspecified result, never out of bounds). */
+static void ldl_solve(const double *a, const double *pv, int64_t n, double *b, int64_t m) {
+#define A_(i, j) a[(i) * n + (j)]
+#define B_(i, j) b[(i) * m + (j)]
+#define PIV(i) ((int64_t)pv[i])
+#define SWAP_ROWS(r1, r2)                                                    \
+  do {                                                                       \
+    int64_t r1_ = (r1), r2_ = (r2);                                          \
+    if (r1_ != r2_ && r2_ >= 0 && r2_ < n)                                   \
+      for (int64_t j_ = 0; j_ < m; j_++) {                                   \
+        double t_ = B_(r1_, j_); B_(r1_, j_) = B_(r2_, j_); B_(r2_, j_) = t_; \
+      }                                                                      \
+  } while (0)
+  int64_t k = 0;
+  while (k < n) {
+    if (PIV(k) > 0) {
+      SWAP_ROWS(k, PIV(k) - 1);
+      for (int64_t i = k + 1; i < n; i++)
+        for (int64_t j = 0; j < m; j++) B_(i, j) -= A_(i, k) * B_(k, j);
+      for (int64_t j = 0; j < m; j++) B_(k, j) /= A_(k, k);
+      k += 1;
+    } else {
+      if (k + 1 >= n) break;
+      SWAP_ROWS(k + 1, -PIV(k) - 1);
+      for (int64_t i = k + 2; i < n; i++)
+        for (int64_t j = 0; j < m; j++) B_(i, j) -= A_(i, k) * B_(k, j) + A_(i, k + 1) * B_(k + 1, j);
+      double akm1k = A_(k + 1, k);
+      double akm1 = A_(k, k) / akm1k, ak = A_(k + 1, k + 1) / akm1k;
+      double denom = akm1 * ak - 1.0;
+      for (int64_t j = 0; j < m; j++) {
+        double bkm1 = B_(k, j) / akm1k, bk = B_(k + 1, j) / akm1k;
+        B_(k, j) = (ak * bkm1 - bk) / denom;
+        B_(k + 1, j) = (akm1 * bk - bkm1) / denom;
+      }
+      k += 2;
+    }
+  }
+  k = n - 1;
+  while (k >= 0) {
+    if (PIV(k) > 0) {
+      for (int64_t j = 0; j < m; j++) {
+        double s = B_(k, j);
+        for (int64_t i = k + 1; i < n; i++) s -= A_(i, k) * B_(i, j);
+        B_(k, j) = s;
+      }
+      SWAP_ROWS(k, PIV(k) - 1);
+      k -= 1;
+    } else {
+      if (k < 1) break;
+      for (int64_t j = 0; j < m; j++) {
+        double s = B_(k, j), s1 = B_(k - 1, j);
+        for (int64_t i = k + 1; i < n; i++) {
+          s -= A_(i, k) * B_(i, j);
+          s1 -= A_(i, k - 1) * B_(i, j);
+        }
+        B_(k, j) = s;
+        B_(k - 1, j) = s1;
+      }
+      SWAP_ROWS(k, -PIV(k) - 1);
+      k -= 2;
+    }
+  }
+#undef SWAP_ROWS
+#undef PIV
+#undef B_
+#undef A_
 }
 
 /* ---- per-batch drivers ------------------------------------------------- */
@@ -295,6 +459,34 @@ static void hh_range(void *ctx, int64_t b0, int64_t b1) {
                 j->out + b * j->osz);
 }
 
+static void ldl_range(void *ctx, int64_t b0, int64_t b1) {
+  la_job *j = ctx;
+  int64_t n = j->r;
+  int res = j->n->dim;
+  double *w = malloc((size_t)(n * n + n + 1) * sizeof(double));
+  if (!w) { atomic_store(&j->bad, -1); return; }
+  double *piv = w + n * n;
+  for (int64_t b = b0; b < b1; b++) {
+    memcpy(w, j->x + b * j->xsz, (size_t)(n * n) * sizeof(double));
+    int info = ldl_factor(w, n, piv);
+    double *o = j->out + b * j->osz;
+    if (res == TPUIR_LDL_LD) memcpy(o, w, (size_t)(n * n) * sizeof(double));
+    else if (res == TPUIR_LDL_PIVOTS) memcpy(o, piv, (size_t)n * sizeof(double));
+    else o[0] = info;
+  }
+  free(w);
+}
+
+static void ldl_solve_range(void *ctx, int64_t b0, int64_t b1) {
+  la_job *j = ctx;
+  int64_t n = j->r, m = j->n->sizes[j->n->ndim - 1];
+  for (int64_t b = b0; b < b1; b++) {
+    double *o = j->out + b * j->osz;
+    memcpy(o, j->z + b * j->zsz, (size_t)(n * m) * sizeof(double));
+    ldl_solve(j->x + b * j->xsz, j->y + b * j->ysz, n, o, m);
+  }
+}
+
 /* ---- node evaluation --------------------------------------------------- */
 
 static int64_t numel_of(const tpu_view *v) { return tpu_view_numel(v); }
@@ -320,6 +512,7 @@ int tpux__eval_linalg(xctx *c, int t) {
   const tpuir_node *n = tpuir_get_node(c->g, t);
   const tpu_view *x = &c->vals[n->in[0]].v;
   const tpu_view *y = n->nin > 1 ? &c->vals[n->in[1]].v : NULL;
+  const tpu_view *z = n->nin > 2 ? &c->vals[n->in[2]].v : NULL;
   la_job j;
   memset(&j, 0, sizeof j);
   atomic_init(&j.bad, 0);
@@ -332,6 +525,10 @@ int tpux__eval_linalg(xctx *c, int t) {
   if (y) {
     j.ysz = 1;
     for (int i = xb; i < y->ndim; i++) j.ysz *= y->sizes[i];
+  }
+  if (z) {
+    j.zsz = 1;
+    for (int i = xb; i < z->ndim; i++) j.zsz *= z->sizes[i];
   }
   j.osz = 1;
   for (int i = xb; i < n->ndim; i++) j.osz *= n->sizes[i];
@@ -359,15 +556,18 @@ int tpux__eval_linalg(xctx *c, int t) {
     j.k = y->sizes[y->ndim - 1];
     work = j.r * j.c * (j.k + 1);
     break;
+  case TPUIR_LDL: fn = ldl_range; work = j.r * j.r * j.r; break;
+  case TPUIR_LDL_SOLVE: fn = ldl_solve_range; work = j.r * j.r * (j.zsz / (j.r > 0 ? j.r : 1) + 1); break;
   default: return tpu_error(TPU_E_INTERNAL, "eval_linalg: bad op");
   }
   int rc = tpux__alloc_value(c, t);
   if (rc) return rc;
   int64_t onum = j.nbatch * j.osz;
   if (onum == 0) return TPU_OK;
-  double *xb_ = NULL, *yb_ = NULL, *ob = NULL;
+  double *xb_ = NULL, *yb_ = NULL, *zb_ = NULL, *ob = NULL;
   if ((rc = load_f64(x, &xb_))) return rc;
   if (y && (rc = load_f64(y, &yb_))) goto done;
+  if (z && (rc = load_f64(z, &zb_))) goto done;
   ob = tpux__alloc((size_t)onum * sizeof(double));
   if (!ob) {
     rc = tpu_error(TPU_E_OOM, "linalg: out of host memory");
@@ -375,6 +575,7 @@ int tpux__eval_linalg(xctx *c, int t) {
   }
   j.x = xb_;
   j.y = yb_;
+  j.z = zb_;
   j.out = ob;
   int64_t grain = 65536 / (work > 0 ? work : 1);
   tpurt_parallel_for(j.nbatch, grain < 1 ? 1 : grain, fn, &j);
@@ -408,6 +609,7 @@ int tpux__eval_linalg(xctx *c, int t) {
 done:
   tpux__free(xb_);
   tpux__free(yb_);
+  tpux__free(zb_);
   tpux__free(ob);
   return rc;
 }

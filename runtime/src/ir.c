@@ -138,6 +138,7 @@ static const char *const k_op_names[TPUIR_NUM_OPS] = {
     [TPUIR_HERMITE_H] = "hermite_h", [TPUIR_HERMITE_HE] = "hermite_he",
     [TPUIR_LAGUERRE_L] = "laguerre_l", [TPUIR_LEGENDRE_P] = "legendre_p",
     [TPUIR_GCD] = "gcd", [TPUIR_LCM] = "lcm",
+    [TPUIR_LDL] = "ldl", [TPUIR_LDL_SOLVE] = "ldl_solve",
 };
 
 /* Static name of an op ("add", "dot_general", ...); "?" if invalid. */
@@ -1308,7 +1309,9 @@ size_t tpuir_dump(const tpuir_graph *g, char *buf, size_t cap) {
     case TPUIR_LU:
     case TPUIR_LU_PIVOTS_TO_PERM:
     case TPUIR_GEQRF:
-    case TPUIR_HOUSEHOLDER_PRODUCT: {
+    case TPUIR_HOUSEHOLDER_PRODUCT:
+    case TPUIR_LDL:
+    case TPUIR_LDL_SOLVE: {
       char at[200];
       tpuir__linalg_attr_str(n, at, sizeof at);
       sb_printf(&s, " {%s}", at);

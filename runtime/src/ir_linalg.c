@@ -1,12 +1,12 @@
 /* ir_linalg.c - IR builders for dense linear algebra (tpu_ir.h section
  * "dense linear algebra"): CHOLESKY, TRIANGULAR_SOLVE, LU,
- * LU_PIVOTS_TO_PERM, GEQRF, HOUSEHOLDER_PRODUCT. Shape inference,
+ * LU_PIVOTS_TO_PERM, GEQRF, HOUSEHOLDER_PRODUCT, LDL, LDL_SOLVE. Shape inference,
  * validation and the dump text of their attributes.
  *
  * Node attributes (the executor exec_linalg.c relies on them):
  *   kind = flags (CHOLESKY: lower | check << 1; TRIANGULAR_SOLVE: left_side | lower << 1
  *          | unit_diagonal << 2 | transpose_a << 3), dim = result index
- *          (CHOLESKY, LU, GEQRF) or m (LU_PIVOTS_TO_PERM).
+ *          (CHOLESKY, LU, GEQRF, LDL) or m (LU_PIVOTS_TO_PERM).
  * Both fields are part of tpuir_hash.
  */
 #include <stdio.h>
@@ -205,6 +205,60 @@ tpuir_val tpuir_householder_product(tpuir_graph *g, tpuir_val a, tpuir_val tau) 
   return make_node(g, TPUIR_HOUSEHOLDER_PRODUCT, na, na->dtype, 2, t, 0, 0, 2, a, tau, nm);
 }
 
+/* Bunch-Kaufman LDL^T results (tpu_ir.h). */
+tpuir_val tpuir_ldl(tpuir_graph *g, tpuir_val x, int result) {
+  const char *nm = "ldl";
+  const tpuir_node *n = NULL;
+  int rc = matrix_operand(g, x, nm, &n);
+  if (rc) return rc;
+  int64_t r = n->sizes[n->ndim - 2], c = n->sizes[n->ndim - 1];
+  if (r != c)
+    return tpu_error(TPU_E_INVALID, "ldl: expected square matrices, got %lld x %lld",
+                     (long long)r, (long long)c);
+  int64_t t[2] = {r, c};
+  switch (result) {
+  case TPUIR_LDL_LD: return make_node(g, TPUIR_LDL, n, n->dtype, 2, t, 0, result, 1, x, 0, nm);
+  case TPUIR_LDL_PIVOTS: return make_node(g, TPUIR_LDL, n, TPU_I32, 1, &r, 0, result, 1, x, 0, nm);
+  case TPUIR_LDL_INFO: return make_node(g, TPUIR_LDL, n, TPU_I32, 0, NULL, 0, result, 1, x, 0, nm);
+  default: return tpu_error(TPU_E_INVALID, "ldl: bad result index %d", result);
+  }
+}
+
+/* sytrs (tpu_ir.h). */
+tpuir_val tpuir_ldl_solve(tpuir_graph *g, tpuir_val ld, tpuir_val pivots, tpuir_val b) {
+  const char *nm = "ldl_solve";
+  const tpuir_node *nl = NULL, *np = NULL, *nb = NULL;
+  int rc = matrix_operand(g, ld, nm, &nl);
+  if (rc) return rc;
+  if ((rc = matrix_operand(g, b, nm, &nb))) return rc;
+  if ((rc = operand(g, pivots, nm, &np))) return rc;
+  if (nl->dtype != nb->dtype || np->dtype != TPU_I32)
+    return tpu_error(TPU_E_TYPE, "%s: ld and b need one dtype, pivots int32", nm);
+  int64_t n = nl->sizes[nl->ndim - 1];
+  if (nl->sizes[nl->ndim - 2] != n || nb->sizes[nb->ndim - 2] != n ||
+      np->sizes[np->ndim - 1] != n)
+    return tpu_error(TPU_E_INVALID, "%s: shapes do not match", nm);
+  if (!same_batch(nl, nb, nb->ndim - 2) || !same_batch(nl, np, np->ndim - 1))
+    return tpu_error(TPU_E_INVALID, "%s: operands need the same batch dims", nm);
+  int64_t t[2] = {n, nb->sizes[nb->ndim - 1]};
+  int nbd = nb->ndim - 2;
+  int64_t sizes[TPU_MAX_DIMS];
+  for (int i = 0; i < nbd; i++) sizes[i] = nb->sizes[i];
+  sizes[nbd] = t[0];
+  sizes[nbd + 1] = t[1];
+  int dt = nb->dtype;
+  tpuir_node *nd = tpuir__new_node(g, TPUIR_LDL_SOLVE);
+  if (!nd) return tpu_error(TPU_E_OOM, "%s: out of host memory", nm);
+  nd->dtype = dt;
+  nd->ndim = nbd + 2;
+  memcpy(nd->sizes, sizes, sizeof(int64_t) * (size_t)(nbd + 2));
+  nd->nin = 3;
+  nd->in[0] = ld;
+  nd->in[1] = pivots;
+  nd->in[2] = b;
+  return tpuir__commit(g);
+}
+
 /* Dump text of the attributes (see ir_internal.h). */
 void tpuir__linalg_attr_str(const tpuir_node *n, char *buf, size_t cap) {
   static const char *const chol[] = {"factor", "info"};
@@ -226,6 +280,9 @@ void tpuir__linalg_attr_str(const tpuir_node *n, char *buf, size_t cap) {
   case TPUIR_LU_PIVOTS_TO_PERM: snprintf(buf, cap, "m=%d", r); break;
   case TPUIR_GEQRF:
     snprintf(buf, cap, "result=%s", r >= 0 && r < 2 ? qr[r] : "?");
+    break;
+  case TPUIR_LDL:
+    snprintf(buf, cap, "result=%s", r == 0 ? "ld" : r == 1 ? "pivots" : r == 2 ? "info" : "?");
     break;
   default: snprintf(buf, cap, "%s", ""); break;
   }

@@ -1,5 +1,6 @@
 /* lower_linalg_solve.c - dense factorizations and solves: Cholesky, LU,
- * QR (geqrf / householder_product / ormqr / linalg_qr), triangular solves,
+ * QR (geqrf / householder_product / ormqr / linalg_qr), LDL^T (Bunch-
+ * Kaufman ldl_factor / ldl_solve), triangular solves,
  * inverse, solve, det/slogdet, lstsq (QR, full-rank inputs) and
  * matrix_exp (scaling and squaring with a degree-13 Pade approximant).
  *
@@ -22,7 +23,7 @@
 enum {
   S_CHOL_EX = 1, S_CHOL, S_CHOL_SOLVE, S_CHOL_INV, S_TRI_SOLVE, S_SOLVE_TRI,
   S_LU_FACTOR, S_LU, S_LU_UNPACK, S_LU_SOLVE, S_INV, S_SOLVE, S_DET, S_SLOGDET,
-  S_GEQRF, S_HH, S_ORMQR, S_QR, S_LSTSQ, S_MEXP
+  S_GEQRF, S_HH, S_ORMQR, S_QR, S_LSTSQ, S_MEXP, S_LDL, S_LDL_SOLVE
 };
 
 #define CT TPU_F64 /* compute dtype */
@@ -704,6 +705,10 @@ static tpuir_val full_q(lw_b *b, tpuir_val a, tpuir_val tau, int64_t r) {
 
 static int ormqr_fn(lw_b *b) {
   const tpulw_tensor *A = targ(b, "self"), *tau = targ(b, "input2"), *C = targ(b, "input3");
+  if (A && A->view.ndim < 2)
+    return tpu_error(TPU_E_INVALID, "torch.ormqr: input must have at least 2 dimensions.");
+  if (C && C->view.ndim < 2)
+    return tpu_error(TPU_E_INVALID, "torch.ormqr: other must have at least 2 dimensions.");
   int rc = check_mat(A, "ormqr", "input", 0, 0, 0, "ormqr_cpu");
   if (rc) return rc;
   if ((rc = check_mat(C, "ormqr", "other", 0, 0, 0, "ormqr_cpu"))) return rc;
@@ -726,10 +731,11 @@ static int ormqr_fn(lw_b *b) {
                      "got other.shape[%d] = %lld and input.shape[-2] = %lld",
                      left ? -2 : -1, left ? -2 : -1, (long long)mn,
                      (long long)va->sizes[va->ndim - 2]);
-  if (vt->sizes[vt->ndim - 1] > mn)
+  int64_t an = va->sizes[va->ndim - 1];
+  if (vt->ndim < 1 || vt->sizes[vt->ndim - 1] != (mn < an ? mn : an))
     return tpu_error(TPU_E_INVALID,
-                     "torch.ormqr: tau.shape[-1] must be less than or equal to "
-                     "input.shape[-2]");
+                     "torch.ormqr: tau.shape[-1] must be equal to min(other.shape[-2], "
+                     "input.shape[-1])");
   if (vt->dtype != va->dtype || vc->dtype != va->dtype)
     return tpu_error(TPU_E_INVALID,
                      "torch.ormqr: Expected input, tau and other to have the same dtype");
@@ -943,6 +949,56 @@ static int mexp_fn(lw_b *b) {
   return lw_result_as(b, R, dt);
 }
 
+/* ---- LDL^T (Bunch-Kaufman) ---------------------------------------------- */
+
+static int ldl_fn(lw_b *b) {
+  const tpulw_tensor *A = targ(b, "self");
+  int rc = check_mat(A, "torch.linalg.ldl_factor_ex", "A", 1, 1, 0, "ldl_factor_kernel_cpu");
+  if (rc) return rc;
+  if (lw_int(b, "check_errors", 0))
+    return tpu_error(TPU_E_UNSUPPORTED, "linalg_ldl_factor_ex: check_errors=True");
+  int dt = A->view.dtype;
+  b->out_rule = LW_OUT_SAME;
+  tpuir_val x = lw_convert(b, lw_tensor(b, A), CT);
+  if ((rc = lw_result_as(b, tpuir_ldl(b->g, x, TPUIR_LDL_LD), dt))) return rc;
+  if ((rc = lw_result(b, tpuir_ldl(b->g, x, TPUIR_LDL_PIVOTS)))) return rc;
+  return lw_result(b, tpuir_ldl(b->g, x, TPUIR_LDL_INFO));
+}
+
+static int ldl_solve_fn(lw_b *b) {
+  const tpulw_tensor *LD = targ(b, "LD"), *piv = targ(b, "pivots"), *B = targ(b, "B");
+  const char *fname = "torch.linalg.ldl_solve";
+  int rc = check_mat(LD, fname, "LD", 1, 1, 0, "ldl_solve_kernel_cpu");
+  if (rc) return rc;
+  if ((rc = check_mat(B, fname, "B", 0, 1, 0, "ldl_solve_kernel_cpu"))) return rc;
+  if ((rc = check_same_dtype(B, LD, fname, "B", "LD"))) return rc;
+  if (!piv || piv->view.dtype != TPU_I32)
+    return tpu_error(TPU_E_INVALID, "torch.linalg.ldl_solve: Expected pivots to be integers. Got %s",
+                     piv ? lw_torch_name(piv->view.dtype) : "None");
+  int dt = B->view.dtype;
+  b->out_rule = LW_OUT_SAME;
+  tpuir_val ld = lw_convert(b, lw_tensor(b, LD), CT), xb = lw_convert(b, lw_tensor(b, B), CT);
+  tpuir_val pv = lw_tensor(b, piv);
+  lw_shape sl = lw_info(b, ld), sb = lw_info(b, xb), sp = lw_info(b, pv);
+  int64_t n = sl.sizes[sl.ndim - 1];
+  if (sp.ndim != sl.ndim - 1 || sp.sizes[sp.ndim - 1] != n)
+    return tpu_error(TPU_E_INVALID,
+                     "torch.linalg.ldl_solve: Expected LD.shape[:-1] and pivots.shape to be "
+                     "the same");
+  if (sb.sizes[sb.ndim - 2] != n)
+    return tpu_error(TPU_E_INVALID,
+                     "torch.linalg.ldl_solve: Incompatible shapes of A and B for the equation "
+                     "AX = B (%lldx%lld and %lldx%lld)",
+                     (long long)n, (long long)n, (long long)sb.sizes[sb.ndim - 2],
+                     (long long)sb.sizes[sb.ndim - 1]);
+  int nb;
+  int64_t bs[TPU_MAX_DIMS];
+  if ((rc = batch_shape(sb.ndim - 2, sb.sizes, sl.ndim - 2, sl.sizes, &nb, bs))) return rc;
+  tpuir_val x = tpuir_ldl_solve(b->g, bcast_batch(b, ld, 2, nb, bs), bcast_batch(b, pv, 1, nb, bs),
+                                bcast_batch(b, xb, 2, nb, bs));
+  return lw_result_as(b, x, dt);
+}
+
 /* ---- table -------------------------------------------------------------- */
 
 #define R2(n, fn, code) {n, fn, code}, {n ".out", fn, code}
@@ -975,5 +1031,7 @@ const lw_row lw_rows_linalg_solve[] = {
     R2("linalg_qr", qr_fn, S_QR),
     {"linalg_lstsq.out", lstsq_fn, S_LSTSQ},
     R2("linalg_matrix_exp", mexp_fn, S_MEXP),
+    R2("linalg_ldl_factor_ex", ldl_fn, S_LDL),
+    R2("linalg_ldl_solve", ldl_solve_fn, S_LDL_SOLVE),
 };
 const int lw_nrows_linalg_solve = sizeof lw_rows_linalg_solve / sizeof lw_rows_linalg_solve[0];

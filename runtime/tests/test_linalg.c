@@ -322,3 +322,45 @@ TPU_TEST(linalg_dump_and_hash) {
   tpuir_graph_free(g1);
   tpuir_graph_free(g2);
 }
+
+TPU_TEST(linalg_ldl_solve_residual) {
+  /* symmetric indefinite matrices (zero diagonal forces 2x2 pivots): the
+   * factor + solve pair must solve A X = B */
+  uint64_t seed = 19;
+  const int nb = 3;
+  const int64_t n = 6, k = 2;
+  tarr a = rand_mat(TPU_F64, nb, n, n, &seed);
+  for (int b = 0; b < nb; b++)
+    for (int r = 0; r < n; r++)
+      for (int c = 0; c <= r; c++) {
+        double v = r == c ? (b == 0 ? 0.0 : AT(&a.v, b, r, c, n, n)) : AT(&a.v, b, r, c, n, n);
+        tv_set(&a.v, (b * n + r) * n + c, v);
+        tv_set(&a.v, (b * n + c) * n + r, v);
+      }
+  tarr bb = rand_mat(TPU_F64, nb, n, k, &seed);
+  tpuir_graph *g = tpuir_graph_new();
+  int64_t asz[3] = {nb, n, n}, bsz[3] = {nb, n, k};
+  tpuir_val pa = tpuir_param(g, TPU_F64, 3, asz), pb = tpuir_param(g, TPU_F64, 3, bsz);
+  tpuir_val ld = tpuir_ldl(g, pa, TPUIR_LDL_LD), piv = tpuir_ldl(g, pa, TPUIR_LDL_PIVOTS);
+  tpuir_val outs[3] = {tpuir_ldl_solve(g, ld, piv, pb), piv, tpuir_ldl(g, pa, TPUIR_LDL_INFO)};
+  CHECK_OK(tpuir_set_outputs(g, 3, outs));
+  tpu_view ins[2] = {a.v, bb.v};
+  tarr o[3];
+  CHECK_OK(run_graph(g, 2, ins, 3, o));
+  int neg = 0;
+  for (int b = 0; b < nb; b++) {
+    CHECK(tv_get(&o[2].v, b) == 0);
+    for (int i = 0; i < n; i++) neg += tv_get(&o[1].v, b * n + i) < 0;
+    for (int r = 0; r < n; r++)
+      for (int c = 0; c < k; c++) {
+        long double s = 0;
+        for (int q = 0; q < n; q++) s += (long double)AT(&a.v, b, r, q, n, n) * AT(&o[0].v, b, q, c, k, n);
+        CHECK(fabsl(s - AT(&bb.v, b, r, c, k, n)) < 1e-10);
+      }
+  }
+  CHECK(neg > 0); /* at least one 2x2 block was used */
+  for (int i = 0; i < 3; i++) free(o[i].mem);
+  free(a.mem);
+  free(bb.mem);
+  tpuir_graph_free(g);
+}
