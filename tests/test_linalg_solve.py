@@ -313,3 +313,46 @@ def test_ormqr_errors():
         torch.ormqr(*(torch.randn((), device="tpu"),) * 3)
     with pytest.raises(RuntimeError, match=r"tau.shape\[-1\] must be equal"):
         torch.ormqr(torch.ones(5, 0, device="tpu"), torch.ones(5, device="tpu"), torch.ones(5, 5, device="tpu"))
+
+
+def test_output_strides_match_cpu():
+    """LAPACK-backed outputs are column-major on CPU; ours match."""
+    A = spd(2, 4, 4)
+    R = rnd(2, 5, 3)
+    B = rnd(2, 4, 3, seed=1)
+    LU, piv = torch.linalg.lu_factor(A)
+    L = torch.linalg.cholesky(A)
+    g, tau = torch.geqrf(R)
+    cases = [
+        lambda A, R, B, LU, piv, L, g, tau: torch.linalg.cholesky_ex(A),
+        lambda A, R, B, LU, piv, L, g, tau: torch.cholesky_solve(B, L),
+        lambda A, R, B, LU, piv, L, g, tau: torch.cholesky_inverse(L),
+        lambda A, R, B, LU, piv, L, g, tau: torch.linalg.solve_triangular(A, B, upper=True),
+        lambda A, R, B, LU, piv, L, g, tau: torch.linalg.lu_factor_ex(R),
+        lambda A, R, B, LU, piv, L, g, tau: torch.linalg.lu(R),
+        lambda A, R, B, LU, piv, L, g, tau: torch.linalg.lu_solve(LU, piv, B),
+        lambda A, R, B, LU, piv, L, g, tau: torch.linalg.inv_ex(A),
+        lambda A, R, B, LU, piv, L, g, tau: torch.ops.aten._linalg_solve_ex(A, B),
+        lambda A, R, B, LU, piv, L, g, tau: torch.linalg.solve(A, B[..., 0]),
+        lambda A, R, B, LU, piv, L, g, tau: torch.ops.aten._linalg_slogdet(A),
+        lambda A, R, B, LU, piv, L, g, tau: torch.geqrf(R),
+        lambda A, R, B, LU, piv, L, g, tau: torch.linalg.householder_product(g, tau),
+        lambda A, R, B, LU, piv, L, g, tau: torch.linalg.qr(R, mode="complete"),
+        lambda A, R, B, LU, piv, L, g, tau: torch.linalg.ldl_factor_ex(A),
+        lambda A, R, B, LU, piv, L, g, tau: torch.linalg.matrix_exp(A),
+    ]
+    cpu = (A, R, B, LU, piv, L, g, tau)
+    dev = tuple(t.to("tpu") for t in cpu)
+    for f in cases:
+        e, r = f(*cpu), f(*dev)
+        e = e if isinstance(e, tuple) else (e,)
+        r = r if isinstance(r, tuple) else (r,)
+        for x, y in zip(r, e):
+            assert x.shape == y.shape and x.stride() == y.stride(), (f, x.stride(), y.stride())
+            torch.testing.assert_close(x.cpu(), y)
+    # out= tensors resized by the op get the same layout as on CPU
+    o = torch.empty(0, device="tpu", dtype=torch.float64)
+    oc = torch.empty(0, dtype=torch.float64)
+    torch.linalg.inv(A.to("tpu"), out=o)
+    torch.linalg.inv(A, out=oc)
+    assert o.stride() == oc.stride()

@@ -92,6 +92,9 @@ typedef struct tpulw_out_info {
   int32_t dest_arg;  /* -1: new tensor; else index into args */
   int32_t dest_elem; /* element of a TENSORS dest arg (else 0) */
   int32_t resize;    /* 1: glue must resize the dest to sizes first */
+  int32_t col_major; /* 1: a new or resized destination gets its last two
+                        dims column-major (batched Fortran strides, what
+                        PyTorch CPU's LAPACK-backed linalg ops return) */
 } tpulw_out_info;
 
 typedef struct tpulw_plan tpulw_plan;

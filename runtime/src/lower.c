@@ -246,6 +246,7 @@ static int place_outputs(lw_b *b, tpulw_plan *p) {
     o->ndim = s.ndim;
     memcpy(o->sizes, s.sizes, sizeof o->sizes);
     o->dest_arg = -1;
+    o->col_major = s.ndim >= 2 && i < 32 && ((b->col_major >> i) & 1);
     const tpulw_tensor *dest = NULL;
     int explicit_dest = b->res_dest[i] >= 0;
     if (explicit_dest || (inplace && i == 0)) {

@@ -57,6 +57,7 @@ typedef struct lw_b {
   int sync;       /* launch must synchronize (op checks index ranges) */
   int err_remap;  /* LW_ERR_*: how a run-time TPU_E_INDEX is reported */
   int out_rule;   /* LW_OUT_* */
+  uint32_t col_major; /* bit i: result i laid out column-major (tpulw_out_info) */
 } lw_b;
 
 typedef int (*lw_fn)(lw_b *b);

@@ -258,6 +258,13 @@ static tpuir_val perm_matrix(lw_b *b, tpuir_val perm, int dt) {
   return lw_convert(b, eq, dt);
 }
 
+/* Declare the next result (converted to dt) with a column-major layout,
+ * as PyTorch CPU returns LAPACK outputs. */
+static int res_f(lw_b *b, tpuir_val v, int dt) {
+  if (b->nres < 32) b->col_major |= 1u << b->nres;
+  return lw_result_as(b, v, dt);
+}
+
 /* ---- LU solve core ------------------------------------------------------ */
 
 /* Solve with A = P L U given (LU, perm) of equal batch dims with B
@@ -302,9 +309,9 @@ static int chol_fn(lw_b *b) {
     tpuir_val info = tpuir_cholesky(b->g, x, (!upper) | TPUIR_CHOL_CHECK, TPUIR_CHOL_INFO);
     LW_TRY(info);
     b->sync = 1;
-    return lw_result_as(b, L, dt);
+    return res_f(b, L, dt);
   }
-  rc = lw_result_as(b, L, dt);
+  rc = res_f(b, L, dt);
   if (rc) return rc;
   return lw_result(b, tpuir_cholesky(b->g, x, !upper, TPUIR_CHOL_INFO));
 }
@@ -327,7 +334,7 @@ static int chol_solve_fn(lw_b *b) {
   /* A = L L^T: L^T X = L^{-1} B ; A = U^T U: U X = U^{-T} B */
   tpuir_val y = tpuir_triangular_solve(b->g, xa, xb, 1, !upper, 0, upper);
   y = tpuir_triangular_solve(b->g, xa, y, 1, !upper, 0, !upper);
-  return lw_result_as(b, y, dt);
+  return res_f(b, y, dt);
 }
 
 static int chol_inv_fn(lw_b *b) {
@@ -345,7 +352,7 @@ static int chol_inv_fn(lw_b *b) {
   tpuir_val I = eye(b, CT, nb, bs, n, n);
   tpuir_val y = tpuir_triangular_solve(b->g, xa, I, 1, !upper, 0, upper);
   y = tpuir_triangular_solve(b->g, xa, y, 1, !upper, 0, !upper);
-  return lw_result_as(b, y, dt);
+  return res_f(b, y, dt);
 }
 
 /* ---- triangular solves -------------------------------------------------- */
@@ -388,9 +395,9 @@ static int tri_fn(lw_b *b) {
   xb = bcast_batch(b, xb, 2, nb, bs);
   tpuir_val xab = bcast_batch(b, xa, 2, nb, bs);
   tpuir_val x = tpuir_triangular_solve(b->g, xab, xb, left, !upper, unit, trans);
-  rc = lw_result_as(b, x, dt);
+  rc = res_f(b, x, dt);
   if (rc || !legacy) return rc;
-  return lw_result_as(b, bcast_batch(b, lw_tensor(b, A), 2, nb, bs), dt);
+  return res_f(b, bcast_batch(b, lw_tensor(b, A), 2, nb, bs), dt);
 }
 
 /* ---- LU family ---------------------------------------------------------- */
@@ -411,7 +418,7 @@ static int lu_factor_fn(lw_b *b) {
   tpuir_val lu = tpuir_lu(b->g, x, TPUIR_LU_PACKED);
   LW_TRY(lu);
   if (b->op == S_LU_FACTOR) {
-    if ((rc = lw_result_as(b, lu, dt))) return rc;
+    if ((rc = res_f(b, lu, dt))) return rc;
     if ((rc = lw_result(b, tpuir_lu(b->g, x, TPUIR_LU_PIVOTS)))) return rc;
     return lw_result(b, tpuir_lu(b->g, x, TPUIR_LU_INFO));
   }
@@ -514,7 +521,7 @@ static int lu_solve_fn(lw_b *b) {
   xb = bcast_batch(b, xb, 2, nb, bs);
   tpuir_val perm = tpuir_lu_pivots_to_perm(b->g, bcast_batch(b, pv, 1, nb, bs), n);
   b->sync = 1;
-  return lw_result_as(b, lu_solve_any(b, lu, perm, xb, left, adj), dt);
+  return res_f(b, lu_solve_any(b, lu, perm, xb, left, adj), dt);
 }
 
 static int inv_fn(lw_b *b) {
@@ -533,7 +540,7 @@ static int inv_fn(lw_b *b) {
   int64_t n = s.sizes[s.ndim - 1];
   tpuir_val lu = tpuir_lu(b->g, x, TPUIR_LU_PACKED), perm = tpuir_lu(b->g, x, TPUIR_LU_PERM);
   tpuir_val inv = lu_solve_left(b, lu, perm, eye(b, CT, nb, bs, n, n), 0);
-  if ((rc = lw_result_as(b, inv, dt))) return rc;
+  if ((rc = res_f(b, inv, dt))) return rc;
   return lw_result(b, tpuir_lu(b->g, x, TPUIR_LU_INFO));
 }
 
@@ -586,8 +593,8 @@ static int solve_fn(lw_b *b) {
     lw_shape sx = lw_info(b, x);
     x = lw_reshape(b, x, sx.ndim - 1, sx.sizes);
   }
-  if ((rc = lw_result_as(b, x, dt))) return rc;
-  if ((rc = lw_result_as(b, lu, dt))) return rc;
+  if ((rc = res_f(b, x, dt))) return rc;
+  if ((rc = res_f(b, lu, dt))) return rc;
   if ((rc = lw_result(b, tpuir_lu(b->g, xa, TPUIR_LU_PIVOTS)))) return rc;
   return lw_result(b, tpuir_lu(b->g, xa, TPUIR_LU_INFO));
 }
@@ -629,7 +636,7 @@ static int det_fn(lw_b *b) {
     if ((rc = lw_result_as(b, s, dt))) return rc;
     if ((rc = lw_result_as(b, la, dt))) return rc;
   }
-  if ((rc = lw_result_as(b, lu, dt))) return rc;
+  if ((rc = res_f(b, lu, dt))) return rc;
   return lw_result(b, piv);
 }
 
@@ -642,7 +649,7 @@ static int geqrf_fn(lw_b *b) {
   int dt = A->view.dtype;
   b->out_rule = LW_OUT_SAME;
   tpuir_val x = lw_convert(b, lw_tensor(b, A), CT);
-  if ((rc = lw_result_as(b, tpuir_geqrf(b->g, x, TPUIR_QR_PACKED), dt))) return rc;
+  if ((rc = res_f(b, tpuir_geqrf(b->g, x, TPUIR_QR_PACKED), dt))) return rc;
   return lw_result_as(b, tpuir_geqrf(b->g, x, TPUIR_QR_TAU), dt);
 }
 
@@ -682,7 +689,7 @@ static int hh_fn(lw_b *b) {
   b->out_rule = LW_OUT_SAME;
   tpuir_val q = tpuir_householder_product(b->g, lw_convert(b, lw_tensor(b, A), CT),
                                           lw_convert(b, lw_tensor(b, tau), CT));
-  return lw_result_as(b, q, dt);
+  return res_f(b, q, dt);
 }
 
 /* full Q [.., r, r] of the reflectors in a [.., r, c] (c <= r or sliced),
@@ -750,7 +757,7 @@ static int ormqr_fn(lw_b *b) {
   tpuir_val c = lw_convert(b, lw_tensor(b, C), CT);
   tpuir_val Q = full_q(b, a, t, mn);
   if (trans) Q = mT(b, Q);
-  return lw_result_as(b, left ? mm(b, Q, c) : mm(b, c, Q), dt);
+  return res_f(b, left ? mm(b, Q, c) : mm(b, c, Q), dt);
 }
 
 static int qr_fn(lw_b *b) {
@@ -784,8 +791,8 @@ static int qr_fn(lw_b *b) {
     Q = tpuir_householder_product(b->g, sub(b, pk, 0, m, 0, k), tau);
     R = tri(b, sub(b, pk, 0, k, 0, n), 0, 0);
   }
-  if ((rc = lw_result_as(b, Q, dt))) return rc;
-  return lw_result_as(b, R, dt);
+  if ((rc = res_f(b, Q, dt))) return rc;
+  return res_f(b, R, dt);
 }
 
 static int lstsq_fn(lw_b *b) {
@@ -960,7 +967,7 @@ static int ldl_fn(lw_b *b) {
   int dt = A->view.dtype;
   b->out_rule = LW_OUT_SAME;
   tpuir_val x = lw_convert(b, lw_tensor(b, A), CT);
-  if ((rc = lw_result_as(b, tpuir_ldl(b->g, x, TPUIR_LDL_LD), dt))) return rc;
+  if ((rc = res_f(b, tpuir_ldl(b->g, x, TPUIR_LDL_LD), dt))) return rc;
   if ((rc = lw_result(b, tpuir_ldl(b->g, x, TPUIR_LDL_PIVOTS)))) return rc;
   return lw_result(b, tpuir_ldl(b->g, x, TPUIR_LDL_INFO));
 }
@@ -996,7 +1003,7 @@ static int ldl_solve_fn(lw_b *b) {
   if ((rc = batch_shape(sb.ndim - 2, sb.sizes, sl.ndim - 2, sl.sizes, &nb, bs))) return rc;
   tpuir_val x = tpuir_ldl_solve(b->g, bcast_batch(b, ld, 2, nb, bs), bcast_batch(b, pv, 1, nb, bs),
                                 bcast_batch(b, xb, 2, nb, bs));
-  return lw_result_as(b, x, dt);
+  return res_f(b, x, dt);
 }
 
 /* ---- table -------------------------------------------------------------- */

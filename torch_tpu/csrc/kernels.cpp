@@ -520,6 +520,20 @@ bool marshal(Marshal& m, const c10::FunctionSchema& schema, torch::jit::Stack* s
   return true;
 }
 
+// Batched column-major strides of an output (tpulw_out_info.col_major).
+std::vector<int64_t> col_major_strides(const tpulw_out_info& o) {
+  std::vector<int64_t> st(o.ndim);
+  int nd = o.ndim;
+  st[nd - 2] = 1;
+  st[nd - 1] = std::max<int64_t>(o.sizes[nd - 2], 1);
+  int64_t m = std::max<int64_t>(o.sizes[nd - 2] * o.sizes[nd - 1], 1);
+  for (int i = nd - 3; i >= 0; i--) {
+    st[i] = m;
+    m *= std::max<int64_t>(o.sizes[i], 1);
+  }
+  return st;
+}
+
 void warn_resize(const at::Tensor& t, const tpulw_out_info& o) {
   if (t.numel() != 0)
     TORCH_WARN("An output with one or more elements was resized since it had shape ",
@@ -588,15 +602,20 @@ void native_boxed(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
     for (int i = 0; i < nout; i++) {
       const tpulw_out_info* o = tpulw_plan_output(plan, i);
       at::Tensor dst;
+      c10::IntArrayRef sizes(o->sizes, o->ndim);
       if (o->dest_arg < 0) {
-        dst = empty_tpu(c10::IntArrayRef(o->sizes, o->ndim), to_scalar_type(o->dtype), m.device);
+        dst = o->col_major ? empty_strided(sizes, col_major_strides(*o), to_scalar_type(o->dtype),
+                                           std::nullopt, c10::Device(c10::DeviceType::PrivateUse1, m.device),
+                                           std::nullopt)
+                           : empty_tpu(sizes, to_scalar_type(o->dtype), m.device);
         fresh.push_back(dst);
       } else {
         const c10::IValue& iv = ivs[o->dest_arg];
         dst = iv.isTensor() ? iv.toTensor() : iv.toTensorList().get(o->dest_elem);
         if (o->resize) {
           warn_resize(dst, *o);
-          resize_impl(dst, c10::IntArrayRef(o->sizes, o->ndim), std::nullopt);
+          resize_impl(dst, sizes, std::nullopt);
+          if (o->col_major) dst.as_strided_(sizes, col_major_strides(*o));
         }
       }
       outs[i] = make_view(dst);
