@@ -356,3 +356,41 @@ def test_output_strides_match_cpu():
     torch.linalg.inv(A.to("tpu"), out=o)
     torch.linalg.inv(A, out=oc)
     assert o.stride() == oc.stride()
+
+
+@pytest.mark.parametrize("dt", DT)
+@pytest.mark.parametrize("drv", ["gelsd", "gelss"])
+def test_lstsq_svd_drivers(dt, drv):
+    a, b = rnd(2, 6, 3, dt=dt), rnd(2, 6, 2, dt=dt, seed=6)
+    r = torch.linalg.lstsq(a.to("tpu"), b.to("tpu"), driver=drv)
+    e = torch.linalg.lstsq(a, b, driver=drv)
+    for x, y in zip(r, e):
+        assert x.shape == y.shape and x.dtype == y.dtype
+        torch.testing.assert_close(x.cpu(), y, **tol(dt))
+    # rank-deficient (rank 2) and underdetermined: minimum-norm solution, rank
+    d = rnd(5, 2, dt=dt) @ rnd(2, 4, dt=dt, seed=1)
+    bd = rnd(5, 1, dt=dt, seed=2)
+    r = torch.linalg.lstsq(d.to("tpu"), bd.to("tpu"), driver=drv)
+    e = torch.linalg.lstsq(d, bd, driver=drv)
+    close(r.solution, e.solution, dt)
+    assert r.rank.item() == e.rank.item() == 2
+    close(r.singular_values, e.singular_values, dt)
+    u = rnd(3, 5, dt=dt)
+    r = torch.linalg.lstsq(u.to("tpu"), bd[:3].to("tpu"), driver=drv)
+    close(r.solution, torch.linalg.lstsq(u, bd[:3], driver=drv).solution, dt)
+
+
+def test_ormqr_int_shape_error_first():
+    # CPU reports the tau shape before the (unsupported) dtype
+    with pytest.raises(RuntimeError, match=r"tau.shape\[-1\] must be equal"):
+        torch.ormqr(torch.ones(5, 0, dtype=torch.long, device="tpu"), torch.ones(5, dtype=torch.long, device="tpu"),
+                    torch.ones(5, 5, dtype=torch.long, device="tpu"))
+
+
+def test_zero_dim_inputs_raise_like_cpu():
+    z = torch.tensor(2.0)
+    for f in (torch.linalg.cholesky, torch.linalg.inv, torch.linalg.det, torch.geqrf, torch.linalg.matrix_exp):
+        with pytest.raises(RuntimeError) as ce:
+            f(z)
+        with pytest.raises(type(ce.value)):
+            f(z.to("tpu"))

@@ -30,10 +30,10 @@ enum {
 
 /* ---- checks ------------------------------------------------------------ */
 
+/* tensor argument (a 0-dim CPU tensor too: it fails the rank checks with
+ * PyTorch's message) */
 static const tpulw_tensor *targ(const lw_b *b, const char *name) {
-  const tpulw_tensor *t = lw_tensor_arg(b, name);
-  if (t && t->device < 0) return NULL;
-  return t;
+  return lw_tensor_arg(b, name);
 }
 
 /* float32/float64 matrix (batch) input. `fname` is PyTorch's API name in
@@ -712,14 +712,12 @@ static tpuir_val full_q(lw_b *b, tpuir_val a, tpuir_val tau, int64_t r) {
 
 static int ormqr_fn(lw_b *b) {
   const tpulw_tensor *A = targ(b, "self"), *tau = targ(b, "input2"), *C = targ(b, "input3");
-  if (A && A->view.ndim < 2)
+  const tpulw_tensor *A0 = lw_tensor_arg(b, "self"), *C0 = lw_tensor_arg(b, "input3");
+  if (A0 && (A0->device < 0 || A0->view.ndim < 2))
     return tpu_error(TPU_E_INVALID, "torch.ormqr: input must have at least 2 dimensions.");
-  if (C && C->view.ndim < 2)
+  if (C0 && (C0->device < 0 || C0->view.ndim < 2))
     return tpu_error(TPU_E_INVALID, "torch.ormqr: other must have at least 2 dimensions.");
-  int rc = check_mat(A, "ormqr", "input", 0, 0, 0, "ormqr_cpu");
-  if (rc) return rc;
-  if ((rc = check_mat(C, "ormqr", "other", 0, 0, 0, "ormqr_cpu"))) return rc;
-  if (!tau) return tpu_error(TPU_E_UNSUPPORTED, "ormqr: no tau");
+  if (!A || !C || !tau) return tpu_error(TPU_E_UNSUPPORTED, "ormqr: missing tensor");
   int left = (int)lw_int(b, "left", 1), trans = (int)lw_int(b, "transpose", 0);
   const tpu_view *va = &A->view, *vt = &tau->view, *vc = &C->view;
   if (va->ndim != vc->ndim)
@@ -751,6 +749,10 @@ static int ormqr_fn(lw_b *b) {
       return tpu_error(TPU_E_INVALID,
                        "torch.ormqr: Expected batch dimensions of input, tau and other to "
                        "be equal");
+  /* CPU checks the shapes first, then the dtype */
+  int rc = check_mat(A, "ormqr", "input", 0, 0, 0, "ormqr_cpu");
+  if (rc) return rc;
+  if ((rc = check_mat(C, "ormqr", "other", 0, 0, 0, "ormqr_cpu"))) return rc;
   int dt = vc->dtype;
   b->out_rule = LW_OUT_SAME;
   tpuir_val a = lw_convert(b, lw_tensor(b, A), CT), t = lw_convert(b, lw_tensor(b, tau), CT);
@@ -813,9 +815,8 @@ static int lstsq_fn(lw_b *b) {
   const char *drv = lw_str(b, "driver");
   if (!drv) drv = "gelsy";
   int gels = !strcmp(drv, "gels");
-  if (!gels && strcmp(drv, "gelsy")) {
-    if (!strcmp(drv, "gelsd") || !strcmp(drv, "gelss"))
-      return tpu_error(TPU_E_UNSUPPORTED, "lstsq: driver %s needs singular values", drv);
+  int svdd = !strcmp(drv, "gelsd") || !strcmp(drv, "gelss");
+  if (!gels && !svdd && strcmp(drv, "gelsy")) {
     return tpu_error(TPU_E_INVALID,
                      "torch.linalg.lstsq: parameter `driver` should be one of (gels, "
                      "gelsy, gelsd, gelss)");
@@ -841,8 +842,38 @@ static int lstsq_fn(lw_b *b) {
   if ((rc = batch_shape(sb.ndim - 2, sb.sizes, sa.ndim - 2, sa.sizes, &nb, bs))) return rc;
   xa = bcast_batch(b, xa, 2, nb, bs);
   xb = bcast_batch(b, xb, 2, nb, bs);
-  tpuir_val x;
-  if (m >= n) { /* R x = (Q^T b)[:n] */
+  tpuir_val x, sv = -1, rank = -1;
+  int64_t z = 0, kk = m < n ? m : n;
+  if (svdd) { /* pseudo-inverse from the SVD (rank-revealing, like gelsd/gelss) */
+    double eps = dt == TPU_F64 ? 2.220446049250313e-16 : 1.1920928955078125e-07;
+    double rcond = lw_none(b, "rcond") ? eps * (double)(m > n ? m : n) : lw_float(b, "rcond", 0);
+    tpuir_val pk = tpuir_svd(b->g, xa, 0, 1, 0);
+    LW_TRY(pk);
+    int64_t st[TPU_MAX_DIMS] = {0}, li[TPU_MAX_DIMS], sd[TPU_MAX_DIMS], sz[TPU_MAX_DIMS];
+    for (int i = 0; i < nb; i++) { li[i] = bs[i]; sd[i] = 1; sz[i] = bs[i]; }
+    sd[nb] = 1;
+    st[nb] = 0; li[nb] = kk;
+    sv = tpuir_slice(b->g, pk, st, li, sd); /* [.., k] */
+    st[nb] = kk; li[nb] = kk + m * kk;
+    sz[nb] = m; sz[nb + 1] = kk;
+    tpuir_val U = lw_reshape(b, tpuir_slice(b->g, pk, st, li, sd), nb + 2, sz);
+    st[nb] = kk + m * kk; li[nb] = kk + m * kk + kk * n;
+    sz[nb] = kk; sz[nb + 1] = n;
+    tpuir_val Vh = lw_reshape(b, tpuir_slice(b->g, pk, st, li, sd), nb + 2, sz);
+    int64_t last = nb;
+    tpuir_val smax = tpuir_reduce(b->g, TPUIR_RED_MAX, sv, 1, &last);
+    int64_t sz1[TPU_MAX_DIMS];
+    for (int i = 0; i < nb; i++) sz1[i] = bs[i];
+    sz1[nb] = 1;
+    tpuir_val thr = lw_reshape(b, lw_bin_c(b, TPUIR_MUL, smax, rcond), nb + 1, sz1);
+    tpuir_val keep = lw_bin(b, TPUIR_GT, sv, thr);
+    tpuir_val sinv = lw_sel(b, keep, lw_bin(b, TPUIR_DIV, lw_const(b, CT, 1.0), sv), lw_const(b, CT, 0.0));
+    sz1[nb] = kk;
+    sz1[nb + 1] = 1;
+    tpuir_val y = lw_bin(b, TPUIR_MUL, mm(b, mT(b, U), xb), lw_reshape(b, sinv, nb + 2, sz1));
+    x = mm(b, mT(b, Vh), y);
+    rank = tpuir_reduce(b->g, TPUIR_RED_SUM, lw_convert(b, keep, TPU_I64), 1, &last);
+  } else if (m >= n) { /* R x = (Q^T b)[:n] */
     tpuir_val pk = tpuir_geqrf(b->g, xa, TPUIR_QR_PACKED), tau = tpuir_geqrf(b->g, xa, TPUIR_QR_TAU);
     tpuir_val Q = tpuir_householder_product(b->g, pk, tau);
     tpuir_val qtb = mm(b, mT(b, Q), xb);
@@ -856,8 +887,7 @@ static int lstsq_fn(lw_b *b) {
   }
   LW_TRY(x);
   tpuir_val res;
-  int64_t z = 0;
-  if (gels && m > n) {
+  if (!strcmp(drv, "gelsy") ? 0 : m > n) { /* assumes full rank (CPU: empty otherwise) */
     tpuir_val r = lw_bin(b, TPUIR_SUB, mm(b, xa, x), xb);
     lw_shape rs = lw_info(b, r);
     int64_t d = rs.ndim - 2;
@@ -869,12 +899,12 @@ static int lstsq_fn(lw_b *b) {
     lw_shape sx = lw_info(b, x);
     x = lw_reshape(b, x, sx.ndim - 1, sx.sizes);
   }
-  tpuir_val rank = gels ? lw_full(b, TPU_I64, 1, &z, 0)
-                        : lw_full(b, TPU_I64, nb, bs, (double)(m < n ? m : n));
+  if (rank < 0)
+    rank = gels ? lw_full(b, TPU_I64, 1, &z, 0) : lw_full(b, TPU_I64, nb, bs, (double)kk);
   if ((rc = lw_result_as(b, x, dt))) return rc;
   if ((rc = lw_result_as(b, res, dt))) return rc;
   if ((rc = lw_result(b, rank))) return rc;
-  return lw_result_as(b, lw_full(b, CT, 1, &z, 0), dt);
+  return lw_result_as(b, svdd ? sv : lw_full(b, CT, 1, &z, 0), dt);
 }
 
 /* ---- matrix exponential ------------------------------------------------- */
