@@ -49,6 +49,13 @@ uint64_t tpurt_device_hbm_capacity(int dev);
  * message "Tried to allocate X; Y free of Z capacity (A allocated, R
  * reserved)". Memory is host memory: the pointer is a real address. */
 int tpurt_malloc(int dev, size_t nbytes, void **out);
+/* Same, for memory whose first use is work enqueued on stream `sid` of
+ * `dev` after this call (CUDA's caching-allocator rule): a block freed while
+ * only stream `sid` still had work queued is handed out at once, since that
+ * stream runs the block's earlier users before the new one. sid < 0 is
+ * tpurt_malloc. Using the memory on another stream first is the caller's
+ * bug, as on CUDA. Caller frees with tpurt_free. */
+int tpurt_malloc_on(int dev, int sid, size_t nbytes, void **out);
 /* Free memory from tpurt_malloc (NULL is a no-op). Stream-ordered: the block
  * is reused only after every task enqueued on any stream of its chip before
  * this call has finished. Never blocks. */

@@ -304,9 +304,38 @@ static int oom_error(rt_mem *m, int dev, size_t nbytes, uint64_t cap) {
                    rt_format_bytes(m->reserved, r, sizeof r));
 }
 
+/* A pending block of want <= size <= maxsize whose recorded streams are
+ * all `sid` or already past their ticket, unlinked from the FIFO (chip
+ * mutex held); NULL if none. */
+static rt_block *pending_take_on(rt_mem *m, int sid, size_t want, size_t maxsize) {
+  rt_block *prev = NULL;
+  for (rt_block *b = m->pend_head; b; prev = b, b = b->next) {
+    if (b->size < want || b->size > maxsize) continue;
+    const rt_wait *w = block_waits(b);
+    int ok = 1;
+    for (int i = 0; i < b->nwait && ok; i++)
+      ok = w[i].sid == sid || rt_stream_completed(b->dev, w[i].sid) >= w[i].ticket;
+    if (!ok) continue;
+    if (prev) prev->next = b->next;
+    else m->pend_head = b->next;
+    if (m->pend_tail == b) m->pend_tail = prev;
+    b->next = NULL;
+    free(b->w_heap);
+    b->w_heap = NULL;
+    b->nwait = 0;
+    return b;
+  }
+  return NULL;
+}
+
 /* Allocate `nbytes` of HBM on `dev` (64-byte aligned); the caller frees it
  * with tpurt_free. See tpu_rt.h for the OOM behaviour. */
 int tpurt_malloc(int dev, size_t nbytes, void **out) {
+  return tpurt_malloc_on(dev, -1, nbytes, out);
+}
+
+/* tpurt_malloc for first use on stream `sid` (see tpu_rt.h). */
+int tpurt_malloc_on(int dev, int sid, size_t nbytes, void **out) {
   if (!out) return tpu_error(TPU_E_INVALID, "tpurt_malloc: out is NULL");
   *out = NULL;
   int rc = check_dev(dev);
@@ -325,6 +354,7 @@ int tpurt_malloc(int dev, size_t nbytes, void **out) {
   size_t size = round_size(nbytes);
   reclaim_ready(m);
   rt_block *b = cache_take(m, size, size + size / 8);
+  if (!b && sid >= 0) b = pending_take_on(m, sid, size, size + size / 8);
   if (!b && m->reserved + size <= cap) b = host_new(m, dev, size);
   for (int attempt = 0; !b && attempt < 16; attempt++) {
     b = cache_take(m, size, SIZE_MAX);

@@ -391,6 +391,49 @@ static void *opener(void *v) {
   return NULL;
 }
 
+/* tpurt_malloc_on: a block freed while only stream sid had work queued is
+ * reused at once for sid, never for another stream or a plain malloc, and
+ * not when another stream was busy at the free. */
+TPU_TEST(rt_mem_same_stream_reuse) {
+  tpurt_stream *s0 = tpurt_default_stream(0);
+  tpurt_stream *s1 = tpurt_stream_create(0);
+  CHECK(s0 && s1);
+  CHECK_OK(tpurt_device_synchronize(0));
+  CHECK_OK(tpurt_mem_empty_cache(0));
+  int id0 = tpurt_stream_id(s0), id1 = tpurt_stream_id(s1);
+  size_t sz = 557 * 512; /* unique size */
+  gate g;
+  gate_init(&g);
+  void *p, *q, *r, *t;
+  CHECK_OK(tpurt_malloc(0, sz, &p));
+  CHECK_OK(tpurt_stream_enqueue(s0, gate_task, NULL, &g)); /* "uses" p */
+  CHECK_OK(tpurt_free(p));
+  CHECK_OK(tpurt_malloc(0, sz, &q));
+  CHECK(q != p);                           /* plain malloc waits for the stream */
+  CHECK_OK(tpurt_malloc_on(0, id1, sz, &r));
+  CHECK(r != p);                           /* another stream must wait too */
+  CHECK_OK(tpurt_malloc_on(0, id0, sz, &t));
+  CHECK(t == p);                           /* same stream: at once */
+  CHECK(tpurt_stream_query(s0) == 0);      /* while the user is still queued */
+  CHECK_OK(tpurt_free(t));
+  CHECK_OK(tpurt_free(q));
+  CHECK_OK(tpurt_free(r));
+  /* another stream busy at the free: no same-stream shortcut */
+  gate g1;
+  gate_init(&g1);
+  CHECK_OK(tpurt_malloc(0, sz, &p));
+  CHECK_OK(tpurt_stream_enqueue(s1, gate_task, NULL, &g1));
+  CHECK_OK(tpurt_free(p));
+  CHECK_OK(tpurt_malloc_on(0, id0, sz, &q));
+  CHECK(q != p);
+  gate_open(&g);
+  gate_open(&g1);
+  CHECK_OK(tpurt_device_synchronize(0));
+  CHECK_OK(tpurt_free(q));
+  gate_destroy(&g);
+  gate_destroy(&g1);
+}
+
 TPU_TEST(rt_mem_oom_waits_for_pending_free) {
   CHECK_OK(tpurt_device_synchronize(0));
   CHECK_OK(tpurt_mem_empty_cache(0));

@@ -145,11 +145,14 @@ struct TpuAllocator final : public c10::DeviceAllocator {
   c10::DataPtr allocate(size_t n) override {
     DeviceIndex d = current_device();
     void* p = nullptr;
-    int rc = tpurt_malloc(d, n, &p);
+    // first used by work on the current stream: blocks freed while only that
+    // stream had work queued are reused at once (as CUDA's allocator does)
+    int sid = current_stream_id(d);
+    int rc = tpurt_malloc_on(d, sid, n, &p);
     if (rc == TPU_E_OOM && tpug_pending_ops(d) > 0) {  // memory pressure: flush, retry
       check(tpug_flush(d, TPUG_R_OOM));
       check(tpurt_device_synchronize(d));
-      rc = tpurt_malloc(d, n, &p);
+      rc = tpurt_malloc_on(d, sid, n, &p);
     }
     check(rc);
     return {p, p, &tpu_delete, c10::Device(DeviceType::PrivateUse1, d)};
