@@ -188,7 +188,6 @@ static int cnorm_fn(lw_b *b) {
     return tpu_error(TPU_E_UNSUPPORTED, "%s: not a complex self", b->base);
   int dt = lw_dtype_arg(b, "dtype", s->view.dtype);
   if (!tpu_dtype_is_complex(dt)) return tpu_error(TPU_E_UNSUPPORTED, "norm: real dtype");
-  int rd = tpu_dtype_complex_part(dt);
   double ord = lw_float(b, "ord", 2);
   tpuir_val a = lw_un(b, TPUIR_ABS, lw_convert(b, lw_tensor(b, s), dt));
   lw_shape sh = lw_info(b, a);
@@ -196,27 +195,13 @@ static int cnorm_fn(lw_b *b) {
   int rc = lw_dim_mask(b, "dim", sh.ndim, &mask);
   if (rc < 0) return rc;
   int keep = (int)lw_int(b, "keepdim", 0);
-  tpuir_val r;
-  if (isinf(ord)) {
+  if (isinf(ord))
     for (int d = 0; d < sh.ndim; d++)
       if ((mask >> d & 1u) && sh.sizes[d] == 0)
         return tpu_error(TPU_E_INVALID, "linalg.vector_norm cannot compute the %s norm on "
                          "an empty tensor because the operation does not have an identity",
                          ord > 0 ? "inf" : "-inf");
-    r = lw_reduce_dims(b, ord > 0 ? TPUIR_RED_MAX : TPUIR_RED_MIN, a, mask, keep);
-  } else if (ord == 0) {
-    tpuir_val nz = lw_convert(b, lw_bin(b, TPUIR_NE, a, lw_const(b, rd, 0)), rd);
-    r = lw_reduce_dims(b, TPUIR_RED_SUM, nz, mask, keep);
-  } else if (ord == 1) {
-    r = lw_reduce_dims(b, TPUIR_RED_SUM, a, mask, keep);
-  } else if (ord == 2) {
-    r = lw_un(b, TPUIR_SQRT, lw_reduce_dims(b, TPUIR_RED_SUM, lw_bin(b, TPUIR_MUL, a, a),
-                                            mask, keep));
-  } else {
-    tpuir_val pw = lw_bin(b, TPUIR_POW, a, lw_const(b, rd, ord));
-    r = lw_bin(b, TPUIR_POW, lw_reduce_dims(b, TPUIR_RED_SUM, pw, mask, keep),
-               lw_const(b, rd, 1.0 / ord));
-  }
+  tpuir_val r = lw_pnorm_dims(b, a, ord, mask, keep);
   b->out_rule = LW_OUT_SAME;
   return lw_result(b, r);
 }

@@ -271,6 +271,9 @@ int lw_scatter_reduce(lw_b *b, const tpulw_tensor *self, int d, tpuir_val idx, t
 /* Sum-reduce dims (mask bit d set) of v; keepdim keeps size-1 dims. */
 tpuir_val lw_reduce_dims(lw_b *b, int kind, tpuir_val v, uint32_t mask,
                          int keepdim);
+/* p-norm (torch.linalg.vector_norm's ord) of the absolute values a over
+ * the dims in mask (lower_reduce.c); result in a's dtype. */
+tpuir_val lw_pnorm_dims(lw_b *b, tpuir_val a, double p, uint32_t mask, int keepdim);
 /* Parse an optional int[] dim list against rank nd into a bit mask (None
  * or [] = all dims). Duplicate -> TPU_E_INVALID like PyTorch. */
 int lw_dim_mask(const lw_b *b, const char *name, int nd, uint32_t *mask);

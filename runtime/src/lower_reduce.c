@@ -329,6 +329,26 @@ static int logsumexp_fn(lw_b *b) {
   return lw_result_as(b, r, dt);
 }
 
+/* p-norm of a (absolute values, float dtype; the result keeps it) over the
+ * dims in mask: max/min for +-inf, the count of non-zeros for 0, else
+ * (sum a^p)^(1/p) with the 1- and 2-norms special-cased like torch. */
+tpuir_val lw_pnorm_dims(lw_b *b, tpuir_val a, double p, uint32_t mask, int keepdim) {
+  int dt = lw_info(b, a).dtype;
+  if (isinf(p))
+    return lw_reduce_dims(b, p > 0 ? TPUIR_RED_MAX : TPUIR_RED_MIN, a, mask, keepdim);
+  if (p == 0) {
+    tpuir_val nz = lw_convert(b, lw_bin(b, TPUIR_NE, a, lw_const(b, dt, 0)), dt);
+    return lw_reduce_dims(b, TPUIR_RED_SUM, nz, mask, keepdim);
+  }
+  if (p == 1) return lw_reduce_dims(b, TPUIR_RED_SUM, a, mask, keepdim);
+  if (p == 2)
+    return lw_un(b, TPUIR_SQRT, lw_reduce_dims(b, TPUIR_RED_SUM, lw_bin(b, TPUIR_MUL, a, a),
+                                               mask, keepdim));
+  tpuir_val ap = lw_bin(b, TPUIR_POW, a, lw_const(b, dt, p));
+  return lw_bin(b, TPUIR_POW, lw_reduce_dims(b, TPUIR_RED_SUM, ap, mask, keepdim),
+                lw_const(b, dt, 1.0 / p));
+}
+
 /* linalg_vector_norm / norm.ScalarOpt_dim(_dtype) */
 static int norm_fn(lw_b *b) {
   const tpulw_tensor *self;
@@ -349,27 +369,12 @@ static int norm_fn(lw_b *b) {
   rc = lw_dim_mask(b, "dim", s.ndim, &mask);
   if (rc < 0) return rc;
   int keepdim = (int)lw_int(b, "keepdim", 0);
-  tpuir_val r;
-  if (isinf(p)) {
-    if (lw_numel(&s) == 0)
-      return tpu_error(TPU_E_INVALID,
-                       "linalg.vector_norm cannot compute the %s norm on an "
-                       "empty tensor because the operation does not have an "
-                       "identity", p > 0 ? "inf" : "-inf");
-    r = lw_reduce_dims(b, p > 0 ? TPUIR_RED_MAX : TPUIR_RED_MIN, x, mask, keepdim);
-  } else if (p == 0) {
-    tpuir_val nz = lw_convert(b, lw_bin(b, TPUIR_NE, x, lw_const(b, cdt, 0)), cdt);
-    r = lw_reduce_dims(b, TPUIR_RED_SUM, nz, mask, keepdim);
-  } else if (p == 1) {
-    r = lw_reduce_dims(b, TPUIR_RED_SUM, x, mask, keepdim);
-  } else if (p == 2) {
-    r = lw_un(b, TPUIR_SQRT, lw_reduce_dims(b, TPUIR_RED_SUM, lw_bin(b, TPUIR_MUL, x, x),
-                                            mask, keepdim));
-  } else {
-    tpuir_val xp = lw_bin(b, TPUIR_POW, x, lw_const(b, cdt, p));
-    r = lw_bin(b, TPUIR_POW, lw_reduce_dims(b, TPUIR_RED_SUM, xp, mask, keepdim),
-               lw_const(b, cdt, 1.0 / p));
-  }
+  if (isinf(p) && lw_numel(&s) == 0)
+    return tpu_error(TPU_E_INVALID,
+                     "linalg.vector_norm cannot compute the %s norm on an "
+                     "empty tensor because the operation does not have an "
+                     "identity", p > 0 ? "inf" : "-inf");
+  tpuir_val r = lw_pnorm_dims(b, x, p, mask, keepdim);
   return lw_result_as(b, r, dt);
 }
 
