@@ -6,8 +6,11 @@
  * measured with independent vdpbf16ps (bf16) and vfmadd231ps (fp32) zmm
  * streams (Zen 4: 1 of each per cycle = 64 and 32 FLOP/cycle).
  *
- * usage: mxu_bench [-q] [-T] [-p PRECS] [-s SHAPES] [-i ISA] [-t THREADS]
+ * usage: mxu_bench [-q] [-n] [-T] [-A] [-b BATCH] [-p PRECS] [-s SHAPES] [-i ISA] [-t THREADS]
  *   -T:     B stored transposed (n x k row-major, like x @ W^T)
+ *   -A:     A stored transposed (k x m row-major, like dY^T @ X)
+ *   -n:     no peak measurement (for profiling)
+ *   -b N:   batch of N independent products (like bmm)
  *   PRECS:  comma list of default,high,highest,fp32,bf16,f16 (default all)
  *   SHAPES: comma list of MxKxN (default 256..4096 squares, 4096x1024x4096,
  *           4096x768x3072); -q = quick subset
@@ -28,6 +31,17 @@ static double now(void) {
   clock_gettime(CLOCK_MONOTONIC, &t);
   return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
 }
+
+static double cpu_now(void) {
+  struct timespec t;
+  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &t);
+  return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
+}
+static int dcmp(const void *x, const void *y) {
+  double a = *(const double *)x, b = *(const double *)y;
+  return a < b ? -1 : a > b;
+}
+static double g_cpu_gflops; /* last bench_one: FLOPs per median CPU second x threads */
 
 /* ---- peak measurement -------------------------------------------------- */
 
@@ -104,34 +118,40 @@ static const prec_def k_precs[] = {
     {"bf16", TPU_BF16, TPU_PREC_DEFAULT},   {"f16", TPU_F16, TPU_PREC_DEFAULT}};
 
 static int g_bt; /* B stored transposed (n x k), as in x @ W^T */
+static int g_nopeak; /* -n: skip the clock/peak measurement (profiling) */
+static int g_at; /* A stored transposed (k x m), as in dY^T @ X */
+static int64_t g_batch = 1;
 
 static double bench_one(const prec_def *pd, int64_t m, int64_t k, int64_t n,
                         double min_time) {
   size_t es = tpu_dtype_size(pd->dtype);
-  char *a = aligned_alloc(64, (size_t)(m * k) * es + 64);
-  char *b = aligned_alloc(64, (size_t)(k * n) * es + 64);
-  char *c = aligned_alloc(64, (size_t)(m * n) * es + 64);
+  int64_t nb = g_batch;
+  char *a = aligned_alloc(64, (size_t)(nb * m * k) * es + 64);
+  char *b = aligned_alloc(64, (size_t)(nb * k * n) * es + 64);
+  char *c = aligned_alloc(64, (size_t)(nb * m * n) * es + 64);
   if (!a || !b || !c) {
     fprintf(stderr, "out of memory\n");
     exit(1);
   }
-  for (int64_t i = 0; i < m * k; i++) {
+  for (int64_t i = 0; i < nb * m * k; i++) {
     float x = (float)((i * 7919) % 2001 - 1000) / 1000.f;
     if (es == 4) ((float *)a)[i] = x;
     else ((uint16_t *)a)[i] = pd->dtype == TPU_BF16 ? tpu_f32_to_bf16(x) : tpu_f32_to_f16(x);
   }
-  for (int64_t i = 0; i < k * n; i++) {
+  for (int64_t i = 0; i < nb * k * n; i++) {
     float x = (float)((i * 104729) % 2001 - 1000) / 1000.f;
     if (es == 4) ((float *)b)[i] = x;
     else ((uint16_t *)b)[i] = pd->dtype == TPU_BF16 ? tpu_f32_to_bf16(x) : tpu_f32_to_f16(x);
   }
-  double best = 1e30, total = 0;
+  double best = 1e30, total = 0, cpus[64];
   int reps = 0;
   while (reps < 2 || (total < min_time && reps < 50)) {
-    double t = now();
-    int rc = tpumxu_gemm(pd->dtype, pd->prec, 1, m, n, k, 1.0, a, 0, k, 1, b,
-                         0, g_bt ? 1 : n, g_bt ? k : 1, 0.0, c, 0, n, 1);
+    double t = now(), tc = cpu_now();
+    int rc = tpumxu_gemm(pd->dtype, pd->prec, nb, m, n, k, 1.0, a, m * k,
+                         g_at ? 1 : k, g_at ? m : 1, b, k * n, g_bt ? 1 : n,
+                         g_bt ? k : 1, 0.0, c, m * n, n, 1);
     t = now() - t;
+    cpus[reps] = cpu_now() - tc;
     if (rc) {
       fprintf(stderr, "gemm failed: %s\n", tpu_last_error());
       exit(1);
@@ -143,7 +163,10 @@ static double bench_one(const prec_def *pd, int64_t m, int64_t k, int64_t n,
   free(a);
   free(b);
   free(c);
-  return 2.0 * (double)m * (double)n * (double)k / best / 1e9;
+  qsort(cpus, (size_t)reps, sizeof cpus[0], dcmp);
+  g_cpu_gflops = 2.0 * (double)nb * (double)m * (double)n * (double)k /
+                 (cpus[reps / 2] / tpurt_num_threads()) / 1e9;
+  return 2.0 * (double)nb * (double)m * (double)n * (double)k / best / 1e9;
 }
 
 int main(int argc, char **argv) {
@@ -158,6 +181,12 @@ int main(int argc, char **argv) {
       min_time = 0.3;
     } else if (!strcmp(argv[i], "-T"))
       g_bt = 1;
+    else if (!strcmp(argv[i], "-n"))
+      g_nopeak = 1;
+    else if (!strcmp(argv[i], "-A"))
+      g_at = 1;
+    else if (!strcmp(argv[i], "-b") && i + 1 < argc)
+      g_batch = atoll(argv[++i]);
     else if (!strcmp(argv[i], "-p") && i + 1 < argc)
       precs = argv[++i];
     else if (!strcmp(argv[i], "-t") && i + 1 < argc)
@@ -175,29 +204,29 @@ int main(int argc, char **argv) {
         return 1;
       }
     } else {
-      fprintf(stderr, "usage: %s [-q] [-T] [-p precs] [-s MxKxN,...] [-i isa] [-t threads]\n", argv[0]);
+      fprintf(stderr, "usage: %s [-q] [-n] [-T] [-A] [-b batch] [-p precs] [-s MxKxN,...] [-i isa] [-t threads]\n", argv[0]);
       return 2;
     }
   }
   int threads = tpurt_num_threads();
-  double ghz = measure_ghz();
+  double ghz = g_nopeak ? 1.0 : measure_ghz();
   printf("threads %d, clock %.2f GHz (measured, dependent add chain), isa %d\n",
          threads, ghz, tpumxu_get_isa());
   double pk_bf16 = 0, pk_fma = 0;
-  if (__builtin_cpu_supports("avx512f")) {
+  if (!g_nopeak && __builtin_cpu_supports("avx512f")) {
     double f = fma_flop_per_s();
     pk_fma = threads * ghz * 32;
     printf("fp32 FMA : %.1f FLOP/cycle/core measured; peak = %d x %.2f GHz x 32 = %.0f GFLOP/s\n",
            f / (ghz * 1e9), threads, ghz, pk_fma);
   }
-  if (__builtin_cpu_supports("avx512bf16")) {
+  if (!g_nopeak && __builtin_cpu_supports("avx512bf16")) {
     double f = bf16_flop_per_s();
     pk_bf16 = threads * ghz * 64;
     printf("bf16 dot : %.1f FLOP/cycle/core measured; peak = %d x %.2f GHz x 64 = %.0f GFLOP/s\n",
            f / (ghz * 1e9), threads, ghz, pk_bf16);
   }
-  printf("%-9s %-16s %10s %10s %10s\n", "prec", "MxKxN", "GFLOP/s",
-         "%bf16pk", "%fp32pk");
+  printf("%-9s %-16s %10s %10s %10s %10s\n", "prec", "MxKxN", "GFLOP/s",
+         "%bf16pk", "%fp32pk", "cpuGFLOP/s");
   char *pl = strdup(precs);
   for (char *ps = strtok(pl, ","); ps; ps = strtok(NULL, ",")) {
     const prec_def *pd = NULL;
@@ -220,8 +249,9 @@ int main(int argc, char **argv) {
       double g = bench_one(pd, m, k, n, min_time);
       char sh[64];
       snprintf(sh, sizeof sh, "%lldx%lldx%lld", m, k, n);
-      printf("%-9s %-16s %10.1f %9.1f%% %9.1f%%\n", pd->name, sh, g,
-             pk_bf16 > 0 ? 100 * g / pk_bf16 : 0, pk_fma > 0 ? 100 * g / pk_fma : 0);
+      printf("%-9s %-16s %10.1f %9.1f%% %9.1f%% %10.1f\n", pd->name, sh, g,
+             pk_bf16 > 0 ? 100 * g / pk_bf16 : 0, pk_fma > 0 ? 100 * g / pk_fma : 0,
+             g_cpu_gflops);
       fflush(stdout);
     }
   }

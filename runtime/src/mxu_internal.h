@@ -74,6 +74,16 @@ void tpumxu_pack_panel(int isa, const tpumxu_src *s, int64_t r0, int nr,
                        int R, int64_t k0, int64_t kv, int64_t kc, int fmt,
                        int nplanes, void *dst, int64_t plane_bytes);
 
+/* Pack npan consecutive panels: panel p holds source rows
+ * [r0 + p * R, r0 + (p + 1) * R) (rows at or beyond r0 + nrows are zero) and
+ * goes to dst + p * panel_bytes; k-steps, formats and planes as in
+ * tpumxu_pack_panel. Same bits as npan tpumxu_pack_panel calls; panels
+ * with contiguous rows are read a k-pair at a time across all panels. */
+void tpumxu_pack_panels(int isa, const tpumxu_src *s, int64_t r0,
+                        int64_t nrows, int R, int64_t npan, int64_t k0,
+                        int64_t kv, int64_t kc, int fmt, int nplanes,
+                        void *dst, int64_t panel_bytes, int64_t plane_bytes);
+
 /* Scalar split of x into bf16 parts (bit patterns; RNE like
  * tpu_f32_to_bf16; non-finite parts as the arithmetic gives them). */
 static inline uint32_t tpumxu_f2u(float x) {

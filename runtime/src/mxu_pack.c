@@ -1,7 +1,18 @@
 /* mxu_pack.c - packing of A/B panels for the micro-kernels, doing the
  * bf16 split (hi, r1, r2) while packing. A portable path handles any
  * strides and dtypes; AVX-512 paths handle panels whose rows or k-steps
- * are contiguous (row-major and transposed operands). */
+ * are contiguous (row-major and transposed operands).
+ *
+ * Every path produces the same bits as the portable one. The single-plane
+ * f32 -> bf16 case (DEFAULT precision) uses vcvtne2ps2bf16 (AVX512_BF16):
+ * its RNE and its NaN quieting (bf16 = (x >> 16) | 0x40) equal
+ * tpumxu_rne_bits, but it treats denormal inputs as zero, so any group of
+ * lanes holding a denormal takes the integer rounding instead.
+ *
+ * Panels whose rows are contiguous (rs == 1: each k-step of a panel is a
+ * short strided read) are packed several at a time (tpumxu_pack_panels):
+ * k-pair outer, panels inner, so each source row is read once, front to
+ * back, instead of once per panel with a page hop per k-step. */
 #include <immintrin.h>
 #include <string.h>
 
@@ -86,11 +97,67 @@ T512 static inline void split16(__m512 v, int nplanes, __m512i out[3]) {
   }
 }
 
+/* ---- AVX512_BF16 single-plane conversion ----------------------------- */
+
+#define T512BF __attribute__((target("avx512f,avx512bw,avx512vl,avx512bf16")))
+
+/* Lanes of v holding a denormal (exponent 0, mantissa != 0). */
+T512 static inline __mmask16 denorm16(__m512 v) {
+  __m512i u = _mm512_castps_si512(v);
+  __mmask16 nz = _mm512_test_epi32_mask(u, _mm512_set1_epi32(0x7fffffff));
+  __mmask16 ex = _mm512_test_epi32_mask(u, _mm512_set1_epi32(0x7f800000));
+  return (__mmask16)(nz & ~ex);
+}
+
+/* 32 bf16 (RNE, quiet NaN, as tpumxu_rne_bits) of lo (16-bit elements
+ * 0..15) and hi (16..31). */
+T512BF static inline __m512i cvt32(__m512 lo, __m512 hi) {
+  if (__builtin_expect((denorm16(lo) | denorm16(hi)) != 0, 0)) {
+    __m512i l = _mm512_srli_epi32(rne16(lo), 16), h = _mm512_srli_epi32(rne16(hi), 16);
+    return _mm512_inserti64x4(_mm512_castsi256_si512(_mm512_cvtepi32_epi16(l)),
+                              _mm512_cvtepi32_epi16(h), 1);
+  }
+  return (__m512i)_mm512_cvtne2ps_pbh(hi, lo);
+}
+
 static inline __mmask16 lanes(int64_t n) {
   return n >= 16 ? (__mmask16)0xffff : n <= 0 ? 0 : (__mmask16)((1u << n) - 1);
 }
 
 #define PF_AHEAD 8
+
+/* BF16P, f32 source, one plane, rows contiguous (rs == 1): panels
+ * [0, npan) of R rows starting at source row r0 (rows >= r0 + nrows are
+ * zero), k-pair outer and panels inner so each pair of source rows is read
+ * front to back once. */
+T512BF static void pack_rows_bf16_1(const tpumxu_src *s, int64_t r0,
+                                    int64_t nrows, int R, int64_t npan,
+                                    int64_t k0, int64_t kv, int64_t kc,
+                                    char *dst, int64_t panel_bytes) {
+  static const uint16_t ilv[32] = {0, 16, 1, 17, 2,  18, 3,  19, 4,  20, 5,
+                                   21, 6, 22, 7, 23, 8,  24, 9,  25, 10, 26,
+                                   11, 27, 12, 28, 13, 29, 14, 30, 15, 31};
+  const __m512i idx = _mm512_loadu_si512(ilv);
+  const int64_t kstride = s->ks * 4;
+  const int nvec = (R + 15) / 16;
+  for (int64_t l = 0; l < kc; l += 2) {
+    const char *s0 = s->base + (r0 + (k0 + l) * s->ks) * 4;
+    const char *s1 = s0 + kstride;
+    int e_ok = l < kv, o_ok = l + 1 < kv;
+    char *d = dst + (l >> 1) * R * 4;
+    for (int64_t p = 0; p < npan; p++, d += panel_bytes) {
+      int64_t pr = p * R; /* first row of the panel, relative to r0 */
+      for (int v = 0; v < nvec; v++) {
+        int64_t row = pr + v * 16;
+        __mmask16 ml = lanes(nrows - row);
+        __m512 e = _mm512_maskz_loadu_ps(e_ok ? ml : 0, s0 + row * 4);
+        __m512 o = _mm512_maskz_loadu_ps(o_ok ? ml : 0, s1 + row * 4);
+        __m512i w = _mm512_permutexvar_epi16(idx, cvt32(e, o));
+        _mm512_mask_storeu_epi32(d + v * 64, lanes(R - v * 16), w);
+      }
+    }
+  }
+}
 
 /* Panel rows contiguous in memory (rs == 1). */
 T512 static void pack_rows_contig(const tpumxu_src *s, int64_t r0, int nr,
@@ -171,6 +238,35 @@ T512 static inline void transpose16(__m512i r[16]) {
   }
 }
 
+/* BF16P, f32 source, one plane, k-steps contiguous (ks == 1): 32 k-steps
+ * of a row convert to 16 pair words in one vcvtne2ps2bf16; groups of 16
+ * rows are transposed in registers. */
+T512BF static void pack_k_bf16_1(const tpumxu_src *s, int64_t r0, int nr,
+                                 int R, int64_t k0, int64_t kv, int64_t kc,
+                                 char *dst) {
+  for (int g = 0; g < R; g += 16) {
+    int gr = R - g < 16 ? R - g : 16; /* panel rows in this group */
+    int live = nr - g < gr ? nr - g : gr; /* rows with data */
+    __mmask16 smask = lanes(gr);
+    for (int64_t l = 0; l < kc; l += 32) {
+      __m512i w[16];
+      __mmask16 m0 = lanes(kv - l), m1 = lanes(kv - l - 16);
+      const float *src = (const float *)s->base + (r0 + g) * s->rs + k0 + l;
+      for (int i = 0; i < 16; i++, src += s->rs) {
+        if (i >= live) {
+          w[i] = _mm512_setzero_si512();
+          continue;
+        }
+        w[i] = cvt32(_mm512_maskz_loadu_ps(m0, src), _mm512_maskz_loadu_ps(m1, src + 16));
+      }
+      transpose16(w);
+      int64_t nl = (kc - l < 32 ? kc - l : 32) >> 1; /* words */
+      uint32_t *d = (uint32_t *)dst + (l >> 1) * R + g;
+      for (int64_t j = 0; j < nl; j++) _mm512_mask_storeu_epi32(d + j * R, smask, w[j]);
+    }
+  }
+}
+
 /* Panel k-steps contiguous in memory (ks == 1): each row yields 16 packed
  * words per chunk (16 k-steps, or 32 as bf16 pairs); groups of 16 rows are
  * transposed in registers and stored as k-step rows of the panel. */
@@ -219,19 +315,48 @@ T512 static void pack_k_contig(const tpumxu_src *s, int64_t r0, int nr, int R,
   }
 }
 
+/* single plane f32 -> BF16P with vcvtne2ps2bf16 */
+static int fast_bf16_1(int isa, const tpumxu_src *s, int fmt, int nplanes) {
+  return isa >= TPUMXU_ISA_AVX512BF16 && fmt == TPUMXU_FMT_BF16P &&
+         nplanes == 1 && s->dtype == TPU_F32;
+}
+
 /* Pack one panel (see mxu_internal.h). */
 void tpumxu_pack_panel(int isa, const tpumxu_src *s, int64_t r0, int nr,
                        int R, int64_t k0, int64_t kv, int64_t kc, int fmt,
                        int nplanes, void *dst, int64_t plane_bytes) {
   if (isa >= TPUMXU_ISA_AVX512) {
     if (s->rs == 1 && nr > 1) {
-      pack_rows_contig(s, r0, nr, R, k0, kv, kc, fmt, nplanes, dst, plane_bytes);
+      if (fast_bf16_1(isa, s, fmt, nplanes))
+        pack_rows_bf16_1(s, r0, nr, R, 1, k0, kv, kc, dst, 0);
+      else
+        pack_rows_contig(s, r0, nr, R, k0, kv, kc, fmt, nplanes, dst, plane_bytes);
       return;
     }
     if (s->ks == 1) {
-      pack_k_contig(s, r0, nr, R, k0, kv, kc, fmt, nplanes, dst, plane_bytes);
+      if (fast_bf16_1(isa, s, fmt, nplanes))
+        pack_k_bf16_1(s, r0, nr, R, k0, kv, kc, dst);
+      else
+        pack_k_contig(s, r0, nr, R, k0, kv, kc, fmt, nplanes, dst, plane_bytes);
       return;
     }
   }
   pack_generic(s, r0, nr, R, k0, kv, kc, fmt, nplanes, dst, plane_bytes);
+}
+
+/* Pack consecutive panels (see mxu_internal.h). */
+void tpumxu_pack_panels(int isa, const tpumxu_src *s, int64_t r0,
+                        int64_t nrows, int R, int64_t npan, int64_t k0,
+                        int64_t kv, int64_t kc, int fmt, int nplanes,
+                        void *dst, int64_t panel_bytes, int64_t plane_bytes) {
+  if (npan > 1 && nrows > 1 && s->rs == 1 && fast_bf16_1(isa, s, fmt, nplanes)) {
+    pack_rows_bf16_1(s, r0, nrows, R, npan, k0, kv, kc, dst, panel_bytes);
+    return;
+  }
+  for (int64_t p = 0; p < npan; p++) {
+    int64_t rem = nrows - p * R;
+    int nr = (int)(rem < 0 ? 0 : rem < R ? rem : R);
+    tpumxu_pack_panel(isa, s, r0 + p * R, nr, R, k0, kv, kc, fmt, nplanes,
+                      (char *)dst + p * panel_bytes, plane_bytes);
+  }
 }
