@@ -7,9 +7,15 @@
  *
  * Loop nest per batch item:
  *   superblock (rows m0..m1, cols n0..n1)
- *     k block (kc)           pack B (parallel over NR panels)
+ *     k block (kc)           pack A (all MR panels of the superblock's
+ *                            rows; once per row range when there is one
+ *                            k block) and B (its NR panels), in parallel:
+ *                            panels with contiguous rows (a transposed
+ *                            read) are split by k ranges, each covering
+ *                            all panels, so source rows stream; others by
+ *                            panel ranges
  *       task (MC rows x a share of the superblock's NR panels), parallel:
- *         pack A (MC x kc), then for each NR panel, for each MR panel:
+ *         for each NR panel, for each MR panel:
  *           small-term pairs -> S tile, hi*hi -> H tile, epilogue on the
  *           last k block.
  * With one k block the S/H tiles live on the stack; with several they are
@@ -19,8 +25,10 @@
  * per bf16 plane (4096 for f32 panels) - separate k blocks cost more than
  * they save here; the MC rows of a task are sized so its packed A block
  * stays within ~384 KB of L2 (so a long K gives short MC), at most 8 MR
- * panels; a single-k superblock spans all rows and as many columns as keep
- * the shared packed B under 16 MB (L3); a multi-k one is 1024 x 1024.
+ * panels; a single-k superblock spans as many rows as keep the shared
+ * packed A under 32 MB and as many columns as keep the shared packed B
+ * under 16 MB (L3); a multi-k one is 1024 x 1024. Batched products of up
+ * to 2^24 multiply-adds per item run one item per thread.
  * Environment overrides, for tuning only: TPUMXU_KC, TPUMXU_A2, TPUMXU_MC,
  * TPUMXU_NC, TPUMXU_MCH.
  */
@@ -49,10 +57,13 @@ typedef struct job {
   int64_t m0, m1, n0, n1, kb0, kbv, kbc;
   int first, last, multi_k;
   int64_t mc, nsplit, npn; /* rows per task, column splits, NR panels */
-  char *bpack;
+  char *bpack, *apack;
   int64_t b_panel, b_plane; /* bytes per B panel (one plane), per plane */
+  int64_t a_panel, a_plane; /* same for A */
+  int64_t npm;              /* MR panels of the superblock */
+  int64_t pk_a, pk_b;       /* pack units of A (0: A not packed) and B */
+  int ksplit_a, ksplit_b;   /* units are k ranges (else panel ranges) */
   float *acc_s, *acc_h;
-  int oom;
   int64_t bi;             /* batch item */
   tpumxu_epilogue_fn epi; /* optional per-block callback */
   void *epi_ctx;
@@ -88,14 +99,51 @@ static int64_t env_i64(int which, int64_t dflt) {
 /* bytes per k-step of one packed row */
 static int64_t kstep_bytes(int fmt) { return fmt == TPUMXU_FMT_F32 ? 4 : 2; }
 
-static void pack_b_fn(void *ctx, int64_t j0, int64_t j1) {
+/* k-steps per pack unit when splitting by k, and panels per unit else */
+#define PK_KSTEPS 64
+#define PK_PANELS 4
+
+/* Source rows contiguous (a transposed read): split the packing by k. */
+static int pack_by_k(const job *J, const tpumxu_src *s, int64_t rows) {
+  return J->isa >= TPUMXU_ISA_AVX512 && s->rs == 1 && rows > 1;
+}
+
+/* Units to pack `npan` panels of one k block. */
+static int64_t pack_units(const job *J, int by_k, int64_t npan) {
+  return by_k ? cdiv(J->kbc, PK_KSTEPS) : cdiv(npan, PK_PANELS);
+}
+
+/* Pack unit u of an operand: rows [r0, r1), R rows per panel, npan
+ * panels at dst (panel / plane bytes). */
+static void pack_unit(const job *J, const tpumxu_src *s, int by_k, int64_t u,
+                      int64_t r0, int64_t r1, int R, int64_t npan, char *dst,
+                      int64_t panel, int64_t plane) {
+  if (by_k) { /* k-steps [la, lb) of every panel */
+    int64_t la = u * PK_KSTEPS, lb = la + PK_KSTEPS < J->kbc ? la + PK_KSTEPS : J->kbc;
+    int64_t kv = J->kbv - la;
+    if (kv > lb - la) kv = lb - la;
+    if (kv < 0) kv = 0;
+    tpumxu_pack_panels(J->isa, s, r0, r1 - r0, R, npan, J->kb0 + la, kv,
+                       lb - la, J->fmt, J->nplanes,
+                       dst + la * R * kstep_bytes(J->fmt), panel, plane);
+    return;
+  }
+  int64_t p0 = u * PK_PANELS, p1 = p0 + PK_PANELS < npan ? p0 + PK_PANELS : npan;
+  tpumxu_pack_panels(J->isa, s, r0 + p0 * R, r1 - r0 - p0 * R, R, p1 - p0,
+                     J->kb0, J->kbv, J->kbc, J->fmt, J->nplanes,
+                     dst + p0 * panel, panel, plane);
+}
+
+/* Pack units [u0, u1): A's first (pk_a of them), then B's. */
+static void pack_fn(void *ctx, int64_t u0, int64_t u1) {
   job *J = ctx;
-  const int NR = J->kd->nr;
-  for (int64_t j = j0; j < j1; j++) {
-    int64_t c0 = J->n0 + j * NR;
-    int nr = (int)(J->n1 - c0 < NR ? J->n1 - c0 : NR);
-    tpumxu_pack_panel(J->isa, &J->B, c0, nr, NR, J->kb0, J->kbv, J->kbc,
-                      J->fmt, J->nplanes, J->bpack + j * J->b_panel, J->b_plane);
+  for (int64_t u = u0; u < u1; u++) {
+    if (u < J->pk_a)
+      pack_unit(J, &J->A, J->ksplit_a, u, J->m0, J->m1, J->kd->mr, J->npm,
+                J->apack, J->a_panel, J->a_plane);
+    else
+      pack_unit(J, &J->B, J->ksplit_b, u - J->pk_a, J->n0, J->n1, J->kd->nr,
+                J->npn, J->bpack, J->b_panel, J->b_plane);
   }
 }
 
@@ -103,14 +151,7 @@ static void compute_fn(void *ctx, int64_t t0, int64_t t1) {
   job *J = ctx;
   const tpumxu_kernel *kd = J->kd;
   const int MR = kd->mr, NR = kd->nr;
-  const int np = J->nplanes ? J->nplanes : 1;
-  const int64_t a_panel = rup(J->kbc * MR * kstep_bytes(J->fmt), 64);
-  const int64_t a_plane = a_panel * (J->mc / MR);
-  char *apack = aligned_alloc(64, (size_t)(a_plane * np));
-  if (!apack) {
-    __atomic_store_n(&J->oom, 1, __ATOMIC_RELAXED);
-    return;
-  }
+  const int64_t a_panel = J->a_panel, a_plane = J->a_plane;
   float tile_s[TPUMXU_MAX_TILE] __attribute__((aligned(64)));
   float tile_h[TPUMXU_MAX_TILE] __attribute__((aligned(64)));
   const int64_t es = J->dtype == TPU_F32 ? 4 : 2;
@@ -120,12 +161,7 @@ static void compute_fn(void *ctx, int64_t t0, int64_t t1) {
     int64_t i1 = i0 + J->mc < J->m1 ? i0 + J->mc : J->m1;
     int64_t jp0 = J->npn * sp / J->nsplit, jp1 = J->npn * (sp + 1) / J->nsplit;
     int64_t nip = cdiv(i1 - i0, MR);
-    for (int64_t ii = 0; ii < nip; ii++) {
-      int64_t r0 = i0 + ii * MR;
-      int nr = (int)(i1 - r0 < MR ? i1 - r0 : MR);
-      tpumxu_pack_panel(J->isa, &J->A, r0, nr, MR, J->kb0, J->kbv, J->kbc,
-                        J->fmt, J->nplanes, apack + ii * a_panel, a_plane);
-    }
+    const char *apack = J->apack + ((i0 - J->m0) / MR) * a_panel;
     int64_t g0 = jp0; /* first panel not yet given to the epilogue */
     for (int64_t jp = jp0; jp < jp1; jp++) {
       int64_t cj = J->n0 + jp * NR;
@@ -165,7 +201,6 @@ static void compute_fn(void *ctx, int64_t t0, int64_t t1) {
       }
     }
   }
-  free(apack);
 }
 
 /* One batch item: superblocks x k blocks. */
@@ -188,11 +223,21 @@ static int run_item(job *J) {
   }
   nch = rup(cdiv(J->n, cdiv(J->n, nch)), NR); /* balance superblocks */
   int64_t mch = J->multi_k ? J->mch_max : J->m;
+  if (!J->multi_k) { /* bound the packed A block to ~32 MB */
+    int64_t lim = ((int64_t)32 << 20) / (kcb * kstep_bytes(J->fmt) * np);
+    lim = lim / MR * MR;
+    if (lim < MR) lim = MR;
+    if (mch > lim) mch = lim;
+  }
   if (mch > J->m) mch = J->m;
-  int64_t npn_max = cdiv(nch, NR);
+  mch = rup(cdiv(J->m, cdiv(J->m, mch)), MR); /* balance superblocks */
+  int64_t npn_max = cdiv(nch, NR), npm_max = cdiv(mch, MR);
   J->b_panel = rup(kcb * NR * kstep_bytes(J->fmt), 64);
   J->b_plane = J->b_panel * npn_max;
   J->bpack = aligned_alloc(64, (size_t)(J->b_plane * np));
+  J->a_panel = rup(kcb * MR * kstep_bytes(J->fmt), 64);
+  J->a_plane = J->a_panel * npm_max;
+  J->apack = aligned_alloc(64, (size_t)(J->a_plane * np));
   J->acc_s = J->acc_h = NULL;
   size_t accn = J->multi_k ? (size_t)(rup(mch, MR) * rup(nch, NR)) : 0;
   if (accn) {
@@ -200,7 +245,7 @@ static int run_item(job *J) {
     if (J->nsmall) J->acc_s = aligned_alloc(64, accn * sizeof(float));
   }
   int rc = TPU_OK;
-  if (!J->bpack || (accn && (!J->acc_h || (J->nsmall && !J->acc_s)))) {
+  if (!J->bpack || !J->apack || (accn && (!J->acc_h || (J->nsmall && !J->acc_s)))) {
     rc = tpu_error(TPU_E_OOM, "tpumxu_gemm: cannot allocate workspace");
     goto done;
   }
@@ -208,9 +253,12 @@ static int run_item(job *J) {
   for (J->m0 = 0; J->m0 < J->m; J->m0 += mch) {
     J->m1 = J->m0 + mch < J->m ? J->m0 + mch : J->m;
     int64_t rows = J->m1 - J->m0;
+    J->npm = cdiv(rows, MR);
+    J->ksplit_a = pack_by_k(J, &J->A, rows);
     for (J->n0 = 0; J->n0 < J->n; J->n0 += nch) {
       J->n1 = J->n0 + nch < J->n ? J->n0 + nch : J->n;
       J->npn = cdiv(J->n1 - J->n0, NR);
+      J->ksplit_b = pack_by_k(J, &J->B, J->n1 - J->n0);
       /* tasks: MC-row blocks (the packed A block of a task stays within
        * ~a2_bytes of L2), columns split until there are enough */
       int64_t mcap = J->a2_bytes / (kcb * kstep_bytes(J->fmt) * np) / MR * MR;
@@ -231,17 +279,18 @@ static int run_item(job *J) {
         J->kbc = rup(J->kbv, kalign);
         J->first = kb == 0;
         J->last = kb == nkc - 1;
-        tpurt_parallel_for(J->npn, 4, pack_b_fn, J);
+        /* one k block: the packed A of these rows serves every column
+         * superblock */
+        J->pk_a = J->multi_k || J->n0 == 0 ? pack_units(J, J->ksplit_a, J->npm) : 0;
+        J->pk_b = pack_units(J, J->ksplit_b, J->npn);
+        tpurt_parallel_for(J->pk_a + J->pk_b, 1, pack_fn, J);
         tpurt_parallel_for(mb * J->nsplit, 1, compute_fn, J);
-        if (J->oom) {
-          rc = tpu_error(TPU_E_OOM, "tpumxu_gemm: cannot allocate workspace");
-          goto done;
-        }
       }
     }
   }
 done:
   free(J->bpack);
+  free(J->apack);
   free(J->acc_s);
   free(J->acc_h);
   return rc;
@@ -325,7 +374,9 @@ int tpumxu_run(const tpumxu_problem *p) {
   if (T.mch_max < T.mc_max) T.mch_max = T.mc_max;
 
   double work = (double)p->m * (double)p->n * (double)p->k;
-  if (p->batch > 1 && work * p->batch >= 1 << 18 && work < (double)(1 << 22)) {
+  if (p->batch > 1 && work * p->batch >= 1 << 18 &&
+      (work < (double)(1 << 22) ||
+       (work <= (double)(1 << 24) && p->batch >= 2 * tpurt_num_threads()))) {
     batch_ctx bc = {p, &T, TPU_OK};
     tpurt_parallel_for(p->batch, 1, batch_fn, &bc);
     return bc.rc ? tpu_error(bc.rc, "tpumxu_gemm: cannot allocate workspace") : TPU_OK;
