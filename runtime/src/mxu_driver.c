@@ -63,6 +63,8 @@ typedef struct job {
   int64_t npm;              /* MR panels of the superblock */
   int64_t pk_a, pk_b;       /* pack units of A (0: A not packed) and B */
   int ksplit_a, ksplit_b;   /* units are k ranges (else panel ranges) */
+  int a_shared;             /* A packed per superblock (else per task) */
+  int oom;
   float *acc_s, *acc_h;
   int64_t bi;             /* batch item */
   tpumxu_epilogue_fn epi; /* optional per-block callback */
@@ -151,7 +153,17 @@ static void compute_fn(void *ctx, int64_t t0, int64_t t1) {
   job *J = ctx;
   const tpumxu_kernel *kd = J->kd;
   const int MR = kd->mr, NR = kd->nr;
-  const int64_t a_panel = J->a_panel, a_plane = J->a_plane;
+  const int64_t a_panel = J->a_panel;
+  /* per-task A: packed right before use, so it is hot in L2 */
+  const int64_t a_plane = J->a_shared ? J->a_plane : a_panel * (J->mc / MR);
+  char *own = NULL;
+  if (!J->a_shared) {
+    own = aligned_alloc(64, (size_t)(a_plane * (J->nplanes ? J->nplanes : 1)));
+    if (!own) {
+      __atomic_store_n(&J->oom, 1, __ATOMIC_RELAXED);
+      return;
+    }
+  }
   float tile_s[TPUMXU_MAX_TILE] __attribute__((aligned(64)));
   float tile_h[TPUMXU_MAX_TILE] __attribute__((aligned(64)));
   const int64_t es = J->dtype == TPU_F32 ? 4 : 2;
@@ -161,7 +173,12 @@ static void compute_fn(void *ctx, int64_t t0, int64_t t1) {
     int64_t i1 = i0 + J->mc < J->m1 ? i0 + J->mc : J->m1;
     int64_t jp0 = J->npn * sp / J->nsplit, jp1 = J->npn * (sp + 1) / J->nsplit;
     int64_t nip = cdiv(i1 - i0, MR);
-    const char *apack = J->apack + ((i0 - J->m0) / MR) * a_panel;
+    const char *apack = own;
+    if (J->a_shared)
+      apack = J->apack + ((i0 - J->m0) / MR) * a_panel;
+    else
+      tpumxu_pack_panels(J->isa, &J->A, i0, i1 - i0, MR, nip, J->kb0, J->kbv,
+                         J->kbc, J->fmt, J->nplanes, own, a_panel, a_plane);
     int64_t g0 = jp0; /* first panel not yet given to the epilogue */
     for (int64_t jp = jp0; jp < jp1; jp++) {
       int64_t cj = J->n0 + jp * NR;
@@ -201,6 +218,7 @@ static void compute_fn(void *ctx, int64_t t0, int64_t t1) {
       }
     }
   }
+  free(own);
 }
 
 /* One batch item: superblocks x k blocks. */
@@ -237,7 +255,7 @@ static int run_item(job *J) {
   J->bpack = aligned_alloc(64, (size_t)(J->b_plane * np));
   J->a_panel = rup(kcb * MR * kstep_bytes(J->fmt), 64);
   J->a_plane = J->a_panel * npm_max;
-  J->apack = aligned_alloc(64, (size_t)(J->a_plane * np));
+  J->apack = NULL;
   J->acc_s = J->acc_h = NULL;
   size_t accn = J->multi_k ? (size_t)(rup(mch, MR) * rup(nch, NR)) : 0;
   if (accn) {
@@ -245,7 +263,7 @@ static int run_item(job *J) {
     if (J->nsmall) J->acc_s = aligned_alloc(64, accn * sizeof(float));
   }
   int rc = TPU_OK;
-  if (!J->bpack || !J->apack || (accn && (!J->acc_h || (J->nsmall && !J->acc_s)))) {
+  if (!J->bpack || (accn && (!J->acc_h || (J->nsmall && !J->acc_s)))) {
     rc = tpu_error(TPU_E_OOM, "tpumxu_gemm: cannot allocate workspace");
     goto done;
   }
@@ -255,6 +273,7 @@ static int run_item(job *J) {
     int64_t rows = J->m1 - J->m0;
     J->npm = cdiv(rows, MR);
     J->ksplit_a = pack_by_k(J, &J->A, rows);
+    int a_valid = 0; /* shared packed A holds these rows (one k block) */
     for (J->n0 = 0; J->n0 < J->n; J->n0 += nch) {
       J->n1 = J->n0 + nch < J->n ? J->n0 + nch : J->n;
       J->npn = cdiv(J->n1 - J->n0, NR);
@@ -273,6 +292,17 @@ static int run_item(job *J) {
         J->nsplit = want < J->npn ? want : J->npn;
         if (J->nsplit < 1) J->nsplit = 1;
       }
+      /* A shared when each task would pack it with strided page-hopping
+       * reads (contiguous rows), or several tasks would pack the same rows;
+       * else each task packs its rows right before use (hot in L2) */
+      J->a_shared = J->ksplit_a || J->nsplit > 1;
+      if (J->a_shared && !J->apack) {
+        J->apack = aligned_alloc(64, (size_t)(J->a_plane * np));
+        if (!J->apack) {
+          rc = tpu_error(TPU_E_OOM, "tpumxu_gemm: cannot allocate workspace");
+          goto done;
+        }
+      }
       for (int64_t kb = 0; kb < nkc; kb++) {
         J->kb0 = kb * kcb;
         J->kbv = J->k - J->kb0 < kcb ? J->k - J->kb0 : kcb;
@@ -281,10 +311,16 @@ static int run_item(job *J) {
         J->last = kb == nkc - 1;
         /* one k block: the packed A of these rows serves every column
          * superblock */
-        J->pk_a = J->multi_k || J->n0 == 0 ? pack_units(J, J->ksplit_a, J->npm) : 0;
+        J->pk_a = J->a_shared && (J->multi_k || !a_valid)
+                      ? pack_units(J, J->ksplit_a, J->npm) : 0;
+        a_valid = J->a_shared;
         J->pk_b = pack_units(J, J->ksplit_b, J->npn);
         tpurt_parallel_for(J->pk_a + J->pk_b, 1, pack_fn, J);
         tpurt_parallel_for(mb * J->nsplit, 1, compute_fn, J);
+        if (J->oom) {
+          rc = tpu_error(TPU_E_OOM, "tpumxu_gemm: cannot allocate workspace");
+          goto done;
+        }
       }
     }
   }
