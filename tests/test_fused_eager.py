@@ -314,6 +314,33 @@ def _dropout_steps(mode, n):
         return [l.item() for l in losses], stats()
 
 
+def test_repeated_unit_inside_a_step_is_not_a_step(fused):
+    # a step that repeats a unit (x = f(x) five times into fresh buffers,
+    # nothing written in place) is one program per step, not five
+    x = torch.randn(4096, device=DEV)
+    torch.tpu.synchronize()
+
+    def step():
+        y = x
+        for _ in range(5):
+            y = torch.tanh(y * 1.001 + 0.5) - 0.25
+        return y
+
+    out = step()
+    torch.tpu.synchronize()          # defines the step
+    torch.tpu._reset_cache_stats()
+    outs = [step() for _ in range(4)]
+    torch.tpu.synchronize()
+    s = stats()
+    assert s["flushes"]["loop"] == 4, s
+    assert s["misses"] + s["hits"] == 4, s
+    ref = x.cpu()
+    for _ in range(5):
+        ref = torch.tanh(ref * 1.001 + 0.5) - 0.25
+    for o in [out] + outs:
+        torch.testing.assert_close(o.cpu(), ref)
+
+
 def test_dropout_steps_share_one_program():
     # rng seeds/offsets are run-time inputs of the compiled program, so a
     # step with dropout is a cache hit although its random numbers change

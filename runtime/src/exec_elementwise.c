@@ -724,7 +724,9 @@ int tpux__ew_apply(const xk_ins *in, int64_t n, void *r, const void *a,
     rc = tpux__special_apply(in->op, in->in_dt, n, r, a, b);
   } else {
     switch (xk_cls(in->in_dt)) {
-    case XK_F32: rc = ew_f32(in->op, n, r, a, b); break;
+    case XK_F32:
+      if (!tpux__vmath_f32(in->op, n, r, a)) rc = ew_f32(in->op, n, r, a, b);
+      break;
     case XK_F64: rc = ew_f64(in->op, n, r, a, b); break;
     default: rc = ew_i64(in->op, in->in_dt, n, r, a, b, bad); break;
     }

@@ -38,6 +38,11 @@ static inline int xk_native(int cls) {
 void tpux__load(int dt, const char *p, int64_t stride, int64_t n, void *dst);
 void tpux__store(int dt, char *p, int64_t stride, int64_t n, const void *src);
 
+/* Float-class kernels for EXP, TANH, LOGISTIC and ERF on AVX-512 CPUs
+ * (exec_vmath.c): r[0..n) = op(a[0..n)) (r may equal a); returns 1 if done,
+ * 0 if the op or CPU is not covered (the caller uses the portable kernel). */
+int tpux__vmath_f32(int op, int64_t n, float *r, const float *a);
+
 /* Round a float to bf16 / f16 precision (RNE), as stored. */
 static inline float xk_round_bf16(float f) {
   uint32_t u;

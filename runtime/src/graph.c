@@ -616,8 +616,22 @@ static int blocks_equal(const gdev *D, int a, int b, int p) {
  * before it when that one is identical once values from before each block
  * count as parameters (a first step reads what later steps get from the
  * step before). Covering more than half the sequence keeps a step that
- * itself repeats a shorter unit (x = f(x) five times from a value never
- * written here) from being cut into that unit. */
+ * itself repeats a shorter unit from being cut into that unit, and so does
+ * requiring that the last block writes state in place (carries_state): a
+ * chain x = f(x) repeated five times into fresh buffers is one step. */
+/* Whether ops [from, n) write memory that an op of the sequence read as a
+ * parameter: state carried from step to step in place (parameters and
+ * optimizer moments updated in place, caches). Without it the repeats are
+ * a unit inside one step (x = f(x) five times into fresh buffers). */
+static int carries_state(gdev *D, int from) {
+  for (int k = from; k < D->n; k++)
+    for (int i = 0; i < D->ops[k].nout; i++) {
+      gbase *b = base_find(D, D->ops[k].outs[i].base);
+      if (b && b->phead >= 0) return 1;
+    }
+  return 0;
+}
+
 static void detect_period(gdev *D) {
   int n = D->n;
   for (int p = MIN_STEP; 2 * p <= n; p++) {
@@ -630,7 +644,7 @@ static void detect_period(gdev *D) {
         ok = op_sig(D, e + t, e) == op_sig(D, e + p + t, e + p);
       if (ok) cov += p;
     }
-    if (cov < 2 * p || 2 * cov <= n) continue;
+    if (cov < 2 * p || 2 * cov <= n || !carries_state(D, n - p)) continue;
     uint64_t h = 0;
     for (int t = 0; t < p; t++) h = roll_step(h, op_sig(D, n - p + t, n - p));
     remember_step(D, p, h);
