@@ -120,6 +120,12 @@ int tpurt_stream_enqueue(tpurt_stream *s, tpurt_task_fn run,
 int tpurt_stream_synchronize(tpurt_stream *s);
 /* 1 if every enqueued task has finished, 0 otherwise. */
 int tpurt_stream_query(tpurt_stream *s);
+/* Back-pressure, like CUDA's bounded launch queue: block the calling
+ * thread while more than max_pending tasks are queued or running on s.
+ * Returns at once when called by a task of any stream (a worker must never
+ * wait for queue space: it could be what frees it). Errors stay sticky for
+ * the next synchronize. */
+void tpurt_stream_throttle(tpurt_stream *s, uint64_t max_pending);
 /* Synchronize every stream of `dev` (first error wins). */
 int tpurt_device_synchronize(int dev);
 

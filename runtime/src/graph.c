@@ -16,6 +16,7 @@
 #define MAX_DEV 64
 #define MAX_KNOWN 16
 #define MIN_STEP 4
+#define MAX_QUEUED 1024 /* programs a stream may have pending */
 
 enum { B_PARAM = 0, B_EDGE, B_VIEW };
 
@@ -822,6 +823,9 @@ int tpug_submit(tpurt_stream *s, const tpuir_graph *g, int nin,
     return tpu_error(TPU_E_INVALID, "tpug_submit: bad arguments");
   }
   int fuse = tpug_get_mode() == TPUG_FUSE;
+  /* the host runs at most MAX_QUEUED programs ahead of the chip (before
+   * taking the recorder lock: the tasks being waited for may need it) */
+  tpurt_stream_throttle(s, MAX_QUEUED);
   pthread_mutex_lock(&D->mu);
   int rc = TPU_OK;
   if (D->n && D->s != s) rc = flush_locked(D, TPUG_R_STREAM);

@@ -370,6 +370,21 @@ int tpurt_stream_synchronize(tpurt_stream *s) {
   return TPU_OK;
 }
 
+/* Block while more than max_pending tasks are pending (see tpu_rt.h). */
+void tpurt_stream_throttle(tpurt_stream *s, uint64_t max_pending) {
+  if (!s || tl_worker) return;
+  uint64_t e = atomic_load_explicit(&s->enq, memory_order_acquire);
+  if (e <= max_pending) return;
+  uint64_t target = e - max_pending;
+  if (atomic_load_explicit(&s->done, memory_order_acquire) >= target) return;
+  pthread_mutex_lock(&s->mu);
+  s->waiters++;
+  while (atomic_load_explicit(&s->done, memory_order_relaxed) < target)
+    pthread_cond_wait(&s->cv_done, &s->mu);
+  s->waiters--;
+  pthread_mutex_unlock(&s->mu);
+}
+
 /* 1 if every task enqueued on `s` has finished. */
 int tpurt_stream_query(tpurt_stream *s) {
   if (!s) return 1;

@@ -994,3 +994,26 @@ TPU_TEST(rt_stream_create_round_robin) {
   CHECK_OK(tpurt_device_synchronize(dev));
   CHECK(atomic_load(&count) == 1);
 }
+
+static int slow_run(void *ctx) {
+  struct timespec ts = {0, 200 * 1000};
+  nanosleep(&ts, NULL);
+  atomic_fetch_add((_Atomic int *)ctx, 1);
+  return TPU_OK;
+}
+
+TPU_TEST(rt_stream_throttle) {
+  /* the host blocks while more than max_pending tasks are pending */
+  tpurt_stream *s = tpurt_stream_create(0);
+  CHECK(s);
+  _Atomic int ran = 0;
+  for (int i = 0; i < 40; i++) {
+    CHECK_OK(tpurt_stream_enqueue(s, slow_run, NULL, (void *)&ran));
+    tpurt_stream_throttle(s, 3);
+    CHECK(i + 1 - atomic_load(&ran) <= 3);
+  }
+  tpurt_stream_throttle(s, 0); /* 0: wait for all */
+  CHECK(atomic_load(&ran) == 40);
+  tpurt_stream_throttle(NULL, 0);
+  CHECK_OK(tpurt_stream_synchronize(s));
+}
