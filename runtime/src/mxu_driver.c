@@ -98,6 +98,66 @@ static int64_t env_i64(int which, int64_t dflt) {
   return g_env[which] >= 0 ? g_env[which] : dflt;
 }
 
+/* Workspace cache: the packed panels are large, short-lived buffers, and
+ * fresh pages from the OS cost a fault and a clear per 4 KB (several % of a
+ * GEMM), so a few freed buffers (at most WS_MAX_BYTES together) are kept
+ * for the next call. Buffers are 64-byte aligned. */
+#define WS_SLOTS 8
+#define WS_MAX_BYTES ((size_t)64 << 20)
+static pthread_mutex_t g_ws_mu = PTHREAD_MUTEX_INITIALIZER;
+static struct {
+  void *p;
+  size_t n;
+} g_ws[WS_SLOTS];
+static size_t g_ws_total;
+
+/* A buffer of at least n bytes (*cap: its size), or NULL. */
+static void *ws_get(size_t n, size_t *cap) {
+  void *p = NULL;
+  pthread_mutex_lock(&g_ws_mu);
+  int best = -1;
+  for (int i = 0; i < WS_SLOTS; i++)
+    if (g_ws[i].p && g_ws[i].n >= n && (best < 0 || g_ws[i].n < g_ws[best].n)) best = i;
+  if (best >= 0) {
+    p = g_ws[best].p;
+    *cap = g_ws[best].n;
+    g_ws_total -= *cap;
+    g_ws[best].p = NULL;
+  }
+  pthread_mutex_unlock(&g_ws_mu);
+  if (!p) {
+    *cap = (n + 4095) & ~(size_t)4095;
+    p = aligned_alloc(64, *cap);
+  }
+  return p;
+}
+
+/* Give back a buffer from ws_get: kept (evicting smaller ones) or freed. */
+static void ws_put(void *p, size_t cap) {
+  if (!p) return;
+  pthread_mutex_lock(&g_ws_mu);
+  for (;;) {
+    int empty = -1, small = -1;
+    for (int i = 0; i < WS_SLOTS; i++) {
+      if (!g_ws[i].p) empty = i;
+      else if (small < 0 || g_ws[i].n < g_ws[small].n) small = i;
+    }
+    if (empty >= 0 && g_ws_total + cap <= WS_MAX_BYTES) {
+      g_ws[empty].p = p;
+      g_ws[empty].n = cap;
+      g_ws_total += cap;
+      p = NULL;
+      break;
+    }
+    if (small < 0 || g_ws[small].n >= cap || cap > WS_MAX_BYTES) break;
+    free(g_ws[small].p); /* evict a smaller buffer */
+    g_ws_total -= g_ws[small].n;
+    g_ws[small].p = NULL;
+  }
+  pthread_mutex_unlock(&g_ws_mu);
+  free(p);
+}
+
 /* bytes per k-step of one packed row */
 static int64_t kstep_bytes(int fmt) { return fmt == TPUMXU_FMT_F32 ? 4 : 2; }
 
@@ -157,8 +217,9 @@ static void compute_fn(void *ctx, int64_t t0, int64_t t1) {
   /* per-task A: packed right before use, so it is hot in L2 */
   const int64_t a_plane = J->a_shared ? J->a_plane : a_panel * (J->mc / MR);
   char *own = NULL;
+  size_t own_cap = 0;
   if (!J->a_shared) {
-    own = aligned_alloc(64, (size_t)(a_plane * (J->nplanes ? J->nplanes : 1)));
+    own = ws_get((size_t)(a_plane * (J->nplanes ? J->nplanes : 1)), &own_cap);
     if (!own) {
       __atomic_store_n(&J->oom, 1, __ATOMIC_RELAXED);
       return;
@@ -218,7 +279,7 @@ static void compute_fn(void *ctx, int64_t t0, int64_t t1) {
       }
     }
   }
-  free(own);
+  ws_put(own, own_cap);
 }
 
 /* One batch item: superblocks x k blocks. */
@@ -252,7 +313,8 @@ static int run_item(job *J) {
   int64_t npn_max = cdiv(nch, NR), npm_max = cdiv(mch, MR);
   J->b_panel = rup(kcb * NR * kstep_bytes(J->fmt), 64);
   J->b_plane = J->b_panel * npn_max;
-  J->bpack = aligned_alloc(64, (size_t)(J->b_plane * np));
+  size_t bcap = 0, acap = 0;
+  J->bpack = ws_get((size_t)(J->b_plane * np), &bcap);
   J->a_panel = rup(kcb * MR * kstep_bytes(J->fmt), 64);
   J->a_plane = J->a_panel * npm_max;
   J->apack = NULL;
@@ -297,7 +359,7 @@ static int run_item(job *J) {
        * else each task packs its rows right before use (hot in L2) */
       J->a_shared = J->ksplit_a || J->nsplit > 1;
       if (J->a_shared && !J->apack) {
-        J->apack = aligned_alloc(64, (size_t)(J->a_plane * np));
+        J->apack = ws_get((size_t)(J->a_plane * np), &acap);
         if (!J->apack) {
           rc = tpu_error(TPU_E_OOM, "tpumxu_gemm: cannot allocate workspace");
           goto done;
@@ -325,8 +387,8 @@ static int run_item(job *J) {
     }
   }
 done:
-  free(J->bpack);
-  free(J->apack);
+  ws_put(J->bpack, bcap);
+  ws_put(J->apack, acap);
   free(J->acc_s);
   free(J->acc_h);
   return rc;

@@ -130,6 +130,9 @@ static inline __mmask16 lanes(int64_t n) {
  * [0, npan) of R rows starting at source row r0 (rows >= r0 + nrows are
  * zero), k-pair outer and panels inner so each pair of source rows is read
  * front to back once. */
+#ifndef RPF
+#define RPF 8 /* k-steps ahead to prefetch */
+#endif
 T512BF static void pack_rows_bf16_1(const tpumxu_src *s, int64_t r0,
                                     int64_t nrows, int R, int64_t npan,
                                     int64_t k0, int64_t kv, int64_t kc,
@@ -150,6 +153,10 @@ T512BF static void pack_rows_bf16_1(const tpumxu_src *s, int64_t r0,
       for (int v = 0; v < nvec; v++) {
         int64_t row = pr + v * 16;
         __mmask16 ml = lanes(nrows - row);
+        if (l + RPF + 1 < kv) {
+          _mm_prefetch(s0 + RPF * kstride + row * 4, _MM_HINT_T0);
+          _mm_prefetch(s1 + RPF * kstride + row * 4, _MM_HINT_T0);
+        }
         __m512 e = _mm512_maskz_loadu_ps(e_ok ? ml : 0, s0 + row * 4);
         __m512 o = _mm512_maskz_loadu_ps(o_ok ? ml : 0, s1 + row * 4);
         __m512i w = _mm512_permutexvar_epi16(idx, cvt32(e, o));
