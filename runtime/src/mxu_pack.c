@@ -11,8 +11,9 @@
  *
  * Panels whose rows are contiguous (rs == 1: each k-step of a panel is a
  * short strided read) are packed several at a time (tpumxu_pack_panels):
- * k-pair outer, panels inner, so each source row is read once, front to
- * back, instead of once per panel with a page hop per k-step. */
+ * a few k-steps at a time across all panels, so each source row is read
+ * once, front to back, instead of once per panel with a page hop per
+ * k-step. */
 #include <immintrin.h>
 #include <string.h>
 
@@ -126,13 +127,18 @@ static inline __mmask16 lanes(int64_t n) {
 
 #define PF_AHEAD 8
 
+/* k-steps per sweep over the panels in pack_rows_bf16_1: 8 source rows are
+ * read side by side, and each panel gets 4 k-pairs (one contiguous run of
+ * 4 x R words) per visit. Measured (2048 x 2048 f32, out of cache): 0.25-0.36
+ * ns/element against 0.43-0.55 with one k-pair per visit (the stores then
+ * go to every panel in turn) and 0.5+ with 16 or 32 k-steps (too many
+ * source streams). */
+#define ROWS_KSTEPS 8
+
 /* BF16P, f32 source, one plane, rows contiguous (rs == 1): panels
  * [0, npan) of R rows starting at source row r0 (rows >= r0 + nrows are
- * zero), k-pair outer and panels inner so each pair of source rows is read
- * front to back once. */
-#ifndef RPF
-#define RPF 8 /* k-steps ahead to prefetch */
-#endif
+ * zero), swept ROWS_KSTEPS k-steps at a time across all panels so each
+ * source row is read front to back once. */
 T512BF static void pack_rows_bf16_1(const tpumxu_src *s, int64_t r0,
                                     int64_t nrows, int R, int64_t npan,
                                     int64_t k0, int64_t kv, int64_t kc,
@@ -143,24 +149,29 @@ T512BF static void pack_rows_bf16_1(const tpumxu_src *s, int64_t r0,
   const __m512i idx = _mm512_loadu_si512(ilv);
   const int64_t kstride = s->ks * 4;
   const int nvec = (R + 15) / 16;
-  for (int64_t l = 0; l < kc; l += 2) {
-    const char *s0 = s->base + (r0 + (k0 + l) * s->ks) * 4;
-    const char *s1 = s0 + kstride;
-    int e_ok = l < kv, o_ok = l + 1 < kv;
-    char *d = dst + (l >> 1) * R * 4;
-    for (int64_t p = 0; p < npan; p++, d += panel_bytes) {
+  for (int64_t lb = 0; lb < kc; lb += ROWS_KSTEPS) {
+    int64_t le = lb + ROWS_KSTEPS < kc ? lb + ROWS_KSTEPS : kc;
+    for (int64_t p = 0; p < npan; p++) {
       int64_t pr = p * R; /* first row of the panel, relative to r0 */
-      for (int v = 0; v < nvec; v++) {
-        int64_t row = pr + v * 16;
-        __mmask16 ml = lanes(nrows - row);
-        if (l + RPF + 1 < kv) {
-          _mm_prefetch(s0 + RPF * kstride + row * 4, _MM_HINT_T0);
-          _mm_prefetch(s1 + RPF * kstride + row * 4, _MM_HINT_T0);
+      char *dp = dst + p * panel_bytes;
+      /* the next sweep's rows: short rows give the hardware prefetcher
+       * too little to go on */
+      const char *pf = s->base + (r0 + pr + (k0 + le) * s->ks) * 4;
+      for (int64_t j = le; j < le + ROWS_KSTEPS && j < kv; j++, pf += kstride)
+        for (int v = 0; v < nvec; v++) _mm_prefetch(pf + v * 64, _MM_HINT_T0);
+      for (int64_t l = lb; l < le; l += 2) {
+        const char *s0 = s->base + (r0 + (k0 + l) * s->ks) * 4;
+        const char *s1 = s0 + kstride;
+        int e_ok = l < kv, o_ok = l + 1 < kv;
+        char *d = dp + (l >> 1) * R * 4;
+        for (int v = 0; v < nvec; v++) {
+          int64_t row = pr + v * 16;
+          __mmask16 ml = lanes(nrows - row);
+          __m512 e = _mm512_maskz_loadu_ps(e_ok ? ml : 0, s0 + row * 4);
+          __m512 o = _mm512_maskz_loadu_ps(o_ok ? ml : 0, s1 + row * 4);
+          __m512i w = _mm512_permutexvar_epi16(idx, cvt32(e, o));
+          _mm512_mask_storeu_epi32(d + v * 64, lanes(R - v * 16), w);
         }
-        __m512 e = _mm512_maskz_loadu_ps(e_ok ? ml : 0, s0 + row * 4);
-        __m512 o = _mm512_maskz_loadu_ps(o_ok ? ml : 0, s1 + row * 4);
-        __m512i w = _mm512_permutexvar_epi16(idx, cvt32(e, o));
-        _mm512_mask_storeu_epi32(d + v * 64, lanes(R - v * 16), w);
       }
     }
   }
