@@ -125,6 +125,14 @@ static inline __mmask16 lanes(int64_t n) {
   return n >= 16 ? (__mmask16)0xffff : n <= 0 ? 0 : (__mmask16)((1u << n) - 1);
 }
 
+/* bf16 source values as packed words: NaNs quieted (| 0x0040), as the
+ * split of their f32 widening gives; everything else is exact. */
+T512 static inline __m512i quiet16(__m512i w) {
+  __mmask32 nan = _mm512_cmpgt_epu16_mask(_mm512_and_si512(w, _mm512_set1_epi16(0x7fff)),
+                                          _mm512_set1_epi16(0x7f80));
+  return _mm512_mask_blend_epi16(nan, w, _mm512_or_si512(w, _mm512_set1_epi16(0x0040)));
+}
+
 #define PF_AHEAD 8
 
 /* k-steps per sweep over the panels in pack_rows_bf16_1: 8 source rows are
@@ -135,7 +143,7 @@ static inline __mmask16 lanes(int64_t n) {
  * source streams). */
 #define ROWS_KSTEPS 8
 
-/* BF16P, f32 source, one plane, rows contiguous (rs == 1): panels
+/* BF16P, f32 or bf16 source, one plane, rows contiguous (rs == 1): panels
  * [0, npan) of R rows starting at source row r0 (rows >= r0 + nrows are
  * zero), swept ROWS_KSTEPS k-steps at a time across all panels so each
  * source row is read front to back once. */
@@ -147,7 +155,8 @@ T512BF static void pack_rows_bf16_1(const tpumxu_src *s, int64_t r0,
                                    21, 6, 22, 7, 23, 8,  24, 9,  25, 10, 26,
                                    11, 27, 12, 28, 13, 29, 14, 30, 15, 31};
   const __m512i idx = _mm512_loadu_si512(ilv);
-  const int64_t kstride = s->ks * 4;
+  const int bf = s->dtype == TPU_BF16; /* else f32 */
+  const int64_t es = bf ? 2 : 4, kstride = s->ks * es;
   const int nvec = (R + 15) / 16;
   for (int64_t lb = 0; lb < kc; lb += ROWS_KSTEPS) {
     int64_t le = lb + ROWS_KSTEPS < kc ? lb + ROWS_KSTEPS : kc;
@@ -156,20 +165,26 @@ T512BF static void pack_rows_bf16_1(const tpumxu_src *s, int64_t r0,
       char *dp = dst + p * panel_bytes;
       /* the next sweep's rows: short rows give the hardware prefetcher
        * too little to go on */
-      const char *pf = s->base + (r0 + pr + (k0 + le) * s->ks) * 4;
+      const char *pf = s->base + (r0 + pr + (k0 + le) * s->ks) * es;
       for (int64_t j = le; j < le + ROWS_KSTEPS && j < kv; j++, pf += kstride)
         for (int v = 0; v < nvec; v++) _mm_prefetch(pf + v * 64, _MM_HINT_T0);
       for (int64_t l = lb; l < le; l += 2) {
-        const char *s0 = s->base + (r0 + (k0 + l) * s->ks) * 4;
+        const char *s0 = s->base + (r0 + (k0 + l) * s->ks) * es;
         const char *s1 = s0 + kstride;
         int e_ok = l < kv, o_ok = l + 1 < kv;
         char *d = dp + (l >> 1) * R * 4;
         for (int v = 0; v < nvec; v++) {
           int64_t row = pr + v * 16;
           __mmask16 ml = lanes(nrows - row);
-          __m512 e = _mm512_maskz_loadu_ps(e_ok ? ml : 0, s0 + row * 4);
-          __m512 o = _mm512_maskz_loadu_ps(o_ok ? ml : 0, s1 + row * 4);
-          __m512i w = _mm512_permutexvar_epi16(idx, cvt32(e, o));
+          __m512i eo; /* 16-bit elements: k even rows 0..15, then k odd */
+          if (bf)
+            eo = quiet16(_mm512_inserti64x4(
+                _mm512_castsi256_si512(_mm256_maskz_loadu_epi16(e_ok ? ml : 0, s0 + row * 2)),
+                _mm256_maskz_loadu_epi16(o_ok ? ml : 0, s1 + row * 2), 1));
+          else
+            eo = cvt32(_mm512_maskz_loadu_ps(e_ok ? ml : 0, s0 + row * 4),
+                       _mm512_maskz_loadu_ps(o_ok ? ml : 0, s1 + row * 4));
+          __m512i w = _mm512_permutexvar_epi16(idx, eo);
           _mm512_mask_storeu_epi32(d + v * 64, lanes(R - v * 16), w);
         }
       }
@@ -256,12 +271,14 @@ T512 static inline void transpose16(__m512i r[16]) {
   }
 }
 
-/* BF16P, f32 source, one plane, k-steps contiguous (ks == 1): 32 k-steps
- * of a row convert to 16 pair words in one vcvtne2ps2bf16; groups of 16
- * rows are transposed in registers. */
+/* BF16P, f32 or bf16 source, one plane, k-steps contiguous (ks == 1): 32
+ * k-steps of a row make 16 pair words (f32: one vcvtne2ps2bf16; bf16: one
+ * load); groups of 16 rows are transposed in registers. */
 T512BF static void pack_k_bf16_1(const tpumxu_src *s, int64_t r0, int nr,
                                  int R, int64_t k0, int64_t kv, int64_t kc,
                                  char *dst) {
+  const int bf = s->dtype == TPU_BF16; /* else f32 */
+  const int64_t es = bf ? 2 : 4;
   for (int g = 0; g < R; g += 16) {
     int gr = R - g < 16 ? R - g : 16; /* panel rows in this group */
     int live = nr - g < gr ? nr - g : gr; /* rows with data */
@@ -269,13 +286,16 @@ T512BF static void pack_k_bf16_1(const tpumxu_src *s, int64_t r0, int nr,
     for (int64_t l = 0; l < kc; l += 32) {
       __m512i w[16];
       __mmask16 m0 = lanes(kv - l), m1 = lanes(kv - l - 16);
-      const float *src = (const float *)s->base + (r0 + g) * s->rs + k0 + l;
-      for (int i = 0; i < 16; i++, src += s->rs) {
-        if (i >= live) {
+      __mmask32 m32 = (__mmask32)m0 | ((__mmask32)m1 << 16);
+      const char *src = s->base + ((r0 + g) * s->rs + k0 + l) * es;
+      for (int i = 0; i < 16; i++, src += s->rs * es) {
+        if (i >= live)
           w[i] = _mm512_setzero_si512();
-          continue;
-        }
-        w[i] = cvt32(_mm512_maskz_loadu_ps(m0, src), _mm512_maskz_loadu_ps(m1, src + 16));
+        else if (bf)
+          w[i] = quiet16(_mm512_maskz_loadu_epi16(m32, src));
+        else
+          w[i] = cvt32(_mm512_maskz_loadu_ps(m0, src),
+                       _mm512_maskz_loadu_ps(m1, (const float *)src + 16));
       }
       transpose16(w);
       int64_t nl = (kc - l < 32 ? kc - l : 32) >> 1; /* words */
@@ -333,10 +353,10 @@ T512 static void pack_k_contig(const tpumxu_src *s, int64_t r0, int nr, int R,
   }
 }
 
-/* single plane f32 -> BF16P with vcvtne2ps2bf16 */
+/* single plane f32 (vcvtne2ps2bf16) or bf16 -> BF16P */
 static int fast_bf16_1(int isa, const tpumxu_src *s, int fmt, int nplanes) {
   return isa >= TPUMXU_ISA_AVX512BF16 && fmt == TPUMXU_FMT_BF16P &&
-         nplanes == 1 && s->dtype == TPU_F32;
+         nplanes == 1 && (s->dtype == TPU_F32 || s->dtype == TPU_BF16);
 }
 
 /* Pack one panel (see mxu_internal.h). */
