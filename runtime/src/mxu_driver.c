@@ -249,6 +249,15 @@ static void compute_fn(void *ctx, int64_t t0, int64_t t1) {
         int64_t ci = i0 + ii * MR;
         int mr_eff = (int)(i1 - ci < MR ? i1 - ci : MR);
         const char *apl = apack + ii * a_panel;
+        if (J->last && J->scn == 1) {
+          /* the C tile's lines, fetched while the kernel runs: the
+           * epilogue's stores then hit cache instead of stalling on
+           * misses (short k: the tile is written soon after) */
+          const char *cr = J->c + (ci * J->scm + cj) * es;
+          int64_t lines = (nr_eff * es + 63) / 64;
+          for (int i = 0; i < mr_eff; i++, cr += J->scm * es)
+            for (int64_t q = 0; q < lines; q++) __builtin_prefetch(cr + q * 64, 1, 3);
+        }
         float *S = tile_s, *H = tile_h;
         if (J->multi_k) {
           int64_t tix = ((ci - J->m0) / MR) * J->npn + jp;
