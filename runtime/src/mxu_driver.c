@@ -1,23 +1,26 @@
 /* mxu_driver.c - blocked, multithreaded GEMM driver for the vTPU matrix
  * unit: picks a micro-kernel for (ISA, dtype, precision), packs B blocks
- * (shared by all threads) and A blocks (per task) with the bf16 split done
- * while packing, runs the micro-kernel over the plane pairs of each pass
+ * (shared by all threads) and A blocks (per task or shared, see below)
+ * with the bf16 split done while packing, runs the micro-kernel over the
+ * plane pairs of each pass
  * and applies the pass order (small terms, zero if non-finite, + hi*hi)
  * and alpha/beta in the epilogue.
  *
  * Loop nest per batch item:
  *   superblock (rows m0..m1, cols n0..n1)
- *     k block (kc)           pack A (all MR panels of the superblock's
- *                            rows; once per row range when there is one
- *                            k block) and B (its NR panels), in parallel:
- *                            panels with contiguous rows (a transposed
- *                            read) are split by k ranges, each covering
- *                            all panels, so source rows stream; others by
- *                            panel ranges
+ *     k block (kc)           pack B (its NR panels) and, when A is shared,
+ *                            A (all MR panels of the superblock's rows;
+ *                            once per row range when there is one k block),
+ *                            in parallel: panels with contiguous rows (a
+ *                            transposed read) are split by k ranges, each
+ *                            covering all panels, so source rows stream;
+ *                            others by panel ranges
  *       task (MC rows x a share of the superblock's NR panels), parallel:
+ *         A not shared (k-steps contiguous, one task per row block): pack
+ *         this task's MC x kc block, hot in L2 for its use right after;
  *         for each NR panel, for each MR panel:
- *           small-term pairs -> S tile, hi*hi -> H tile, epilogue on the
- *           last k block.
+ *           prefetch the C tile (last k block), small-term pairs -> S
+ *           tile, hi*hi -> H tile, epilogue on the last k block.
  * With one k block the S/H tiles live on the stack; with several they are
  * kept in per-superblock buffers so the non-finite test sees the full sum.
  *
@@ -29,6 +32,8 @@
  * packed A under 32 MB and as many columns as keep the shared packed B
  * under 16 MB (L3); a multi-k one is 1024 x 1024. Batched products of up
  * to 2^24 multiply-adds per item run one item per thread.
+ * Packed-panel buffers come from a small workspace cache (no page faults
+ * per call).
  * Environment overrides, for tuning only: TPUMXU_KC, TPUMXU_A2, TPUMXU_MC,
  * TPUMXU_NC, TPUMXU_MCH.
  */
