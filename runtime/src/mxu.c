@@ -23,8 +23,10 @@ static int isa_supported(int isa) {
     return __builtin_cpu_supports("avx512f") &&
            __builtin_cpu_supports("avx512bw") &&
            __builtin_cpu_supports("avx512vl");
-  case TPUMXU_ISA_AVX512BF16:
+  case TPUMXU_ISA_AVX512BF16: /* + DQ (vfpclassps in the packers; every
+                                 AVX512_BF16 CPU has it) */
     return isa_supported(TPUMXU_ISA_AVX512) &&
+           __builtin_cpu_supports("avx512dq") &&
            __builtin_cpu_supports("avx512bf16");
   default: return 0;
   }

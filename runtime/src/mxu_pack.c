@@ -100,14 +100,11 @@ T512 static inline void split16(__m512 v, int nplanes, __m512i out[3]) {
 
 /* ---- AVX512_BF16 single-plane conversion ----------------------------- */
 
-#define T512BF __attribute__((target("avx512f,avx512bw,avx512vl,avx512bf16")))
+#define T512BF __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512bf16")))
 
 /* Lanes of v holding a denormal (exponent 0, mantissa != 0). */
-T512 static inline __mmask16 denorm16(__m512 v) {
-  __m512i u = _mm512_castps_si512(v);
-  __mmask16 nz = _mm512_test_epi32_mask(u, _mm512_set1_epi32(0x7fffffff));
-  __mmask16 ex = _mm512_test_epi32_mask(u, _mm512_set1_epi32(0x7f800000));
-  return (__mmask16)(nz & ~ex);
+T512BF static inline __mmask16 denorm16(__m512 v) {
+  return _mm512_fpclass_ps_mask(v, 0x20);
 }
 
 /* 32 bf16 (RNE, quiet NaN, as tpumxu_rne_bits) of lo (16-bit elements
