@@ -336,11 +336,12 @@ int tpux_run(const tpuir_graph *g, int nin, const tpu_view *ins, int nout,
   int32_t *epi = malloc(nb * sizeof(int32_t)), *preown = malloc(nb * sizeof(int32_t));
   int32_t *plist = malloc(2 * nb * sizeof(int32_t)), *rearly = malloc(nb * sizeof(int32_t));
   char *rfused = calloc(nb, 1), *done = calloc(nb, 1);
+  int32_t *rred = malloc(nb * sizeof(int32_t)); /* region -> fused REDUCE */
   int rc = TPU_OK;
   if (!last || !root || !users || !head || !next || !reg || !rpar || !rfirst ||
       !rlast || !rsize || !rin || !rsc || !rclosed || !rfail || !ext || !live || !vals ||
       !direct || !out_done || !members || !epi || !preown || !plist || !rfused ||
-      !done || !rearly) {
+      !done || !rearly || !rred) {
     rc = tpu_error(TPU_E_OOM, "tpux_run: out of host memory");
     goto done;
   }
@@ -575,6 +576,32 @@ int tpux_run(const tpuir_graph *g, int nin, const tpu_view *ins, int nout,
     }
   }
 
+  /* reductions fused with their producer: a REDUCE whose operand is a
+   * member of a region that cannot fail (and is not run in a GEMM epilogue
+   * or early), with no user outside the region but the REDUCE and not a
+   * graph output, is evaluated by the region itself, tile by tile inside
+   * the reduction's loops (exec_reduce.c), at the region's position; the
+   * operand is never materialised. One REDUCE per region. */
+  for (int t = 0; t < nn; t++) rred[t] = -1;
+  for (int t = 0; t < nn && tpux__reduce_fusion_enabled(); t++) {
+    const tpuir_node *n = tpuir_get_node(g, t);
+    if (!live[t] || n->op != TPUIR_REDUCE || tpux__is_complex_node(g, n)) continue;
+    int m = n->in[0];
+    if (reg[m] < 0) continue;
+    int R = uf_find(rpar, reg[m]);
+    if (rfail[R] || rfused[R] || rearly[R] >= 0 || rred[R] >= 0) continue;
+    int ok = 1;
+    for (int i = 0; i < nout && ok; i++) ok = tpuir_output(g, i) != m;
+    for (int u = m + 1; u < nn && ok; u++) {
+      if (!live[u] || u == t) continue;
+      if (reg[u] >= 0 && uf_find(rpar, reg[u]) == R) continue;
+      const tpuir_val *ops;
+      int no = node_operands(tpuir_get_node(g, u), &ops);
+      for (int k = 0; k < no; k++) ok &= ops[k] != m;
+    }
+    if (ok) rred[R] = t;
+  }
+
   /* ---- evaluate ---- */
   xctx c = {g, vals};
   char store[XK_REGION_MAX_NODES];
@@ -589,7 +616,14 @@ int tpux_run(const tpuir_graph *g, int nin, const tpu_view *ins, int nout,
       if (rlast[R] == t && !rfused[R] && rearly[R] < 0) {
         nm = region_list(g, R, t, live, reg, rpar, rfirst, ext, direct, vals,
                          members, store, dsts);
-        rc = tpux__eval_region(&c, nm, members, store, dsts);
+        int rt = rred[R], k = 0;
+        if (rt >= 0) {
+          while (k < nm && members[k] != tpuir_get_node(g, rt)->in[0]) k++;
+          rc = tpux__eval_region_reduce(&c, nm, members, store, dsts, k, rt);
+          done[rt] = 1;
+        } else {
+          rc = tpux__eval_region(&c, nm, members, store, dsts);
+        }
       }
     } else if (epi[t] >= 0) {
       int R = epi[t];
@@ -683,6 +717,7 @@ done:
   free(rearly);
   free(rfused);
   free(done);
+  free(rred);
   free(last);
   free(root);
   free(users);

@@ -868,6 +868,41 @@ int tpux__prog_run(xk_prog *p) {
   return tpux__prog_status(p);
 }
 
+/* Fill the tile buffers of p's broadcast-scalar loads (once per scratch). */
+void tpux__prog_fill_consts(const xk_prog *p, const xk_space *s, char *scratch) {
+  for (int k = 0; k < p->nload; k++)
+    if (p->load_const[k]) {
+      const xk_arr *ar = &s->arr[p->load[k].arr];
+      tpux__load(ar->dt, ar->p, 0, XK_TILE,
+                 scratch + (size_t)p->load[k].buf * XK_TILE * 8);
+    }
+}
+
+/* Run p serially over `s` with the caller's tile buffers (see
+ * exec_internal.h). Errors go to p->err. */
+void tpux__prog_run_window(xk_prog *p, xk_space *s, char *scratch) {
+  tpux__space_coalesce(s);
+  int64_t total = tpux__space_numel(s);
+  if (total == 0) return;
+  int64_t row = s->sz[s->nd - 1];
+  if (s->nd > 1 && row >= 256) {
+    int64_t cpr = (row + XK_TILE - 1) / XK_TILE;
+    for (int64_t r = 0; r < total / row; r++)
+      for (int64_t ch = 0; ch < cpr; ch++) {
+        if (atomic_load_explicit(&p->err, memory_order_relaxed)) return;
+        int64_t n = row - ch * XK_TILE;
+        run_tile(p, s, r * row + ch * XK_TILE, n > XK_TILE ? XK_TILE : n, 1,
+                 scratch);
+      }
+  } else {
+    for (int64_t L = 0; L < total; L += XK_TILE) {
+      if (atomic_load_explicit(&p->err, memory_order_relaxed)) break;
+      int64_t n = total - L;
+      run_tile(p, s, L, n > XK_TILE ? XK_TILE : n, s->nd == 1, scratch);
+    }
+  }
+}
+
 /* Run a program serially over `s` (the program's arrays, re-based and
  * re-shaped; see exec_internal.h). Errors go to p->err. */
 void tpux__prog_run_serial(xk_prog *p, xk_space *s) {
@@ -876,9 +911,7 @@ void tpux__prog_run_serial(xk_prog *p, xk_space *s) {
    * pages), at most XK_MAX_BUF tiles */
   static _Thread_local char *tl_scratch;
   static _Thread_local size_t tl_cap;
-  tpux__space_coalesce(s);
-  int64_t total = tpux__space_numel(s);
-  if (total == 0) return;
+  if (tpux__space_numel(s) == 0) return;
   size_t need = (size_t)(p->nbuf ? p->nbuf : 1) * XK_TILE * 8;
   if (tl_cap < need) {
     char *nb = aligned_alloc(64, need);
@@ -891,31 +924,8 @@ void tpux__prog_run_serial(xk_prog *p, xk_space *s) {
     tl_scratch = nb;
     tl_cap = need;
   }
-  char *scratch = tl_scratch;
-  for (int k = 0; k < p->nload; k++) /* broadcast scalars: one fill */
-    if (p->load_const[k]) {
-      const xk_arr *ar = &s->arr[p->load[k].arr];
-      tpux__load(ar->dt, ar->p, 0, XK_TILE,
-                 scratch + (size_t)p->load[k].buf * XK_TILE * 8);
-    }
-  int64_t row = s->sz[s->nd - 1];
-  if (s->nd > 1 && row >= 256) {
-    int64_t cpr = (row + XK_TILE - 1) / XK_TILE;
-    for (int64_t r = 0; r < total / row; r++)
-      for (int64_t ch = 0; ch < cpr; ch++) {
-        if (atomic_load_explicit(&p->err, memory_order_relaxed)) goto out;
-        int64_t n = row - ch * XK_TILE;
-        run_tile(p, s, r * row + ch * XK_TILE, n > XK_TILE ? XK_TILE : n, 1,
-                 scratch);
-      }
-  } else {
-    for (int64_t L = 0; L < total; L += XK_TILE) {
-      if (atomic_load_explicit(&p->err, memory_order_relaxed)) break;
-      int64_t n = total - L;
-      run_tile(p, s, L, n > XK_TILE ? XK_TILE : n, s->nd == 1, scratch);
-    }
-  }
-out:;
+  tpux__prog_fill_consts(p, s, tl_scratch);
+  tpux__prog_run_window(p, s, tl_scratch);
 }
 
 /* Status of a program's run: TPU_OK or an error with its message. */

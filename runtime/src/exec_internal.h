@@ -153,6 +153,15 @@ int tpux__prog_run(xk_prog *p);
  * place). Errors are recorded in p->err (see tpux__prog_status). Used by
  * GEMM epilogues on pool workers. */
 void tpux__prog_run_serial(xk_prog *p, xk_space *s);
+/* The two halves of tpux__prog_run_serial, for callers that run a program
+ * over many small windows with tile buffers of their own (fused
+ * reductions): fill the buffers of p's broadcast-scalar loads (their
+ * arrays taken from s) into scratch (p->nbuf * XK_TILE * 8 bytes, once per
+ * scratch), then run p serially over each window s (arrays re-based and
+ * re-shaped as for tpux__prog_run_serial; s is coalesced in place). Errors
+ * are recorded in p->err. */
+void tpux__prog_fill_consts(const xk_prog *p, const xk_space *s, char *scratch);
+void tpux__prog_run_window(xk_prog *p, xk_space *s, char *scratch);
 /* TPU_OK, or the error recorded in p->err with its message set. */
 int tpux__prog_status(xk_prog *p);
 /* Run one elementwise instruction on class buffers (n elements). Returns
@@ -233,6 +242,26 @@ int tpux__eval_dot_fused(xctx *c, int t, int n, const int32_t *members,
 int tpux__eval_dot_ex(xctx *c, int t, void (*fn)(void *, int64_t, int64_t,
                                                  int64_t, int64_t, int64_t),
                       void *ctx, int *applied);
+
+/* ---- reductions fused with their producer (exec_reduce.c) ------------- */
+/* 1 unless reduction fusion is disabled (env TORCH_TPU_NO_REDUCE_FUSION=1,
+ * read once, or tpux__set_reduce_fusion(0)). */
+int tpux__reduce_fusion_enabled(void);
+/* Override: 1 on, 0 off, -1 back to the environment. Process-wide; for
+ * tests. */
+void tpux__set_reduce_fusion(int mode);
+/* Number of REDUCE nodes evaluated tile by tile from their region so far. */
+int64_t tpux__reduce_fusion_runs(void);
+/* The region members[0..n) (same arguments as tpux__eval_region) whose
+ * member k is the operand of REDUCE node t and has no other user outside
+ * the region (store[k] and dst[k] are ignored: it is never materialised).
+ * The region cannot fail. Evaluates the region tile by tile inside the
+ * reduction's loops (other stored members are stored as usual) and t's
+ * value into c->vals[t]; results are bit-identical to running the region
+ * and then t. Falls back to exactly that when a layout does not allow it. */
+int tpux__eval_region_reduce(xctx *c, int n, const int32_t *members,
+                             const char *store, const tpu_view *const *dst,
+                             int k, int t);
 
 /* Node evaluators (result into c->vals[t]). */
 int tpux__eval_const(xctx *c, int t);

@@ -1,0 +1,166 @@
+"""Reductions fused with their elementwise producers in Fused Eager
+(runtime/src/exec_reduce.c tpux__eval_region_reduce): a reduction whose
+operand is an elementwise chain used by nothing else evaluates the chain
+tile by tile inside its own loop. Results must match CPU, and match Strict
+Eager (where the chain is materialised first) bit for bit."""
+import pytest
+import torch
+
+from torch_tpu.execution_mode import EagerMode, eager_mode
+
+DEV = torch.device("tpu")
+
+
+def run_modes(fn, *cpu_args):
+    """fn on CPU, in Strict Eager and in Fused Eager; returns the three."""
+    ref = fn(*cpu_args)
+    dev_args = [a.to(DEV) if isinstance(a, torch.Tensor) else a for a in cpu_args]
+    torch.tpu.synchronize()
+    strict = fn(*dev_args)
+    strict = [t.cpu() for t in strict] if isinstance(strict, tuple) else strict.cpu()
+    with eager_mode(EagerMode.DEFER_AND_FUSE):
+        fused = fn(*dev_args)
+        fused = [t.cpu() for t in fused] if isinstance(fused, tuple) else fused.cpu()
+        torch.tpu.synchronize()
+    return ref, strict, fused
+
+
+def check(fn, *args, atol=None, rtol=None, exact=True):
+    ref, strict, fused = run_modes(fn, *args)
+    refs = ref if isinstance(ref, tuple) else (ref,)
+    stricts = strict if isinstance(strict, list) else [strict]
+    fuseds = fused if isinstance(fused, list) else [fused]
+    for r, s, f in zip(refs, stricts, fuseds):
+        torch.testing.assert_close(f, r, atol=atol, rtol=rtol, equal_nan=True)
+        if exact:  # same per-element values, same accumulation order
+            torch.testing.assert_close(f, s, atol=0, rtol=0, equal_nan=True)
+
+
+REDS = {
+    "sum": lambda y, d, k: y.sum(d, keepdim=k) if d is not None else y.sum(),
+    "mean": lambda y, d, k: y.mean(d, keepdim=k) if d is not None else y.mean(),
+    "amax": lambda y, d, k: y.amax(d, keepdim=k) if d is not None else y.amax(),
+    "amin": lambda y, d, k: y.amin(d, keepdim=k) if d is not None else y.amin(),
+    "prod": lambda y, d, k: y.prod(d, keepdim=k) if d is not None else y.prod(),
+}
+
+
+@pytest.mark.parametrize("red", list(REDS))
+@pytest.mark.parametrize("dim", [-1, 0, 1, (0, 2), None])
+@pytest.mark.parametrize("keepdim", [False, True])
+def test_chain_then_reduce(red, dim, keepdim):
+    if red == "prod" and isinstance(dim, tuple):
+        pytest.skip("prod takes one dim")
+    if dim is None and keepdim:
+        pytest.skip("keepdim needs a dim")
+    torch.manual_seed(0)
+    x = torch.randn(6, 33, 70)
+    w = torch.randn(70)
+    if red == "prod":
+        x = x * 0.05
+        fn = lambda x, w: REDS[red]((x * x + 1) * (w * 0.01 + 1), dim, keepdim)
+    else:
+        fn = lambda x, w: REDS[red]((x * x - w).sin() * 0.5, dim, keepdim)
+    check(fn, x, w, atol=1e-5, rtol=1e-5)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16, torch.float64])
+def test_dtypes(dtype):
+    torch.manual_seed(1)
+    x = torch.randn(40, 300).to(dtype)
+    tol = {torch.bfloat16: 2e-2, torch.float16: 5e-3}.get(dtype, 1e-5)
+    check(lambda x: (x * x).sum(-1), x, atol=tol * 10, rtol=tol)
+    check(lambda x: (x - 1).abs().mean(0), x, atol=tol, rtol=tol)
+    check(lambda x: (x * 2).exp().amax(), x, atol=tol, rtol=tol)
+    # upcast: a bf16/f16 chain summed in float32
+    check(lambda x: (x * x).float().sum(1), x, atol=tol * 10, rtol=tol)
+    check(lambda x: (x * x).sum(1, dtype=torch.float32), x, atol=tol * 10, rtol=tol)
+
+
+def test_integers():
+    x = torch.randint(-50, 50, (30, 257), dtype=torch.int32)
+    check(lambda x: (x * x + 3).sum(-1), x)
+    check(lambda x: (x * 2 - 1).amax(0), x)
+    check(lambda x: (x - 7).abs().sum(), x)
+    b = torch.rand(30, 257) > 0.5
+    check(lambda b: (b & b.logical_not()).any(1), b)
+    check(lambda b: b.logical_not().all(0), b)
+
+
+def test_non_contiguous_inputs():
+    torch.manual_seed(2)
+    x = torch.randn(70, 90)
+    y = torch.randn(90, 70)
+    check(lambda x, y: (x.t() * y).sum(-1), x, y, atol=1e-5, rtol=1e-5)
+    check(lambda x, y: (x.t() * y).sum(0), x, y, atol=1e-5, rtol=1e-5)
+    check(lambda x, y: (x.t() * y).sum(), x, y, atol=1e-4, rtol=1e-5)
+    z = torch.randn(8, 50, 64)[:, ::2, 1::3]
+    check(lambda z: (z * z).mean(-1), z, atol=1e-5, rtol=1e-5)
+    check(lambda z: (z * z).mean((0, 1)), z, atol=1e-5, rtol=1e-5)
+
+
+def test_empty():
+    for shape, dim in [((0, 5), 1), ((0, 5), 0), ((4, 0), 1), ((4, 0), 0)]:
+        x = torch.randn(shape)
+        check(lambda x: (x * x + 1).sum(dim), x)
+        check(lambda x: (x * x + 1).prod(dim), x)
+        check(lambda x: (x * x + 1).amax(dim), x) if x.shape[dim] else None
+
+
+def test_multi_output_and_shared_values():
+    torch.manual_seed(3)
+    x = torch.randn(64, 512)
+
+    def f(x):
+        y = x * 2 + 1          # stored: returned
+        z = (y * y).sum(-1)    # y*y only feeds the sum
+        return y, z
+
+    check(f, x, atol=1e-4, rtol=1e-5)
+
+    def g(x):
+        e = (x - 0.5).exp()    # used by the sum and by the division
+        return e / e.sum(-1, keepdim=True)
+
+    check(g, x, atol=1e-6, rtol=1e-5)
+
+
+def test_training_patterns():
+    torch.manual_seed(4)
+    x = torch.randn(128, 256)
+    # mse-like loss, grad-norm, layernorm pieces, softmax
+    check(lambda x: (x - 0.25).square().mean(), x, atol=1e-6, rtol=1e-5)
+    check(lambda x: (x * x).sum().sqrt(), x, atol=1e-5, rtol=1e-5)
+    check(lambda x: torch.nn.functional.layer_norm(x, (256,)), x, atol=1e-5, rtol=1e-5)
+    check(lambda x: torch.softmax(x, -1), x, atol=1e-6, rtol=1e-5)
+    check(lambda x: torch.log_softmax(x, -1), x, atol=1e-5, rtol=1e-5)
+    t = torch.randint(0, 256, (128,))
+    check(lambda x, t: torch.nn.functional.cross_entropy(x, t), x, t, atol=1e-5, rtol=1e-5)
+
+
+def test_layernorm_backward():
+    torch.manual_seed(5)
+    x = torch.randn(64, 384)
+    w = torch.randn(384)
+    b = torch.randn(384)
+
+    def f(x, w, b):
+        x = x.clone().requires_grad_()
+        w = w.clone().requires_grad_()
+        b = b.clone().requires_grad_()
+        y = torch.nn.functional.layer_norm(x, (384,), w, b)
+        (y * y).sum().backward()
+        return x.grad, w.grad, b.grad
+
+    check(f, x, w, b, atol=1e-3, rtol=1e-4)
+
+
+def test_errors_unchanged():
+    a = torch.tensor([[4, 6], [1, 2]], dtype=torch.int64)
+    z = torch.tensor([[2, 0], [1, 1]], dtype=torch.int64)
+    with pytest.raises(RuntimeError):
+        (a // z).sum().item()
+    with eager_mode(EagerMode.DEFER_AND_FUSE):
+        with pytest.raises(RuntimeError):
+            (a.to(DEV) // z.to(DEV)).sum(-1).cpu()
+        torch.tpu.synchronize()
