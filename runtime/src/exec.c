@@ -31,6 +31,15 @@
  * after the dot that are parameters, constants, views or small regions of
  * such (optimizer scalars) are evaluated early for it. Results are
  * bit-identical to the unfused plan. TORCH_TPU_NO_EPILOGUE=1 disables it.
+ *
+ * Reductions: a REDUCE whose operand is a member of a region that cannot
+ * fail (not in an epilogue), with no other user outside the region and not
+ * a graph output, runs with the region, at the region's position: the
+ * region's program produces the operand window by window into scratch
+ * inside the reduction's loops (exec_reduce.c, tpux__eval_region_reduce),
+ * so the operand is never written to memory; other members are stored as
+ * usual. Same windows folded in the same order: bit-identical results.
+ * TORCH_TPU_NO_REDUCE_FUSION=1 disables it.
  */
 #include <stdlib.h>
 

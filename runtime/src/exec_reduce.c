@@ -14,6 +14,16 @@
  * reduction, the reduction is also split into fixed-size chunks whose
  * partial results are combined in chunk order, so results never depend on
  * the number of threads.
+ *
+ * Fused producers (tpux__eval_region_reduce): when the operand is the value
+ * of an elementwise region used by nothing else, the plan is made for the
+ * operand as it would be materialised (contiguous), and each place where a
+ * loop reads a run of it instead runs the region's program over that
+ * window (a few outputs' rows in the inner shape, a few reduced rows of a
+ * block in the outer shape) into an L1 scratch in the operand's dtype,
+ * then folds the scratch with the same calls on the same runs: the results
+ * are bit-identical to materialising the operand first. Plain cases
+ * (empty, nothing reduced) materialise it.
  */
 #include <math.h>
 #include <pthread.h>
