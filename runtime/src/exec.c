@@ -33,11 +33,12 @@
  * bit-identical to the unfused plan. TORCH_TPU_NO_EPILOGUE=1 disables it.
  *
  * Reductions: a REDUCE whose operand is a member of a region that cannot
- * fail (not in an epilogue), with no other user outside the region and not
- * a graph output, runs with the region, at the region's position: the
- * region's program produces the operand window by window into scratch
- * inside the reduction's loops (exec_reduce.c, tpux__eval_region_reduce),
- * so the operand is never written to memory; other members are stored as
+ * fail (not in an epilogue) runs with the region, at the region's
+ * position: the region's program produces the operand window by window
+ * inside the reduction's loops (exec_reduce.c, tpux__eval_region_reduce).
+ * An operand with no other user outside the region that is not a graph
+ * output goes to an L1 scratch and is never written to memory; otherwise
+ * it is stored as usual and folded while hot. Other members are stored as
  * usual. Same windows folded in the same order: bit-identical results.
  * TORCH_TPU_NO_REDUCE_FUSION=1 disables it.
  */
@@ -587,10 +588,12 @@ int tpux_run(const tpuir_graph *g, int nin, const tpu_view *ins, int nout,
 
   /* reductions fused with their producer: a REDUCE whose operand is a
    * member of a region that cannot fail (and is not run in a GEMM epilogue
-   * or early), with no user outside the region but the REDUCE and not a
-   * graph output, is evaluated by the region itself, tile by tile inside
-   * the reduction's loops (exec_reduce.c), at the region's position; the
-   * operand is never materialised. One REDUCE per region. */
+   * or early) is evaluated by the region itself, window by window inside
+   * the reduction's loops (exec_reduce.c), at the region's position. An
+   * operand with no other user outside the region that is not a graph
+   * output is never materialised (ext cleared); otherwise the windows
+   * store it as usual and the reduction reads it back while it is hot.
+   * One REDUCE per region. */
   for (int t = 0; t < nn; t++) rred[t] = -1;
   for (int t = 0; t < nn && tpux__reduce_fusion_enabled(); t++) {
     const tpuir_node *n = tpuir_get_node(g, t);
@@ -599,16 +602,17 @@ int tpux_run(const tpuir_graph *g, int nin, const tpu_view *ins, int nout,
     if (reg[m] < 0) continue;
     int R = uf_find(rpar, reg[m]);
     if (rfail[R] || rfused[R] || rearly[R] >= 0 || rred[R] >= 0) continue;
-    int ok = 1;
-    for (int i = 0; i < nout && ok; i++) ok = tpuir_output(g, i) != m;
-    for (int u = m + 1; u < nn && ok; u++) {
+    int only = 1;
+    for (int i = 0; i < nout && only; i++) only = tpuir_output(g, i) != m;
+    for (int u = m + 1; u < nn && only; u++) {
       if (!live[u] || u == t) continue;
       if (reg[u] >= 0 && uf_find(rpar, reg[u]) == R) continue;
       const tpuir_val *ops;
       int no = node_operands(tpuir_get_node(g, u), &ops);
-      for (int k = 0; k < no; k++) ok &= ops[k] != m;
+      for (int k = 0; k < no; k++) only &= ops[k] != m;
     }
-    if (ok) rred[R] = t;
+    if (only) ext[m] = 0;
+    rred[R] = t;
   }
 
   /* ---- evaluate ---- */

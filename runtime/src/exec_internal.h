@@ -253,12 +253,14 @@ void tpux__set_reduce_fusion(int mode);
 /* Number of REDUCE nodes evaluated tile by tile from their region so far. */
 int64_t tpux__reduce_fusion_runs(void);
 /* The region members[0..n) (same arguments as tpux__eval_region) whose
- * member k is the operand of REDUCE node t and has no other user outside
- * the region (store[k] and dst[k] are ignored: it is never materialised).
- * The region cannot fail. Evaluates the region tile by tile inside the
- * reduction's loops (other stored members are stored as usual) and t's
- * value into c->vals[t]; results are bit-identical to running the region
- * and then t. Falls back to exactly that when a layout does not allow it. */
+ * member k is the operand of REDUCE node t; the region cannot fail.
+ * Evaluates the region window by window inside the reduction's loops and
+ * t's value into c->vals[t]. store[k] == 0: member k has no other user and
+ * is never materialised (its windows go to a scratch); else it is stored
+ * (into *dst[k] when set) and folded from there while hot. Other members
+ * are stored as usual. Results are bit-identical to running the region and
+ * then t; falls back to exactly that when there is nothing to fuse (empty,
+ * nothing reduced). */
 int tpux__eval_region_reduce(xctx *c, int n, const int32_t *members,
                              const char *store, const tpu_view *const *dst,
                              int k, int t);

@@ -72,6 +72,7 @@ typedef struct red_plan {
 typedef struct red_fuse {
   xk_prog *prog;
   int sarr, narr, batch; /* batch: inner shape, several outputs per window */
+  int stored; /* x is also materialised: the windows write it in place */
   char *abase[XK_MAX_ARR];
   int64_t aes[XK_MAX_ARR];
   int nz;                               /* super-dim pool */
@@ -413,10 +414,39 @@ static void fuse_window(const red_plan *p, const int64_t *aoff, int nd,
   }
 }
 
+/* Fold m elements at src (stride st, x's dtype) as the plain loops do. */
+static void fold_run(const red_plan *p, const char *src, int64_t st, int64_t m,
+                     void *buf, acc_t *lanes) {
+  if (st == 1 && p->dt == xk_native(p->cls)) {
+    fold_lanes(p->kind, p->cls, m, src, lanes);
+  } else {
+    tpux__load(p->dt, src, st, m, buf);
+    fold_lanes(p->kind, p->cls, m, buf, lanes);
+  }
+}
+static void fold_row(const red_plan *p, const char *src, int64_t st, int64_t m,
+                     void *buf, acc_t *acc) {
+  if (st == 1 && p->dt == xk_native(p->cls)) {
+    fold_vec(p->kind, p->cls, m, src, acc);
+  } else {
+    tpux__load(p->dt, src, st, m, buf);
+    fold_vec(p->kind, p->cls, m, buf, acc);
+  }
+}
+
+/* x's element offset of the reduced multi-index idx. */
+static int64_t red_offset(const red_plan *p, const int64_t *idx) {
+  int64_t off = 0;
+  for (int d = 0; d < p->nr; d++) off += idx[d] * p->rx[d];
+  return off;
+}
+
 /* reduce_inner with the operand from the region (same segments, same
- * folds). aoff: per-array offsets of the output's kept index. */
-static acc_t fuse_inner(const red_plan *p, const int64_t *aoff, int64_t lo,
-                        int64_t hi, void *buf, char *scr, char *sbuf) {
+ * folds). aoff: per-array offsets of the output's kept index, xk: x's
+ * offset of it (stored operand). */
+static acc_t fuse_inner(const red_plan *p, const int64_t *aoff, int64_t xk,
+                        int64_t lo, int64_t hi, void *buf, char *scr,
+                        char *sbuf) {
   const red_fuse *F = p->F;
   acc_t lanes[LANES];
   acc_t id = identity(p->kind, p->dt);
@@ -430,8 +460,7 @@ static acc_t fuse_inner(const red_plan *p, const int64_t *aoff, int64_t lo,
   }
   const int *zl[1] = {F->rzl[nr - 1]};
   int zn[1] = {F->rzn[nr - 1]};
-  int64_t one[1] = {1};
-  int native = p->dt == xk_native(p->cls);
+  int64_t sst[1] = {F->stored ? p->rx[nr - 1] : 1};
   int64_t left = hi - lo, inner = p->rs[nr - 1];
   while (left > 0) {
     int64_t seg = inner - idx[nr - 1];
@@ -441,13 +470,14 @@ static acc_t fuse_inner(const red_plan *p, const int64_t *aoff, int64_t lo,
     while (done < seg) {
       int64_t m = seg - done > XK_TILE ? XK_TILE : seg - done;
       int64_t i0 = idx[nr - 1] + done;
-      fuse_window(p, off, 1, zl, zn, &i0, &m, one, scr, sbuf);
-      if (native) {
-        fold_lanes(p->kind, p->cls, m, sbuf, lanes);
-      } else {
-        tpux__load(p->dt, sbuf, 1, m, buf);
-        fold_lanes(p->kind, p->cls, m, buf, lanes);
+      char *tg = sbuf;
+      if (F->stored) {
+        idx[nr - 1] = i0;
+        tg = (char *)p->x + (xk + red_offset(p, idx)) * (int64_t)p->es;
+        idx[nr - 1] -= done;
       }
+      fuse_window(p, off, 1, zl, zn, &i0, &m, sst, scr, tg);
+      fold_run(p, tg, sst[0], m, buf, lanes);
       done += m;
     }
     left -= seg;
@@ -474,19 +504,18 @@ static void fuse_inner_batch(const red_plan *p, int64_t o, int64_t cnt,
   const int *zl[2] = {F->kzl[p->nk - 1], F->rzl[0]};
   int zn[2] = {F->kzn[p->nk - 1], F->rzn[0]};
   int64_t i0[2] = {o % kin, 0}, m[2] = {cnt, rc}, sst[2] = {rc, 1};
-  fuse_window(p, aoff, 2, zl, zn, i0, m, sst, scr, sbuf);
-  int native = p->dt == xk_native(p->cls);
+  char *tg = sbuf;
+  if (F->stored) {
+    sst[0] = p->kx[p->nk - 1];
+    sst[1] = p->rx[0];
+    tg = (char *)p->x + kept_offset(p, p->nk, o) * (int64_t)p->es;
+  }
+  fuse_window(p, aoff, 2, zl, zn, i0, m, sst, scr, tg);
   acc_t id = identity(p->kind, p->dt);
   for (int64_t j = 0; j < cnt; j++) {
     acc_t lanes[LANES];
     for (int l = 0; l < LANES; l++) lanes[l] = id;
-    const char *src = sbuf + j * rc * (int64_t)p->es;
-    if (native) {
-      fold_lanes(p->kind, p->cls, rc, src, lanes);
-    } else {
-      tpux__load(p->dt, src, 1, rc, buf);
-      fold_lanes(p->kind, p->cls, rc, buf, lanes);
-    }
+    fold_run(p, tg + j * sst[0] * (int64_t)p->es, sst[1], rc, buf, lanes);
     acc_t r = lanes[0];
     for (int l = 1; l < LANES; l++) r = comb(p, r, lanes[l]);
     p->part[o + j] = r;
@@ -496,10 +525,10 @@ static void fuse_inner_batch(const red_plan *p, int64_t o, int64_t cnt,
 /* reduce_outer with the operand from the region: windows of several
  * reduced rows (along the innermost reduced dim) by len kept elements
  * from kept column `start`, folded row by row in order. aoff: per-array
- * offsets of the kept row. */
-static void fuse_outer(const red_plan *p, const int64_t *aoff, int64_t start,
-                       int64_t len, int64_t lo, int64_t hi, void *buf,
-                       char *scr, char *sbuf, acc_t *acc) {
+ * offsets of the kept row; xb: x's offset of the block (stored operand). */
+static void fuse_outer(const red_plan *p, const int64_t *aoff, int64_t xb,
+                       int64_t start, int64_t len, int64_t lo, int64_t hi,
+                       void *buf, char *scr, char *sbuf, acc_t *acc) {
   const red_fuse *F = p->F;
   acc_t id = identity(p->kind, p->dt);
   for (int64_t i = 0; i < len; i++) acc[i] = id;
@@ -513,23 +542,21 @@ static void fuse_outer(const red_plan *p, const int64_t *aoff, int64_t start,
   const int *zl[2] = {F->rzl[nr - 1], F->kzl[p->nk - 1]};
   int zn[2] = {F->rzn[nr - 1], F->kzn[p->nk - 1]};
   int64_t sst[2] = {len, 1};
-  int native = p->dt == xk_native(p->cls);
+  if (F->stored) {
+    sst[0] = p->rx[nr - 1];
+    sst[1] = p->kx[p->nk - 1];
+  }
   for (int64_t r = lo; r < hi;) {
     int64_t R = XK_TILE / len, rl = p->rs[nr - 1] - idx[nr - 1];
     if (R > rl) R = rl;
     if (R > hi - r) R = hi - r;
     fuse_red_offsets(p, aoff, idx, nr - 1, off);
     int64_t i0[2] = {idx[nr - 1], start}, m[2] = {R, len};
-    fuse_window(p, off, 2, zl, zn, i0, m, sst, scr, sbuf);
-    for (int64_t i = 0; i < R; i++) {
-      const char *src = sbuf + i * len * (int64_t)p->es;
-      if (native) {
-        fold_vec(p->kind, p->cls, len, src, acc);
-      } else {
-        tpux__load(p->dt, src, 1, len, buf);
-        fold_vec(p->kind, p->cls, len, buf, acc);
-      }
-    }
+    char *tg = sbuf;
+    if (F->stored) tg = (char *)p->x + (xb + red_offset(p, idx)) * (int64_t)p->es;
+    fuse_window(p, off, 2, zl, zn, i0, m, sst, scr, tg);
+    for (int64_t i = 0; i < R; i++)
+      fold_row(p, tg + i * sst[0] * (int64_t)p->es, sst[1], len, buf, acc);
     r += R;
     idx[nr - 1] += R;
     if (idx[nr - 1] < p->rs[nr - 1]) continue;
@@ -570,13 +597,14 @@ static void fuse_range(red_plan *p, int64_t b, int64_t e, void *buf) {
     acc_t *dst = p->part + (g * p->nchunks + ch) * p->glen;
     if (!p->outer) {
       fuse_kept_offsets(p, p->nk, g, aoff);
-      dst[0] = fuse_inner(p, aoff, lo, hi, buf, scr, sbuf);
+      dst[0] = fuse_inner(p, aoff, kept_offset(p, p->nk, g), lo, hi, buf, scr, sbuf);
     } else {
       int64_t row = g / p->nblk, bi = g - row * p->nblk;
       int64_t start = bi * p->blk, len = p->ks[p->nk - 1] - start;
       if (len > p->blk) len = p->blk;
       fuse_kept_offsets(p, p->nk - 1, row, aoff);
-      fuse_outer(p, aoff, start, len, lo, hi, buf, scr, sbuf, dst);
+      int64_t xb = kept_offset(p, p->nk - 1, row) + start * p->kx[p->nk - 1];
+      fuse_outer(p, aoff, xb, start, len, lo, hi, buf, scr, sbuf, dst);
     }
     task++;
   }
@@ -870,11 +898,16 @@ int tpux__eval_region_reduce(xctx *c, int n, const int32_t *members,
     ds[q] = dst[q];
     if (q < k && st[q]) sidx++;
   }
+  /* x stored for other users: the windows write it in place and the folds
+   * read it back while it is hot; else it goes to a scratch */
+  int stored = store[k] != 0;
   tpu_view sv;
-  int64_t zero[TPU_MAX_DIMS] = {0};
-  tpu_view_init_contiguous(&sv, dummy, mn->dtype, mn->ndim, mn->sizes);
-  memcpy(sv.strides, zero, sizeof zero);
-  ds[k] = &sv;
+  if (!stored) {
+    int64_t zero[TPU_MAX_DIMS] = {0};
+    tpu_view_init_contiguous(&sv, dummy, mn->dtype, mn->ndim, mn->sizes);
+    memcpy(sv.strides, zero, sizeof zero);
+    ds[k] = &sv;
+  }
   xk_prog *prog;
   int rc = tpux__region_prog(c, n, members, st, ds, &prog);
   if (rc) return rc;
@@ -884,30 +917,35 @@ int tpux__eval_region_reduce(xctx *c, int n, const int32_t *members,
     return tpu_error(TPU_E_OOM, "reduce: out of host memory");
   }
   F->prog = prog;
+  F->stored = stored;
   F->sarr = prog->store[sidx].arr;
   F->narr = prog->sp.narr;
   for (int a = 0; a < F->narr; a++) {
     F->abase[a] = prog->sp.arr[a].p;
     F->aes[a] = (int64_t)tpu_dtype_size(prog->sp.arr[a].dt);
   }
-  /* x: the member's value as it would be materialised (contiguous) */
+  /* x: the member's value as materialised (contiguous unless written
+   * straight into an output) */
   tpu_view xv;
-  tpu_view_init_contiguous(&xv, dummy, mn->dtype, mn->ndim, mn->sizes);
+  if (stored) xv = c->vals[members[k]].v;
+  else tpu_view_init_contiguous(&xv, dummy, mn->dtype, mn->ndim, mn->sizes);
   red_plan p;
   uint32_t red;
   int plain = red_prepare(&p, rn, &xv, F, &red);
   atomic_store(&prog->err, TPU_OK);
   prog->err_val = 0;
   if (plain) {
-    /* not fusable here: materialise x, run the region, then the reduce */
-    rc = tpux__alloc_value(c, members[k]);
-    if (!rc) {
-      const tpu_view *xm = &c->vals[members[k]].v;
-      xk_arr *sa = &prog->sp.arr[F->sarr];
-      sa->p = (char *)xm->base + xm->offset * F->aes[F->sarr];
-      for (int d = 0; d < xm->ndim; d++) sa->st[d] = xm->strides[d];
-      rc = tpux__prog_run(prog);
+    /* nothing to fuse: materialise x, run the region, then the reduce */
+    if (!stored) {
+      rc = tpux__alloc_value(c, members[k]);
+      if (!rc) {
+        const tpu_view *xm = &c->vals[members[k]].v;
+        xk_arr *sa = &prog->sp.arr[F->sarr];
+        sa->p = (char *)xm->base + xm->offset * F->aes[F->sarr];
+        for (int d = 0; d < xm->ndim; d++) sa->st[d] = xm->strides[d];
+      }
     }
+    if (!rc) rc = tpux__prog_run(prog);
     if (!rc) rc = tpux__eval_reduce(c, t);
   } else {
     rc = tpux__alloc_value(c, t);

@@ -51,7 +51,7 @@ static int run_both(tpuir_graph *g, int np, const tpu_view *ins, tarr *on,
   return same;
 }
 
-enum { V_PLAIN, V_MULTI, V_OUTPUT, V_CONVERT };
+enum { V_PLAIN, V_MULTI, V_OUTPUT, V_CONVERT, V_TWO };
 
 static double comb_ref(int kind, double a, double v) {
   switch (kind) {
@@ -65,7 +65,8 @@ static double comb_ref(int kind, double a, double v) {
 /* X [s0, s1, s2] (a transposed parameter when tx), W [s2];
  * y1 = X * X, y2 = y1 + W * c (broadcast), r = reduce(kind, y2 (converted
  * to f32 for V_CONVERT), dims). Outputs: r; V_MULTI also y1; V_OUTPUT also
- * y2 (then the reduction must not fuse). */
+ * y2 (then y2 is stored and the reduction reads it back while hot); V_TWO
+ * also a second reduction (SUM) of y2 (one fuses, the other reads y2). */
 static void red_case(int *tpu_test_failed_, int dt, const int64_t *sz, int nred,
                      const int64_t *dims, int kind, int variant, int tx,
                      int expect_fused) {
@@ -86,7 +87,8 @@ static void red_case(int *tpu_test_failed_, int dt, const int64_t *sz, int nred,
   tpuir_val ro = variant == V_CONVERT ? tpuir_convert(g, y2, TPU_F32) : y2;
   tpuir_val r = tpuir_reduce(g, kind, ro, nred, dims);
   tpuir_val outs[2] = {r, variant == V_MULTI ? y1 : y2};
-  CHECK_OK(tpuir_set_outputs(g, variant == V_MULTI || variant == V_OUTPUT ? 2 : 1, outs));
+  if (variant == V_TWO) outs[1] = tpuir_reduce(g, TPUIR_RED_SUM, y2, nred, dims);
+  CHECK_OK(tpuir_set_outputs(g, variant == V_PLAIN || variant == V_CONVERT ? 1 : 2, outs));
 
   uint64_t seed = 0x9e37 + (uint64_t)(sz[0] * 131 + sz[1] * 7 + sz[2] + dt + kind);
   tarr P[2] = {ta_new(dt, 3, tx ? ts : xs), ta_new(dt, 1, ws)};
@@ -124,6 +126,7 @@ static void red_case(int *tpu_test_failed_, int dt, const int64_t *sz, int nred,
       }
     double *acc = malloc((size_t)(nout ? nout : 1) * sizeof(double));
     double *mag = calloc((size_t)(nout ? nout : 1), sizeof(double));
+    double *acc2 = calloc((size_t)(nout ? nout : 1), sizeof(double));
     double id = kind == TPUIR_RED_SUM ? 0 : kind == TPUIR_RED_PROD ? 1
               : kind == TPUIR_RED_MAX ? -INFINITY : INFINITY;
     for (int64_t o = 0; o < nout; o++) acc[o] = id;
@@ -138,6 +141,7 @@ static void red_case(int *tpu_test_failed_, int dt, const int64_t *sz, int nred,
       for (int d = 0, k = 0; d < 3; d++)
         if (!(red & (1u << d))) o = o * ks[k++] + ix[d];
       acc[o] = comb_ref(kind, acc[o], v);
+      acc2[o] += v;
       mag[o] += fabs(v);
       if (variant == V_MULTI) CHECK(tv_get(&on[1].v, i) == v1);
       if (variant == V_OUTPUT) CHECK(tv_get(&on[1].v, i) == v);
@@ -154,7 +158,12 @@ static void red_case(int *tpu_test_failed_, int dt, const int64_t *sz, int nred,
         bad = 1;
       }
     }
+    for (int64_t o = 0; o < nout && !bad && variant == V_TWO; o++) {
+      double got = tv_get(&on[1].v, o), want = round_to(dt, acc2[o]);
+      if (!(fabs(got - want) <= (isf ? tol * (1 + mag[o]) : 0))) bad = 1;
+    }
     CHECK(!bad);
+    free(acc2);
     free(acc);
     free(mag);
   }
@@ -198,8 +207,14 @@ TPU_TEST(reduce_fusion_multi_output_and_views) {
   red_case(tpu_test_failed_, TPU_F32, s1, 1, dl, TPUIR_RED_SUM, V_MULTI, 0, 1);
   red_case(tpu_test_failed_, TPU_F32, s1, 1, d0, TPUIR_RED_SUM, V_MULTI, 0, 1);
   red_case(tpu_test_failed_, TPU_BF16, s2, 1, d1, TPUIR_RED_MAX, V_MULTI, 0, 1);
-  /* the reduced value is also an output: materialised, not fused */
-  red_case(tpu_test_failed_, TPU_F32, s1, 1, dl, TPUIR_RED_SUM, V_OUTPUT, 0, 0);
+  /* the reduced value is also an output / read by another reduction: it is
+   * stored by the windows and folded from memory while hot */
+  red_case(tpu_test_failed_, TPU_F32, s1, 1, dl, TPUIR_RED_SUM, V_OUTPUT, 0, 1);
+  red_case(tpu_test_failed_, TPU_F32, s1, 1, d0, TPUIR_RED_MAX, V_OUTPUT, 0, 1);
+  red_case(tpu_test_failed_, TPU_BF16, s1, 3, d012, TPUIR_RED_SUM, V_OUTPUT, 1, 1);
+  red_case(tpu_test_failed_, TPU_F32, s1, 1, d1, TPUIR_RED_MAX, V_TWO, 0, 1);
+  red_case(tpu_test_failed_, TPU_F16, s2, 1, d1, TPUIR_RED_MIN, V_TWO, 1, 1);
+  red_case(tpu_test_failed_, TPU_I32, s1, 1, dl, TPUIR_RED_MAX, V_TWO, 0, 1);
   /* a transposed (non-contiguous) input: windows split where its strides
    * break, folds unchanged */
   red_case(tpu_test_failed_, TPU_F32, s1, 1, d1, TPUIR_RED_SUM, V_PLAIN, 1, 1);
@@ -222,6 +237,10 @@ TPU_TEST(reduce_fusion_chunks_and_empty) {
   /* empty value / empty reduction / nothing reduced: the plain plan */
   red_case(tpu_test_failed_, TPU_F32, s3, 1, dl, TPUIR_RED_SUM, V_PLAIN, 0, 0);
   red_case(tpu_test_failed_, TPU_F32, s3, 1, d1, TPUIR_RED_PROD, V_MULTI, 0, 0);
+  red_case(tpu_test_failed_, TPU_F32, s3, 1, d1, TPUIR_RED_SUM, V_OUTPUT, 0, 0);
+  red_case(tpu_test_failed_, TPU_F32, s4, 1, dl, TPUIR_RED_SUM, V_OUTPUT, 0, 0);
+  red_case(tpu_test_failed_, TPU_F32, s1, 1, dl, TPUIR_RED_SUM, V_OUTPUT, 0, 1);
+  red_case(tpu_test_failed_, TPU_F32, s2, 1, d1, TPUIR_RED_SUM, V_TWO, 0, 1);
   red_case(tpu_test_failed_, TPU_F32, s4, 1, dl, TPUIR_RED_SUM, V_MULTI, 0, 0);
   red_case(tpu_test_failed_, TPU_F32, s4, 1, d0, TPUIR_RED_SUM, V_MULTI, 0, 1);
 }
