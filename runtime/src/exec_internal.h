@@ -260,7 +260,8 @@ int64_t tpux__reduce_fusion_runs(void);
  * (into *dst[k] when set) and folded from there while hot. Other members
  * are stored as usual. Results are bit-identical to running the region and
  * then t; falls back to exactly that when there is nothing to fuse (empty,
- * nothing reduced). */
+ * nothing reduced) or the windows would be short (under 256 elements:
+ * runs split by broadcasts or strides, e.g. per-channel sums over 7x7). */
 int tpux__eval_region_reduce(xctx *c, int n, const int32_t *members,
                              const char *store, const tpu_view *const *dst,
                              int k, int t);

@@ -881,6 +881,33 @@ void tpux__set_reduce_fusion(int mode) {
 /* Number of reductions evaluated from their region (process-wide). */
 int64_t tpux__reduce_fusion_runs(void) { return atomic_load(&g_fuse_runs); }
 
+/* Fusion pays only with windows of a useful size: each costs a program
+ * start (a few hundred cycles); the plain plan runs the region over whole
+ * tiles and folds short runs cheaply. */
+#define FUSE_MIN_WINDOW 256
+
+static int64_t zinner(const red_fuse *F, const int *zl, int zn) {
+  return zn ? F->zs[zl[zn - 1]] : 1;
+}
+static int64_t min64(int64_t a, int64_t b) { return a < b ? a : b; }
+
+/* Typical window size (elements per program start) of a fused plan. */
+static int64_t fuse_window_size(const red_plan *p) {
+  const red_fuse *F = p->F;
+  int nk = p->nk, nr = p->nr;
+  if (F->batch) {
+    int64_t rc = p->rcount, cnt = min64(XK_TILE / rc, p->ks[nk - 1]);
+    return min64(cnt, zinner(F, F->kzl[nk - 1], F->kzn[nk - 1])) *
+           min64(rc, zinner(F, F->rzl[0], F->rzn[0]));
+  }
+  if (!p->outer)
+    return min64(min64(p->rs[nr - 1], p->chunk),
+                 min64(XK_TILE, zinner(F, F->rzl[nr - 1], F->rzn[nr - 1])));
+  int64_t R = min64(XK_TILE / p->blk, p->rs[nr - 1]);
+  return min64(R, zinner(F, F->rzl[nr - 1], F->rzn[nr - 1])) *
+         min64(p->blk, zinner(F, F->kzl[nk - 1], F->kzn[nk - 1]));
+}
+
 /* Region + REDUCE t reading its member k (see exec_internal.h). */
 int tpux__eval_region_reduce(xctx *c, int n, const int32_t *members,
                              const char *store, const tpu_view *const *dst,
@@ -932,10 +959,13 @@ int tpux__eval_region_reduce(xctx *c, int n, const int32_t *members,
   red_plan p;
   uint32_t red;
   int plain = red_prepare(&p, rn, &xv, F, &red);
+  if (!plain)
+    plain = fuse_window_size(&p) < min64(FUSE_MIN_WINDOW, p.nout * p.rcount);
   atomic_store(&prog->err, TPU_OK);
   prog->err_val = 0;
   if (plain) {
-    /* nothing to fuse: materialise x, run the region, then the reduce */
+    /* nothing to fuse (empty, nothing reduced, small windows): materialise
+     * x, run the region, then the reduce */
     if (!stored) {
       rc = tpux__alloc_value(c, members[k]);
       if (!rc) {
