@@ -328,7 +328,7 @@ int tpux_run(const tpuir_graph *g, int nin, const tpu_view *ins, int nout,
   size_t nb = (size_t)(nn ? nn : 1);
   int32_t *last = malloc(nb * sizeof(int32_t));
   int32_t *root = malloc(nb * sizeof(int32_t));
-  int32_t *users = calloc(nb, sizeof(int32_t));
+  int32_t *users = calloc(nb, sizeof(int32_t)); /* users outside the region */
   int32_t *head = malloc(nb * sizeof(int32_t)), *next = malloc(nb * sizeof(int32_t));
   int32_t *reg = malloc(nb * sizeof(int32_t));   /* region (union-find) or -1 */
   int32_t *rpar = malloc(nb * sizeof(int32_t));  /* union-find parent */
@@ -463,7 +463,7 @@ int tpux_run(const tpuir_graph *g, int nin, const tpu_view *ins, int nout,
     for (int k = 0; k < no; k++) {
       int o = ops[k];
       if (last[o] < pos) last[o] = pos;
-      users[o]++;
+      if (reg[o] < 0 || uf_find(rpar, reg[o]) != R) users[o]++; /* outside */
       if (reg[o] >= 0 && uf_find(rpar, reg[o]) != R) ext[o] = 1;
     }
   }
@@ -602,15 +602,8 @@ int tpux_run(const tpuir_graph *g, int nin, const tpu_view *ins, int nout,
     if (reg[m] < 0) continue;
     int R = uf_find(rpar, reg[m]);
     if (rfail[R] || rfused[R] || rearly[R] >= 0 || rred[R] >= 0) continue;
-    int only = 1;
+    int only = users[m] == 1; /* t is the only user outside the region */
     for (int i = 0; i < nout && only; i++) only = tpuir_output(g, i) != m;
-    for (int u = m + 1; u < nn && only; u++) {
-      if (!live[u] || u == t) continue;
-      if (reg[u] >= 0 && uf_find(rpar, reg[u]) == R) continue;
-      const tpuir_val *ops;
-      int no = node_operands(tpuir_get_node(g, u), &ops);
-      for (int k = 0; k < no; k++) only &= ops[k] != m;
-    }
     if (only) ext[m] = 0;
     rred[R] = t;
   }
