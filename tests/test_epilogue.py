@@ -3,8 +3,6 @@ activation, scaling and residual add run on each finished GEMM block.
 nn.Linear + GELU + residual forward/backward in Fused Eager equals Strict
 Eager and CPU; results with the epilogue on and off are bit-identical; the
 fusion really happens (the executor's counter moves)."""
-import ctypes
-
 import pytest
 import torch
 
@@ -13,16 +11,16 @@ from torch_tpu.execution_mode import EagerMode, eager_mode
 
 DEV = torch.device("tpu")
 
-_lib = ctypes.CDLL(torch_tpu._C.__file__)
-_lib.tpux__epilogue_runs.restype = ctypes.c_int64
-_lib.tpux__set_epilogue.argtypes = [ctypes.c_int]
+
+def epilogue_runs():
+    return torch.tpu._get_fusion_stats()["epilogue"]
 
 
 @pytest.fixture
 def epilogue_switch():
-    yield _lib.tpux__set_epilogue
+    yield lambda on: torch.tpu._set_fusion("epilogue", on)
     torch.tpu.synchronize()
-    _lib.tpux__set_epilogue(-1)
+    torch.tpu._set_fusion("epilogue", None)
 
 
 class Net(torch.nn.Module):
@@ -42,14 +40,14 @@ def run_step(mode, dev, x_cpu, make_x=None, dtype=torch.float32):
     net = Net().to(dtype)
     net = net.to(dev)
     x = (make_x(x_cpu) if make_x else x_cpu).to(dev).detach().requires_grad_(True)
-    r0 = _lib.tpux__epilogue_runs()
+    r0 = epilogue_runs()
     with eager_mode(mode):
         out = net(x)
         (out.float() * out.float()).mean().backward()
         res = [out, x.grad] + [p.grad for p in net.parameters()]
         res = [r.cpu() for r in res]
     torch.tpu.synchronize()
-    return res, _lib.tpux__epilogue_runs() - r0
+    return res, epilogue_runs() - r0
 
 
 @pytest.mark.parametrize("shape", [(37, 48), (3, 5, 48)])
@@ -69,9 +67,9 @@ def test_linear_gelu_residual_fused_strict_cpu(shape):
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float64])
 def test_epilogue_on_off_bit_identical(epilogue_switch, mode, dtype):
     x = torch.randn(70, 48).to(dtype)
-    epilogue_switch(1)
+    epilogue_switch(True)
     on, n_on = run_step(mode, DEV, x, dtype=dtype)
-    epilogue_switch(0)
+    epilogue_switch(False)
     off, n_off = run_step(mode, DEV, x, dtype=dtype)
     assert n_on >= 1 and n_off == 0
     for a, b in zip(on, off):

@@ -164,3 +164,25 @@ def test_errors_unchanged():
         with pytest.raises(RuntimeError):
             (a.to(DEV) // z.to(DEV)).sum(-1).cpu()
         torch.tpu.synchronize()
+
+
+@pytest.mark.parametrize("on", [True, False])
+def test_fusion_switch_and_counter(on):
+    # the public switch and counter (torch.tpu._set_fusion/_get_fusion_stats):
+    # the fused path runs only when on, and results are the same either way
+    x = torch.randn(64, 512)
+    ref = ((x - 0.5) * (x - 0.5)).sum(-1)
+    xd = x.to(DEV)
+    torch.tpu.synchronize()
+    torch.tpu._set_fusion("reduce", on)
+    try:
+        r0 = torch.tpu._get_fusion_stats()["reduce"]
+        with eager_mode(EagerMode.DEFER_AND_FUSE):
+            got = ((xd - 0.5) * (xd - 0.5)).sum(-1).cpu()
+        ran = torch.tpu._get_fusion_stats()["reduce"] - r0
+    finally:
+        torch.tpu._set_fusion("reduce", None)
+    torch.testing.assert_close(got, ref)
+    assert (ran >= 1) if on else (ran == 0), ran
+    with pytest.raises(ValueError):
+        torch.tpu._set_fusion("nope", True)

@@ -376,6 +376,26 @@ def _reset_cache_stats():
     _C._reset_cache_stats()
 
 
+_FUSIONS = {"epilogue": 0, "reduce": 1}  # tpu_exec.h TPUX_FUSE_*
+
+
+def _get_fusion_stats():
+    """Executor fusion counters since the process started: ``epilogue``
+    (matmuls whose elementwise consumers ran on each finished GEMM block)
+    and ``reduce`` (reductions evaluated tile by tile from their producer
+    region, never materialising its value)."""
+    return {k: _C._fusion_runs(v) for k, v in _FUSIONS.items()}
+
+
+def _set_fusion(kind, enabled):
+    """Turn an executor fusion ("epilogue" or "reduce") on (True), off
+    (False) or back to its environment default (None), process-wide; for
+    A/B comparisons (results are bit-identical either way)."""
+    if kind not in _FUSIONS:
+        raise ValueError(f"unknown fusion {kind!r}; expected one of {sorted(_FUSIONS)}")
+    _C._set_fusion(_FUSIONS[kind], -1 if enabled is None else int(bool(enabled)))
+
+
 def _clear_compilation_cache():
     """Drop the in-memory programs (the disk tier stays)."""
     _C._cache_clear()

@@ -29,6 +29,21 @@ int tpux_run(const tpuir_graph *g, int nin, const tpu_view *ins, int nout,
  * strides/dtypes). Used for device<->device and host<->device copies. */
 int tpux_copy(const tpu_view *dst, const tpu_view *src);
 
+/* ---- fusion counters and switches ---------------------------------------
+ * Kinds: TPUX_FUSE_EPILOGUE (a matmul's elementwise consumers run on each
+ * finished GEMM block; env TORCH_TPU_NO_EPILOGUE=1 turns it off) and
+ * TPUX_FUSE_REDUCE (a reduction evaluates its producer region tile by tile;
+ * env TORCH_TPU_NO_REDUCE_FUSION=1). Both are bit-identical to the unfused
+ * plan. Process-wide and thread-safe. */
+enum { TPUX_FUSE_EPILOGUE = 0, TPUX_FUSE_REDUCE = 1 };
+/* How many times fusion `kind` has run since the process started (dots with
+ * an epilogue / fused reductions); -1 for an unknown kind. */
+int64_t tpux_fusion_runs(int kind);
+/* Turn fusion `kind` on (mode 1), off (0) or back to its environment
+ * default (-1), for every later program (A/B comparisons, tests). Returns
+ * TPU_OK, or TPU_E_INVALID for an unknown kind or mode. */
+int tpux_set_fusion(int kind, int mode);
+
 #ifdef __cplusplus
 }
 #endif

@@ -287,3 +287,20 @@ TPU_TEST(reduce_fusion_errors_and_one_op) {
   tpuir_graph_free(g);
   for (int i = 0; i < 2; i++) free(P[i].mem);
 }
+
+TPU_TEST(exec_fusion_public_api) {
+  /* tpu_exec.h's counters/switches map to the per-fusion state */
+  CHECK(tpux_fusion_runs(TPUX_FUSE_EPILOGUE) == tpux__epilogue_runs());
+  CHECK(tpux_fusion_runs(TPUX_FUSE_REDUCE) == tpux__reduce_fusion_runs());
+  CHECK(tpux_fusion_runs(7) == -1);
+  CHECK_OK(tpux_set_fusion(TPUX_FUSE_REDUCE, 0));
+  CHECK(!tpux__reduce_fusion_enabled());
+  CHECK_OK(tpux_set_fusion(TPUX_FUSE_REDUCE, -1));
+  CHECK_OK(tpux_set_fusion(TPUX_FUSE_EPILOGUE, 0));
+  CHECK(!tpux__epilogue_enabled());
+  CHECK_OK(tpux_set_fusion(TPUX_FUSE_EPILOGUE, 1));
+  CHECK(tpux__epilogue_enabled());
+  CHECK_OK(tpux_set_fusion(TPUX_FUSE_EPILOGUE, -1));
+  CHECK(tpux_set_fusion(TPUX_FUSE_REDUCE, 2) == TPU_E_INVALID);
+  CHECK(tpux_set_fusion(-1, 0) == TPU_E_INVALID);
+}

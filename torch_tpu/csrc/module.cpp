@@ -2,6 +2,7 @@
 // queries, memory statistics, settings, the native-op list, fallback
 // counters). Everything here forwards to the C runtime.
 #include "glue.h"
+#include "tpu_exec.h"
 
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
@@ -102,6 +103,8 @@ PYBIND11_MODULE(_C, m) {
     return d;
   });
   m.def("_reset_cache_stats", [] { tpug_reset_stats(); });
+  m.def("_fusion_runs", [](int kind) { return tpux_fusion_runs(kind); });
+  m.def("_set_fusion", [](int kind, int mode) { check(tpux_set_fusion(kind, mode)); });
   m.def("_cache_clear", [] { tpug_cache_clear(); });
   m.def("_cache_set_dir", [](const std::string& dir) { check(tpug_cache_set_dir(dir.c_str())); });
   m.def("_current_stream_id", [](int d) { return current_stream_id(static_cast<c10::DeviceIndex>(d)); });

@@ -1,14 +1,14 @@
-"""GEMM epilogue fusion in Fused Eager: the (b) GPT block and (c) MLP
-training steps of benchmarks/fused_eager.py, run with the vTPU executor's
-matmul epilogues on and off in the same process (interleaved rounds, so a
-noisy shared machine affects both alike). Reports per step: wall time,
-process CPU time (all threads; time.process_time) and the number of dots
-that ran a fused epilogue.
-Usage: PYTHONPATH=. python3 benchmarks/epilogue.py [--steps N] [--rounds R]
-       [--quick]
+"""Executor fusions in Fused Eager, on vs off: the (b) GPT block and (c) MLP
+training steps of benchmarks/fused_eager.py, run with one of the vTPU
+executor's fusions (--fusion epilogue: matmul epilogues, the default;
+--fusion reduce: reductions fused with their producer) on and off in the
+same process (interleaved rounds, so a noisy shared machine affects both
+alike). Reports per step: wall time, process CPU time (all threads;
+time.process_time) and how many times the fusion ran.
+Usage: PYTHONPATH=. python3 benchmarks/fusion.py [--steps N] [--rounds R]
+       [--quick] [--fusion epilogue|reduce]
 """
 import argparse
-import ctypes
 import os
 import sys
 import time
@@ -21,22 +21,18 @@ from torch_tpu.execution_mode import EagerMode, eager_mode
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from fused_eager import make_train  # noqa: E402
 
-_lib = ctypes.CDLL(torch_tpu._C.__file__)
-_lib.tpux__epilogue_runs.restype = ctypes.c_int64
-_lib.tpux__set_epilogue.argtypes = [ctypes.c_int]
 
-
-def measure(step, steps):
+def measure(step, steps, kind):
     out = step()
     torch.tpu.synchronize()
-    r0 = _lib.tpux__epilogue_runs()
+    r0 = torch.tpu._get_fusion_stats()[kind]
     w0, c0 = time.perf_counter(), time.process_time()
     for _ in range(steps):
         out = step()
     torch.tpu.synchronize()
     w, c = time.perf_counter() - w0, time.process_time() - c0
     del out
-    return w / steps, c / steps, (_lib.tpux__epilogue_runs() - r0) / steps
+    return w / steps, c / steps, (torch.tpu._get_fusion_stats()[kind] - r0) / steps
 
 
 def main():
@@ -44,6 +40,7 @@ def main():
     ap.add_argument("--steps", type=int, default=3)
     ap.add_argument("--rounds", type=int, default=2)
     ap.add_argument("--quick", action="store_true", help="MLP only")
+    ap.add_argument("--fusion", choices=("epilogue", "reduce"), default="epilogue")
     a = ap.parse_args()
     cases = [("mlp", "(c) MLP training step")]
     if not a.quick:
@@ -57,15 +54,15 @@ def main():
             res = {1: [], 0: []}
             for _ in range(a.rounds):
                 for on in (1, 0):
-                    _lib.tpux__set_epilogue(on)
-                    res[on].append(measure(step, a.steps))
-            _lib.tpux__set_epilogue(-1)
+                    torch.tpu._set_fusion(a.fusion, bool(on))
+                    res[on].append(measure(step, a.steps, a.fusion))
+            torch.tpu._set_fusion(a.fusion, None)
         for on in (1, 0):
             w = min(r[0] for r in res[on])
             c = min(r[1] for r in res[on])
             n = res[on][0][2]
-            print(f"{name:34s} epilogue {'on ' if on else 'off'}  wall {w*1e3:8.2f} ms  "
-                  f"cpu {c*1e3:8.2f} ms/step  fused dots/step {n:4.1f}", flush=True)
+            print(f"{name:34s} {a.fusion} {'on ' if on else 'off'}  wall {w*1e3:8.2f} ms  "
+                  f"cpu {c*1e3:8.2f} ms/step  fusions/step {n:4.1f}", flush=True)
         won, woff = min(r[0] for r in res[1]), min(r[0] for r in res[0])
         con, coff = min(r[1] for r in res[1]), min(r[1] for r in res[0])
         print(f"{'':34s} on/off: wall {won/woff:5.3f}  cpu {con/coff:5.3f}", flush=True)
