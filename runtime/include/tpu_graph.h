@@ -68,7 +68,9 @@ int tpug_get_mode(void);
  * view per graph parameter) and outs[0..nout) (destinations) are borrowed
  * until release(owner) is called, which tpug does exactly once (also on
  * error). sync != 0: the op must run now (pending work is flushed with it;
- * the caller then synchronizes the stream). */
+ * the caller then synchronizes the stream). A host thread blocks here while
+ * the stream has more than 1024 programs pending (launch-queue back-pressure,
+ * tpurt_stream_throttle). */
 int tpug_submit(tpurt_stream *s, const tpuir_graph *g, int nin,
                 const tpu_view *ins, int nout, const tpu_view *outs, int sync,
                 tpurt_cleanup_fn release, void *owner);
