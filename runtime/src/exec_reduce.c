@@ -227,6 +227,19 @@ static int64_t kept_offset(const red_plan *p, int nk, int64_t o) {
   return off;
 }
 
+/* Multi-index idx of linear position L of the reduced space; returns the
+ * operand's element offset of it. */
+static int64_t red_unravel(const red_plan *p, int64_t L, int64_t *idx) {
+  int64_t off = 0;
+  for (int d = p->nr - 1; d >= 0; d--) {
+    int64_t q = L / p->rs[d];
+    idx[d] = L - q * p->rs[d];
+    off += idx[d] * p->rx[d];
+    L = q;
+  }
+  return off;
+}
+
 /* Reduce elements [lo, hi) of the reduced space at operand offset base into
  * a single accumulator (inner shape). */
 static acc_t reduce_inner(const red_plan *p, int64_t base, int64_t lo,
@@ -235,13 +248,8 @@ static acc_t reduce_inner(const red_plan *p, int64_t base, int64_t lo,
   acc_t id = identity(p->kind, p->dt);
   for (int l = 0; l < LANES; l++) lanes[l] = id;
   int nr = p->nr;
-  int64_t idx[TPU_MAX_DIMS], off = 0, L = lo;
-  for (int d = nr - 1; d >= 0; d--) {
-    int64_t q = L / p->rs[d];
-    idx[d] = L - q * p->rs[d];
-    off += idx[d] * p->rx[d];
-    L = q;
-  }
+  int64_t idx[TPU_MAX_DIMS];
+  int64_t off = red_unravel(p, lo, idx);
   int64_t left = hi - lo, inner = p->rs[nr - 1], ist = p->rx[nr - 1];
   while (left > 0) {
     int64_t seg = inner - idx[nr - 1];
@@ -281,13 +289,8 @@ static void reduce_outer(const red_plan *p, int64_t base, int64_t len,
   acc_t id = identity(p->kind, p->dt);
   for (int64_t i = 0; i < len; i++) acc[i] = id;
   int nr = p->nr;
-  int64_t idx[TPU_MAX_DIMS], off = 0, L = lo;
-  for (int d = nr - 1; d >= 0; d--) {
-    int64_t q = L / p->rs[d];
-    idx[d] = L - q * p->rs[d];
-    off += idx[d] * p->rx[d];
-    L = q;
-  }
+  int64_t idx[TPU_MAX_DIMS];
+  int64_t off = red_unravel(p, lo, idx);
   int64_t kst = p->kx[p->nk - 1];
   for (int64_t r = lo; r < hi; r++) {
     const char *src = p->x + (base + off) * (int64_t)p->es;
@@ -452,12 +455,8 @@ static acc_t fuse_inner(const red_plan *p, const int64_t *aoff, int64_t xk,
   acc_t id = identity(p->kind, p->dt);
   for (int l = 0; l < LANES; l++) lanes[l] = id;
   int nr = p->nr;
-  int64_t idx[TPU_MAX_DIMS], L = lo, off[XK_MAX_ARR];
-  for (int d = nr - 1; d >= 0; d--) {
-    int64_t q = L / p->rs[d];
-    idx[d] = L - q * p->rs[d];
-    L = q;
-  }
+  int64_t idx[TPU_MAX_DIMS], off[XK_MAX_ARR];
+  red_unravel(p, lo, idx);
   const int *zl[1] = {F->rzl[nr - 1]};
   int zn[1] = {F->rzn[nr - 1]};
   int64_t sst[1] = {F->stored ? p->rx[nr - 1] : 1};
@@ -533,12 +532,8 @@ static void fuse_outer(const red_plan *p, const int64_t *aoff, int64_t xb,
   acc_t id = identity(p->kind, p->dt);
   for (int64_t i = 0; i < len; i++) acc[i] = id;
   int nr = p->nr;
-  int64_t idx[TPU_MAX_DIMS], L = lo, off[XK_MAX_ARR];
-  for (int d = nr - 1; d >= 0; d--) {
-    int64_t q = L / p->rs[d];
-    idx[d] = L - q * p->rs[d];
-    L = q;
-  }
+  int64_t idx[TPU_MAX_DIMS], off[XK_MAX_ARR];
+  red_unravel(p, lo, idx);
   const int *zl[2] = {F->rzl[nr - 1], F->kzl[p->nk - 1]};
   int zn[2] = {F->rzn[nr - 1], F->kzn[p->nk - 1]};
   int64_t sst[2] = {len, 1};

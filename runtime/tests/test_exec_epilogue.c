@@ -20,41 +20,12 @@ static tpuir_val cscal(tpuir_graph *g, int dt, double v, int nd, const int64_t *
   return tpuir_broadcast_in_dim(g, tpuir_const_f(g, dt, v), nd, sz, NULL);
 }
 
-/* Run g on ins twice (epilogue on, off) into fresh contiguous outputs;
- * outputs must match bit for bit. *fused = epilogue runs in the "on" run.
- * `on` receives the "on" outputs (caller frees .mem). */
+/* g with the epilogue on and off (te_fusion_on_off); both runs must
+ * succeed. */
 static int run_both(tpuir_graph *g, int np, const tpu_view *ins, tarr *on,
                     int64_t *fused) {
-  int no = tpuir_num_outputs(g);
-  tarr off[MAXO];
-  tpu_view ov_on[MAXO], ov_off[MAXO];
-  for (int i = 0; i < no; i++) {
-    int dt, nd;
-    int64_t sz[TPU_MAX_DIMS];
-    tpuir_value_info(g, tpuir_output(g, i), &dt, &nd, sz);
-    on[i] = ta_new(dt, nd, sz);
-    off[i] = ta_new(dt, nd, sz);
-    ov_on[i] = on[i].v;
-    ov_off[i] = off[i].v;
-  }
-  int64_t r0 = tpux__epilogue_runs();
-  tpux__set_epilogue(1);
-  int rc = tpux_run(g, np, ins, no, ov_on);
-  *fused = tpux__epilogue_runs() - r0;
-  tpux__set_epilogue(0);
-  int rc2 = tpux_run(g, np, ins, no, ov_off);
-  tpux__set_epilogue(-1);
-  int same = rc == TPU_OK && rc2 == TPU_OK;
-  for (int i = 0; i < no; i++) {
-    int64_t n = tpu_view_numel(&on[i].v);
-    if (same && memcmp(on[i].mem, off[i].mem, (size_t)n * tpu_dtype_size(on[i].v.dtype))) {
-      fprintf(stderr, "  output %d differs with/without epilogue\n", i);
-      same = 0;
-    }
-    free(off[i].mem);
-  }
-  if (rc || rc2) fprintf(stderr, "  tpux_run: %d %d (%s)\n", rc, rc2, tpu_last_error());
-  return same;
+  int rc;
+  return te_fusion_on_off(TPUX_FUSE_EPILOGUE, g, np, ins, on, fused, &rc) && rc == TPU_OK;
 }
 
 typedef enum { ACT_NONE, ACT_RELU, ACT_GELU } act_kind;

@@ -11,44 +11,10 @@
 
 #define MAXO 3
 
-/* Run g on ins with reduction fusion on, then off, into fresh contiguous
- * outputs; outputs must match bit for bit. *fused = fused reductions in the
- * "on" run. `on` receives the "on" outputs (caller frees .mem). *rc_on:
- * the status of the "on" run (both runs must agree on it). */
+/* g with reduction fusion on and off (te_fusion_on_off). */
 static int run_both(tpuir_graph *g, int np, const tpu_view *ins, tarr *on,
                     int64_t *fused, int *rc_on) {
-  int no = tpuir_num_outputs(g);
-  tarr off[MAXO];
-  tpu_view ov_on[MAXO], ov_off[MAXO];
-  for (int i = 0; i < no; i++) {
-    int dt, nd;
-    int64_t sz[TPU_MAX_DIMS];
-    tpuir_value_info(g, tpuir_output(g, i), &dt, &nd, sz);
-    on[i] = ta_new(dt, nd, sz);
-    off[i] = ta_new(dt, nd, sz);
-    ov_on[i] = on[i].v;
-    ov_off[i] = off[i].v;
-  }
-  int64_t r0 = tpux__reduce_fusion_runs();
-  tpux__set_reduce_fusion(1);
-  int rc = tpux_run(g, np, ins, no, ov_on);
-  *fused = tpux__reduce_fusion_runs() - r0;
-  tpux__set_reduce_fusion(0);
-  int rc2 = tpux_run(g, np, ins, no, ov_off);
-  tpux__set_reduce_fusion(-1);
-  *rc_on = rc;
-  int same = rc == rc2;
-  for (int i = 0; i < no; i++) {
-    int64_t n = tpu_view_numel(&on[i].v);
-    if (same && rc == TPU_OK &&
-        memcmp(on[i].mem, off[i].mem, (size_t)n * tpu_dtype_size(on[i].v.dtype))) {
-      fprintf(stderr, "  output %d differs with/without reduce fusion\n", i);
-      same = 0;
-    }
-    free(off[i].mem);
-  }
-  if (rc != rc2) fprintf(stderr, "  tpux_run: %d %d (%s)\n", rc, rc2, tpu_last_error());
-  return same;
+  return te_fusion_on_off(TPUX_FUSE_REDUCE, g, np, ins, on, fused, rc_on);
 }
 
 enum { V_PLAIN, V_MULTI, V_OUTPUT, V_CONVERT, V_TWO };

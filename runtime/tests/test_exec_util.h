@@ -4,6 +4,7 @@
 #define TEST_EXEC_UTIL_H
 
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -122,6 +123,49 @@ static inline int near_eq(double a, double b, double tol) {
   if (isnan(a) || isnan(b)) return isnan(a) && isnan(b);
   if (isinf(a) || isinf(b)) return a == b;
   return fabs(a - b) <= tol * (1 + fabs(b));
+}
+
+/* Run g on ins with executor fusion `kind` (TPUX_FUSE_*) on, then off,
+ * into fresh contiguous outputs (at most 8). Returns 1 when both runs give
+ * the same status and, if TPU_OK, bit-identical outputs. on[] receives the
+ * "on" outputs (caller frees .mem); *fused = runs of the fusion during the
+ * "on" run; *rc_on = that run's status. */
+static inline int te_fusion_on_off(int kind, tpuir_graph *g, int np,
+                                   const tpu_view *ins, tarr *on,
+                                   int64_t *fused, int *rc_on) {
+  int no = tpuir_num_outputs(g);
+  tarr off[8];
+  tpu_view ov_on[8], ov_off[8];
+  if (no > 8) return 0;
+  for (int i = 0; i < no; i++) {
+    int dt, nd;
+    int64_t sz[TPU_MAX_DIMS];
+    tpuir_value_info(g, tpuir_output(g, i), &dt, &nd, sz);
+    on[i] = ta_new(dt, nd, sz);
+    off[i] = ta_new(dt, nd, sz);
+    ov_on[i] = on[i].v;
+    ov_off[i] = off[i].v;
+  }
+  int64_t r0 = tpux_fusion_runs(kind);
+  tpux_set_fusion(kind, 1);
+  int rc = tpux_run(g, np, ins, no, ov_on);
+  *fused = tpux_fusion_runs(kind) - r0;
+  tpux_set_fusion(kind, 0);
+  int rc2 = tpux_run(g, np, ins, no, ov_off);
+  tpux_set_fusion(kind, -1);
+  *rc_on = rc;
+  int same = rc == rc2;
+  for (int i = 0; i < no; i++) {
+    int64_t n = tpu_view_numel(&on[i].v);
+    if (same && rc == TPU_OK &&
+        memcmp(on[i].mem, off[i].mem, (size_t)n * tpu_dtype_size(on[i].v.dtype))) {
+      fprintf(stderr, "  output %d differs with/without fusion %d\n", i, kind);
+      same = 0;
+    }
+    free(off[i].mem);
+  }
+  if (rc != rc2) fprintf(stderr, "  tpux_run: %d %d (%s)\n", rc, rc2, tpu_last_error());
+  return same;
 }
 
 #endif
