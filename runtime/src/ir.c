@@ -212,6 +212,13 @@ static const tpuir_node *val(const tpuir_graph *g, tpuir_val v) {
   return &g->nodes[v];
 }
 
+int tpuir__operand(const tpuir_graph *g, tpuir_val v, const char *what,
+                   const tpuir_node **out) {
+  int rc = check_val(g, v, what);
+  if (rc == TPU_OK && out) *out = val(g, v);
+  return rc;
+}
+
 static int check_sizes(const char *what, int ndim, const int64_t *sizes) {
   if (ndim < 0 || ndim > TPU_MAX_DIMS)
     return tpu_error(TPU_E_INVALID, "%s: rank %d is out of range [0, %d]", what,

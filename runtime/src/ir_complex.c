@@ -10,14 +10,6 @@
 
 #include "ir_internal.h"
 
-static int check_operand(const tpuir_graph *g, tpuir_val v, const char *nm) {
-  if (v < 0) return v;
-  if (v >= tpuir_num_nodes(g))
-    return tpu_error(TPU_E_INVALID, "%s: value %%%d is not defined in this graph",
-                     nm, (int)v);
-  return TPU_OK;
-}
-
 /* New node of `op` with x's shape and dtype `dt` and one operand. */
 static tpuir_val unary_like(tpuir_graph *g, int op, tpuir_val x, int dt,
                             const char *nm) {
@@ -37,7 +29,7 @@ static tpuir_val unary_like(tpuir_graph *g, int op, tpuir_val x, int dt,
 
 /* Real part (complex -> part dtype; real -> itself). */
 tpuir_val tpuir_real(tpuir_graph *g, tpuir_val x) {
-  int rc = check_operand(g, x, "real");
+  int rc = tpuir__operand(g, x, "real", NULL);
   if (rc) return rc;
   int dt = tpuir_get_node(g, x)->dtype;
   return unary_like(g, TPUIR_REAL, x, tpu_dtype_complex_part(dt), "real");
@@ -45,7 +37,7 @@ tpuir_val tpuir_real(tpuir_graph *g, tpuir_val x) {
 
 /* Imaginary part (complex -> part dtype; real -> zeros). */
 tpuir_val tpuir_imag(tpuir_graph *g, tpuir_val x) {
-  int rc = check_operand(g, x, "imag");
+  int rc = tpuir__operand(g, x, "imag", NULL);
   if (rc) return rc;
   int dt = tpuir_get_node(g, x)->dtype;
   return unary_like(g, TPUIR_IMAG, x, tpu_dtype_complex_part(dt), "imag");
@@ -53,16 +45,16 @@ tpuir_val tpuir_imag(tpuir_graph *g, tpuir_val x) {
 
 /* Complex conjugate. */
 tpuir_val tpuir_conj(tpuir_graph *g, tpuir_val x) {
-  int rc = check_operand(g, x, "conj");
+  int rc = tpuir__operand(g, x, "conj", NULL);
   if (rc) return rc;
   return unary_like(g, TPUIR_CONJ, x, tpuir_get_node(g, x)->dtype, "conj");
 }
 
 /* re + im*i. */
 tpuir_val tpuir_complex(tpuir_graph *g, tpuir_val re, tpuir_val im) {
-  int rc = check_operand(g, re, "complex");
+  int rc = tpuir__operand(g, re, "complex", NULL);
   if (rc) return rc;
-  if ((rc = check_operand(g, im, "complex"))) return rc;
+  if ((rc = tpuir__operand(g, im, "complex", NULL))) return rc;
   const tpuir_node *a = tpuir_get_node(g, re), *b = tpuir_get_node(g, im);
   if (a->dtype != b->dtype)
     return tpu_error(TPU_E_TYPE, "complex: real and imaginary parts must have the "
@@ -86,7 +78,7 @@ tpuir_val tpuir_complex(tpuir_graph *g, tpuir_val re, tpuir_val im) {
 /* StableHLO fft over the trailing nlen dims. */
 tpuir_val tpuir_fft(tpuir_graph *g, tpuir_val x, int fft_type, int nlen,
                     const int64_t *fft_length) {
-  int rc = check_operand(g, x, "fft");
+  int rc = tpuir__operand(g, x, "fft", NULL);
   if (rc) return rc;
   if (fft_type < TPUIR_FFT_FWD || fft_type > TPUIR_FFT_IRFFT)
     return tpu_error(TPU_E_INVALID, "fft: invalid fft_type %d", fft_type);

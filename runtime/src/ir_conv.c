@@ -20,17 +20,6 @@
 #define CONV_MAX_SP 3
 #define WIN_MAX_RANK 8
 
-static int operand(const tpuir_graph *g, tpuir_val v, const char *what,
-                   const tpuir_node **out) {
-  if (v < 0) return v;
-  const tpuir_node *n = tpuir_get_node(g, v);
-  if (!n)
-    return tpu_error(TPU_E_INVALID, "%s: value %%%d is not defined in this graph",
-                     what, (int)v);
-  *out = n;
-  return TPU_OK;
-}
-
 /* Size of one windowed output dim (0 if the window does not fit). */
 static int64_t window_out(int64_t in, int64_t base_dil, int64_t lo, int64_t hi,
                           int64_t win, int64_t dil, int64_t stride) {
@@ -50,9 +39,9 @@ tpuir_val tpuir_convolution(tpuir_graph *g, tpuir_val lhs, tpuir_val rhs,
                             int64_t feature_group_count, int precision) {
   const char *nm = "convolution";
   const tpuir_node *l = NULL, *r = NULL;
-  int rc = operand(g, lhs, nm, &l);
+  int rc = tpuir__operand(g, lhs, nm, &l);
   if (rc) return rc;
-  if ((rc = operand(g, rhs, nm, &r))) return rc;
+  if ((rc = tpuir__operand(g, rhs, nm, &r))) return rc;
   if (l->dtype != r->dtype)
     return tpu_error(TPU_E_TYPE,
                      "convolution: input type (%s) and weight type (%s) should "
@@ -204,7 +193,7 @@ tpuir_val tpuir_reduce_window(tpuir_graph *g, int kind, tpuir_val x,
                               const int64_t *dilation) {
   const char *nm = "reduce_window";
   const tpuir_node *xn = NULL;
-  int rc = operand(g, x, nm, &xn);
+  int rc = tpuir__operand(g, x, nm, &xn);
   if (rc) return rc;
   if (kind != TPUIR_RED_SUM && kind != TPUIR_RED_MAX)
     return tpu_error(TPU_E_INVALID, "reduce_window: kind must be sum or max, got %d",
@@ -225,7 +214,7 @@ tpuir_val tpuir_window_argmax(tpuir_graph *g, tpuir_val x,
                               const int64_t *dilation, int index_dims) {
   const char *nm = "window_argmax";
   const tpuir_node *xn = NULL;
-  int rc = operand(g, x, nm, &xn);
+  int rc = tpuir__operand(g, x, nm, &xn);
   if (rc) return rc;
   if (index_dims < 0 || index_dims > xn->ndim)
     return tpu_error(TPU_E_INVALID, "window_argmax: index_dims %d out of range "

@@ -7,6 +7,11 @@
 
 #include "tpu_ir.h"
 
+/* Operand v of a builder named `what`: TPU_OK with *out (may be NULL) set
+ * to its node (borrowed, valid until the graph grows), v itself if v < 0
+ * (an earlier error), or TPU_E_INVALID if v is not in g. */
+int tpuir__operand(const tpuir_graph *g, tpuir_val v, const char *what,
+                   const tpuir_node **out);
 /* Append a zeroed node with op `op` (not yet a value: call tpuir__commit
  * after filling it). NULL on OOM. May move every node: re-fetch operand
  * nodes after calling it. Defined in ir.c. */

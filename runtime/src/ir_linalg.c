@@ -14,21 +14,10 @@
 
 #include "ir_internal.h"
 
-static int operand(const tpuir_graph *g, tpuir_val v, const char *nm,
-                   const tpuir_node **out) {
-  if (v < 0) return v;
-  const tpuir_node *n = tpuir_get_node(g, v);
-  if (!n)
-    return tpu_error(TPU_E_INVALID, "%s: value %%%d is not defined in this graph",
-                     nm, (int)v);
-  *out = n;
-  return TPU_OK;
-}
-
 /* float32/float64 operand of rank >= 2 */
 static int matrix_operand(const tpuir_graph *g, tpuir_val v, const char *nm,
                           const tpuir_node **out) {
-  int rc = operand(g, v, nm, out);
+  int rc = tpuir__operand(g, v, nm, out);
   if (rc) return rc;
   const tpuir_node *n = *out;
   if (n->dtype != TPU_F32 && n->dtype != TPU_F64)
@@ -38,6 +27,18 @@ static int matrix_operand(const tpuir_graph *g, tpuir_val v, const char *nm,
     return tpu_error(TPU_E_INVALID,
                      "%s: expected an operand of rank >= 2, got rank %d", nm,
                      (int)n->ndim);
+  return TPU_OK;
+}
+
+/* matrix_operand of square matrices. */
+static int square_operand(const tpuir_graph *g, tpuir_val v, const char *nm,
+                          const tpuir_node **out) {
+  int rc = matrix_operand(g, v, nm, out);
+  if (rc) return rc;
+  int64_t r = (*out)->sizes[(*out)->ndim - 2], c = (*out)->sizes[(*out)->ndim - 1];
+  if (r != c)
+    return tpu_error(TPU_E_INVALID, "%s: expected square matrices, got %lld x %lld", nm,
+                     (long long)r, (long long)c);
   return TPU_OK;
 }
 
@@ -74,12 +75,9 @@ static tpuir_val make_node(tpuir_graph *g, int op, const tpuir_node *x,
 tpuir_val tpuir_cholesky(tpuir_graph *g, tpuir_val x, int lower, int result) {
   const char *nm = "cholesky";
   const tpuir_node *n = NULL;
-  int rc = matrix_operand(g, x, nm, &n);
+  int rc = square_operand(g, x, nm, &n);
   if (rc) return rc;
-  int64_t r = n->sizes[n->ndim - 2], c = n->sizes[n->ndim - 1];
-  if (r != c)
-    return tpu_error(TPU_E_INVALID, "cholesky: expected square matrices, got %lld x %lld",
-                     (long long)r, (long long)c);
+  int64_t r = n->sizes[n->ndim - 2], c = r;
   if (result == TPUIR_CHOL_FACTOR) {
     int64_t t[2] = {r, c};
     return make_node(g, TPUIR_CHOLESKY, n, n->dtype, 2, t, lower & 3, result, 1, x, 0, nm);
@@ -142,7 +140,7 @@ tpuir_val tpuir_lu(tpuir_graph *g, tpuir_val x, int result) {
 tpuir_val tpuir_lu_pivots_to_perm(tpuir_graph *g, tpuir_val pivots, int64_t m) {
   const char *nm = "lu_pivots_to_permutation";
   const tpuir_node *n = NULL;
-  int rc = operand(g, pivots, nm, &n);
+  int rc = tpuir__operand(g, pivots, nm, &n);
   if (rc) return rc;
   if (n->dtype != TPU_I32 && n->dtype != TPU_I64)
     return tpu_error(TPU_E_TYPE, "%s: pivots must be int32 or int64, got %s", nm,
@@ -189,7 +187,7 @@ tpuir_val tpuir_householder_product(tpuir_graph *g, tpuir_val a, tpuir_val tau) 
   const tpuir_node *na = NULL, *nt = NULL;
   int rc = matrix_operand(g, a, nm, &na);
   if (rc) return rc;
-  if ((rc = operand(g, tau, nm, &nt))) return rc;
+  if ((rc = tpuir__operand(g, tau, nm, &nt))) return rc;
   if (nt->dtype != na->dtype)
     return tpu_error(TPU_E_TYPE, "%s: tau dtype %s differs from %s", nm,
                      tpu_dtype_name(nt->dtype), tpu_dtype_name(na->dtype));
@@ -209,12 +207,9 @@ tpuir_val tpuir_householder_product(tpuir_graph *g, tpuir_val a, tpuir_val tau) 
 tpuir_val tpuir_ldl(tpuir_graph *g, tpuir_val x, int result) {
   const char *nm = "ldl";
   const tpuir_node *n = NULL;
-  int rc = matrix_operand(g, x, nm, &n);
+  int rc = square_operand(g, x, nm, &n);
   if (rc) return rc;
-  int64_t r = n->sizes[n->ndim - 2], c = n->sizes[n->ndim - 1];
-  if (r != c)
-    return tpu_error(TPU_E_INVALID, "ldl: expected square matrices, got %lld x %lld",
-                     (long long)r, (long long)c);
+  int64_t r = n->sizes[n->ndim - 2], c = r;
   int64_t t[2] = {r, c};
   switch (result) {
   case TPUIR_LDL_LD: return make_node(g, TPUIR_LDL, n, n->dtype, 2, t, 0, result, 1, x, 0, nm);
@@ -231,7 +226,7 @@ tpuir_val tpuir_ldl_solve(tpuir_graph *g, tpuir_val ld, tpuir_val pivots, tpuir_
   int rc = matrix_operand(g, ld, nm, &nl);
   if (rc) return rc;
   if ((rc = matrix_operand(g, b, nm, &nb))) return rc;
-  if ((rc = operand(g, pivots, nm, &np))) return rc;
+  if ((rc = tpuir__operand(g, pivots, nm, &np))) return rc;
   if (nl->dtype != nb->dtype || np->dtype != TPU_I32)
     return tpu_error(TPU_E_TYPE, "%s: ld and b need one dtype, pivots int32", nm);
   int64_t n = nl->sizes[nl->ndim - 1];

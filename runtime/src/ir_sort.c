@@ -17,11 +17,9 @@ tpuir_val tpuir_sort(tpuir_graph *g, tpuir_val x, int dim, int descending,
 /* The first k entries of the stable sort along dim (k < 0: all). */
 tpuir_val tpuir_sort_head(tpuir_graph *g, tpuir_val x, int dim, int descending,
                           int result, int64_t k) {
-  if (x < 0) return x;
-  const tpuir_node *xn = tpuir_get_node(g, x);
-  if (!xn)
-    return tpu_error(TPU_E_INVALID, "sort: value %%%d is not defined in this graph",
-                     (int)x);
+  const tpuir_node *xn = NULL;
+  int rc = tpuir__operand(g, x, "sort", &xn);
+  if (rc) return rc;
   if (result != TPUIR_SORT_VALUES && result != TPUIR_SORT_INDICES)
     return tpu_error(TPU_E_INVALID, "sort: result must be values or indices, got %d",
                      result);

@@ -8,17 +8,6 @@
 
 #include "ir_internal.h"
 
-static int operand(const tpuir_graph *g, tpuir_val v, const char *what,
-                   const tpuir_node **out) {
-  if (v < 0) return v;
-  const tpuir_node *n = tpuir_get_node(g, v);
-  if (!n)
-    return tpu_error(TPU_E_INVALID, "%s: value %%%d is not defined in this graph",
-                     what, (int)v);
-  *out = n;
-  return TPU_OK;
-}
-
 static tpuir_val append(tpuir_graph *g, int op, int dtype, int nin,
                         tpuir_val a, tpuir_val b) {
   const char *nm = tpuir_op_name(op);
@@ -44,7 +33,7 @@ tpuir_val tpuir_special_unary(tpuir_graph *g, int op, tpuir_val x) {
                      "special function", op, tpuir_op_name(op));
   const char *nm = tpuir_op_name(op);
   const tpuir_node *xn = NULL;
-  int rc = operand(g, x, nm, &xn);
+  int rc = tpuir__operand(g, x, nm, &xn);
   if (rc) return rc;
   if (!tpu_dtype_is_float(xn->dtype))
     return tpu_error(TPU_E_TYPE, "%s: needs a floating point operand, got %s",
@@ -60,9 +49,9 @@ tpuir_val tpuir_special_binary(tpuir_graph *g, int op, tpuir_val a,
                      "binary special function", op, tpuir_op_name(op));
   const char *nm = tpuir_op_name(op);
   const tpuir_node *an = NULL, *bn = NULL;
-  int rc = operand(g, a, nm, &an);
+  int rc = tpuir__operand(g, a, nm, &an);
   if (rc) return rc;
-  if ((rc = operand(g, b, nm, &bn))) return rc;
+  if ((rc = tpuir__operand(g, b, nm, &bn))) return rc;
   if (an->dtype != bn->dtype)
     return tpu_error(TPU_E_TYPE, "%s: operand dtypes differ (%s vs %s)", nm,
                      tpu_dtype_name(an->dtype), tpu_dtype_name(bn->dtype));

@@ -9,11 +9,9 @@
 
 static int float_matrix(const tpuir_graph *g, tpuir_val x, const char *nm,
                         const tpuir_node **out) {
-  if (x < 0) return x;
-  const tpuir_node *n = tpuir_get_node(g, x);
-  if (!n)
-    return tpu_error(TPU_E_INVALID, "%s: value %%%d is not defined in this graph",
-                     nm, (int)x);
+  const tpuir_node *n = NULL;
+  int rc = tpuir__operand(g, x, nm, &n);
+  if (rc) return rc;
   if (!tpu_dtype_is_float(n->dtype))
     return tpu_error(TPU_E_TYPE, "%s: expected a floating point operand, got %s",
                      nm, tpu_dtype_name(n->dtype));
