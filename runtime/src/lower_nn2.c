@@ -155,9 +155,10 @@ static int unpool_fn(lw_b *b) {
 
 /* x [lead..., in...] (rank), pos [lead'..., P, K] int64 flat positions in
  * the spatial plane (lead' = lead dims or all-1 to broadcast), P = prod
- * out: max value and its flat index; result shapes [lead..., out...]. */
+ * out: the op's two results, max value and its flat index, both of shape
+ * [lead..., out...]. */
 static int window_max(lw_b *b, tpuir_val x, tpuir_val pos, int rank, int nsp,
-                      const int64_t *out, tpuir_val *val, tpuir_val *idx) {
+                      const int64_t *out) {
   lw_shape xs = lw_info(b, x);
   int lead = rank - nsp;
   int64_t fin = 1, P = 1;
@@ -183,10 +184,9 @@ static int window_max(lw_b *b, tpuir_val x, tpuir_val pos, int rank, int nsp,
   LW_TRY(am);
   ks[lead + 1] = 1;
   tpuir_val am1 = lw_reshape(b, am, lead + 2, ks);
-  *val = lw_reshape(b, tpuir_gather(b->g, w, lead + 1, am1), rank, os);
-  *idx = lw_reshape(b, tpuir_gather(b->g, pk, lead + 1, am1), rank, os);
-  LW_TRY(*val);
-  return *idx < 0 ? *idx : TPU_OK;
+  int rc = lw_result(b, lw_reshape(b, tpuir_gather(b->g, w, lead + 1, am1), rank, os));
+  if (rc < 0) return rc;
+  return lw_result(b, lw_reshape(b, tpuir_gather(b->g, pk, lead + 1, am1), rank, os));
 }
 
 /* flat positions [P, K] (shape [1.., P, K] at rank lead + 2) from per-dim
@@ -309,10 +309,7 @@ static int adapt_max_fn(lw_b *b) {
   ps[lead] = P;
   ps[lead + 1] = lw_info(b, pos).sizes[1];
   pos = lw_reshape(b, pos, lead + 2, ps);
-  tpuir_val val, idx;
-  if ((rc = window_max(b, x, pos, rank, nsp, out, &val, &idx)) < 0) return rc;
-  if ((rc = lw_result(b, val)) < 0) return rc;
-  return lw_result(b, idx);
+  return window_max(b, x, pos, rank, nsp, out);
 }
 
 /* ---- fractional max pool ----------------------------------------------- */
@@ -429,10 +426,7 @@ static int frac_fn(lw_b *b) {
     int64_t s3[3] = {C, p.sizes[2], p.sizes[3]};
     pos = lw_reshape(b, pos, 3, s3);
   }
-  tpuir_val val, idx;
-  if ((rc = window_max(b, lw_tensor(b, in), pos, rank, nsp, out, &val, &idx)) < 0) return rc;
-  if ((rc = lw_result(b, val)) < 0) return rc;
-  return lw_result(b, idx);
+  return window_max(b, lw_tensor(b, in), pos, rank, nsp, out);
 }
 
 /* ---- channel_shuffle ----------------------------------------------------- */
