@@ -28,6 +28,18 @@ enum {
 
 #define CT TPU_F64 /* compute dtype */
 
+/* Tensor argument t as a value in the compute dtype. */
+static tpuir_val ct_arg(lw_b *b, const tpulw_tensor *t) {
+  return lw_convert(b, lw_tensor(b, t), CT);
+}
+
+/* *_ex ops with check_errors=True raise from inside the op on CPU; not
+ * lowered (TPU_E_UNSUPPORTED: the glue falls back). */
+static int no_check_errors(lw_b *b, const char *op) {
+  if (!lw_int(b, "check_errors", 0)) return TPU_OK;
+  return tpu_error(TPU_E_UNSUPPORTED, "%s: check_errors=True", op);
+}
+
 /* ---- checks ------------------------------------------------------------ */
 
 /* tensor argument (a 0-dim CPU tensor too: it fails the rank checks with
@@ -295,12 +307,11 @@ static int chol_fn(lw_b *b) {
   const tpulw_tensor *a = targ(b, "self");
   int rc = check_mat(a, fname, "A", 1, b->op == S_CHOL_EX, 0, "cholesky_cpu");
   if (rc) return rc;
-  if (b->op == S_CHOL_EX && lw_int(b, "check_errors", 0))
-    return tpu_error(TPU_E_UNSUPPORTED, "linalg_cholesky_ex: check_errors=True");
+  if (b->op == S_CHOL_EX && (rc = no_check_errors(b, "linalg_cholesky_ex"))) return rc;
   int upper = (int)lw_int(b, "upper", 0);
   int dt = a->view.dtype;
   b->out_rule = LW_OUT_SAME;
-  tpuir_val x = lw_convert(b, lw_tensor(b, a), CT);
+  tpuir_val x = ct_arg(b, a);
   tpuir_val L = tpuir_cholesky(b->g, x, !upper, TPUIR_CHOL_FACTOR);
   LW_TRY(L);
   if (b->op == S_CHOL) {
@@ -324,7 +335,7 @@ static int chol_solve_fn(lw_b *b) {
   if ((rc = check_same_dtype(B, A, "cholesky_solve", "self", "A"))) return rc;
   int upper = (int)lw_int(b, "upper", 0), dt = B->view.dtype;
   b->out_rule = LW_OUT_SAME;
-  tpuir_val xb = lw_convert(b, lw_tensor(b, B), CT), xa = lw_convert(b, lw_tensor(b, A), CT);
+  tpuir_val xb = ct_arg(b, B), xa = ct_arg(b, A);
   lw_shape sb = lw_info(b, xb), sa = lw_info(b, xa);
   int nb;
   int64_t bs[TPU_MAX_DIMS];
@@ -343,7 +354,7 @@ static int chol_inv_fn(lw_b *b) {
   if (rc) return rc;
   int upper = (int)lw_int(b, "upper", 0), dt = A->view.dtype;
   b->out_rule = LW_OUT_SAME;
-  tpuir_val xa = lw_convert(b, lw_tensor(b, A), CT);
+  tpuir_val xa = ct_arg(b, A);
   lw_shape s = lw_info(b, xa);
   int nb;
   int64_t bs[TPU_MAX_DIMS];
@@ -372,7 +383,7 @@ static int tri_fn(lw_b *b) {
   int left = legacy ? 1 : (int)lw_int(b, "left", 1);
   int dt = B->view.dtype;
   b->out_rule = LW_OUT_SAME;
-  tpuir_val xa = lw_convert(b, lw_tensor(b, A), CT), xb = lw_convert(b, lw_tensor(b, B), CT);
+  tpuir_val xa = ct_arg(b, A), xb = ct_arg(b, B);
   lw_shape sa = lw_info(b, xa), sb = lw_info(b, xb);
   int64_t k = sa.sizes[sa.ndim - 1];
   int64_t need = left ? sb.sizes[sb.ndim - 2] : sb.sizes[sb.ndim - 1];
@@ -410,11 +421,10 @@ static int lu_factor_fn(lw_b *b) {
   if (!lw_int(b, "pivot", 1))
     return tpu_error(TPU_E_INVALID,
                      "linalg.lu_factor: LU without pivoting is not implemented on the CPU");
-  if (b->op == S_LU_FACTOR && lw_int(b, "check_errors", 0))
-    return tpu_error(TPU_E_UNSUPPORTED, "linalg_lu_factor_ex: check_errors=True");
+  if (b->op == S_LU_FACTOR && (rc = no_check_errors(b, "linalg_lu_factor_ex"))) return rc;
   int dt = A->view.dtype;
   b->out_rule = LW_OUT_SAME;
-  tpuir_val x = lw_convert(b, lw_tensor(b, A), CT);
+  tpuir_val x = ct_arg(b, A);
   tpuir_val lu = tpuir_lu(b->g, x, TPUIR_LU_PACKED);
   LW_TRY(lu);
   if (b->op == S_LU_FACTOR) {
@@ -455,7 +465,7 @@ static int lu_unpack_fn(lw_b *b) {
   int ud = (int)lw_int(b, "unpack_data", 1), up = (int)lw_int(b, "unpack_pivots", 1);
   int dt = LU->view.dtype;
   b->out_rule = LW_OUT_SAME;
-  tpuir_val lu = lw_convert(b, lw_tensor(b, LU), CT);
+  tpuir_val lu = ct_arg(b, LU);
   lw_shape s = lw_info(b, lu);
   int64_t m = s.sizes[s.ndim - 2], n = s.sizes[s.ndim - 1], k = m < n ? m : n;
   int nb;
@@ -500,7 +510,7 @@ static int lu_solve_fn(lw_b *b) {
   int left = (int)lw_int(b, "left", 1), adj = (int)lw_int(b, "adjoint", 0);
   int dt = B->view.dtype;
   b->out_rule = LW_OUT_SAME;
-  tpuir_val lu = lw_convert(b, lw_tensor(b, LU), CT), xb = lw_convert(b, lw_tensor(b, B), CT);
+  tpuir_val lu = ct_arg(b, LU), xb = ct_arg(b, B);
   tpuir_val pv = lw_tensor(b, piv);
   lw_shape sl = lw_info(b, lu), sb = lw_info(b, xb), sp = lw_info(b, pv);
   int64_t n = sl.sizes[sl.ndim - 1];
@@ -528,11 +538,10 @@ static int inv_fn(lw_b *b) {
   const tpulw_tensor *A = targ(b, "A");
   int rc = check_mat(A, "linalg.inv", "A", 1, 1, 1, "lu_cpu");
   if (rc) return rc;
-  if (lw_int(b, "check_errors", 0))
-    return tpu_error(TPU_E_UNSUPPORTED, "linalg_inv_ex: check_errors=True");
+  if ((rc = no_check_errors(b, "linalg_inv_ex"))) return rc;
   int dt = A->view.dtype;
   b->out_rule = LW_OUT_SAME;
-  tpuir_val x = lw_convert(b, lw_tensor(b, A), CT);
+  tpuir_val x = ct_arg(b, A);
   lw_shape s = lw_info(b, x);
   int nb;
   int64_t bs[TPU_MAX_DIMS];
@@ -555,11 +564,10 @@ static int solve_fn(lw_b *b) {
                      "linalg.solve: Expected A and B to have the same dtype, but found "
                      "A of type %s and B of type %s instead",
                      lw_torch_name(A->view.dtype), lw_torch_name(B->view.dtype));
-  if (lw_int(b, "check_errors", 0))
-    return tpu_error(TPU_E_UNSUPPORTED, "_linalg_solve_ex: check_errors=True");
+  if ((rc = no_check_errors(b, "_linalg_solve_ex"))) return rc;
   int left = (int)lw_int(b, "left", 1), dt = A->view.dtype;
   b->out_rule = LW_OUT_SAME;
-  tpuir_val xa = lw_convert(b, lw_tensor(b, A), CT), xb = lw_convert(b, lw_tensor(b, B), CT);
+  tpuir_val xa = ct_arg(b, A), xb = ct_arg(b, B);
   lw_shape sa = lw_info(b, xa), sb = lw_info(b, xb);
   /* vector rhs: B.dim() == 1 or B.shape == A.shape[:-1] */
   int vec = sb.ndim == 1;
@@ -616,7 +624,7 @@ static int det_fn(lw_b *b) {
   if (rc) return rc;
   int dt = A->view.dtype;
   b->out_rule = LW_OUT_SAME;
-  tpuir_val x = lw_convert(b, lw_tensor(b, A), CT);
+  tpuir_val x = ct_arg(b, A);
   /* like CPU: a contiguous A is factored as A^T (det(A^T) = det(A)); the
    * backward formulas read this LU */
   if (tpu_view_is_contiguous(&A->view)) x = mT(b, x);
@@ -648,7 +656,7 @@ static int geqrf_fn(lw_b *b) {
   if (rc) return rc;
   int dt = A->view.dtype;
   b->out_rule = LW_OUT_SAME;
-  tpuir_val x = lw_convert(b, lw_tensor(b, A), CT);
+  tpuir_val x = ct_arg(b, A);
   if ((rc = res_f(b, tpuir_geqrf(b->g, x, TPUIR_QR_PACKED), dt))) return rc;
   return lw_result_as(b, tpuir_geqrf(b->g, x, TPUIR_QR_TAU), dt);
 }
@@ -687,8 +695,8 @@ static int hh_fn(lw_b *b) {
                      lw_torch_name(vt->dtype), lw_torch_name(va->dtype));
   int dt = va->dtype;
   b->out_rule = LW_OUT_SAME;
-  tpuir_val q = tpuir_householder_product(b->g, lw_convert(b, lw_tensor(b, A), CT),
-                                          lw_convert(b, lw_tensor(b, tau), CT));
+  tpuir_val q = tpuir_householder_product(b->g, ct_arg(b, A),
+                                          ct_arg(b, tau));
   return res_f(b, q, dt);
 }
 
@@ -755,8 +763,8 @@ static int ormqr_fn(lw_b *b) {
   if ((rc = check_mat(C, "ormqr", "other", 0, 0, 0, "ormqr_cpu"))) return rc;
   int dt = vc->dtype;
   b->out_rule = LW_OUT_SAME;
-  tpuir_val a = lw_convert(b, lw_tensor(b, A), CT), t = lw_convert(b, lw_tensor(b, tau), CT);
-  tpuir_val c = lw_convert(b, lw_tensor(b, C), CT);
+  tpuir_val a = ct_arg(b, A), t = ct_arg(b, tau);
+  tpuir_val c = ct_arg(b, C);
   tpuir_val Q = full_q(b, a, t, mn);
   if (trans) Q = mT(b, Q);
   return res_f(b, left ? mm(b, Q, c) : mm(b, c, Q), dt);
@@ -776,7 +784,7 @@ static int qr_fn(lw_b *b) {
                      mode);
   int dt = A->view.dtype;
   b->out_rule = LW_OUT_SAME;
-  tpuir_val x = lw_convert(b, lw_tensor(b, A), CT);
+  tpuir_val x = ct_arg(b, A);
   lw_shape s = lw_info(b, x);
   int64_t m = s.sizes[s.ndim - 2], n = s.sizes[s.ndim - 1], k = m < n ? m : n;
   tpuir_val pk = tpuir_geqrf(b->g, x, TPUIR_QR_PACKED), tau = tpuir_geqrf(b->g, x, TPUIR_QR_TAU);
@@ -823,7 +831,7 @@ static int lstsq_fn(lw_b *b) {
   }
   int dt = A->view.dtype;
   b->out_rule = LW_OUT_SAME;
-  tpuir_val xa = lw_convert(b, lw_tensor(b, A), CT), xb = lw_convert(b, lw_tensor(b, B), CT);
+  tpuir_val xa = ct_arg(b, A), xb = ct_arg(b, B);
   lw_shape sa = lw_info(b, xa), sb = lw_info(b, xb);
   int vec = sb.ndim == sa.ndim - 1;
   int64_t m = sa.sizes[sa.ndim - 2], n = sa.sizes[sa.ndim - 1];
@@ -928,7 +936,7 @@ static int mexp_fn(lw_b *b) {
                      fname, (long long)(v->ndim >= 2 ? v->sizes[v->ndim - 2] : 0),
                      (long long)v->sizes[v->ndim ? v->ndim - 1 : 0]);
   b->out_rule = LW_OUT_SAME;
-  tpuir_val x = lw_convert(b, lw_tensor(b, A), CT);
+  tpuir_val x = ct_arg(b, A);
   lw_shape s = lw_info(b, x);
   int nb;
   int64_t bs[TPU_MAX_DIMS];
@@ -992,11 +1000,10 @@ static int ldl_fn(lw_b *b) {
   const tpulw_tensor *A = targ(b, "self");
   int rc = check_mat(A, "torch.linalg.ldl_factor_ex", "A", 1, 1, 0, "ldl_factor_kernel_cpu");
   if (rc) return rc;
-  if (lw_int(b, "check_errors", 0))
-    return tpu_error(TPU_E_UNSUPPORTED, "linalg_ldl_factor_ex: check_errors=True");
+  if ((rc = no_check_errors(b, "linalg_ldl_factor_ex"))) return rc;
   int dt = A->view.dtype;
   b->out_rule = LW_OUT_SAME;
-  tpuir_val x = lw_convert(b, lw_tensor(b, A), CT);
+  tpuir_val x = ct_arg(b, A);
   if ((rc = res_f(b, tpuir_ldl(b->g, x, TPUIR_LDL_LD), dt))) return rc;
   if ((rc = lw_result(b, tpuir_ldl(b->g, x, TPUIR_LDL_PIVOTS)))) return rc;
   return lw_result(b, tpuir_ldl(b->g, x, TPUIR_LDL_INFO));
@@ -1014,7 +1021,7 @@ static int ldl_solve_fn(lw_b *b) {
                      piv ? lw_torch_name(piv->view.dtype) : "None");
   int dt = B->view.dtype;
   b->out_rule = LW_OUT_SAME;
-  tpuir_val ld = lw_convert(b, lw_tensor(b, LD), CT), xb = lw_convert(b, lw_tensor(b, B), CT);
+  tpuir_val ld = ct_arg(b, LD), xb = ct_arg(b, B);
   tpuir_val pv = lw_tensor(b, piv);
   lw_shape sl = lw_info(b, ld), sb = lw_info(b, xb), sp = lw_info(b, pv);
   int64_t n = sl.sizes[sl.ndim - 1];
