@@ -256,6 +256,23 @@ static void sort_idx(const double *key, int64_t n, int64_t *perm, int desc) {
   }
 }
 
+/* Non-finite check of the batch item's matrix X[0..cnt): on NaN/Inf its
+ * results become NaN (stored) and the scan status is returned; else
+ * SP_OK with *scale = max |x| (1 for a zero matrix), the factor X is
+ * divided by before the iterations. */
+static int scan_item(const sp_job *J, int64_t b, const double *X, int64_t cnt,
+                     double *R, void *fbuf, double *scale) {
+  double amax = 0;
+  int st = scan(X, cnt, &amax);
+  if (st != SP_OK) {
+    for (int64_t i = 0; i < J->per; i++) R[i] = NAN;
+    store_result(J, b, R, fbuf);
+    return st;
+  }
+  *scale = amax > 0 ? amax : 1;
+  return SP_OK;
+}
+
 typedef struct eigh_ws {
   double *M, *V, *w, *R;
   int64_t *perm;
@@ -272,14 +289,9 @@ static int eigh_one(const sp_job *J, int64_t b, eigh_ws *ws) {
       if (lower) A[i * n + j] = A[j * n + i];
       else A[j * n + i] = A[i * n + j];
     }
-  double amax = 0;
-  int st = scan(A, n * n, &amax);
-  if (st != SP_OK) {
-    for (int64_t i = 0; i < J->per; i++) R[i] = NAN;
-    store_result(J, b, R, ws->fbuf);
-    return st;
-  }
-  double scale = amax > 0 ? amax : 1;
+  double scale;
+  int st = scan_item(J, b, A, n * n, R, ws->fbuf, &scale);
+  if (st != SP_OK) return st;
   for (int64_t i = 0; i < n * n; i++) A[i] /= scale;
   double *V = want_v ? ws->V : NULL;
   st = jacobi_eigh(A, V, ws->w, n);
@@ -452,14 +464,9 @@ static int svd_one(const sp_job *J, int64_t b, svd_ws *ws) {
   int64_t rows = tall ? m : n, cols = tall ? n : m, k = cols;
   double *M = ws->M, *W = ws->W, *R = ws->R;
   load_matrix(J, b, M, ws->rowbuf);
-  double amax = 0;
-  int st = scan(M, m * n, &amax);
-  if (st != SP_OK) {
-    for (int64_t i = 0; i < J->per; i++) R[i] = NAN;
-    store_result(J, b, R, ws->fbuf);
-    return st;
-  }
-  double scale = amax > 0 ? amax : 1;
+  double scale;
+  int st = scan_item(J, b, M, m * n, R, ws->fbuf, &scale);
+  if (st != SP_OK) return st;
   /* W: the tall orientation, column-major */
   for (int64_t i = 0; i < m; i++)
     for (int64_t j = 0; j < n; j++) {
