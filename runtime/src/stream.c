@@ -184,15 +184,19 @@ uint64_t rt_stream_completed(int dev, int sid) {
   return s ? atomic_load_explicit(&s->done, memory_order_acquire) : 0;
 }
 
-void rt_stream_wait_completed(int dev, int sid, uint64_t ticket) {
-  tpurt_stream *s = table_get(dev, sid);
-  if (!s || s == tl_worker) return;
+/* Sleep until `ticket` tasks of s have finished. */
+static void wait_done(tpurt_stream *s, uint64_t ticket) {
   pthread_mutex_lock(&s->mu);
   s->waiters++;
   while (atomic_load_explicit(&s->done, memory_order_relaxed) < ticket)
     pthread_cond_wait(&s->cv_done, &s->mu);
   s->waiters--;
   pthread_mutex_unlock(&s->mu);
+}
+
+void rt_stream_wait_completed(int dev, int sid, uint64_t ticket) {
+  tpurt_stream *s = table_get(dev, sid);
+  if (s && s != tl_worker) wait_done(s, ticket);
 }
 
 tpurt_stream *rt_current_worker_stream(void) { return tl_worker; }
@@ -327,12 +331,7 @@ int tpurt_stream_enqueue(tpurt_stream *s, tpurt_task_fn run,
   }
   pthread_mutex_unlock(&s->mu);
   if (!spin_until(&s->done, ticket)) {
-    pthread_mutex_lock(&s->mu);
-    s->waiters++;
-    while (atomic_load_explicit(&s->done, memory_order_relaxed) < ticket)
-      pthread_cond_wait(&s->cv_done, &s->mu);
-    s->waiters--;
-    pthread_mutex_unlock(&s->mu);
+    wait_done(s, ticket);
   } else {
     /* pair with the worker's unlock after filling br */
     pthread_mutex_lock(&s->mu);
@@ -375,14 +374,8 @@ void tpurt_stream_throttle(tpurt_stream *s, uint64_t max_pending) {
   if (!s || tl_worker) return;
   uint64_t e = atomic_load_explicit(&s->enq, memory_order_acquire);
   if (e <= max_pending) return;
-  uint64_t target = e - max_pending;
-  if (atomic_load_explicit(&s->done, memory_order_acquire) >= target) return;
-  pthread_mutex_lock(&s->mu);
-  s->waiters++;
-  while (atomic_load_explicit(&s->done, memory_order_relaxed) < target)
-    pthread_cond_wait(&s->cv_done, &s->mu);
-  s->waiters--;
-  pthread_mutex_unlock(&s->mu);
+  if (atomic_load_explicit(&s->done, memory_order_acquire) < e - max_pending)
+    wait_done(s, e - max_pending);
 }
 
 /* 1 if every task enqueued on `s` has finished. */
