@@ -17,9 +17,23 @@ def _autoload():
     package then finishes initialising below."""
 
 
+def _env_aliases():
+    """TorchTPU's spellings of our environment variables (ours win when both
+    are set). Done before the runtime loads: it reads them with getenv."""
+    import os
+
+    for theirs, ours in (("TPU_VISIBLE_DEVICES", "TPU_VISIBLE_CHIPS"),
+                         ("TORCH_TPU_TIER3_COMPILATION_CACHE_ROOT",
+                          "TORCH_TPU_COMPILATION_CACHE_DIR")):
+        if theirs in os.environ and ours not in os.environ:
+            os.environ[ours] = os.environ[theirs]
+
+
+_env_aliases()
+
 import torch as _torch  # noqa: E402
 
-from . import _C
+from . import _C  # noqa: E402
 
 __version__ = "0.1.0"
 
@@ -36,6 +50,9 @@ def _init():
             for_tensor=True, for_module=True, for_packed_sequence=True, for_storage=True
         )
     _tpu_module._install_precision_hooks()
+    from . import backends
+
+    backends._register()
     _install_print_hook()
     from . import execution_mode
 

@@ -33,14 +33,33 @@ _lock = threading.Lock()
 _mode = EagerMode.DEFER_NEVER
 
 
-def set_eager_mode(mode):
-    """Select the eager mode for the whole process."""
+def _apply(mode):
     global _mode
     mode = EagerMode(mode)
     with _lock:
         _C._set_fused(mode is EagerMode.DEFER_AND_FUSE)
         _C._set_launch_blocking(mode is EagerMode.DEFER_NEVER_AND_LAUNCH_BLOCKING)
         _mode = mode
+
+
+class set_eager_mode:
+    """Select the eager mode. TorchTPU's form is a context manager,
+    ``with torch.tpu.set_eager_mode(EagerMode.DEFER_AND_FUSE): ...``: the
+    mode holds for the block and the previous one comes back on exit
+    (nesting restores in order). The mode takes effect when called, so a
+    bare ``set_eager_mode(m)`` (without ``with``) sets it process-wide until
+    changed, as before."""
+
+    def __init__(self, mode):
+        self._prev = _mode
+        _apply(mode)
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        _apply(self._prev)
+        return False
 
 
 def get_eager_mode():
@@ -52,11 +71,11 @@ def get_eager_mode():
 def eager_mode(mode):
     """Context manager: run the block in `mode`, then restore the previous one."""
     prev = get_eager_mode()
-    set_eager_mode(mode)
+    _apply(mode)
     try:
         yield
     finally:
-        set_eager_mode(prev)
+        _apply(prev)
 
 
 class cpu_fallback_mode:

@@ -5,12 +5,20 @@ figures are the runtime's real per-chip HBM statistics; streams and events
 are runtime queues and events.
 """
 import contextlib
+import dataclasses
 import enum
+import importlib
+import importlib.abc
+import importlib.util
+import os
+import sys
 import threading
+import types
 
 import torch
 
 from . import _C
+from .execution_mode import EagerMode, set_eager_mode  # noqa: F401  (TorchTPU names)
 
 OutOfMemoryError = torch.OutOfMemoryError
 
@@ -85,17 +93,17 @@ class device_of(device):
         super().__init__(obj.get_device() if obj.is_tpu else None)
 
 
-class _DeviceProperties:
-    def __init__(self, idx):
-        self.name = get_device_name(idx)
-        self.total_memory = _C._hbm_capacity(idx)
-        self.physical_chip = _C._physical_chip(idx)
-        self.num_threads = _C._get_num_threads()
-        self.type = "vTPU"
+@dataclasses.dataclass(frozen=True)
+class _TpuDeviceProperties:
+    """What TorchTPU reports (``name``, ``total_memory`` = HBM bytes of one
+    device, ``multi_processor_count`` = 1), plus the vTPU's own fields."""
 
-    def __repr__(self):
-        return (f"_TpuDeviceProperties(name='{self.name}', total_memory="
-                f"{self.total_memory // (1024 * 1024)}MB, physical_chip={self.physical_chip})")
+    name: str
+    total_memory: int
+    multi_processor_count: int = 1
+    physical_chip: int = 0
+    num_threads: int = 1
+    type: str = "vTPU"
 
 
 def get_device_name(device=None):
@@ -104,7 +112,12 @@ def get_device_name(device=None):
 
 
 def get_device_properties(device=None):
-    return _DeviceProperties(_index(device))
+    idx = _index(device)
+    if not 0 <= idx < device_count():
+        raise AssertionError(f"Invalid device id {idx}: {device_count()} tpu devices")
+    return _TpuDeviceProperties(name=get_device_name(idx), total_memory=_C._hbm_capacity(idx),
+                                physical_chip=_C._physical_chip(idx),
+                                num_threads=_C._get_num_threads())
 
 
 def get_device_capability(device=None):
@@ -188,8 +201,19 @@ class Event:
     ``torch.Event`` on the tpu device (torch.Event methods check the exact
     type, so this is a factory rather than a subclass)."""
 
-    def __new__(cls, enable_timing=False, blocking=False, interprocess=False):
-        return torch.Event(device="tpu", enable_timing=enable_timing,
+    def __new__(cls, enable_timing=False, blocking=False, interprocess=False,
+                external=False, device=None):
+        # external is accepted for CUDA API compatibility (as TorchTPU does):
+        # every tpu event is visible to all streams of its chip.
+        if device is None:
+            device = torch.device("tpu", _C._current_device())
+        elif isinstance(device, int):
+            device = torch.device("tpu", device)
+        else:
+            device = torch.device(device)
+            if device.type != "tpu":
+                raise ValueError(f"Expected a tpu device, but got: {device}")
+        return torch.Event(device=device, enable_timing=enable_timing,
                            blocking=blocking, interprocess=interprocess)
 
 
@@ -338,8 +362,39 @@ def _install_precision_hooks():
 # ---- autocast ---------------------------------------------------------------------------------
 
 
+_AMP_SUPPORTED_DTYPES = (
+    torch.bfloat16, torch.bool, torch.complex128, torch.complex64, torch.float16,
+    torch.float32, torch.float64, torch.float8_e4m3fn, torch.float8_e4m3fnuz,
+    torch.float8_e5m2, torch.float8_e5m2fnuz, torch.float8_e8m0fnu, torch.int16,
+    torch.int32, torch.int64, torch.int8, torch.uint16, torch.uint32, torch.uint64,
+    torch.uint8,
+)
+
+
 def get_amp_supported_dtype():
-    return [torch.bfloat16, torch.float16]
+    """The dtypes ``torch.autocast("tpu", dtype=...)`` accepts (TorchTPU's list)."""
+    return list(_AMP_SUPPORTED_DTYPES)
+
+
+def _is_autocast_enabled():
+    """Whether autocast is on for tpu in this thread (torch's own state, so it
+    agrees with ``torch.autocast("tpu")``)."""
+    return torch.is_autocast_enabled("tpu")
+
+
+def _get_autocast_dtype():
+    return torch.get_autocast_dtype("tpu")
+
+
+def _set_autocast_enabled(enabled):
+    torch.set_autocast_enabled("tpu", bool(enabled))
+
+
+def _set_autocast_dtype(dtype):
+    if dtype not in _AMP_SUPPORTED_DTYPES:
+        raise ValueError(f"Unsupported dtype {dtype} for AMP. Supported dtypes are:"
+                         f" {get_amp_supported_dtype()}")
+    torch.set_autocast_dtype("tpu", dtype)
 
 
 def is_bf16_supported(including_emulation=True):
@@ -403,3 +458,185 @@ def _clear_compilation_cache():
 
 def _set_compilation_cache_dir(path):
     _C._cache_set_dir(str(path) if path else "")
+
+
+def _get_cache_hits():
+    s = _C._cache_stats()
+    return s["hits"] + s.get("disk_hits", 0)
+
+
+def _get_cache_misses():
+    return _C._cache_stats()["misses"]
+
+
+def _clear_cache():
+    """TorchTPU's name for dropping the in-memory compiled programs."""
+    _C._cache_clear()
+
+
+# ---- TorchTPU-only names --------------------------------------------------------
+
+
+def _get_generator(device):
+    """Default generator of ``device`` (AOTAutograd's graph-safe RNG hook)."""
+    idx = device.index if device.index is not None else _C._current_device()
+    return _default_generators()[idx]
+
+
+_gens = None
+
+
+def _default_generators():
+    global _gens
+    if _gens is None:
+        _gens = tuple(_C._get_default_generator(i) for i in range(device_count()))
+    return _gens
+
+
+def _xla_flag(name):
+    """Value of ``--name=v`` in XLA_FLAGS (last one wins), or None."""
+    val = None
+    for tok in os.environ.get("XLA_FLAGS", "").split():
+        key, _, v = tok.lstrip("-").partition("=")
+        if key == name:
+            val = v if v else "true"
+    return val
+
+
+_excess_precision = None
+
+
+def _get_allow_excess_precision():
+    global _excess_precision
+    if _excess_precision is None:
+        v = _xla_flag("xla_allow_excess_precision") or _xla_flag("allow_excess_precision")
+        _excess_precision = v is not None and v.lower() in ("1", "true")
+    return _excess_precision
+
+
+def _set_allow_excess_precision(value):
+    global _excess_precision
+    if not isinstance(value, bool):
+        raise TypeError(f"allow_excess_precision must be a bool, got {type(value).__name__}")
+    _excess_precision = value
+
+
+def topology_aware_mesh(mesh_shape, *, dcn_mesh_shape=None, allow_split_physical_axes=False,
+                        contiguous_submeshes=False):
+    """Deprecated (TorchTPU 0.2.0) alias of
+    ``torch.tpu.distributed.topology_aware_mesh``."""
+    import warnings
+
+    warnings.warn("torch.tpu.topology_aware_mesh is deprecated since 0.2.0: use "
+                  "torch.tpu.distributed.topology_aware_mesh instead.", DeprecationWarning,
+                  stacklevel=2)
+    try:
+        from .distributed import topology_aware_mesh as impl
+    except ImportError:
+        impl = None
+    if impl is not None:
+        return impl(mesh_shape, dcn_mesh_shape=dcn_mesh_shape,
+                    allow_split_physical_axes=allow_split_physical_axes,
+                    contiguous_submeshes=contiguous_submeshes)
+    # vTPU chips are all one hop apart, so the ICI-aware order is rank order.
+    import math
+
+    world = torch.distributed.get_world_size() if (
+        torch.distributed.is_available() and torch.distributed.is_initialized()) else 1
+    n = math.prod(mesh_shape)
+    if n != world:
+        raise ValueError(f"mesh_shape {tuple(mesh_shape)} has {n} devices but the world has {world}")
+    return torch.arange(n, dtype=torch.int64).reshape(tuple(mesh_shape))
+
+
+# ---- the module object: properties and submodules ---------------------------------
+
+# TorchTPU's public submodules of torch.tpu; each is served by torch_tpu.<name>
+# once that module exists (compiler, distributed and pallas belong to other
+# parts of the project).
+_SUBMODULES = ("compiler", "distributed", "ops", "optimizers", "pallas", "profiler")
+
+
+class _AliasLoader(importlib.abc.Loader):
+    def __init__(self, real):
+        self.real = real
+        self._spec = None
+
+    def create_module(self, spec):
+        mod = importlib.import_module(self.real)
+        self._spec = mod.__spec__
+        return mod
+
+    def exec_module(self, module):
+        module.__spec__ = self._spec  # the import system set the alias's spec
+
+
+class _SubmoduleFinder(importlib.abc.MetaPathFinder):
+    """Serves ``import torch.tpu.<sub>[.x]`` from ``torch_tpu.<sub>[.x]``."""
+
+    def find_spec(self, fullname, path=None, target=None):
+        if not fullname.startswith("torch.tpu."):
+            return None
+        rest = fullname[len("torch.tpu."):]
+        if rest.split(".")[0] not in _SUBMODULES:
+            return None
+        real = "torch_tpu." + rest
+        try:
+            if importlib.util.find_spec(real) is None:
+                return None
+        except ModuleNotFoundError:
+            return None
+        return importlib.util.spec_from_loader(fullname, _AliasLoader(real))
+
+
+class _TpuModule(types.ModuleType):
+    """Type of ``torch.tpu``: TorchTPU's module properties."""
+
+    @property
+    def eager_mode(self):
+        """The process-wide ``EagerMode`` (get/set)."""
+        from .execution_mode import get_eager_mode
+
+        return get_eager_mode()
+
+    @eager_mode.setter
+    def eager_mode(self, value):
+        from .execution_mode import _apply
+
+        _apply(value)
+
+    @property
+    def allow_excess_precision(self):
+        """XLA's ``--allow_excess_precision`` (initially from XLA_FLAGS, else
+        False). The vTPU rounds each op's result to its dtype either way, which
+        is the ``False`` behaviour; the flag is kept for programs that set it."""
+        return _get_allow_excess_precision()
+
+    @allow_excess_precision.setter
+    def allow_excess_precision(self, value):
+        _set_allow_excess_precision(value)
+
+    @property
+    def default_generators(self):
+        """One ``torch.Generator`` per tpu device (identity-stable tuple)."""
+        return _default_generators()
+
+    def __getattr__(self, name):
+        if name in _SUBMODULES:
+            try:
+                return importlib.import_module("torch.tpu." + name)
+            except ModuleNotFoundError:
+                pass
+        raise AttributeError(f"module 'torch.tpu' has no attribute '{name}'")
+
+
+def _install_module_type():
+    mod = sys.modules[__name__]
+    if not isinstance(mod, _TpuModule):
+        mod.__class__ = _TpuModule
+    mod.__path__ = []  # a package for the import system: torch.tpu.<sub>
+    if not any(isinstance(f, _SubmoduleFinder) for f in sys.meta_path):
+        sys.meta_path.insert(0, _SubmoduleFinder())
+
+
+_install_module_type()
