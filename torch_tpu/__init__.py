@@ -54,6 +54,10 @@ def _init():
 
     backends._register()
     _install_print_hook()
+    from . import _compile, compiler
+
+    _tpu_module.compiler = compiler
+    _compile.install()
     from . import execution_mode
 
     execution_mode._init_from_env()

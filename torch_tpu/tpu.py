@@ -423,12 +423,23 @@ def _get_cache_stats():
     ``compiles``), ``compile_time_s``, ``entries`` (in-memory LRU size), plus
     the recorder's ``ops_recorded``, ``programs_run``, ``outputs_written``,
     ``outputs_elided``/``bytes_elided`` (dead intermediates never written)
-    and ``flushes`` by reason."""
-    return _C._cache_stats()
+    and ``flushes`` by reason; ``captures``/``broken_captures``/
+    ``compiled_runs`` count whole programs of ``torch.compile`` graphs, and
+    ``compile`` holds the compiled path's own counters (FX graphs,
+    replays, Fused Eager runs, Dynamo recompiles)."""
+    from . import _compile
+
+    d = _C._cache_stats()
+    d["compile"] = _compile.stats()
+    d["recompiles"] = d["compile"].get("recompiles", 0)
+    return d
 
 
 def _reset_cache_stats():
+    from . import _compile
+
     _C._reset_cache_stats()
+    _compile._reset_stats()
 
 
 _FUSIONS = {"epilogue": 0, "reduce": 1}  # tpu_exec.h TPUX_FUSE_*

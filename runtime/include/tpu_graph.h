@@ -57,12 +57,18 @@ typedef enum tpug_reason {
   TPUG_R_OOM,        /* memory pressure */
   TPUG_R_STREAM,     /* op on another stream than the pending ones */
   TPUG_R_MODE,       /* mode switch */
+  TPUG_R_COMPILED,   /* before a captured (compiled) program starts or runs */
   TPUG_NUM_REASONS
 } tpug_reason;
 
 /* Select the mode for the process (leaving Fuse flushes every device). */
 int tpug_set_mode(int mode);
 int tpug_get_mode(void);
+
+/* Returned (> 0) by tpug_submit for a sync op that was deferred anyway,
+ * because its device is capturing (tpug_capture_begin): the caller must not
+ * wait for it; its input errors surface when the program runs. */
+#define TPUG_DEFERRED 1
 
 /* Hand one op to the recorder of stream `s`'s device. g, ins[0..nin) (one
  * view per graph parameter) and outs[0..nout) (destinations) are borrowed
@@ -103,7 +109,51 @@ typedef struct tpug_stats {
   uint64_t outputs_elided;  /* dead pending outputs never written */
   uint64_t bytes_elided;
   uint64_t flushes[TPUG_NUM_REASONS];
+  uint64_t captures;        /* programs captured (tpug_capture_end) */
+  uint64_t broken_captures; /* captures cut by a forced flush */
+  uint64_t replays;         /* tpug_capture_run calls enqueued */
 } tpug_stats;
+
+/* ---- capture / replay (torch.compile: one program per FX graph) ------ */
+
+/* A captured program: the merged graph of every op recorded on one device
+ * between tpug_capture_begin and tpug_capture_end, with the views it read
+ * (parameters) and wrote (outputs) during the capture, so it can run again
+ * on other memory of the same layout without recording anything. */
+typedef struct tpug_capture tpug_capture;
+
+/* Start capturing `dev`: its pending ops are flushed first; until
+ * tpug_capture_end every op recorded on `dev` is deferred whatever the
+ * mode, ops that check indices included (TPUG_DEFERRED: their errors
+ * surface when the program runs, as on a GPU); the size cap and loop
+ * detection do not cut it. A flush forced meanwhile (host copy, alias,
+ * stream switch, memory pressure) breaks the capture: everything still runs
+ * in order, but tpug_capture_end then returns no program. */
+int tpug_capture_begin(int dev);
+/* End the capture: enqueue the recorded ops as one program (its first run;
+ * compiled through the shared cache) and return it in *out (caller frees
+ * with tpug_capture_free), or *out = NULL when the capture was broken or
+ * recorded nothing observable. *cut (may be NULL): the tpug_reason of the
+ * flush that broke the capture, -1 if none did. */
+int tpug_capture_end(int dev, tpug_capture **out, int *cut);
+/* 1 while `dev` is capturing (2 once a forced flush has cut the capture). */
+int tpug_capturing(int dev);
+void tpug_capture_free(tpug_capture *c);
+/* Distinct device blocks the program reads or writes (the bases of its
+ * parameter and output views): writes up to `cap` into bases (borrowed
+ * pointers, may be NULL with cap 0) and returns the count. */
+int tpug_capture_bases(const tpug_capture *c, const void **bases, int cap);
+/* Number of rng keys (one per random node) and the (seed, offset) pair
+ * each had during the capture (keys: 2 * count int64s, caller's array). */
+int tpug_capture_rng(const tpug_capture *c, int64_t *keys, int cap);
+/* Run the captured program again on stream `s` (its device's pending ops
+ * are flushed first). Every view whose base is from[k] is moved to to[k]
+ * (same offsets, sizes, strides); every base the program uses must be in
+ * from[] (else TPU_E_INVALID, nothing runs). rng_keys: 2 * count new
+ * (seed, offset) pairs, or NULL to reuse the captured ones. Asynchronous. */
+int tpug_capture_run(tpug_capture *c, tpurt_stream *s, int nreloc,
+                     const void *const *from, void *const *to,
+                     const int64_t *rng_keys);
 
 /* Snapshot of the counters. */
 void tpug_get_stats(tpug_stats *out);

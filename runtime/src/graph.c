@@ -68,6 +68,7 @@ typedef struct gdev {
   int nd, capd;
   struct { int len; uint64_t h; } known[MAX_KNOWN];
   int nknown, known_next;
+  int capturing, broken; /* tpug_capture_begin .. end; 1 + reason of a flush that cut it */
 } gdev;
 
 static gdev g_dev[MAX_DEV];
@@ -523,6 +524,9 @@ typedef struct gtask {
   int nin, nout;
   tpu_view *ins, *outs;
   unsigned char *consts;
+  int np, nrng;   /* device parameters ins[0..np); rng key count */
+  size_t nconst;  /* bytes of consts */
+  int32_t *rng;   /* ins index of each rng key */
 } gtask;
 
 static int task_run(void *ctx) {
@@ -536,6 +540,7 @@ static void task_free(void *ctx) {
   free(t->ins);
   free(t->outs);
   free(t->consts);
+  free(t->rng);
   free(t);
 }
 
@@ -659,17 +664,22 @@ static double now_s(void) {
   return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
-/* Flush D's pending ops (lock held). */
-static int flush_locked(gdev *D, int reason) {
+static gtask *task_clone(const gtask *T);
+
+/* Flush D's pending ops (lock held). keep != NULL (capture end): also
+ * return a copy of the task (*keep, NULL if nothing observable). */
+static int flush_with(gdev *D, int reason, gtask **keep) {
   int n = D->n, rc = TPU_OK;
   if (n == 0) {
     for (int i = 0; i < D->nd; i++) tpurt_free(D->deferred[i]);
     D->nd = 0;
     return TPU_OK;
   }
+  if (D->capturing && !keep && !D->broken) D->broken = 1 + reason; /* a forced flush cuts it */
   /* loop detection: remember this sequence (not a cut by the cap) and the
    * period of its tail (k identical steps flushed together) */
-  if (reason != TPUG_R_STRICT && reason != TPUG_R_LOOP && n >= MIN_STEP) {
+  if (reason != TPUG_R_STRICT && reason != TPUG_R_LOOP && !D->capturing &&
+      n >= MIN_STEP) {
     if (reason != TPUG_R_CAP) remember_step(D, n, D->ops[n - 1].roll);
     detect_period(D);
   }
@@ -726,10 +736,13 @@ static int flush_locked(gdev *D, int reason) {
   }
   T->nin = D->np + nconst + nrng;
   T->nout = nouts;
+  T->np = D->np;
+  T->nconst = 8 * (size_t)(nconst + 2 * nrng + 1);
+  T->rng = malloc(sizeof(int32_t) * (size_t)(nrng ? nrng : 1));
   T->ins = malloc(sizeof(tpu_view) * (size_t)(T->nin ? T->nin : 1));
   T->outs = malloc(sizeof(tpu_view) * (size_t)(nouts ? nouts : 1));
-  T->consts = malloc(8 * (size_t)(nconst + 2 * nrng + 1)); /* rng key: 2 slots */
-  if (!T->ins || !T->outs || !T->consts) {
+  T->consts = calloc(1, T->nconst); /* rng key: 2 slots */
+  if (!T->ins || !T->outs || !T->consts || !T->rng) {
     task_free(T);
     rc = tpu_error(TPU_E_OOM, "fused eager: out of host memory");
     goto out;
@@ -749,6 +762,7 @@ static int flush_locked(gdev *D, int reason) {
       } else if (lifted_rng(s)) {
         int64_t key[2] = {(int64_t)s->seed, (int64_t)s->offset}, two = 2;
         memcpy(T->consts + 8 * c, key, sizeof key);
+        T->rng[T->nrng++] = D->np + ni;
         tpu_view_init_contiguous(&T->ins[D->np + ni++], T->consts + 8 * c, TPU_I64, 1,
                                  &two);
         c += 2;
@@ -788,13 +802,200 @@ static int flush_locked(gdev *D, int reason) {
   if (nouts) g_st.programs_run++;
   pthread_mutex_unlock(&g_stat_mu);
   tpurt_stream *s = D->s;
+  if (keep && nouts) {
+    *keep = task_clone(T);
+    if (!*keep) rc = tpu_error(TPU_E_OOM, "capture: out of host memory");
+  }
   if (nouts == 0) task_free(T); /* nothing observable to compute */
-  else rc = tpurt_stream_enqueue(s, task_run, task_free, T);
+  else if (rc >= 0) rc = tpurt_stream_enqueue(s, task_run, task_free, T);
+  else task_free(T);
 out:
   reset_pending(D);
   for (int i = 0; i < D->nd; i++) tpurt_free(D->deferred[i]);
   D->nd = 0;
   return rc;
+}
+
+static int flush_locked(gdev *D, int reason) { return flush_with(D, reason, NULL); }
+
+/* ---- capture / replay -------------------------------------------------------- */
+
+struct tpug_capture {
+  gtask *t; /* template: views as captured, consts, program reference */
+  int dev;
+};
+
+/* A copy of T whose const views point into its own consts buffer. */
+static gtask *task_clone(const gtask *T) {
+  gtask *c = calloc(1, sizeof *c);
+  if (!c) return NULL;
+  *c = *T;
+  c->ins = malloc(sizeof(tpu_view) * (size_t)(T->nin ? T->nin : 1));
+  c->outs = malloc(sizeof(tpu_view) * (size_t)(T->nout ? T->nout : 1));
+  c->consts = malloc(T->nconst);
+  c->rng = malloc(sizeof(int32_t) * (size_t)(T->nrng ? T->nrng : 1));
+  if (!c->ins || !c->outs || !c->consts || !c->rng) {
+    free(c->ins);
+    free(c->outs);
+    free(c->consts);
+    free(c->rng);
+    free(c);
+    return NULL;
+  }
+  memcpy(c->ins, T->ins, sizeof(tpu_view) * (size_t)T->nin);
+  memcpy(c->outs, T->outs, sizeof(tpu_view) * (size_t)T->nout);
+  memcpy(c->consts, T->consts, T->nconst);
+  memcpy(c->rng, T->rng, sizeof(int32_t) * (size_t)T->nrng);
+  for (int j = T->np; j < T->nin; j++)
+    c->ins[j].base = c->consts + ((unsigned char *)T->ins[j].base - T->consts);
+  __atomic_add_fetch(&c->prog->refs, 1, __ATOMIC_ACQ_REL);
+  return c;
+}
+
+int tpug_capture_begin(int dev) {
+  gdev *D = dev_of(dev);
+  if (!D) return tpu_error(TPU_E_INVALID, "tpug_capture_begin: bad device %d", dev);
+  pthread_mutex_lock(&D->mu);
+  int rc = TPU_OK;
+  if (D->capturing) rc = tpu_error(TPU_E_INVALID, "tpug_capture_begin: device %d "
+                                   "is already capturing", dev);
+  else if (D->n || D->nd) rc = flush_locked(D, TPUG_R_COMPILED);
+  if (rc >= 0) {
+    D->capturing = 1;
+    D->broken = 0;
+  }
+  pthread_mutex_unlock(&D->mu);
+  return rc;
+}
+
+int tpug_capture_end(int dev, tpug_capture **out, int *cut) {
+  gdev *D = dev_of(dev);
+  if (out) *out = NULL;
+  if (cut) *cut = -1;
+  if (!D || !out) return tpu_error(TPU_E_INVALID, "tpug_capture_end: bad arguments");
+  pthread_mutex_lock(&D->mu);
+  if (!D->capturing) {
+    pthread_mutex_unlock(&D->mu);
+    return tpu_error(TPU_E_INVALID, "tpug_capture_end: device %d is not capturing", dev);
+  }
+  gtask *keep = NULL;
+  int broken = D->broken, rc = TPU_OK;
+  if (D->n || D->nd) rc = flush_with(D, TPUG_R_COMPILED, broken ? NULL : &keep);
+  D->capturing = 0;
+  D->broken = 0;
+  pthread_mutex_unlock(&D->mu);
+  if (cut) *cut = broken - 1;
+  if (rc < 0 || !keep) {
+    if (keep) task_free(keep);
+    if (broken) STAT_ADD(broken_captures, 1);
+    return rc;
+  }
+  tpug_capture *c = malloc(sizeof *c);
+  if (!c) {
+    task_free(keep);
+    return tpu_error(TPU_E_OOM, "capture: out of host memory");
+  }
+  c->t = keep;
+  c->dev = dev;
+  *out = c;
+  STAT_ADD(captures, 1);
+  return TPU_OK;
+}
+
+int tpug_capturing(int dev) {
+  gdev *D = dev_of(dev);
+  if (!D) return 0;
+  pthread_mutex_lock(&D->mu);
+  int r = D->capturing ? 1 + (D->broken != 0) : 0;
+  pthread_mutex_unlock(&D->mu);
+  return r;
+}
+
+void tpug_capture_free(tpug_capture *c) {
+  if (!c) return;
+  task_free(c->t);
+  free(c);
+}
+
+static int add_base(const void **bases, int n, int cap, const void *b) {
+  for (int k = 0; k < n && k < cap; k++)
+    if (bases[k] == b) return n;
+  if (n < cap) bases[n] = b;
+  return n + 1;
+}
+
+int tpug_capture_bases(const tpug_capture *c, const void **bases, int cap) {
+  if (!c) return 0;
+  if (!bases) cap = 0;
+  /* counting without a buffer needs the distinct set: use a scratch one */
+  int tot = c->t->np + c->t->nout;
+  const void **tmp = bases;
+  if (cap < tot) {
+    tmp = malloc(sizeof(void *) * (size_t)(tot ? tot : 1));
+    if (!tmp) return tpu_error(TPU_E_OOM, "capture: out of host memory");
+  }
+  int n = 0;
+  for (int j = 0; j < c->t->np; j++) n = add_base(tmp, n, tot, c->t->ins[j].base);
+  for (int i = 0; i < c->t->nout; i++) n = add_base(tmp, n, tot, c->t->outs[i].base);
+  if (tmp != bases) {
+    for (int k = 0; k < n && k < cap; k++) bases[k] = tmp[k];
+    free(tmp);
+  }
+  return n;
+}
+
+int tpug_capture_rng(const tpug_capture *c, int64_t *keys, int cap) {
+  if (!c) return 0;
+  for (int r = 0; r < c->t->nrng && r < cap && keys; r++)
+    memcpy(keys + 2 * r, c->t->ins[c->t->rng[r]].base, 2 * sizeof(int64_t));
+  return c->t->nrng;
+}
+
+static int relocate(tpu_view *v, int nreloc, const void *const *from, void *const *to) {
+  for (int k = 0; k < nreloc; k++)
+    if (v->base == from[k]) {
+      v->base = to[k];
+      return TPU_OK;
+    }
+  return tpu_error(TPU_E_INVALID, "tpug_capture_run: the program uses device memory %p "
+                   "that is not among its relocated blocks", v->base);
+}
+
+int tpug_capture_run(tpug_capture *c, tpurt_stream *s, int nreloc,
+                     const void *const *from, void *const *to,
+                     const int64_t *rng_keys) {
+  if (!c || !s || nreloc < 0 || (nreloc && (!from || !to)))
+    return tpu_error(TPU_E_INVALID, "tpug_capture_run: bad arguments");
+  if (tpurt_stream_device(s) != c->dev)
+    return tpu_error(TPU_E_INVALID, "tpug_capture_run: program captured on device %d, "
+                     "stream of device %d", c->dev, tpurt_stream_device(s));
+  gdev *D = dev_of(c->dev);
+  gtask *T = task_clone(c->t);
+  if (!T) return tpu_error(TPU_E_OOM, "capture: out of host memory");
+  int rc = TPU_OK;
+  for (int j = 0; j < T->np && rc >= 0; j++) rc = relocate(&T->ins[j], nreloc, from, to);
+  for (int i = 0; i < T->nout && rc >= 0; i++) rc = relocate(&T->outs[i], nreloc, from, to);
+  if (rc < 0) {
+    task_free(T);
+    return rc;
+  }
+  if (rng_keys)
+    for (int r = 0; r < T->nrng; r++)
+      memcpy(T->ins[T->rng[r]].base, rng_keys + 2 * r, 2 * sizeof(int64_t));
+  tpurt_stream_throttle(s, MAX_QUEUED);
+  pthread_mutex_lock(&D->mu);
+  if (D->n || D->nd) rc = flush_locked(D, TPUG_R_COMPILED);
+  pthread_mutex_unlock(&D->mu);
+  if (rc < 0) {
+    task_free(T);
+    return rc;
+  }
+  pthread_mutex_lock(&g_stat_mu);
+  g_st.replays++;
+  g_st.programs_run++;
+  g_st.outputs_written += (uint64_t)T->nout;
+  pthread_mutex_unlock(&g_stat_mu);
+  return tpurt_stream_enqueue(s, task_run, task_free, T);
 }
 
 /* ---- public API ------------------------------------------------------------ */
@@ -823,10 +1024,16 @@ int tpug_submit(tpurt_stream *s, const tpuir_graph *g, int nin,
     return tpu_error(TPU_E_INVALID, "tpug_submit: bad arguments");
   }
   int fuse = tpug_get_mode() == TPUG_FUSE;
+  int deferred = 0;
   /* the host runs at most MAX_QUEUED programs ahead of the chip (before
    * taking the recorder lock: the tasks being waited for may need it) */
   tpurt_stream_throttle(s, MAX_QUEUED);
   pthread_mutex_lock(&D->mu);
+  if (D->capturing) { /* everything is deferred into the captured program */
+    fuse = 1;
+    deferred = sync;
+    sync = 0;
+  }
   int rc = TPU_OK;
   if (D->n && D->s != s) rc = flush_locked(D, TPUG_R_STREAM);
   if (rc >= 0 && D->n && sync) rc = flush_locked(D, TPUG_R_SYNC_OP);
@@ -894,6 +1101,7 @@ int tpug_submit(tpurt_stream *s, const tpuir_graph *g, int nin,
 
   if (!fuse) rc = flush_locked(D, TPUG_R_STRICT);
   else if (sync) rc = flush_locked(D, TPUG_R_SYNC_OP);
+  else if (D->capturing) rc = deferred ? TPUG_DEFERRED : TPU_OK;
   else if (D->n >= g_max_ops) rc = flush_locked(D, TPUG_R_CAP);
   else if (D->n >= MIN_STEP) {
     for (int q = 0; q < D->nknown; q++)

@@ -423,7 +423,8 @@ int tpulw_launch(tpulw_plan *p, tpurt_stream *s, const tpu_view *outs) {
   /* Ops that check index ranges on the device (gather, index_select,
    * embedding, nll_loss, scatter/index_add, ...) must raise at the call,
    * like PyTorch CPU: this costs one stream synchronization. */
-  if (rc >= 0 && sync) rc = tpurt_stream_synchronize(s);
+  if (rc == TPU_OK && sync) rc = tpurt_stream_synchronize(s);
+  if (rc == TPUG_DEFERRED) rc = TPU_OK; /* capturing: checked when it runs */
   if (rc == TPU_E_INDEX) rc = remap_index_error(remap);
   return rc;
 }

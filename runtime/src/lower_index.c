@@ -745,6 +745,43 @@ static int flip_fn(lw_b *b) {
   return lw_result(b, tpuir_reverse(b->g, x, k, dims));
 }
 
+/* constant_pad_nd(self, pad, value=0): pad pairs apply from the last dim
+ * backwards; negative entries crop (StableHLO pad). */
+static int constant_pad_fn(lw_b *b) {
+  const tpulw_tensor *self = lw_tensor_arg(b, "self");
+  if (!self) return tpu_error(TPU_E_UNSUPPORTED, "constant_pad_nd: no self");
+  int n;
+  int64_t scratch;
+  const int64_t *pad = lw_ints(b, "pad", &n, &scratch);
+  if (n < 0) n = 0;
+  int nd = self->view.ndim;
+  if (n % 2)
+    return tpu_error(TPU_E_INVALID, "Length of pad must be even but instead it equals %d", n);
+  if (n / 2 > nd)
+    return tpu_error(TPU_E_INVALID, "Length of pad should be no more than twice the number of "
+                     "dimensions of the input. Pad length is %d while the input has %d dimensions.",
+                     n, nd);
+  int64_t lo[TPU_MAX_DIMS] = {0}, hi[TPU_MAX_DIMS] = {0}, in[TPU_MAX_DIMS] = {0};
+  for (int i = 0; i < n / 2; i++) {
+    int d = nd - 1 - i;
+    lo[d] = pad[2 * i];
+    hi[d] = pad[2 * i + 1];
+    int64_t sz = self->view.sizes[d] + lo[d] + hi[d];
+    if (sz < 0)
+      return tpu_error(TPU_E_INVALID, "The input size %lld, plus negative padding %lld and %lld "
+                       "resulted in a negative output size, which is invalid. Check dimension %d "
+                       "of your input.", (long long)self->view.sizes[d], (long long)lo[d],
+                       (long long)hi[d], d);
+  }
+  lw_scalar v = lw_scalar_i(0);
+  if (lw_arg(b, "value")) {
+    int rc = lw_scalar_arg(b, "value", &v);
+    if (rc < 0) return rc;
+  }
+  tpuir_val x = lw_tensor(b, self);
+  return lw_result(b, tpuir_pad(b->g, x, lw_const_s(b, self->view.dtype, v), lo, hi, in));
+}
+
 static tpuir_val roll1(lw_b *b, tpuir_val x, int64_t shift, int dim) {
   lw_shape s = lw_info(b, x);
   int64_t n = s.sizes[dim];
@@ -853,6 +890,7 @@ static int narrow_copy_fn(lw_b *b) {
 }
 
 const lw_row lw_rows_index[] = {
+    {"constant_pad_nd", constant_pad_fn, 0}, {"constant_pad_nd.out", constant_pad_fn, 0},
     {"index_select", index_select_fn, 0}, {"index_select.out", index_select_fn, 0},
     {"gather", gather_fn, 0}, {"gather.out", gather_fn, 0},
     {"scatter_add", scatter_add_fn, 0}, {"scatter_add_", scatter_add_fn, 0},

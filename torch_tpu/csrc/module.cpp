@@ -28,6 +28,11 @@ static py::dict mem_stats(int dev) {
   return d;
 }
 
+// tpug_reason names (tpu_graph.h)
+static const char* const kReasons[TPUG_NUM_REASONS] = {
+    "strict", "sync", "d2h", "copy", "alias", "sync_op", "loop", "cap", "oom", "stream", "mode",
+    "compiled"};
+
 PYBIND11_MODULE(_C, m) {
   m.doc() = "torch_tpu C runtime bindings";
   m.def("_device_count", [] { return (int)device_count(); });
@@ -84,8 +89,6 @@ PYBIND11_MODULE(_C, m) {
   m.def("_cache_stats", [] {
     tpug_stats s{};
     tpug_get_stats(&s);
-    static const char* reasons[TPUG_NUM_REASONS] = {
-        "strict", "sync", "d2h", "copy", "alias", "sync_op", "loop", "cap", "oom", "stream", "mode"};
     py::dict d, f;
     d["hits"] = s.hits;
     d["disk_hits"] = s.disk_hits;
@@ -98,7 +101,10 @@ PYBIND11_MODULE(_C, m) {
     d["outputs_written"] = s.outputs_written;
     d["outputs_elided"] = s.outputs_elided;
     d["bytes_elided"] = s.bytes_elided;
-    for (int i = 0; i < TPUG_NUM_REASONS; i++) f[reasons[i]] = s.flushes[i];
+    d["captures"] = s.captures;
+    d["broken_captures"] = s.broken_captures;
+    d["compiled_runs"] = s.replays;
+    for (int i = 0; i < TPUG_NUM_REASONS; i++) f[kReasons[i]] = s.flushes[i];
     d["flushes"] = f;
     return d;
   });
@@ -107,5 +113,57 @@ PYBIND11_MODULE(_C, m) {
   m.def("_set_fusion", [](int kind, int mode) { check(tpux_set_fusion(kind, mode)); });
   m.def("_cache_clear", [] { tpug_cache_clear(); });
   m.def("_cache_set_dir", [](const std::string& dir) { check(tpug_cache_set_dir(dir.c_str())); });
+  // ---- capture / replay of whole programs (torch.compile, torch_tpu/_compile.py).
+  // A capture handle is an opaque integer; Python frees it with _capture_free.
+  m.def("_capture_begin", [](int d) {
+    py::gil_scoped_release nogil;
+    check(tpug_capture_begin(d));
+  });
+  // -> (handle or 0, reason index of the flush that cut the capture or -1)
+  m.def("_capture_end", [](int d) {
+    tpug_capture* c = nullptr;
+    int cut = -1;
+    {
+      py::gil_scoped_release nogil;
+      check(tpug_capture_end(d, &c, &cut));
+    }
+    return std::make_pair(reinterpret_cast<uintptr_t>(c), cut);
+  });
+  m.def("_flush_reason", [](int r) {
+    return std::string(r >= 0 && r < TPUG_NUM_REASONS ? kReasons[r] : "none");
+  });
+  m.def("_capturing", [](int d) { return tpug_capturing(d); });  // 0 no, 1 yes, 2 cut
+  m.def("_capture_free", [](uintptr_t h) { tpug_capture_free(reinterpret_cast<tpug_capture*>(h)); });
+  m.def("_capture_bases", [](uintptr_t h) {
+    auto* c = reinterpret_cast<tpug_capture*>(h);
+    int n = tpug_capture_bases(c, nullptr, 0);
+    check(n < 0 ? n : TPU_OK);
+    std::vector<const void*> b(static_cast<size_t>(n));
+    tpug_capture_bases(c, b.data(), n);
+    std::vector<uintptr_t> r;
+    for (const void* p : b) r.push_back(reinterpret_cast<uintptr_t>(p));
+    return r;
+  });
+  m.def("_capture_rng", [](uintptr_t h) {
+    auto* c = reinterpret_cast<tpug_capture*>(h);
+    int n = tpug_capture_rng(c, nullptr, 0);
+    std::vector<int64_t> k(2 * static_cast<size_t>(n));
+    tpug_capture_rng(c, k.data(), n);
+    return k;
+  });
+  m.def("_capture_run", [](uintptr_t h, int d, const std::vector<uintptr_t>& from,
+                           const std::vector<uintptr_t>& to, const std::vector<int64_t>& keys) {
+    TORCH_CHECK(from.size() == to.size(), "_capture_run: relocation lists differ in length");
+    std::vector<const void*> f;
+    std::vector<void*> t;
+    for (size_t i = 0; i < from.size(); i++) {
+      f.push_back(reinterpret_cast<const void*>(from[i]));
+      t.push_back(reinterpret_cast<void*>(to[i]));
+    }
+    tpurt_stream* s = current_stream(static_cast<c10::DeviceIndex>(d));
+    py::gil_scoped_release nogil;
+    check(tpug_capture_run(reinterpret_cast<tpug_capture*>(h), s, static_cast<int>(f.size()),
+                           f.data(), t.data(), keys.empty() ? nullptr : keys.data()));
+  });
   m.def("_current_stream_id", [](int d) { return current_stream_id(static_cast<c10::DeviceIndex>(d)); });
 }

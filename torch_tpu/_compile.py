@@ -1,0 +1,602 @@
+"""``torch.compile(backend="tpu")``: whole-graph programs on the C runtime.
+
+Dynamo captures the Python frame, AOTAutograd turns it into aten-level
+forward and backward FX graphs (min-cut rematerialisation between them),
+and each FX graph becomes ONE runtime program:
+
+* First call with a given input layout (the *capture*): the device's
+  recorder is put in capture mode (``tpug_capture_begin``), the FX graph
+  runs node by node through the same ATen lowerings eager mode uses (no
+  second lowering table), every op is deferred into one pending graph
+  (index checks included: their errors surface when the program runs, as
+  on a GPU), and ``tpug_capture_end`` merges it into one program through
+  the shared compilation cache (memory + disk: a second process finds it
+  on disk) and runs it. Intermediates never touch memory unless the
+  executor needs them; dead ones are never written.
+* Later calls with the same layout (the *replay*): no op is dispatched.
+  The captured program runs again with its parameter and output views
+  moved to the new inputs' storage and freshly allocated output storage
+  (``tpug_capture_run``); random ops get fresh Philox keys from the
+  device generator, which advances as it would have in eager mode.
+* A graph whose capture was cut (an op that needs the host mid-graph,
+  memory pressure, another stream) runs every time through Fused Eager
+  instead: still correct, still fused, just not one program.
+
+Ops without a native lowering inside a compiled graph: the FX graph is
+checked before the first run; such an op raises ``NotImplementedError``
+naming it when the CPU fallback is off (``TORCH_TPU_CPU_FALLBACK=0``), and
+otherwise runs through the counted CPU fallback (the graph then is not
+replayed as one program).
+"""
+import collections
+import contextlib
+import functools
+import itertools
+import os
+import threading
+import warnings
+import weakref
+
+import torch
+import torch.fx
+from torch.utils import _pytree as pytree
+
+from . import _C
+
+_MAX_LAYOUTS = 16  # captured programs kept per FX graph (one per input layout)
+_DEBUG = os.environ.get("TORCH_TPU_COMPILE_DEBUG", "") == "1"
+_REPLAY = True  # module switch for A/B runs and tests (_set_replay)
+
+_stats_lock = threading.Lock()
+_stats = collections.Counter()  # graphs, captures, replays, fused_runs, recompiles, ...
+
+
+def _count(key, n=1):
+    with _stats_lock:
+        _stats[key] += n
+
+
+def stats():
+    """Counters of the compiled path (also in ``torch.tpu._get_cache_stats()``
+    under ``"compile"``)."""
+    with _stats_lock:
+        return dict(_stats)
+
+
+def _reset_stats():
+    with _stats_lock:
+        _stats.clear()
+
+
+def _set_replay(on):
+    """Enable (default) or disable replaying captured programs (A/B runs:
+    disabled, every call re-dispatches its ops under capture/Fused Eager)."""
+    global _REPLAY
+    _REPLAY = bool(on)
+
+
+# ---- running one FX graph as one program ------------------------------------------
+
+
+def _storage_ptr(t):
+    return t.untyped_storage().data_ptr()
+
+
+def _arg_key(a, groups):
+    if isinstance(a, torch.Tensor):
+        if a.device.type != "tpu":
+            return ("cpu", a.dtype, tuple(a.shape), tuple(a.stride()))
+        p = _storage_ptr(a)
+        g = groups.setdefault(p, len(groups))
+        return ("tpu", a.device.index, a.dtype, tuple(a.shape), tuple(a.stride()),
+                a.storage_offset(), a.untyped_storage().nbytes(), g)
+    if isinstance(a, (torch.SymInt, torch.SymFloat, torch.SymBool)):
+        return ("sym", repr(a))
+    return ("val", a) if isinstance(a, (int, float, bool, str, type(None))) else ("obj", id(a))
+
+
+class _Program:
+    """One captured program and how to rebuild its outputs on replay."""
+
+    def __init__(self, handle, dev):
+        self.handle = handle
+        self.dev = dev
+        self.in_ptr = []      # arg index -> captured storage ptr (tpu tensors)
+        self.const_ptrs = []  # blocks owned by the graph module (kept alive by it)
+        self.out_specs = []   # per output: ("val", v) | ("in", arg, meta) | ("new", group, meta)
+        self.new_groups = []  # per fresh output storage: (captured ptr, nbytes)
+        self.rng = None       # (seed, [offset - off0 ...], off1 - off0) or None
+
+    def __del__(self):
+        if self.handle:
+            _C._capture_free(self.handle)
+            self.handle = 0
+
+
+def _meta(t):
+    return (t.dtype, tuple(t.shape), tuple(t.stride()), t.storage_offset())
+
+
+class _TpuGraph:
+    """The compiled form of one AOTAutograd FX graph (boxed calling convention)."""
+
+    _boxed_call = True
+
+    def __init__(self, gm, kind):
+        self.gm = gm
+        self.kind = kind
+        self.programs = collections.OrderedDict()  # layout key -> _Program | None (fused)
+        self.lock = threading.Lock()
+        self.consts = [v for v in itertools.chain(gm.parameters(), gm.buffers())]
+        for node in gm.graph.nodes:
+            if node.op == "get_attr":
+                v = getattr(gm, node.target, None)
+                if isinstance(v, torch.Tensor):
+                    self.consts.append(v)
+        _count("graphs")
+        _count(f"graphs_{kind}")
+
+    # -- entry point
+    def __call__(self, *a):
+        # boxed (one list, which is cleared as PyTorch's convention wants) or
+        # positional (when a wrapper on the way dropped _boxed_call)
+        if len(a) == 1 and type(a[0]) is list:
+            args = list(a[0])
+            a[0].clear()
+        else:
+            args = list(a)
+        dev = _device_of(args)
+        if dev is None:  # nothing on tpu: plain eager (the aten graph on CPU)
+            return _as_list(self.gm(*args))
+        from . import compiler
+
+        opts = compiler.current_options()
+        with torch.tpu.device(dev):
+            groups = {}
+            key = (_C._get_precision(), compiler._options_key(),
+                   tuple(_arg_key(a, groups) for a in args))
+            with self.lock:
+                prog = self.programs.get(key, False)
+                if prog is not False:
+                    self.programs.move_to_end(key)
+            if prog is not False and prog is not None and _REPLAY and opts.get("replay", True):
+                return self._replay(prog, args)
+            with _precision_override(opts.get("precision")):
+                if prog is False:
+                    return self._capture(key, args, dev)
+                return self._fused(args, dev)
+
+    # -- first call of a layout: record every op into one program
+    def _capture(self, key, args, dev):
+        gen = _C._get_default_generator(dev)
+        off0 = gen.get_offset()
+        fb0 = dict(_C._fallback_counts())
+        _C._capture_begin(dev)
+        try:
+            outs = _as_list(_DebugInterpreter(self.gm, dev).run(*args) if _DEBUG
+                            else self.gm(*args))
+        except BaseException:
+            h, _ = _C._capture_end(dev)
+            if h:
+                _C._capture_free(h)
+            raise
+        handle, cut = _C._capture_end(dev)
+        off1 = gen.get_offset()
+        fell_back = sorted(k for k, v in _C._fallback_counts() if v > fb0.get(k, 0))
+        if fell_back:
+            _count("graphs_with_fallback")
+            warnings.warn(
+                "torch.compile(backend='tpu'): op(s) without a native tpu lowering ran through "
+                f"the counted CPU fallback inside a compiled graph: {', '.join(fell_back)}")
+        prog = None
+        why = _C._flush_reason(cut)
+        if handle:
+            prog = self._describe(handle, dev, args, outs, gen, off0, off1)
+            why = "unbound memory" if prog is None else None
+        if prog is None:
+            _count("broken_captures")
+            _count(f"broken_by_{why}")
+        else:
+            _count("captures")
+        with self.lock:
+            self.programs[key] = prog
+            while len(self.programs) > _MAX_LAYOUTS:
+                self.programs.popitem(last=False)
+        return outs
+
+    def _describe(self, handle, dev, args, outs, gen, off0, off1):
+        """Map every block the program touches to an input, an output or a
+        constant of the graph module; None (and the handle freed) when some
+        block is none of these (the program cannot be replayed)."""
+        prog = _Program(handle, dev)
+        known = {}
+        for i, a in enumerate(args):
+            if isinstance(a, torch.Tensor) and a.device.type == "tpu":
+                p = _storage_ptr(a)
+                known.setdefault(p, ("in", i))
+        for c in self.consts:
+            if c.device.type == "tpu":
+                known.setdefault(_storage_ptr(c), ("const", None))
+        groups = {}
+        for o in outs:
+            if not isinstance(o, torch.Tensor):
+                prog.out_specs.append(("val", o))
+                continue
+            if o.device.type != "tpu":
+                return None  # a host tensor made inside the graph: not a device program
+            p = _storage_ptr(o)
+            k = known.get(p)
+            if k is not None and k[0] == "in":
+                prog.out_specs.append(("in", k[1], _meta(o)))
+            elif k is not None:
+                return None  # an output aliasing a module constant
+            else:
+                if p not in groups:
+                    groups[p] = len(prog.new_groups)
+                    prog.new_groups.append((p, o.untyped_storage().nbytes()))
+                prog.out_specs.append(("new", groups[p], _meta(o)))
+        for b in _C._capture_bases(handle):
+            if b not in known and b not in groups:
+                return None
+        prog.in_ptr = [(i, _storage_ptr(a)) for i, a in enumerate(args)
+                       if isinstance(a, torch.Tensor) and a.device.type == "tpu"]
+        prog.const_ptrs = [b for b, k in known.items() if k[0] == "const"]
+        keys = _C._capture_rng(handle)
+        if keys:
+            seed = gen.initial_seed()
+            seeds, offs = keys[0::2], keys[1::2]
+            if any(s & 0xFFFFFFFFFFFFFFFF != seed for s in seeds) or any(
+                    not (off0 <= o < max(off1, off0 + 1)) for o in offs):
+                return None  # a random op drew from another generator
+            prog.rng = ([o - off0 for o in offs], off1 - off0)
+        return prog
+
+    # -- later calls: run the captured program on the new memory
+    def _replay(self, prog, args):
+        frm, to = [], []
+        seen = set()
+        for i, p in prog.in_ptr:
+            if p in seen:
+                continue
+            seen.add(p)
+            frm.append(p)
+            to.append(_storage_ptr(args[i]))
+        for p in prog.const_ptrs:
+            frm.append(p)
+            to.append(p)
+        dev = torch.device("tpu", prog.dev)
+        storages = []
+        for p, nbytes in prog.new_groups:
+            s = torch.empty(nbytes, dtype=torch.uint8, device=dev).untyped_storage()
+            storages.append(s)
+            frm.append(p)
+            to.append(s.data_ptr())
+        keys = []
+        if prog.rng is not None:
+            gen = _C._get_default_generator(prog.dev)
+            seed, base = gen.initial_seed(), gen.get_offset()
+            rel, used = prog.rng
+            for r in rel:
+                keys += [_as_i64(seed), base + r]
+            gen.set_offset(base + used)
+        _C._capture_run(prog.handle, prog.dev, frm, to, keys)
+        outs = []
+        for spec in prog.out_specs:
+            if spec[0] == "val":
+                outs.append(spec[1])
+                continue
+            dtype, size, stride, off = spec[2]
+            if spec[0] == "in":
+                src = args[spec[1]]
+                outs.append(src.as_strided(size, stride, off) if
+                            (tuple(src.shape), tuple(src.stride()), src.storage_offset(), src.dtype)
+                            != (size, stride, off, dtype) else src)
+            else:
+                t = torch.empty(0, dtype=dtype, device=dev)
+                t.set_(storages[spec[1]], off, size, stride)
+                outs.append(t)
+        _count("replays")
+        return outs
+
+    # -- graphs that cannot be one program: Fused Eager, flushed at the end
+    def _fused(self, args, dev):
+        prev = _C._get_fused()
+        _C._set_fused(True)
+        try:
+            outs = _as_list(self.gm(*args))
+            _C._flush(dev)
+        finally:
+            if not prev:
+                _C._set_fused(False)
+        _count("fused_runs")
+        return outs
+
+
+class _DebugInterpreter(torch.fx.Interpreter):
+    """TORCH_TPU_COMPILE_DEBUG=1: name the FX node whose op cut a capture
+    (the device's pending op count drops when something forces a flush)."""
+
+    def __init__(self, gm, dev):
+        super().__init__(gm)
+        self.dev = dev
+        self.reported = False
+
+    def run_node(self, n):
+        r = super().run_node(n)
+        if _C._capturing(self.dev) == 2 and not self.reported:
+            self.reported = True
+            print(f"[torch_tpu compile] capture cut at node {n.name}: {n.format_node()}",
+                  flush=True)
+        return r
+
+
+def _as_i64(u):
+    return u - (1 << 64) if u >= (1 << 63) else u
+
+
+def _as_list(r):
+    if isinstance(r, (list, tuple)):
+        return list(r)
+    return [r]
+
+
+def _device_of(args):
+    for a in args:
+        if isinstance(a, torch.Tensor) and a.device.type == "tpu":
+            return a.device.index or 0
+    return None
+
+
+def _precision_override(name):
+    if name is None:
+        return contextlib.nullcontext()
+    return torch.tpu.precision(torch.tpu.Precision[name.upper()])
+
+
+# ---- the Dynamo backend -----------------------------------------------------------------
+
+
+def _fx_compiler(kind):
+    def compile_fn(gm, example_inputs):
+        return _TpuGraph(gm, kind)
+
+    compile_fn.__name__ = f"tpu_{kind}_compiler"
+    return compile_fn
+
+
+_recompiles = collections.Counter()  # frame id -> recompiles seen
+_RECOMPILE_WARN_AT = 3
+
+
+def _note_recompile():
+    cid = torch._guards.CompileContext.current_compile_id()
+    if cid is None or not getattr(cid, "frame_compile_id", 0):
+        return
+    _count("recompiles")
+    fid = getattr(cid, "frame_id", None)
+    _recompiles[fid] += 1
+    if _recompiles[fid] == _RECOMPILE_WARN_AT:
+        reason = _last_guard_failure()
+        warnings.warn(
+            f"torch.compile(backend='tpu'): frame {fid} was recompiled {_recompiles[fid]} times; "
+            f"last cause: {reason}. Mark changing dimensions dynamic "
+            "(torch._dynamo.mark_dynamic) or keep shapes/dtypes/Python constants stable.")
+
+
+def _last_guard_failure():
+    try:
+        from torch._dynamo.utils import guard_failures
+
+        last = None
+        for reasons in guard_failures.values():
+            if reasons:
+                last = reasons[-1]
+        return str(last) if last is not None else "unknown guard"
+    except Exception:  # noqa: BLE001 - diagnostics only
+        return "unknown guard"
+
+
+def tpu_backend(gm, example_inputs, **kwargs):
+    """The ``"tpu"`` Dynamo backend: AOTAutograd with a forward and a backward
+    compiler that each turn one FX graph into one runtime program."""
+    from torch._dynamo.backends.common import aot_autograd
+    from torch._functorch.partitioners import min_cut_rematerialization_partition
+
+    _ensure_registered()
+    _note_recompile()
+    _count("dynamo_graphs")
+    backend = aot_autograd(
+        fw_compiler=_fx_compiler("forward"),
+        bw_compiler=_fx_compiler("backward"),
+        inference_compiler=_fx_compiler("inference"),
+        partition_fn=min_cut_rematerialization_partition,
+        keep_inference_input_mutations=True,
+    )
+    return backend(gm, example_inputs, **kwargs)
+
+
+# ---- Dynamo device interface ---------------------------------------------------------
+
+
+def _make_device_interface():
+    from torch._dynamo.device_interface import DeviceInterface
+
+    class TpuInterface(DeviceInterface):
+        """What Dynamo asks of a device (streams, sync, properties)."""
+
+        class Worker:
+            @staticmethod
+            def set_device(device):
+                torch.tpu.set_device(device)
+
+            @staticmethod
+            def current_device():
+                return torch.tpu.current_device()
+
+            @staticmethod
+            def get_device_properties(device=None):
+                return torch.tpu.get_device_properties(device)
+
+        device = torch.tpu.device
+        Event = torch.Event
+        Stream = torch.Stream
+
+        @staticmethod
+        def current_device():
+            return torch.tpu.current_device()
+
+        @staticmethod
+        def set_device(device):
+            torch.tpu.set_device(device)
+
+        @staticmethod
+        def maybe_exchange_device(device):
+            prev = torch.tpu.current_device()
+            if device != prev:
+                torch.tpu.set_device(device)
+            return prev
+
+        @staticmethod
+        def exchange_device(device):
+            prev = torch.tpu.current_device()
+            torch.tpu.set_device(device)
+            return prev
+
+        @staticmethod
+        def device_count():
+            return torch.tpu.device_count()
+
+        @staticmethod
+        def is_available():
+            return torch.tpu.is_available()
+
+        @staticmethod
+        def stream(stream):
+            return torch.tpu.stream(stream)
+
+        @staticmethod
+        def current_stream(device=None):
+            return torch.tpu.current_stream(device)
+
+        @staticmethod
+        def set_stream(stream):
+            torch.tpu.set_stream(stream)
+
+        @staticmethod
+        def _set_stream_by_id(stream_id, device_index, device_type):
+            torch.tpu.set_stream(torch.Stream(stream_id=stream_id, device_index=device_index,
+                                              device_type=device_type))
+
+        @staticmethod
+        def get_raw_stream(device_idx):
+            return _C._current_stream_id(device_idx)
+
+        @staticmethod
+        def synchronize(device=None):
+            torch.tpu.synchronize(device)
+
+        @staticmethod
+        def get_device_properties(device=None):
+            return torch.tpu.get_device_properties(device)
+
+        @staticmethod
+        def get_compute_capability(device=None):
+            return ""
+
+        @staticmethod
+        def is_bf16_supported(including_emulation=False):
+            return True
+
+        @staticmethod
+        def is_dtype_supported(dtype, including_emulation=False):
+            return dtype not in (torch.complex32,)
+
+        @staticmethod
+        def memory_allocated(device=None):
+            return torch.tpu.memory_allocated(device)
+
+        @staticmethod
+        def is_triton_capable(device=None):
+            return False
+
+        @staticmethod
+        def raise_if_triton_unavailable(device=None):
+            raise RuntimeError("the tpu device has no Triton backend; use backend='tpu'")
+
+    return TpuInterface
+
+
+# ---- default backend selection (TorchTPU's behaviour) ------------------------------
+
+
+def _has_tpu_inputs(example_inputs):
+    flat, _ = pytree.tree_flatten(example_inputs)
+    return any(isinstance(x, torch.Tensor) and x.device.type == "tpu" for x in flat)
+
+
+def _default_backend_selector(gm, example_inputs, **kwargs):
+    """torch.compile without a backend: "tpu" when the graph's inputs live on
+    the tpu device, PyTorch's default (inductor) otherwise."""
+    from torch._dynamo.backends.registry import lookup_backend
+
+    if _has_tpu_inputs(example_inputs):
+        return tpu_backend(gm, example_inputs, **kwargs)
+    return lookup_backend("inductor")(gm, example_inputs, **kwargs)
+
+
+_INDUCTOR_TPU_ERROR = (
+    "torch.compile(..., backend='inductor') does not support the tpu device; pass "
+    "backend='tpu', or leave `backend` out to pick it from the inputs' device")
+
+
+_installed = False
+_registered = False
+_reg_lock = threading.Lock()
+
+
+def _ensure_registered():
+    """Register the "tpu" Dynamo backend and device interface (imports
+    torch._dynamo, so it happens at the first torch.compile, not at import)."""
+    global _registered
+    with _reg_lock:
+        if _registered:
+            return
+        from torch._dynamo.backends.registry import _BACKENDS, register_backend
+        from torch._dynamo.device_interface import register_interface_for_device
+
+        if _BACKENDS.get("tpu") is None:
+            register_backend(compiler_fn=tpu_backend, name="tpu")
+        register_interface_for_device("tpu", _make_device_interface())
+        _registered = True
+
+
+def install():
+    """Make torch.compile default to the tpu backend for tpu inputs and refuse
+    inductor on tpu inputs, as TorchTPU does (idempotent, cheap: Dynamo is
+    imported at the first torch.compile)."""
+    global _installed
+    if _installed:
+        return
+    _installed = True
+    orig_compile = torch.compile
+
+    @functools.wraps(orig_compile)
+    def compile(*args, **kwargs):  # noqa: A001 - mirrors torch.compile
+        _ensure_registered()
+        if kwargs.get("backend") is None:
+            kwargs["backend"] = _default_backend_selector
+        return orig_compile(*args, **kwargs)
+
+    compile._torch_tpu_orig = orig_compile
+    torch.compile = compile
+
+    wrapper = torch._TorchCompileInductorWrapper
+    orig_call = wrapper.__call__
+
+    @functools.wraps(orig_call)
+    def inductor_call(self, model_, inputs_, *a, **kw):
+        if _has_tpu_inputs(inputs_):
+            raise RuntimeError(_INDUCTOR_TPU_ERROR)
+        return orig_call(self, model_, inputs_, *a, **kw)
+
+    wrapper.__call__ = inductor_call
