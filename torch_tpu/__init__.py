@@ -54,10 +54,9 @@ def _init():
 
     backends._register()
     _install_print_hook()
-    from . import _compile, compiler
+    from . import _compile
 
-    _tpu_module.compiler = compiler
-    _compile.install()
+    _compile.install()  # torch.compile(backend="tpu"); torch.tpu.compiler is torch_tpu.compiler
     from . import execution_mode
 
     execution_mode._init_from_env()

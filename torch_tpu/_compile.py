@@ -120,9 +120,8 @@ def _meta(t):
 class _TpuGraph:
     """The compiled form of one AOTAutograd FX graph (boxed calling convention)."""
 
-    _boxed_call = True
-
     def __init__(self, gm, kind):
+        self._boxed_call = True  # an instance attribute: wrappers copy __dict__
         self.gm = gm
         self.kind = kind
         self.programs = collections.OrderedDict()  # layout key -> _Program | None (fused)
@@ -209,6 +208,8 @@ class _TpuGraph:
         constant of the graph module; None (and the handle freed) when some
         block is none of these (the program cannot be replayed)."""
         prog = _Program(handle, dev)
+        if any(isinstance(a, torch.Tensor) and a.device.type != "tpu" for a in args):
+            return None  # host tensors feed the program as constants: re-dispatch each call
         known = {}
         for i, a in enumerate(args):
             if isinstance(a, torch.Tensor) and a.device.type == "tpu":
@@ -567,7 +568,31 @@ def _ensure_registered():
         if _BACKENDS.get("tpu") is None:
             register_backend(compiler_fn=tpu_backend, name="tpu")
         register_interface_for_device("tpu", _make_device_interface())
+        _patch_optimizer_capturable()
         _registered = True
+
+
+def _patch_optimizer_capturable():
+    """A compiled optimizer step keeps its step counters on the device
+    (``capturable=True``) when its parameters are on tpu, as Dynamo does for
+    CUDA: the whole step is then device work, one replayable program."""
+    from torch._dynamo.variables.optimizer import OptimizerVariable
+
+    orig = OptimizerVariable._set_capturable
+    if getattr(orig, "_torch_tpu", False):
+        return
+
+    def _set_capturable(self, tx):
+        opt = self.value
+        for group in opt.param_groups:
+            ps = group.get("params", [])
+            if ("capturable" in group and ps and all(p.device.type == "tpu" for p in ps)
+                    and all(p not in opt.state for p in ps)):
+                group["capturable"] = True
+        return orig(self, tx)
+
+    _set_capturable._torch_tpu = True
+    OptimizerVariable._set_capturable = _set_capturable
 
 
 def install():

@@ -26,7 +26,10 @@ static void env_init(void) {
   if (g_env_done) return;
   g_env_done = 1;
   const char *d = getenv("TORCH_TPU_COMPILATION_CACHE_DIR");
-  if (d && *d) snprintf(g_dir, sizeof g_dir, "%s", d);
+  if (d && *d) {
+    snprintf(g_dir, sizeof g_dir, "%s", d);
+    mkdir(g_dir, 0777); /* as tpug_cache_set_dir does; an existing one stays */
+  }
   const char *e = getenv("TORCH_TPU_CACHE_ENTRIES");
   g_cap_entries = e && atoi(e) > 0 ? atoi(e) : 512;
 }

@@ -208,3 +208,80 @@ TPU_TEST(graph_disk_roundtrip) {
   tpuir_graph_free(g);
   tpuir_graph_free(h);
 }
+
+/* Capture (torch.compile): ops recorded between begin and end become one
+ * program, in Strict mode too; replaying it on relocated memory computes
+ * the same function of the new inputs without recording anything; a base
+ * missing from the relocation table is refused; rng keys can be replaced. */
+TPU_TEST(graph_capture_replay_relocates_memory) {
+  tpurt_stream *s = tpurt_default_stream(0);
+  const int64_t n = 777;
+  tpu_view vx, vy, vz, vx2, vz2, vr;
+  float *x = tg_buf(n, &vx), *y = tg_buf(n, &vy), *z = tg_buf(n, &vz);
+  float *x2 = tg_buf(n, &vx2), *z2 = tg_buf(n, &vz2), *r = tg_buf(n, &vr);
+  CHECK(x && y && z && x2 && z2 && r);
+  for (int64_t i = 0; i < n; i++) {
+    x[i] = (float)i;
+    x2[i] = (float)(2 * i + 5);
+  }
+  CHECK_OK(tpug_set_mode(TPUG_STRICT));
+  tpug_reset_stats();
+  CHECK(tpug_capturing(0) == 0);
+  CHECK_OK(tpug_capture_begin(0));
+  CHECK(tpug_capturing(0) == 1);
+  CHECK(tpug_capture_begin(0) < 0); /* no nesting */
+  CHECK_OK(tg_affine(s, &vx, &vy, 2.0, 1.0)); /* y = 2x + 1 */
+  CHECK_OK(tg_affine(s, &vy, &vz, 3.0, 0.0)); /* z = 3y */
+  CHECK(tpug_pending_ops(0) == 2);            /* deferred although Strict */
+  CHECK_OK(tg_rng(s, &vr, 99, 0));            /* r = 2 * uniform(99, 0) */
+  CHECK_OK(tpug_free(y));                     /* an intermediate dies */
+  tpug_capture *c = NULL;
+  int cut = 7;
+  CHECK_OK(tpug_capture_end(0, &c, &cut));
+  CHECK(c != NULL && cut == -1 && tpug_capturing(0) == 0);
+  CHECK_OK(tpurt_stream_synchronize(s));
+  for (int64_t i = 0; i < n; i++) CHECK(z[i] == 3.0f * (2.0f * (float)i + 1.0f));
+  /* the blocks it touches: x, z, r (y was elided) */
+  const void *bases[8];
+  CHECK(tpug_capture_bases(c, bases, 8) == 3);
+  int64_t keys[2];
+  CHECK(tpug_capture_rng(c, keys, 1) == 1 && keys[0] == 99 && keys[1] == 0);
+  float r0 = r[0];
+  /* replay on x2 -> z2, r with a new key */
+  const void *from[3] = {x, z, r};
+  void *to[3] = {x2, z2, r};
+  int64_t nk[2] = {99, 1000};
+  tpug_stats st0;
+  tpug_get_stats(&st0);
+  CHECK_OK(tpug_capture_run(c, s, 3, from, to, nk));
+  CHECK_OK(tpurt_stream_synchronize(s));
+  tpug_stats st1;
+  tpug_get_stats(&st1);
+  CHECK(st1.ops_recorded == st0.ops_recorded && st1.replays == st0.replays + 1);
+  for (int64_t i = 0; i < n; i++) CHECK(z2[i] == 3.0f * (2.0f * (float)x2[i] + 1.0f));
+  for (int64_t i = 0; i < n; i++) CHECK(z[i] == 3.0f * (2.0f * (float)i + 1.0f)); /* untouched */
+  CHECK(r[0] != r0);
+  /* a block the table does not cover: refused, nothing runs */
+  CHECK(tpug_capture_run(c, s, 2, from, to, NULL) == TPU_E_INVALID);
+  tpug_capture_free(c);
+
+  /* a forced flush (here: an explicit one) cuts the capture: no program,
+   * the ops still ran */
+  CHECK_OK(tpug_capture_begin(0));
+  CHECK_OK(tg_affine(s, &vx, &vz, 1.0, 1.0));
+  CHECK_OK(tpug_flush(0, TPUG_R_D2H));
+  CHECK(tpug_capturing(0) == 2);
+  CHECK_OK(tg_affine(s, &vz, &vz2, 1.0, 1.0));
+  CHECK_OK(tpug_capture_end(0, &c, &cut));
+  CHECK(c == NULL && cut == TPUG_R_D2H);
+  CHECK_OK(tpurt_stream_synchronize(s));
+  for (int64_t i = 0; i < n; i++) CHECK(z2[i] == (float)i + 2.0f);
+  tpug_get_stats(&st1);
+  CHECK(st1.captures == 1 && st1.broken_captures == 1);
+  CHECK(tpug_capture_end(0, &c, NULL) < 0); /* not capturing */
+  tpurt_free(x);
+  tpurt_free(z);
+  tpurt_free(x2);
+  tpurt_free(z2);
+  tpurt_free(r);
+}
