@@ -54,11 +54,11 @@ os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
-STAGES = ("forward", "backward", "step", "generate")
+STAGES = ("forward", "backward", "compiled", "step", "generate")
 
 # Pass thresholds on the relative errors (HIGHEST is fp32-accurate; the
 # differences left are summation order).
-TOL = {"forward": 1e-4, "backward": 1e-3, "step": 1e-4}
+TOL = {"forward": 1e-4, "backward": 1e-3, "compiled": 1e-3, "step": 1e-4}
 
 LR = 1e-3
 B, S = 2, 8  # batch, sequence length
@@ -441,6 +441,8 @@ class StageResult:
     fallback_ops: list = dataclasses.field(default_factory=list)
     fallback_error: str = None
     time: float = 0.0
+    graph_breaks: int = None  # compiled: Dynamo graphs - 1
+    programs: int = None      # compiled: FX graphs run as one captured program
 
 
 def _summarise(res):
@@ -534,10 +536,14 @@ def check_model(name, stages=STAGES, fallback_rerun=True, timeout=None, log=None
                 d, sc = _maxdiff(y, ref["y"])
             return _rel(d, sc)
 
-        def bwd(dev_model, ref):
+        def bwd(dev_model, ref, compiled=False):
             dev_model.train()
             dev_model.zero_grad(set_to_none=True)
-            out = dev_model(**_to({**inputs, **labels}, "tpu"))
+            run = dev_model
+            if compiled:
+                torch._dynamo.reset()
+                run = torch.compile(dev_model, backend="tpu")
+            out = run(**_to({**inputs, **labels}, "tpu"))
             loss = _loss_of(out, spec, wcache)
             loss.backward()
             dl, sl = _maxdiff(loss, ref["loss"])
@@ -575,7 +581,18 @@ def check_model(name, stages=STAGES, fallback_rerun=True, timeout=None, log=None
                 return float("inf")
             return float((toks != ref["toks"]).float().mean())
 
-        bodies = {"forward": fwd, "backward": bwd, "step": step, "generate": gen}
+        def comp(dev_model, ref):
+            """forward + backward under torch.compile(backend="tpu")"""
+            c0 = torch.tpu._get_cache_stats()["compile"]
+            err = bwd(dev_model, ref, compiled=True)
+            c1 = torch.tpu._get_cache_stats()["compile"]
+            d = {k: c1.get(k, 0) - c0.get(k, 0) for k in ("dynamo_graphs", "captures")}
+            res["stages"]["compiled"].update(graph_breaks=max(d["dynamo_graphs"] - 1, 0),
+                                             programs=d["captures"])
+            return err
+
+        bodies = {"forward": fwd, "backward": bwd, "compiled": comp, "step": step,
+                  "generate": gen}
         tol = dict(TOL, generate=0.0)
         ref = {}
 
@@ -594,7 +611,7 @@ def check_model(name, stages=STAGES, fallback_rerun=True, timeout=None, log=None
                     model_c.eval()
                     with torch.no_grad():
                         ref["y"] = _main_output(model_c(**inputs), spec.output).detach()
-                elif stage == "backward":
+                elif stage == "backward" or (stage == "compiled" and "loss" not in ref):
                     model_c.train()
                     model_c.zero_grad(set_to_none=True)
                     out = model_c(**inputs, **labels)
@@ -890,7 +907,8 @@ def table_rows(results):
     return rows
 
 
-HEADER = ["architecture", "forward", "backward", "step", "generate", "native-only", "max err",
+HEADER = ["architecture", "forward", "backward", "compiled", "step", "generate", "native-only",
+          "max err",
           "first failing op"]
 
 
@@ -955,7 +973,10 @@ def write_report(results, path, argv=None, elapsed=None):
     w("- each stage runs on tpu with the CPU fallback disabled and precision HIGHEST and is "
       "compared with the CPU: forward (eval, main output), backward (train mode with dropout "
       "zeroed: loss and all gradients), step (one AdamW step from the CPU gradients: the "
-      f"parameters), generate (greedy, KV cache, {NEW_TOKENS} new tokens, identical tokens)")
+      f"parameters), generate (greedy, KV cache, {NEW_TOKENS} new tokens, identical tokens), "
+      "compiled (the backward stage's forward + backward under "
+      "`torch.compile(model, backend=\"tpu\")`: loss and all gradients; graph breaks allowed "
+      "and counted, each FX graph one captured program)")
     w(f"- thresholds on max|tpu-cpu| / max|cpu|: forward {TOL['forward']:g}, backward "
       f"{TOL['backward']:g}, step {TOL['step']:g}")
     w("- cells: `ok` passes natively; `FB` stops natively on a missing op but passes when "
@@ -971,6 +992,12 @@ def write_report(results, path, argv=None, elapsed=None):
         okf, _ = t[s + "_with_fallback"]
         w(f"| {s} | {ok}/{n} | {okf}/{n} |")
     w(f"| **native-only (all stages)** | **{t['native_only']}/{t['architectures']}** | |\n")
+    comp = [r["stages"]["compiled"] for r in results if r["stages"]["compiled"]["status"] == "ok"]
+    if comp:
+        brk = sum(1 for d in comp if d.get("graph_breaks"))
+        w(f"Compiled stage: {len(comp)} architectures pass; {brk} of them with graph breaks "
+          f"({sum(d.get('graph_breaks') or 0 for d in comp)} breaks in all); "
+          f"{sum(d.get('programs') or 0 for d in comp)} FX graphs ran as captured programs.\n")
     w("## Per architecture\n")
     w("| " + " | ".join(HEADER) + " |")
     w("|" + "---|" * len(HEADER))
@@ -1038,7 +1065,7 @@ def write_report(results, path, argv=None, elapsed=None):
         w("")
     del notes
     w("## Details\n")
-    w("| architecture | model class | attn | params | stage errors (fwd / bwd / step / gen) | "
+    w("| architecture | model class | attn | params | stage errors (fwd / bwd / comp / step / gen) | "
       "time s | notes |")
     w("|---|---|---|---|---|---|---|")
     for r in results:

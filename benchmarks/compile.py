@@ -1,0 +1,160 @@
+"""torch.compile(backend="tpu") on a GPT-2 training step, side by side in one
+process with PyTorch CPU eager, torch.compile (inductor) on CPU, Strict
+Eager and Fused Eager on tpu; then the first-step latency of a fresh process
+with an empty and with a warm compilation cache (TORCH_TPU_COMPILATION_CACHE_DIR).
+
+A step is forward + loss + backward + AdamW (the optimizer step compiled
+too, where compiled). Ratios > 1 mean compiled tpu is faster.
+Usage: PYTHONPATH=. python3 benchmarks/compile.py [--steps N] [--quick] [--no-inductor]
+"""
+import argparse
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+import torch
+
+import torch_tpu  # noqa: F401
+from torch_tpu.execution_mode import EagerMode, eager_mode
+
+
+def make(dev, args):
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    cfg = GPT2Config(n_layer=args.layers, n_head=args.heads, n_embd=args.d, vocab_size=args.vocab,
+                     n_positions=args.seq, bos_token_id=0, eos_token_id=0,
+                     resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0)
+    torch.manual_seed(0)
+    model = GPT2LMHeadModel(cfg).to(dev).train()
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-4, foreach=True)
+    ids = torch.randint(0, args.vocab, (args.batch, args.seq)).to(dev)
+    return model, opt, ids
+
+
+def step_fns(model, opt, backend):
+    def fwd_bwd(ids):
+        loss = model(input_ids=ids, labels=ids).loss
+        loss.backward()
+        return loss
+
+    if backend is None:
+        return fwd_bwd, opt.step
+    return torch.compile(fwd_bwd, backend=backend), torch.compile(opt.step, backend=backend)
+
+
+def timed(dev, args, backend=None, mode=None):
+    """(median step seconds, first step seconds)"""
+    model, opt, ids = make(dev, args)
+    fb, st = step_fns(model, opt, backend)
+
+    def one():
+        loss = fb(ids)
+        st()
+        opt.zero_grad(set_to_none=True)
+        return loss.item()  # a sync point, as a training loop's logging would be
+
+    ctx = eager_mode(mode) if mode is not None else _null()
+    with ctx:
+        t0 = time.perf_counter()
+        one()
+        first = time.perf_counter() - t0
+        one()
+        times = []
+        for _ in range(args.steps):
+            t0 = time.perf_counter()
+            one()
+            times.append(time.perf_counter() - t0)
+    return statistics.median(times), first
+
+
+class _null:
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *a):
+        return False
+
+
+CHILD = r"""
+import sys, time
+t0 = time.perf_counter()
+import torch, torch_tpu
+sys.path.insert(0, {bench_dir!r})
+import compile as b
+args = b.parse({argv!r})
+t1 = time.perf_counter()
+_, first = b.timed("tpu", args, backend="tpu")
+s = torch.tpu._get_cache_stats()
+print("CHILD", first, t1 - t0, s["disk_hits"], s["misses"])
+"""
+
+
+def child_first_step(args, cache_dir):
+    env = dict(os.environ, TORCH_TPU_COMPILATION_CACHE_DIR=cache_dir, TPU_VISIBLE_CHIPS="1")
+    code = CHILD.format(bench_dir=os.path.dirname(os.path.abspath(__file__)),
+                        argv=args.child_argv)
+    r = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True)
+    if r.returncode != 0:
+        raise RuntimeError(r.stderr[-3000:])
+    line = [x for x in r.stdout.splitlines() if x.startswith("CHILD")][-1].split()
+    return float(line[1]), float(line[2]), int(line[3]), int(line[4])
+
+
+def parse(argv=None):
+    p = argparse.ArgumentParser()
+    p.add_argument("--steps", type=int, default=5)
+    p.add_argument("--quick", action="store_true")
+    p.add_argument("--no-inductor", action="store_true")
+    p.add_argument("--no-latency", action="store_true")
+    args = p.parse_args(argv)
+    args.layers, args.heads, args.d, args.vocab, args.seq, args.batch = (
+        (2, 4, 128, 1024, 64, 4) if args.quick else (4, 8, 256, 4096, 128, 8))
+    args.child_argv = ["--steps", "1"] + (["--quick"] if args.quick else [])
+    return args
+
+
+def main():
+    args = parse()
+    import platform
+
+    print(f"GPT-2 train step: {args.layers} layers, d={args.d}, heads={args.heads}, "
+          f"vocab={args.vocab}, batch {args.batch} x seq {args.seq}, AdamW; host "
+          f"{platform.processor() or platform.machine()}, {os.cpu_count()} CPUs; "
+          f"median of {args.steps} steps")
+    rows = {}
+    rows["cpu eager"] = timed("cpu", args)
+    if not args.no_inductor:
+        try:
+            rows["cpu inductor"] = timed("cpu", args, backend="inductor")
+        except Exception as e:  # noqa: BLE001 - a missing C++ toolchain is reported, not fatal
+            print(f"  (inductor on CPU unavailable: {type(e).__name__}: {str(e)[:200]})")
+    rows["tpu strict"] = timed("tpu", args, mode=EagerMode.DEFER_NEVER)
+    rows["tpu fused"] = timed("tpu", args, mode=EagerMode.DEFER_AND_FUSE)
+    torch.tpu._reset_cache_stats()
+    rows["tpu compiled"] = timed("tpu", args, backend="tpu")
+    c = torch.tpu._get_cache_stats()["compile"]
+    comp = rows["tpu compiled"][0]
+    for name, (med, first) in rows.items():
+        print(f"  {name:14s} {med * 1e3:9.1f} ms/step   first step {first:7.2f} s   "
+              f"compiled tpu is {med / comp:5.2f}x faster")
+    print(f"  compiled graphs: {c.get('graphs', 0)} (fw {c.get('graphs_forward', 0)}, "
+          f"bw {c.get('graphs_backward', 0)}, inference {c.get('graphs_inference', 0)}), "
+          f"captured {c.get('captures', 0)}, replays {c.get('replays', 0)}, "
+          f"re-dispatched {c.get('fused_runs', 0)}")
+    print("  goals: vs cpu eager >= 1.2x, vs cpu inductor >= 1.0x, vs tpu fused >= 1.3x")
+    if args.no_latency:
+        return
+    with tempfile.TemporaryDirectory() as d:
+        cold = child_first_step(args, d)
+        warm = child_first_step(args, d)
+    for name, (first, imp, hits, misses) in (("cold", cold), ("warm", warm)):
+        print(f"  new process, {name} cache: first compiled step {first:6.2f} s "
+              f"(import {imp:4.1f} s; programs from disk {hits}, compiled {misses})")
+    print("  goal: warm first step <= 2 s")
+
+
+if __name__ == "__main__":
+    main()
