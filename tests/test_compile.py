@@ -337,3 +337,49 @@ def test_second_process_finds_programs_on_disk(tmp_path):
     assert first[0] == second[0]
     assert int(first[1]) == 0 and int(first[2]) >= 2
     assert int(second[1]) >= 2 and int(second[2]) == 0  # forward + backward from disk
+
+
+def test_export_saved_program_runs_in_another_process(tmp_path):
+    """An ExportedProgram with tpu inputs runs as one program, is saved to a
+    file, and runs in a process that never sees the model's Python code."""
+    import torch_tpu.export as te
+
+    class Net(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.l1, self.l2 = nn.Linear(16, 32), nn.Linear(32, 4)
+            self.register_buffer("shift", torch.linspace(-1, 1, 4))
+
+        def forward(self, x):
+            return {"y": self.l2(torch.relu(self.l1(x))) + self.shift, "n": x.norm(dim=-1)}
+
+    torch.manual_seed(8)
+    net = Net()
+    x = torch.randn(5, 16)
+    ref = net(x)
+    ep = torch.export.export(net.to(DEV), (x.to(DEV),))
+    prog = te.compile(ep)
+    torch.tpu._reset_cache_stats()
+    for _ in range(2):
+        out = prog(x.to(DEV))
+        assert_close(out["y"], ref["y"].detach(), rtol=1e-5, atol=1e-5)
+        assert_close(out["n"], ref["n"].detach(), rtol=1e-5, atol=1e-5)
+    c = _stats()["compile"]
+    assert c["captures"] == 1 and c["replays"] == 1
+    path = tmp_path / "net.pt2"
+    te.save(ep, str(path))
+    torch.save({"x": x, "y": ref["y"].detach(), "n": ref["n"].detach()}, tmp_path / "io.pt")
+    code = f"""
+        import torch, torch_tpu, torch_tpu.export as te
+        io = torch.load({str(tmp_path / "io.pt")!r})
+        prog = te.load({str(path)!r})
+        with torch.tpu.precision(torch.tpu.Precision.HIGHEST):
+            for _ in range(3):
+                out = prog(io["x"].to("tpu"))
+        torch.testing.assert_close(out["y"].cpu(), io["y"], rtol=1e-5, atol=1e-5)
+        torch.testing.assert_close(out["n"].cpu(), io["n"], rtol=1e-5, atol=1e-5)
+        c = torch.tpu._get_cache_stats()["compile"]
+        print("RESULT", c["captures"], c["replays"])
+    """
+    out = _run_child(code, dict(os.environ, TPU_VISIBLE_CHIPS="3"))
+    assert out.split("RESULT")[1].split() == ["1", "2"]

@@ -104,11 +104,13 @@ def test_zoo_report_from_results(tmp_path):
     results = [
         zoo._summarise({"name": "a", "kind": "causal", "model": "A", "attn": "sdpa",
                         "params": 1, "error": None, "notes": [], "time": 1.0,
-                        "stages": {"forward": ok, "backward": ok, "step": ok, "generate": ok}}),
+                        "stages": {"forward": ok, "backward": ok,
+                                   "compiled": dict(ok, graph_breaks=1, programs=4),
+                                   "step": ok, "generate": ok}}),
         zoo._summarise({"name": "b", "kind": "masked", "model": "B", "attn": "sdpa",
                         "params": 1, "error": None, "notes": [], "time": 1.0,
-                        "stages": {"forward": miss, "backward": miss, "step": ok,
-                                   "generate": na}}),
+                        "stages": {"forward": miss, "backward": miss, "compiled": miss,
+                                   "step": ok, "generate": na}}),
     ]
     assert results[0]["native_only"] and not results[1]["native_only"]
     assert results[1]["first_failing"] == "aten::index_select"
@@ -120,4 +122,14 @@ def test_zoo_report_from_results(tmp_path):
     zoo.write_report(results, str(path))
     text = path.read_text()
     assert "| forward | 1/2 | 2/2 |" in text
+    assert "| compiled | 1/2 | 2/2 |" in text and "1 of them with graph breaks" in text
     assert "`aten::index_select`" in text
+
+
+@pytest.mark.parametrize("name", ["gpt2", "bert"])
+def test_zoo_compiled_forward_backward_native(name):
+    """forward + backward under torch.compile(backend="tpu") match the CPU."""
+    res = zoo.check_model(name, stages=("compiled",), fallback_rerun=False, timeout=2 * TIMEOUT)
+    d = res["stages"]["compiled"]
+    assert d["status"] == "ok", _describe(res, "compiled")
+    assert d["programs"] >= 2  # a forward and a backward program at least

@@ -120,8 +120,10 @@ def _meta(t):
 class _TpuGraph:
     """The compiled form of one AOTAutograd FX graph (boxed calling convention)."""
 
-    def __init__(self, gm, kind):
-        self._boxed_call = True  # an instance attribute: wrappers copy __dict__
+    def __init__(self, gm, kind, tree_outputs=False):
+        self._boxed_call = not tree_outputs  # instance attribute: wrappers copy __dict__
+        self.tree_outputs = tree_outputs  # outputs keep gm's structure (export), else a list
+        self.out_tree = None
         self.gm = gm
         self.kind = kind
         self.programs = collections.OrderedDict()  # layout key -> _Program | None (fused)
@@ -139,14 +141,14 @@ class _TpuGraph:
     def __call__(self, *a):
         # boxed (one list, which is cleared as PyTorch's convention wants) or
         # positional (when a wrapper on the way dropped _boxed_call)
-        if len(a) == 1 and type(a[0]) is list:
+        if len(a) == 1 and type(a[0]) is list and self._boxed_call:
             args = list(a[0])
             a[0].clear()
         else:
             args = list(a)
         dev = _device_of(args)
         if dev is None:  # nothing on tpu: plain eager (the aten graph on CPU)
-            return _as_list(self.gm(*args))
+            return self._result(self._run_gm(args))
         from . import compiler
 
         opts = compiler.current_options()
@@ -172,8 +174,7 @@ class _TpuGraph:
         fb0 = dict(_C._fallback_counts())
         _C._capture_begin(dev)
         try:
-            outs = _as_list(_DebugInterpreter(self.gm, dev).run(*args) if _DEBUG
-                            else self.gm(*args))
+            outs = self._run_gm(args, dev)
         except BaseException:
             h, _ = _C._capture_end(dev)
             if h:
@@ -201,7 +202,18 @@ class _TpuGraph:
             self.programs[key] = prog
             while len(self.programs) > _MAX_LAYOUTS:
                 self.programs.popitem(last=False)
-        return outs
+        return self._result(outs)
+
+    def _run_gm(self, args, dev=None):
+        r = _DebugInterpreter(self.gm, dev).run(*args) if _DEBUG and dev is not None \
+            else self.gm(*args)
+        if not self.tree_outputs:
+            return _as_list(r)
+        flat, self.out_tree = pytree.tree_flatten(r)
+        return flat
+
+    def _result(self, outs):
+        return pytree.tree_unflatten(outs, self.out_tree) if self.tree_outputs else outs
 
     def _describe(self, handle, dev, args, outs, gen, off0, off1):
         """Map every block the program touches to an input, an output or a
@@ -238,6 +250,11 @@ class _TpuGraph:
                 prog.out_specs.append(("new", groups[p], _meta(o)))
         for b in _C._capture_bases(handle):
             if b not in known and b not in groups:
+                if _DEBUG:
+                    print(f"[torch_tpu compile] block {b:#x} is no input, output or constant "
+                          f"of the graph; known: {[hex(k) for k in known]}, outputs: "
+                          f"{[hex(k) for k in groups]}", flush=True)
+                    print("   made by", _debug_ptrs.get(b))
                 return None
         prog.in_ptr = [(i, _storage_ptr(a)) for i, a in enumerate(args)
                        if isinstance(a, torch.Tensor) and a.device.type == "tpu"]
@@ -297,20 +314,23 @@ class _TpuGraph:
                 t.set_(storages[spec[1]], off, size, stride)
                 outs.append(t)
         _count("replays")
-        return outs
+        return self._result(outs)
 
     # -- graphs that cannot be one program: Fused Eager, flushed at the end
     def _fused(self, args, dev):
         prev = _C._get_fused()
         _C._set_fused(True)
         try:
-            outs = _as_list(self.gm(*args))
+            outs = self._run_gm(args)
             _C._flush(dev)
         finally:
             if not prev:
                 _C._set_fused(False)
         _count("fused_runs")
-        return outs
+        return self._result(outs)
+
+
+_debug_ptrs = {}
 
 
 class _DebugInterpreter(torch.fx.Interpreter):
@@ -324,6 +344,8 @@ class _DebugInterpreter(torch.fx.Interpreter):
 
     def run_node(self, n):
         r = super().run_node(n)
+        if isinstance(r, torch.Tensor) and r.device.type == "tpu":
+            _debug_ptrs[_storage_ptr(r)] = n.format_node()
         if _C._capturing(self.dev) == 2 and not self.reported:
             self.reported = True
             print(f"[torch_tpu compile] capture cut at node {n.name}: {n.format_node()}",
