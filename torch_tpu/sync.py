@@ -10,7 +10,7 @@ import torch
 
 from . import _C
 
-__all__ = ["synchronize", "is_materialized", "pending_ops", "dump_pending_graph"]
+__all__ = ["synchronize", "is_materialized", "is_ready", "pending_ops", "dump_pending_graph"]
 
 
 def _devices(tensors):
@@ -44,6 +44,19 @@ def is_materialized(t):
     if not isinstance(t, torch.Tensor) or t.device.type != "tpu" or t.numel() == 0:
         return True
     return not _C._is_pending_ptr(t.untyped_storage().data_ptr())
+
+
+def is_ready(t):
+    """True once ``t``'s value exists in device memory: it is not a promise
+    of the pending Fused Eager graph (``is_materialized``) and the device's
+    queued work has finished, so reading it would not wait. Never flushes or
+    waits itself."""
+    if not is_materialized(t):
+        return False
+    if not isinstance(t, torch.Tensor) or t.device.type != "tpu":
+        return True
+    d = t.device.index if t.device.index is not None else _C._current_device()
+    return torch.tpu.default_stream(d).query() and torch.accelerator.current_stream(d).query()
 
 
 def pending_ops(device=None):

@@ -138,6 +138,10 @@ void tpulw_plan_free(tpulw_plan *p);
 int tpulw_copy_h2d(tpurt_stream *s, const tpu_view *dst, const tpu_view *src);
 /* device -> host: enqueued on `s`, then waits for it. */
 int tpulw_copy_d2h(tpurt_stream *s, const tpu_view *dst, const tpu_view *src);
+/* device -> host without waiting: enqueued on `s` and returns at once; dst
+ * (host memory, borrowed until `s` has run the copy: synchronize the stream
+ * or an event recorded after it before reading or freeing dst). */
+int tpulw_copy_d2h_async(tpurt_stream *s, const tpu_view *dst, const tpu_view *src);
 /* device -> device (same or other chip; dtype conversion allowed):
  * enqueued on `s` (the destination's stream) after the source's chip has
  * finished its queued work. */

@@ -1,7 +1,9 @@
 /* exec_rng.c - counter-based random numbers (Philox4x32-10).
  *
- * Element i (row-major) uses the block at the 128-bit counter offset + i
- * (word 0 least significant) under key = seed (low word first):
+ * Element i (row-major) of a draw uses the block at the 128-bit counter
+ * (offset << 64) | i (word 0 least significant) under key = seed (low word
+ * first): each draw has its own 2^64-block stream, and the generator's
+ * offset counts draws (as TorchTPU's does), not elements:
  *   UNIFORM  f32: (w0 >> 8) * 2^-24; bf16: (w0 >> 24) * 2^-8;
  *            f16: (w0 >> 21) * 2^-11 (exact in the dtype, so always < 1);
  *            f64: ((w0 | w1 << 32) >> 11) * 2^-53
@@ -9,7 +11,7 @@
  *            and narrower, 24 bits each) or from words 0-1 and 2-3 (f64, 53
  *            bits each); z = sqrt(-2 ln u1) cos(2 pi u2), computed in double
  *   BITS     (uint64)(w0 | w1 << 32), wrapped to the integer dtype.
- * Each element depends only on (seed, offset + i): threading never changes
+ * Each element depends only on (seed, offset, i): threading never changes
  * the result.
  */
 #include <math.h>
@@ -59,9 +61,8 @@ static void rng_range(void *ctx, int64_t b, int64_t e) {
     int64_t L = tile * XK_TILE, n = j->total - L;
     if (n > XK_TILE) n = XK_TILE;
     for (int64_t k = 0; k < n; k++) {
-      uint64_t lo = j->offset + (uint64_t)(L + k);
-      uint64_t hi = lo < j->offset ? 1 : 0; /* carry into the high half */
-      uint32_t ctr[4] = {(uint32_t)lo, (uint32_t)(lo >> 32), (uint32_t)hi, 0};
+      uint64_t lo = (uint64_t)(L + k), hi = j->offset;
+      uint32_t ctr[4] = {(uint32_t)lo, (uint32_t)(lo >> 32), (uint32_t)hi, (uint32_t)(hi >> 32)};
       uint32_t w[4];
       tpux__philox(ctr, j->seed, w);
       uint64_t w01 = (uint64_t)w[0] | ((uint64_t)w[1] << 32);

@@ -83,16 +83,25 @@ int tpulw_copy_h2d(tpurt_stream *s, const tpu_view *dst, const tpu_view *src) {
   return enqueue_copy(s, dst, &stage, buf);
 }
 
-int tpulw_copy_d2h(tpurt_stream *s, const tpu_view *dst, const tpu_view *src) {
+static int d2h(tpurt_stream *s, const tpu_view *dst, const tpu_view *src, int wait) {
   int rc = check_pair(dst, src);
   if (rc < 0) return rc;
   if (!s) return tpu_error(TPU_E_INVALID, "copy: NULL stream");
   rc = tpug_flush(tpurt_stream_device(s), TPUG_R_D2H); /* Fused Eager */
   if (rc < 0) return rc;
-  if (tpu_view_numel(src) == 0) return tpurt_stream_synchronize(s);
-  rc = enqueue_copy(s, dst, src, NULL);
-  if (rc < 0) return rc;
-  return tpurt_stream_synchronize(s);
+  if (tpu_view_numel(src) > 0) {
+    rc = enqueue_copy(s, dst, src, NULL);
+    if (rc < 0) return rc;
+  }
+  return wait ? tpurt_stream_synchronize(s) : TPU_OK;
+}
+
+int tpulw_copy_d2h(tpurt_stream *s, const tpu_view *dst, const tpu_view *src) {
+  return d2h(s, dst, src, 1);
+}
+
+int tpulw_copy_d2h_async(tpurt_stream *s, const tpu_view *dst, const tpu_view *src) {
+  return d2h(s, dst, src, 0);
 }
 
 /* A same-chip copy as a one-op graph for the Fused Eager recorder. */

@@ -1,9 +1,9 @@
 /* lower_random.c - random ops on the counter-based Philox generator:
  * uniform_, normal_ / normal, bernoulli(_), random_, exponential_,
- * native_dropout (+ backward). Each lowering reads the generator's
- * (seed, offset) at prepare time and advances the offset by the number of
- * Philox blocks it consumes (one per element), so results do not depend
- * on fusion or threading.
+ * randperm, native_dropout (+ backward). Each lowering reads the generator's
+ * (seed, offset) at prepare time and advances the offset by one per draw
+ * (each draw is its own Philox stream, see exec_rng.c), so results do not
+ * depend on fusion or threading.
  */
 #include <math.h>
 #include <string.h>
@@ -19,10 +19,8 @@ tpuir_val lw_rng(lw_b *b, int kind, int dtype, int nd, const int64_t *sizes) {
   const tpulw_arg *g = lw_arg(b, "generator");
   tpulw_philox *gen = (g && g->kind == TPULW_GENERATOR) ? g->gen : NULL;
   if (!gen) return tpu_error(TPU_E_UNSUPPORTED, "%s: no generator", b->base);
-  int64_t n = 1;
-  for (int i = 0; i < nd; i++) n *= sizes[i];
   tpuir_val v = tpuir_rng(b->g, kind, dtype, nd, sizes, gen->seed, gen->offset);
-  if (v >= 0) gen->offset += (uint64_t)n;
+  if (v >= 0) gen->offset += 1;
   return v;
 }
 
@@ -220,6 +218,24 @@ static int random_fn(lw_b *b) {
   return lw_result_as(b, r, dt);
 }
 
+/* randperm: the stable ascending order of n random 64-bit keys (one draw);
+ * ties (probability ~n^2/2^65) keep index order, so the result is always a
+ * permutation of 0..n-1. */
+static int randperm_fn(lw_b *b) {
+  const tpulw_tensor *out = lw_tensor_arg(b, "out");
+  if (!out) return tpu_error(TPU_E_UNSUPPORTED, "randperm: no out");
+  int64_t n = lw_int(b, "n", 0);
+  if (n < 0) return tpu_error(TPU_E_INVALID, "n must be non-negative, got%lld", (long long)n);
+  int dt = out->view.dtype;
+  if (dt == TPU_BOOL || tpu_dtype_is_complex(dt))
+    return tpu_error(TPU_E_UNSUPPORTED, "\"randperm\" not implemented for '%s'", lw_torch_name(dt));
+  tpuir_val keys = lw_rng(b, TPUIR_RNG_BITS, TPU_I64, 1, &n);
+  if (keys < 0) return (int)keys;
+  tpuir_val perm = tpuir_sort(b->g, keys, 0, 0, TPUIR_SORT_INDICES);
+  b->out_rule = LW_OUT_ANY;
+  return lw_result_as(b, perm, dt);
+}
+
 static int dropout_fn(lw_b *b) {
   const tpulw_tensor *in = lw_tensor_arg(b, "input");
   if (!in) return tpu_error(TPU_E_UNSUPPORTED, "native_dropout: no input");
@@ -293,6 +309,7 @@ const lw_row lw_rows_random[] = {
     {"cauchy_", dist_fn, RN_CAUCHY},
     {"geometric_", dist_fn, RN_GEOMETRIC},
     {"log_normal_", dist_fn, RN_LOG_NORMAL},
+    {"randperm.generator_out", randperm_fn, RN_RANDOM},
     {"native_dropout", dropout_fn, RN_DROPOUT},
     {"native_dropout.out", dropout_fn, RN_DROPOUT},
     {"native_dropout_backward", dropout_bw_fn, RN_DROPOUT_BW},

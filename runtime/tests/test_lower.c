@@ -469,9 +469,16 @@ TPU_TEST(lower_copies) {
   tpu_view_init_contiguous(&back, oi, TPU_I32, 2, SZ(3, 2));
   CHECK_OK(tpulw_copy_d2h(s, &back, &d2));
   for (int i = 0; i < 6; i++) CHECK(oi[i] == (int)want[i]);
+  /* async d2h: enqueued, the result is there after a stream sync */
+  int32_t oa[6] = {0};
+  tpu_view_init_contiguous(&back, oa, TPU_I32, 2, SZ(3, 2));
+  CHECK_OK(tpulw_copy_d2h_async(s, &back, &d2));
+  CHECK_OK(tpurt_stream_synchronize(s));
+  for (int i = 0; i < 6; i++) CHECK(oa[i] == (int)want[i]);
   /* size mismatch */
   tpu_view_init_contiguous(&back, oi, TPU_I32, 1, SZ(6));
   CHECK(tpulw_copy_d2h(s, &back, &d2) == TPU_E_INVALID);
+  CHECK(tpulw_copy_d2h_async(s, &back, &d2) == TPU_E_INVALID);
   tpurt_free(dev);
   tpurt_free(dev2);
 }

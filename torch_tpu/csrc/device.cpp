@@ -10,8 +10,10 @@
 #include <c10/core/impl/DeviceGuardImplInterface.h>
 #include <c10/util/Exception.h>
 
+#include <cstdlib>
 #include <cstring>
 #include <mutex>
+#include <unordered_set>
 #include <vector>
 
 namespace torch_tpu {
@@ -211,6 +213,46 @@ TpuAllocator g_allocator;
 c10::Allocator* allocator() { return &g_allocator; }
 REGISTER_ALLOCATOR(c10::DeviceType::PrivateUse1, &g_allocator);
 
+// ---- pinned host memory ------------------------------------------------------------
+// The vTPU's chips read host RAM directly, so pinning needs no page locking;
+// what "pinned" buys is the contract: the memory stays put and a
+// non_blocking device->host copy into it is enqueued without waiting.
+namespace {
+std::mutex g_pinned_mu;
+std::unordered_set<const void*> g_pinned;
+
+void pinned_free(void* p) {
+  {
+    std::lock_guard<std::mutex> lock(g_pinned_mu);
+    g_pinned.erase(p);
+  }
+  std::free(p);
+}
+PinnedAllocator g_pinned_allocator;
+}  // namespace
+
+c10::DataPtr PinnedAllocator::allocate(size_t n) {
+  void* p = nullptr;
+  if (n > 0) {
+    TORCH_CHECK_WITH(OutOfMemoryError, posix_memalign(&p, 64, n) == 0,
+                     "torch_tpu: cannot allocate ", n, " bytes of pinned host memory");
+    std::lock_guard<std::mutex> lock(g_pinned_mu);
+    g_pinned.insert(p);
+  }
+  return {p, p, &pinned_free, c10::Device(DeviceType::CPU)};
+}
+
+void PinnedAllocator::copy_data(void* dst, const void* src, std::size_t count) const {
+  std::memcpy(dst, src, count);
+}
+
+bool PinnedAllocator::owns(const void* p) const {
+  std::lock_guard<std::mutex> lock(g_pinned_mu);
+  return p && g_pinned.count(p) > 0;
+}
+
+PinnedAllocator* pinned_allocator() { return &g_pinned_allocator; }
+
 at::Tensor empty_tpu(c10::IntArrayRef sizes, c10::ScalarType st, DeviceIndex d) {
   c10::DeviceGuard g(c10::Device(DeviceType::PrivateUse1, d));
   return at::detail::empty_generic(sizes, &g_allocator,
@@ -325,8 +367,11 @@ uint64_t TpuGenerator::seed() {
   return s;
 }
 void TpuGenerator::set_state(const c10::TensorImpl& t) {
-  TORCH_CHECK_TYPE(t.dtype() == caffe2::TypeMeta::Make<uint8_t>(),
-                   "RNG state must be a torch.ByteTensor");
+  // as CUDA's generator: the state is a CPU byte tensor (get_rng_state's)
+  TORCH_CHECK_TYPE(t.dtype() == caffe2::TypeMeta::Make<uint8_t>() &&
+                       t.device_type() == c10::DeviceType::CPU && t.layout() == c10::kStrided,
+                   "RNG state must be a torch.ByteTensor (a CPU uint8 tensor), got a ",
+                   t.device_type(), " tensor of dtype ", t.dtype());
   TORCH_CHECK(t.numel() == (int64_t)sizeof(state),
               "RNG state is wrong size: expected ", sizeof(state), " bytes, got ", t.numel());
   std::memcpy(&state, t.data(), sizeof(state));
@@ -382,8 +427,12 @@ struct TpuHooks final : public at::PrivateUse1HooksInterface {
     TORCH_CHECK(d >= 0, "torch_tpu: pointer ", data, " is not tpu device memory");
     return at::Device(DeviceType::PrivateUse1, static_cast<DeviceIndex>(d));
   }
-  bool isPinnedPtr(const void*) const override { return false; }
-  at::Allocator* getPinnedMemoryAllocator() const override { return c10::GetAllocator(c10::DeviceType::CPU); }
+  bool isPinnedPtr(const void* p) const override { return pinned_allocator()->owns(p); }
+  at::Allocator* getPinnedMemoryAllocator() const override { return pinned_allocator(); }
+  // untyped_storage().resize_() (FSDP2 frees and regrows parameters this way)
+  void resizePrivateUse1Bytes(const c10::Storage& storage, size_t newsize) const override {
+    resize_storage_bytes(storage, newsize);
+  }
   bool hasCompatibleShallowCopyType(c10::DispatchKeySet, c10::DispatchKeySet) const {
     return true;
   }

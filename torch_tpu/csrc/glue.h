@@ -69,7 +69,21 @@ extern std::atomic<int> g_precision;        // tpu_precision
 extern std::atomic<bool> g_fallback_enabled;  // CPU fallback allowed
 
 // ---- kernels helpers shared with the Python module
-void copy_between(const at::Tensor& src, const at::Tensor& dst);
+void copy_between(const at::Tensor& src, const at::Tensor& dst, bool non_blocking = false);
+// Reallocate a tpu storage to newsize bytes, keeping the first
+// min(old, new) bytes (the storage-resize hook).
+void resize_storage_bytes(const c10::Storage& storage, size_t newsize);
+
+// Pinned host memory: host allocations tracked by base pointer, so
+// is_pinned() knows them and a non_blocking device->host copy into them
+// is enqueued without waiting.
+struct PinnedAllocator final : public c10::Allocator {
+  c10::DataPtr allocate(size_t n) override;
+  c10::DeleterFnPtr raw_deleter() const override { return nullptr; }
+  void copy_data(void* dst, const void* src, std::size_t count) const override;
+  bool owns(const void* p) const;
+};
+PinnedAllocator* pinned_allocator();
 // Counted CPU fallback statistics: "aten::op.overload" -> calls.
 std::vector<std::pair<std::string, int64_t>> fallback_counts();
 void reset_fallback_counts();

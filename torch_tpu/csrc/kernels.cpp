@@ -9,6 +9,7 @@
 
 #include <ATen/EmptyTensor.h>
 #include <ATen/InferSize.h>
+#include <ATen/MemoryOverlap.h>
 #include <ATen/TensorUtils.h>
 #include <ATen/core/dispatch/Dispatcher.h>
 #include <ATen/native/CPUFallback.h>
@@ -17,6 +18,7 @@
 #include <ATen/ops/neg.h>
 #include <torch/library.h>
 
+#include <algorithm>
 #include <cstring>
 #include <deque>
 #include <map>
@@ -156,6 +158,24 @@ void grow_storage(const at::Tensor& self, size_t need_bytes) {
   storage.set_nbytes(need_bytes);
 }
 
+}  // namespace
+
+void resize_storage_bytes(const c10::Storage& storage, size_t newsize) {
+  TORCH_CHECK(storage.resizable(), "Trying to resize storage that is not resizable");
+  DeviceIndex d = storage.device().index();
+  c10::DeviceGuard g(storage.device());
+  c10::DataPtr fresh = allocator()->allocate(newsize);
+  size_t keep = std::min(storage.nbytes(), newsize);
+  if (keep > 0 && storage.data())
+    copy_bytes(d, fresh.get(), storage.data(), static_cast<int64_t>(keep));
+  // the old block returns to the caching allocator; work queued on it is
+  // ordered before any later reuse by the stream
+  const_cast<c10::Storage&>(storage).set_data_ptr_noswap(std::move(fresh));
+  const_cast<c10::Storage&>(storage).set_nbytes(newsize);
+}
+
+namespace {
+
 void resize_impl(const at::Tensor& self, c10::IntArrayRef sizes,
                  std::optional<c10::MemoryFormat> mf) {
   auto* impl = self.unsafeGetTensorImpl();
@@ -228,8 +248,9 @@ at::Tensor& set_empty(at::Tensor& self) {
 }
 
 // ---- copies ----------------------------------------------------------------------------
-at::Tensor copy_from(const at::Tensor& self, const at::Tensor& dst, bool) {
-  copy_between(self, dst);
+at::Tensor copy_from(const at::Tensor& self, const at::Tensor& dst, bool non_blocking) {
+  at::assert_no_internal_overlap(dst);  // as CPU's copy_ (expand views)
+  copy_between(self, dst, non_blocking);
   return dst;
 }
 
@@ -545,6 +566,17 @@ void warn_resize(const at::Tensor& t, const tpulw_out_info& o) {
                "t.resize_(0).");
 }
 
+// Value writers CPU lets write into expanded tensors (with a deprecation
+// warning) instead of raising the internal-overlap error.
+bool overlap_write_ok(const char* name, const char* overload) {
+  if (std::strcmp(name, "fill_") == 0) return std::strcmp(overload, "Scalar") == 0;
+  static const char* const ok[] = {"zero_", "masked_fill_", "index_fill_", "index_put_",
+                                   "_index_put_impl_"};
+  for (const char* n : ok)
+    if (std::strcmp(name, n) == 0) return true;
+  return false;
+}
+
 void native_boxed(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   const auto& schema = op.schema();
   const std::string& qual = schema.name();
@@ -552,6 +584,15 @@ void native_boxed(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   const char* name = qual.c_str() + 6;
   const char* overload = schema.overload_name().c_str();
   if (!tpulw_has(name, overload)) return cpu_fallback(op, stack, "");
+
+  // In-place writes into a tensor whose elements share memory (expand
+  // views) are refused, as on CPU, except where CPU allows them.
+  for (size_t j = 0; !overlap_write_ok(name, overload) && j < schema.arguments().size(); j++) {
+    const auto* ai = schema.arguments()[j].alias_info();
+    if (!ai || !ai->isWrite()) continue;
+    const c10::IValue& iv = torch::jit::peek(*stack, j, schema.arguments().size());
+    if (iv.isTensor()) at::assert_no_internal_overlap(iv.toTensor());
+  }
 
   Marshal m;
   m.cpu_indices_ok = std::strncmp(name, "index", 5) == 0 || std::strncmp(name, "_index", 6) == 0;
@@ -659,7 +700,28 @@ void native_boxed(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
 
 }  // namespace
 
-void copy_between(const at::Tensor& src_in, const at::Tensor& dst) {
+namespace {
+// Same-width stand-in for dtypes the runtime does not compute with
+// (unsigned 16/32/64-bit, 1-byte floats): copies move their bits as is.
+int bits_dtype(c10::ScalarType st) {
+  switch (st) {
+    case c10::ScalarType::UInt16: return TPU_I16;
+    case c10::ScalarType::UInt32: return TPU_I32;
+    case c10::ScalarType::UInt64: return TPU_I64;
+    case c10::ScalarType::Float4_e2m1fn_x2:
+    case c10::ScalarType::Float8_e4m3fn:
+    case c10::ScalarType::Float8_e4m3fnuz:
+    case c10::ScalarType::Float8_e5m2:
+    case c10::ScalarType::Float8_e5m2fnuz:
+    case c10::ScalarType::Float8_e8m0fnu:
+    case c10::ScalarType::Bits8: return TPU_U8;
+    case c10::ScalarType::Bits16: return TPU_I16;
+    default: return -1;
+  }
+}
+}  // namespace
+
+void copy_between(const at::Tensor& src_in, const at::Tensor& dst, bool non_blocking) {
   at::Tensor src = src_in.sizes().equals(dst.sizes()) ? src_in : src_in.expand(dst.sizes());
   // lazy conjugate / negative views: materialise on the side that holds
   // them (the device: native conj_physical / neg), then copy the bytes
@@ -681,13 +743,28 @@ void copy_between(const at::Tensor& src_in, const at::Tensor& dst) {
     return;
   }
   if (dst.numel() == 0) return;
-  tpu_view dv = make_view(dst), sv = make_view(src);
+  tpu_view dv, sv;
+  if (to_tpu_dtype(dst.scalar_type()) < 0 || to_tpu_dtype(src.scalar_type()) < 0) {
+    int bits = bits_dtype(dst.scalar_type());
+    TORCH_CHECK_NOT_IMPLEMENTED(bits >= 0 && src.scalar_type() == dst.scalar_type(),
+                                "torch_tpu: copy from ", src.scalar_type(), " to ",
+                                dst.scalar_type(), " is not supported (", dst.scalar_type(),
+                                " tensors are storage-only on tpu: views and same-dtype copies)");
+    at::Tensor sb = src.view(to_scalar_type(bits)), db = dst.view(to_scalar_type(bits));
+    dv = make_view(db);
+    sv = make_view(sb);
+  } else {
+    dv = make_view(dst);
+    sv = make_view(src);
+  }
   bool s_dev = src.device().type() == c10::DeviceType::PrivateUse1;
   bool d_dev = dst.device().type() == c10::DeviceType::PrivateUse1;
   TORCH_CHECK(s_dev || src.device().is_cpu(), "torch_tpu: cannot copy from ", src.device());
   TORCH_CHECK(d_dev || dst.device().is_cpu(), "torch_tpu: cannot copy to ", dst.device());
   if (s_dev && d_dev)
     check(tpulw_copy_d2d(current_stream(dst.device().index()), &dv, &sv));
+  else if (s_dev && non_blocking && pinned_allocator()->owns(dst.storage().data()))
+    check(tpulw_copy_d2h_async(current_stream(src.device().index()), &dv, &sv));
   else if (s_dev)
     check(tpulw_copy_d2h(current_stream(src.device().index()), &dv, &sv));
   else
