@@ -38,9 +38,6 @@ NOT_YET = {
         "sparse_dense_matmul_grad_with_adagrad", "sparse_dense_matmul_grad_with_adam",
         "sparse_dense_matmul_grad_with_sgd", "sparse_dense_matmul_gradient_stack",
         "sparse_gather", "sparse_gather_backward", "sparse_iota", "sparse_map_row")},
-    "torch.tpu.optimizers.SingleTraceTrainer": "not implemented yet",
-    "torch.tpu.profiler": "not implemented yet",
-    "torch.tpu.profiler.TpuProfilerConfig": "not implemented yet",
 }
 
 
@@ -334,12 +331,37 @@ def c_Optimizer(cls):
         cls()  # abstract
 
 
+def c_SingleTraceTrainer(cls):
+    torch.manual_seed(0)
+    m = torch.nn.Linear(3, 2).to(DEV)
+    ref = torch.nn.Linear(3, 2)
+    ref.load_state_dict({k: v.cpu() for k, v in m.state_dict().items()})
+    tr = cls(m, torch.tpu.optimizers.Sgd(lr=0.5), compile_fn=lambda gm: gm)
+    x, y = torch.randn(4, 3), torch.randn(4, 2)
+    loss = tr.make_compiled_train_step(x.to(DEV), y.to(DEV))(x.to(DEV), y.to(DEV))
+    ref_loss = F.mse_loss(ref(x), y)
+    ref_loss.backward()
+    torch.optim.SGD(ref.parameters(), lr=0.5).step()
+    assert abs(loss.item() - ref_loss.item()) < 1e-5
+    assert_close(m.weight.detach(), ref.weight.detach(), atol=1e-5, rtol=1e-5)
+    assert_close(tr.params["bias"], ref.bias.detach(), atol=1e-5, rtol=1e-5)
+
+
+def c_TpuProfilerConfig(cls):
+    from torch.profiler import ProfilerActivity, profile
+    x = torch.randn(4, 4, device=DEV)
+    with profile(activities=[ProfilerActivity.CPU], experimental_config=cls()) as p:
+        (x @ x).sum().item()
+    assert any(e["flops"] == 2 * 4 * 4 * 4 for e in p.tpu_events)
+
+
 OPTIM = {
     "AdamW": _c_opt(lambda c: c(lr=0.1, use_bfloat16_moments=False),
                     lambda ps: torch.optim.AdamW(ps, lr=0.1)),
     "Sgd": _c_opt(lambda c: c(lr=0.1, momentum=0.9), lambda ps: torch.optim.SGD(ps, lr=0.1, momentum=0.9)),
     "Muon": _c_opt(lambda c: c(lr=0.1), lambda ps: torch.optim.Muon(ps, lr=0.1), two_d=True),
     "Optimizer": c_Optimizer,
+    "SingleTraceTrainer": c_SingleTraceTrainer,
 }
 
 

@@ -127,3 +127,47 @@ def test_step_joins_a_fused_training_step():
         o(g, {n.replace(".", "_"): p.grad for n, p in m.named_parameters()})
         torch_tpu.sync.synchronize()
         assert torch.tpu._get_cache_stats()["programs_run"] - before == 1
+
+
+def test_single_trace_trainer_one_program_per_step():
+    ref = _model()
+    dev = _model().to(DEV)
+    o = opt.AdamW(lr=1e-2, use_bfloat16_moments=False)
+    tr = opt.SingleTraceTrainer(dev, o, compile_fn=lambda gm: gm)
+    ref_opt = torch.optim.AdamW(ref.parameters(), lr=1e-2)
+    torch.manual_seed(2)
+    x, y = torch.randn(5, 8), torch.randn(5, 4)
+    step = tr.make_compiled_train_step(x.to(DEV), y.to(DEV))
+    for it in range(4):
+        ref_opt.zero_grad()
+        lr_ = F.mse_loss(ref(x), y)
+        lr_.backward()
+        ref_opt.step()
+        torch.tpu.synchronize()
+        before = torch.tpu._get_cache_stats()["programs_run"]
+        with eager_mode(EagerMode.DEFER_NEVER):
+            ld = step(x.to(DEV), y.to(DEV))
+        assert torch.tpu._get_cache_stats()["programs_run"] - before == 1
+        assert abs(ld.item() - lr_.item()) < 1e-5
+    for (n, p), q in zip(tr.params.items(), ref.parameters()):
+        assert_close(p, q.detach(), atol=1e-5, rtol=1e-5, msg=n)
+    for p, q in zip(dev.parameters(), ref.parameters()):  # the module itself was trained
+        assert_close(p.detach(), q.detach(), atol=1e-5, rtol=1e-5)
+    with pytest.raises(ValueError, match="targets"):
+        step(x.to(DEV))
+    with pytest.raises(ValueError, match="compile_fn"):
+        opt.SingleTraceTrainer(dev, o).make_compiled_train_step(x.to(DEV), y.to(DEV))
+
+
+def test_single_trace_trainer_without_optimizer_sets_grads():
+    ref = _model()
+    dev = _model().to(DEV)
+    tr = opt.SingleTraceTrainer(dev, None, compile_fn=lambda gm, inputs: gm,
+                                compute_loss_fn=lambda m, args, kw: m(*args).pow(2).mean())
+    x = torch.randn(3, 8)
+    loss = tr.make_compiled_train_step(x.to(DEV))(x.to(DEV))
+    r = ref(x).pow(2).mean()
+    r.backward()
+    assert abs(loss.item() - r.item()) < 1e-5
+    for p, q in zip(dev.parameters(), ref.parameters()):
+        assert_close(p.grad, q.grad, atol=1e-5, rtol=1e-5)

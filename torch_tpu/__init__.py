@@ -50,7 +50,7 @@ def _init():
             for_tensor=True, for_module=True, for_packed_sequence=True, for_storage=True
         )
     _tpu_module._install_precision_hooks()
-    from . import backends
+    from . import backends, profiler
 
     backends._register()
     _install_print_hook()

@@ -28,7 +28,7 @@ from torch.utils import _pytree
 from . import _C
 from . import execution_mode as _em
 
-__all__ = ["AdamW", "Muon", "Optimizer", "Sgd"]
+__all__ = ["AdamW", "Muon", "Optimizer", "Sgd", "SingleTraceTrainer"]
 
 
 @contextlib.contextmanager
@@ -330,3 +330,143 @@ class Muon(Optimizer):
             for s in steps:
                 s.add_(1.0)
         return param_group
+
+
+# ---- SingleTraceTrainer --------------------------------------------------------------------
+
+
+def _loss_of(model, key_map, params, buffers, inputs, targets, compute_loss_fn):
+    from torch import func
+    from torch.nn.utils import stateless
+
+    p = {key_map[k]: v for k, v in params.items()}
+    b = {key_map[k]: v for k, v in buffers.items()}
+    if isinstance(inputs, dict):
+        args, kwargs = (), inputs
+    elif isinstance(inputs, (tuple, list)):
+        args, kwargs = tuple(inputs), {}
+    else:
+        args, kwargs = (inputs,), {}
+    if compute_loss_fn is not None:
+        with stateless._reparametrize_module(model, {**p, **b}, tie_weights=True):
+            return compute_loss_fn(model, args, kwargs), buffers
+    out = func.functional_call(model, (p, b), args, kwargs)
+    if targets is not None:
+        return torch.nn.functional.mse_loss(out, targets), buffers
+    for attr in ("loss", "logits", "sample"):
+        v = out.get(attr) if isinstance(out, dict) else getattr(out, attr, None)
+        if isinstance(v, torch.Tensor):
+            return (v if attr == "loss" else v.mean()), buffers
+    for item in _pytree.tree_leaves(out):
+        if isinstance(item, torch.Tensor):
+            return item.mean(), buffers
+    raise TypeError(f"Cannot extract loss from output of type {type(out)}")
+
+
+def _call_compile_fn(compile_fn, gm, flat_inputs):
+    import inspect
+
+    try:
+        ps = list(inspect.signature(compile_fn).parameters.values())
+    except (TypeError, ValueError):
+        return compile_fn(gm, flat_inputs)
+    pos = [p for p in ps if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+    if len(pos) == 1 and not any(p.kind == p.VAR_POSITIONAL for p in ps):
+        return compile_fn(gm)
+    return compile_fn(gm, flat_inputs)
+
+
+class SingleTraceTrainer:
+    """Forward + loss + backward + optimizer step traced into ONE graph
+    (``make_fx`` over ``torch.func.grad_and_value``), compiled by
+    ``compile_fn(graph_module[, example_flat_inputs])`` and run as one vTPU
+    program per step (the graph runs in Fused Eager and is flushed once).
+
+    The loss is ``compute_loss_fn(model, args, kwargs)`` if given, else MSE
+    against ``targets``, else the output's ``loss`` (or the mean of
+    ``logits``/``sample``/the first tensor)."""
+
+    def __init__(self, model, optimizer=None, compile_fn=None, compute_loss_fn=None):
+        self._model = model
+        self._optimizer = optimizer
+        self._compile_fn = compile_fn
+        self._compute_loss_fn = compute_loss_fn
+        if callable(getattr(model, "tie_weights", None)):
+            model.tie_weights()
+        self._key_map, params, self._buffers = {}, {}, {}
+        for name, p in model.named_parameters():
+            self._key_map[name.replace(".", "_")] = name
+            params[name.replace(".", "_")] = p.detach()
+        for name, b in model.named_buffers():
+            self._key_map[name.replace(".", "_")] = name
+            self._buffers[name.replace(".", "_")] = b.detach()
+        self._param_group = optimizer.init_param_group(params) if optimizer is not None else params
+
+    @property
+    def param_group(self):
+        """The parameters and optimizer state the step updates."""
+        return self._param_group
+
+    @property
+    def params(self):
+        """Parameters under their original (dotted) names."""
+        p = getattr(self._param_group, "params", self._param_group)
+        return {self._key_map[k]: v for k, v in p.items()}
+
+    def make_compiled_train_step(self, example_inputs, example_targets=None, compile_fn=None):
+        """Trace the step for these example inputs; returns
+        ``train_step(inputs, targets=None) -> loss``."""
+        from torch import func
+        from torch.fx.experimental.proxy_tensor import make_fx
+
+        compile_fn = compile_fn or self._compile_fn
+        if compile_fn is None:
+            raise ValueError("A compilation callback (compile_fn) must be provided either to "
+                             "SingleTraceTrainer or to make_compiled_train_step.")
+        has_t = example_targets is not None
+        flat, in_spec = _pytree.tree_flatten(
+            (self._param_group, self._buffers, example_inputs) + ((example_targets,) if has_t else ()))
+        out_spec = None
+
+        def step(*flat_args):
+            nonlocal out_spec
+            st = _pytree.tree_unflatten(list(flat_args), in_spec)
+            group, bufs, inps = st[:3]
+            tgts = st[3] if has_t else None
+            params = getattr(group, "params", group)
+
+            def loss_fn(p, b):
+                return _loss_of(self._model, self._key_map, p, b, inps, tgts,
+                                self._compute_loss_fn)
+
+            grads, (loss, new_bufs) = func.grad_and_value(loss_fn, has_aux=True)(params, bufs)
+            if self._optimizer is not None:
+                outs, out_spec = _pytree.tree_flatten((loss, self._optimizer(group, grads), new_bufs))
+            else:
+                outs, out_spec = _pytree.tree_flatten((loss, grads, new_bufs))
+            return tuple(outs)
+
+        gm = make_fx(step, tracing_mode="fake")(*flat)
+        compiled = _call_compile_fn(compile_fn, gm, flat)
+
+        def train_step(inputs, targets=None):
+            if (targets is None) == has_t:
+                raise ValueError("targets must be given exactly when example_targets were")
+            args, _ = _pytree.tree_flatten(
+                (self._param_group, self._buffers, inputs) + ((targets,) if has_t else ()))
+            with _one_program([a for a in args if isinstance(a, torch.Tensor)]):
+                result = compiled(*args)
+            loss, state, bufs = _pytree.tree_unflatten(list(result), out_spec)
+            self._buffers = bufs
+            if self._optimizer is not None:
+                self._param_group = state
+            else:
+                for name, p in self._model.named_parameters():
+                    g = state.get(name.replace(".", "_"))
+                    if g is not None:
+                        p.grad = g
+            self._model.load_state_dict({self._key_map[k]: v for k, v in bufs.items()},
+                                        strict=False)
+            return loss
+
+        return train_step

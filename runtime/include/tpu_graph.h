@@ -164,6 +164,31 @@ void tpug_cache_clear(void);
 /* Set the disk-tier directory (NULL or "" disables it). */
 int tpug_cache_set_dir(const char *dir);
 
+/* ---- program trace (profiler) ------------------------------------------
+ * While tracing is on, every program the recorder enqueues (a fused graph,
+ * or one op in Strict/Debug Eager) leaves one event when it has run on its
+ * stream. Events wait in a bounded buffer (TPUG_TRACE_CAP; further events
+ * are counted as dropped) until drained. */
+#define TPUG_TRACE_CAP 65536
+typedef struct tpug_trace_event {
+  char name[128];      /* IR ops of the program, e.g. "dot_general+add+tanh" */
+  uint64_t program;    /* compiled-program (cache) key: same graph, same id */
+  int32_t device, stream;
+  int32_t nops;        /* recorded ops merged into the program */
+  int32_t reason;      /* tpug_flush_reason that ran it */
+  int64_t start_ns, end_ns; /* CLOCK_REALTIME, on the stream's worker */
+  uint64_t bytes;      /* bytes read (program inputs) + written (outputs) */
+  uint64_t flops;      /* 2*M*N*K over the program's dot_general nodes */
+} tpug_trace_event;
+
+/* Turn tracing on (1) or off (0); turning it on clears the buffer. */
+void tpug_trace_enable(int on);
+int tpug_trace_enabled(void);
+/* Move up to `max` events (oldest first) into `out` (caller-owned array);
+ * returns how many. *dropped (if not NULL) gets the number of events lost
+ * to a full buffer since tracing was enabled. */
+int tpug_trace_drain(tpug_trace_event *out, int max, uint64_t *dropped);
+
 #ifdef __cplusplus
 }
 #endif

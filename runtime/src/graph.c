@@ -527,21 +527,47 @@ typedef struct gtask {
   int np, nrng;   /* device parameters ins[0..np); rng key count */
   size_t nconst;  /* bytes of consts */
   int32_t *rng;   /* ins index of each rng key */
+  tpug_trace_event *ev; /* set while tracing: stamped and pushed when run */
 } gtask;
 
 static int task_run(void *ctx) {
   gtask *t = ctx;
-  return tpux_run(t->prog->g, t->nin, t->ins, t->nout, t->outs);
+  if (t->ev) t->ev->start_ns = tpug__trace_now_ns();
+  int rc = tpux_run(t->prog->g, t->nin, t->ins, t->nout, t->outs);
+  if (t->ev) {
+    t->ev->end_ns = tpug__trace_now_ns();
+    tpug__trace_push(t->ev);
+  }
+  return rc;
 }
 
 static void task_free(void *ctx) {
   gtask *t = ctx;
+  free(t->ev);
   tpug__prog_unref(t->prog);
   free(t->ins);
   free(t->outs);
   free(t->consts);
   free(t->rng);
   free(t);
+}
+
+/* While tracing, give T an event describing its program (the recorded op
+ * graphs gs[0..n), or its merged program when n == 0: a replay). */
+static void trace_attach(gtask *T, tpurt_stream *s, const tpuir_graph *const *gs, int n,
+                         int reason) {
+  if (!tpug_trace_enabled() || !(T->ev = calloc(1, sizeof *T->ev))) return;
+  const tpuir_graph *merged = T->prog->g;
+  if (n > 0) tpug__trace_describe(T->ev, gs, n);
+  else tpug__trace_describe(T->ev, &merged, 1);
+  T->ev->program = T->prog->k1;
+  T->ev->device = tpurt_stream_device(s);
+  T->ev->stream = tpurt_stream_id(s);
+  T->ev->reason = (int32_t)reason;
+  for (int j = 0; j < T->nin; j++)
+    T->ev->bytes += (uint64_t)tpu_view_numel(&T->ins[j]) * tpu_dtype_size(T->ins[j].dtype);
+  for (int j = 0; j < T->nout; j++)
+    T->ev->bytes += (uint64_t)tpu_view_numel(&T->outs[j]) * tpu_dtype_size(T->outs[j].dtype);
 }
 
 static void write_const(const tpuir_node *n, unsigned char *slot) {
@@ -806,6 +832,11 @@ static int flush_with(gdev *D, int reason, gtask **keep) {
     *keep = task_clone(T);
     if (!*keep) rc = tpu_error(TPU_E_OOM, "capture: out of host memory");
   }
+  if (nouts) {
+    const tpuir_graph *gs[n > 0 ? n : 1];
+    for (int k = 0; k < n; k++) gs[k] = D->ops[k].g;
+    trace_attach(T, s, gs, n, reason);
+  }
   if (nouts == 0) task_free(T); /* nothing observable to compute */
   else if (rc >= 0) rc = tpurt_stream_enqueue(s, task_run, task_free, T);
   else task_free(T);
@@ -830,6 +861,7 @@ static gtask *task_clone(const gtask *T) {
   gtask *c = calloc(1, sizeof *c);
   if (!c) return NULL;
   *c = *T;
+  c->ev = NULL; /* events belong to one run */
   c->ins = malloc(sizeof(tpu_view) * (size_t)(T->nin ? T->nin : 1));
   c->outs = malloc(sizeof(tpu_view) * (size_t)(T->nout ? T->nout : 1));
   c->consts = malloc(T->nconst);
@@ -990,6 +1022,7 @@ int tpug_capture_run(tpug_capture *c, tpurt_stream *s, int nreloc,
     task_free(T);
     return rc;
   }
+  trace_attach(T, s, NULL, 0, TPUG_R_COMPILED);
   pthread_mutex_lock(&g_stat_mu);
   g_st.replays++;
   g_st.programs_run++;

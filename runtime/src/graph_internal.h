@@ -33,4 +33,12 @@ void tpug__cache_reset_counts(void);
 int tpug__graph_write(const tpuir_graph *g, const char *path);
 tpuir_graph *tpug__graph_read(const char *path);
 
+/* Program trace (graph_trace.c). Fill `ev`'s name, nops, bytes and flops
+ * from a merged program (ops of the recorded graphs, in order). */
+void tpug__trace_describe(tpug_trace_event *ev, const tpuir_graph *const *graphs, int n);
+/* Stamp the clock (CLOCK_REALTIME ns). */
+int64_t tpug__trace_now_ns(void);
+/* Append a finished event (copied). */
+void tpug__trace_push(const tpug_trace_event *ev);
+
 #endif /* TPU_GRAPH_INTERNAL_H */

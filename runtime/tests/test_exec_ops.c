@@ -580,13 +580,14 @@ TPU_TEST(exec_philox_known_answers) {
     tpux__philox(kat[k].ctr, (uint64_t)kat[k].key[1] << 32 | kat[k].key[0], o);
     for (int w = 0; w < 4; w++) CHECK(o[w] == kat[k].out[w]);
   }
-  /* through the executor: BITS element i = words 0-1 of block (offset + i),
-   * key = seed; counter 0 under key 0 is the first known answer */
+  /* through the executor: BITS element i = words 0-1 of block
+   * (offset << 64 | i), key = seed; counter 0 under key 0 is the first
+   * known answer */
   tpuir_graph *g = tpuir_graph_new();
   int64_t s1[1] = {2};
   tpuir_val r = tpuir_rng(g, TPUIR_RNG_BITS, TPU_I64, 1, s1, 0, 0);
   tpuir_val r2 = tpuir_rng(g, TPUIR_RNG_BITS, TPU_I64, 1, s1, 0x299f31d0a4093822ull,
-                           0x85a308d3243f6a88ull - 1);
+                           0x85a308d3243f6a88ull);
   tpuir_val outs[2] = {r, r2};
   CHECK_OK(tpuir_set_outputs(g, 2, outs));
   uint64_t o[2], o2[2];
@@ -596,16 +597,18 @@ TPU_TEST(exec_philox_known_answers) {
   tpu_view ov[2] = {O, O2};
   CHECK_OK(tpux_run(g, 0, NULL, 2, ov));
   CHECK(o[0] == ((uint64_t)kat[0].out[1] << 32 | kat[0].out[0]));
-  uint32_t w[4], ctr[4] = {0x243f6a88, 0x85a308d3, 0, 0};
+  /* element 1 of the draw at offset 0x85a308d3243f6a88: counter words
+   * {1, 0, offset lo, offset hi} */
+  uint32_t w[4], ctr[4] = {1, 0, 0x243f6a88, 0x85a308d3};
   tpux__philox(ctr, 0x299f31d0a4093822ull, w);
   CHECK(o2[1] == ((uint64_t)w[1] << 32 | w[0]));
-  /* counter carry into the high half: offset 2^64-1, element 1 */
+  /* the largest offset: the draw number fills the high half */
   tpuir_graph_free(g);
   g = tpuir_graph_new();
   r = tpuir_rng(g, TPUIR_RNG_BITS, TPU_I64, 1, s1, 5, UINT64_MAX);
   CHECK_OK(tpuir_set_outputs(g, 1, &r));
   CHECK_OK(tpux_run(g, 0, NULL, 1, &O));
-  uint32_t c1[4] = {0, 0, 1, 0};
+  uint32_t c1[4] = {1, 0, UINT32_MAX, UINT32_MAX};
   tpux__philox(c1, 5, w);
   CHECK(o[1] == ((uint64_t)w[1] << 32 | w[0]));
   tpuir_graph_free(g);
@@ -630,8 +633,9 @@ TPU_TEST(exec_rng_properties) {
       CHECK_OK(tpux_run(g, 0, NULL, 4, ov));
       size_t bytes = (size_t)n * tpu_dtype_size(dt);
       CHECK(memcmp(A.mem, B.mem, bytes) == 0);
-      /* offset shift: element i+1 at offset o == element i at offset o+1 */
-      CHECK(memcmp((char *)A.mem + tpu_dtype_size(dt), C.mem, bytes - tpu_dtype_size(dt)) == 0);
+      /* another offset is another draw: an unrelated stream (no shifted copy) */
+      CHECK(memcmp(A.mem, C.mem, bytes) != 0);
+      CHECK(memcmp((char *)A.mem + tpu_dtype_size(dt), C.mem, bytes - tpu_dtype_size(dt)) != 0);
       CHECK(memcmp(A.mem, D.mem, bytes) != 0);
       double s = 0, s2 = 0, mn = 1e9, mx = -1e9;
       for (int64_t i = 0; i < n; i++) {

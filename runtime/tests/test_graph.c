@@ -285,3 +285,66 @@ TPU_TEST(graph_capture_replay_relocates_memory) {
   tpurt_free(z2);
   tpurt_free(r);
 }
+
+/* The program trace: one event per program run (fused graphs and strict
+ * ops), named by its IR ops, with dot FLOPs, bytes and worker timestamps. */
+TPU_TEST(graph_trace_events) {
+  tpurt_stream *s = tpurt_default_stream(0);
+  const int64_t n = 64;
+  tpu_view vx, vy, vz;
+  float *x = tg_buf(n, &vx), *y = tg_buf(n, &vy), *z = tg_buf(n, &vz);
+  CHECK(x && y && z);
+  tpug_trace_event ev[8];
+  tpug_trace_enable(0);
+  CHECK(tpug_trace_enabled() == 0);
+  CHECK_OK(tg_affine(s, &vx, &vy, 2.0, 1.0)); /* tracing off: no event */
+  CHECK_OK(tpurt_stream_synchronize(s));
+  tpug_trace_enable(1);
+  CHECK(tpug_trace_drain(ev, 8, NULL) == 0);
+  CHECK_OK(tpug_set_mode(TPUG_FUSE));
+  CHECK_OK(tg_affine(s, &vx, &vy, 2.0, 1.0));
+  CHECK_OK(tg_affine(s, &vy, &vz, 3.0, 0.0));
+  CHECK_OK(tpug_flush(0, TPUG_R_SYNC));
+  CHECK_OK(tpurt_stream_synchronize(s));
+  CHECK_OK(tpug_set_mode(TPUG_STRICT));
+  /* a strict dot: [2,3] x [3,4] */
+  tpu_view va, vb, vc;
+  int64_t sa[2] = {2, 3}, sb[2] = {3, 4}, sc[2] = {2, 4};
+  void *a = NULL, *b = NULL, *c = NULL;
+  CHECK_OK(tpurt_malloc(0, 6 * 4, &a));
+  CHECK_OK(tpurt_malloc(0, 12 * 4, &b));
+  CHECK_OK(tpurt_malloc(0, 8 * 4, &c));
+  tpu_view_init_contiguous(&va, a, TPU_F32, 2, sa);
+  tpu_view_init_contiguous(&vb, b, TPU_F32, 2, sb);
+  tpu_view_init_contiguous(&vc, c, TPU_F32, 2, sc);
+  tpuir_graph *g = tpuir_graph_new();
+  tpuir_val pa = tpuir_param(g, TPU_F32, 2, sa), pb = tpuir_param(g, TPU_F32, 2, sb);
+  int64_t lc = 1, rc = 0;
+  tpuir_val d = tpuir_dot_general(g, pa, pb, 0, NULL, NULL, 1, &lc, &rc, TPU_PREC_HIGHEST, TPU_F32);
+  CHECK_OK(tpuir_set_outputs(g, 1, &d));
+  tpu_view ins[2] = {va, vb};
+  CHECK_OK(tpug_submit(s, g, 2, ins, 1, &vc, 0, NULL, NULL));
+  CHECK_OK(tpurt_stream_synchronize(s));
+  uint64_t dropped = 1;
+  int ne = tpug_trace_drain(ev, 8, &dropped);
+  CHECK(ne == 2 && dropped == 0);
+  CHECK(ev[0].nops == 2 && ev[0].reason == TPUG_R_SYNC && ev[0].flops == 0);
+  CHECK(strstr(ev[0].name, "mul") != NULL && ev[0].device == 0 && ev[0].stream == 0);
+  CHECK(ev[0].bytes >= 2 * 64 * sizeof(float)); /* x read, z written */
+  CHECK(ev[0].start_ns > 0 && ev[0].end_ns >= ev[0].start_ns);
+  CHECK(ev[1].nops == 1 && ev[1].reason == TPUG_R_STRICT);
+  CHECK(strstr(ev[1].name, "dot_general") != NULL);
+  CHECK(ev[1].flops == 2 * 2 * 4 * 3);
+  CHECK(ev[1].bytes == (6 + 12 + 8) * sizeof(float));
+  CHECK(ev[1].start_ns >= ev[0].end_ns);
+  CHECK(ev[1].program != ev[0].program);
+  CHECK(tpug_trace_drain(ev, 8, NULL) == 0); /* drained */
+  tpug_trace_enable(0);
+  tpuir_graph_free(g);
+  tpurt_free(a);
+  tpurt_free(b);
+  tpurt_free(c);
+  tpurt_free(x);
+  tpurt_free(y);
+  tpurt_free(z);
+}

@@ -944,7 +944,7 @@ TPU_TEST(lower_shift_pad_median_search_multinomial) {
   double s0 = lt_get(&r.out[0], 0), s1 = lt_get(&r.out[0], 1);
   CHECK((s0 == 1 && s1 == 2) || (s0 == 2 && s1 == 1));
   CHECK(lt_get(&r.out[0], 2) == 0);
-  CHECK(gen.offset == 6);
+  CHECK(gen.offset == 1); /* one draw */
   lt_result_free(&r);
   lt_free(&a); lt_free(&s); lt_free(&p); lt_free(&m); lt_free(&bnd); lt_free(&pr);
 }

@@ -8,6 +8,8 @@
 #include <pybind11/stl.h>
 #include <torch/csrc/Generator.h>
 
+#include <vector>
+
 namespace py = pybind11;
 using namespace torch_tpu;
 
@@ -166,4 +168,32 @@ PYBIND11_MODULE(_C, m) {
                            f.data(), t.data(), keys.empty() ? nullptr : keys.data()));
   });
   m.def("_current_stream_id", [](int d) { return current_stream_id(static_cast<c10::DeviceIndex>(d)); });
+  m.def("_trace_enable", [](bool on) { tpug_trace_enable(on ? 1 : 0); });
+  m.def("_trace_enabled", [] { return tpug_trace_enabled() != 0; });
+  // Drain the program trace: (events as dicts, dropped count).
+  m.def("_trace_drain", [] {
+    std::vector<tpug_trace_event> buf(4096);
+    py::list out;
+    uint64_t dropped = 0;
+    for (;;) {
+      int n = tpug_trace_drain(buf.data(), static_cast<int>(buf.size()), &dropped);
+      for (int i = 0; i < n; i++) {
+        const auto& e = buf[i];
+        py::dict d;
+        d["name"] = std::string(e.name);
+        d["program"] = e.program;
+        d["device"] = e.device;
+        d["stream"] = e.stream;
+        d["ops"] = e.nops;
+        d["reason"] = (e.reason >= 0 && e.reason < TPUG_NUM_REASONS) ? kReasons[e.reason] : "?";
+        d["start_ns"] = e.start_ns;
+        d["end_ns"] = e.end_ns;
+        d["bytes"] = e.bytes;
+        d["flops"] = e.flops;
+        out.append(d);
+      }
+      if (n < static_cast<int>(buf.size())) break;
+    }
+    return py::make_tuple(out, dropped);
+  });
 }
