@@ -235,3 +235,105 @@ def test_jagged_align_and_strip():
     assert st2.values().shape == (11, 4)
     with pytest.raises(TypeError):
         ops.strip_jagged_padding(torch.randn(3, device=DEV))
+
+
+# ---- SparseCore family -------------------------------------------------------------------
+
+PAD = 2**31 - 1  # SparseCore preprocessing's padding id
+
+
+def _csr_batch():
+    torch.manual_seed(0)
+    table = torch.randn(10, 4)
+    ids = torch.tensor([1, 3, 3, 7, PAD, 0, 9, PAD], dtype=torch.int32)
+    sids = torch.tensor([0, 0, 1, 2, PAD, 3, 3, PAD], dtype=torch.int32)
+    gains = torch.tensor([1.0, 0.5, 2.0, 1.0, 0.0, -1.0, 3.0, 0.0])
+    rp = torch.tensor([4, 8], dtype=torch.int32)
+    return rp, ids, sids, gains, table
+
+
+def _ref_activations(ids, sids, gains, table, batch):
+    out = torch.zeros(batch, table.shape[1])
+    for i, s, g in zip(ids.tolist(), sids.tolist(), gains.tolist()):
+        if i != PAD:
+            out[s] += g * table[i]
+    return out
+
+
+def test_sparse_dense_matmul_and_grads():
+    rp, ids, sids, gains, table = _csr_batch()
+    B = 4
+    ref = _ref_activations(ids, sids, gains, table, B)
+    d = [t.to(DEV) for t in (rp, ids, sids, gains, table)]
+    out = ops.sparse_dense_matmul(*d, B, 8, 8)
+    assert_close(out, ref, atol=1e-6, rtol=1e-6)
+    # gradient of sum(act * G) w.r.t. the table, by autograd on the CPU reference
+    G = torch.randn(B, 4)
+    tc = table.clone().requires_grad_()
+    (_ref_activations(ids, sids, gains, tc, B) * G).sum().backward()
+    grad = tc.grad
+    touched = torch.zeros(10, dtype=torch.bool)
+    touched[[1, 3, 7, 0, 9]] = True
+    sgd = ops.sparse_dense_matmul_grad_with_sgd(*d, G.to(DEV), torch.tensor(0.1), B, 8, 8, "sgd")
+    assert_close(sgd, table - 0.1 * grad, atol=1e-6, rtol=1e-6)
+    acc = torch.full((10, 4), 0.1)
+    t2, a2 = ops.sparse_dense_matmul_grad_with_adagrad(*d, acc.to(DEV), G.to(DEV), torch.tensor(0.5),
+                                                       1e-8, B, 8, 8, "adagrad")
+    acc_ref = acc + grad * grad
+    assert_close(a2, acc_ref, atol=1e-6, rtol=1e-6)
+    assert_close(t2, table - 0.5 * grad / (acc_ref.sqrt() + 1e-8), atol=1e-5, rtol=1e-5)
+    racc = torch.full((10,), 0.1)
+    t3, a3 = ops.sparse_dense_matmul_grad_with_adagrad(*d, racc.to(DEV), G.to(DEV), 0.5, 1e-8, B,
+                                                       8, 8, "adagrad_rowwise")
+    racc_ref = racc + torch.where(touched, (grad * grad).mean(1), torch.zeros(10))
+    assert_close(a3, racc_ref, atol=1e-6, rtol=1e-6)
+    m0, v0 = torch.full((10, 4), 0.2), torch.full((10, 4), 0.3)
+    t4, m4, v4 = ops.sparse_dense_matmul_grad_with_adam(*d, m0.to(DEV), v0.to(DEV), G.to(DEV),
+                                                        torch.tensor(0.01), 0.9, 0.99, 1e-8, B, 8,
+                                                        8, "adam")
+    tt = touched.unsqueeze(1)
+    m_ref = torch.where(tt, 0.9 * m0 + 0.1 * grad, m0)
+    v_ref = torch.where(tt, 0.99 * v0 + 0.01 * grad * grad, v0)
+    assert_close(m4, m_ref, atol=1e-6, rtol=1e-6)
+    assert_close(v4, v_ref, atol=1e-6, rtol=1e-6)
+    assert_close(t4, table - torch.where(tt, 0.01 * m_ref / (v_ref.sqrt() + 1e-8), 0.0),
+                 atol=1e-6, rtol=1e-6)
+    assert torch.equal(m4.cpu()[2], m0[2])  # untouched row: lazy Adam leaves it alone
+    with pytest.raises(ValueError, match="same length"):
+        ops.sparse_dense_matmul(d[0], d[1], d[2][:3], d[3], d[4], B, 8, 8)
+
+
+def test_sparse_unstack_stack_gather_iota():
+    torch.manual_seed(0)
+    stacked = torch.randn(7, 5)
+    st = stacked.to(DEV).requires_grad_()
+    parts = ops.sparse_dense_matmul_activation_unstack(st, [3, 4], [5, 2])
+    assert_close(parts[0].detach(), stacked[:3, :5])
+    assert_close(parts[1].detach(), stacked[3:7, :2])
+    g0, g1 = torch.randn(3, 5), torch.randn(4, 2)
+    (parts[0] * g0.to(DEV)).sum().add((parts[1] * g1.to(DEV)).sum()).backward()
+    stacked_grad = ops.sparse_dense_matmul_gradient_stack([g0.to(DEV), g1.to(DEV)], 7, 5)
+    ref = torch.zeros(7, 5)
+    ref[:3, :5] = g0
+    ref[3:7, :2] = g1
+    assert_close(stacked_grad, ref)
+    assert_close(st.grad, ref)  # the stack is unstack's backward
+    operand = torch.randn(6, 3)
+    idx = torch.tensor([5, 0, 0, 2, 3, 3])
+    op_d = operand.to(DEV).requires_grad_()
+    out = ops.sparse_gather(torch.tensor([0, 2, 4]), idx.to(DEV), op_d, 2)
+    assert_close(out.detach(), operand[idx])
+    go = torch.randn(6, 3)
+    out.backward(go.to(DEV))
+    ref_g = torch.zeros(6, 3).index_add(0, idx, go)
+    assert_close(op_d.grad, ref_g)
+    assert_close(ops.sparse_gather_backward(go.to(DEV), idx.to(DEV), torch.ones(6, 3, device=DEV)),
+                 ref_g + 1)
+    with pytest.raises(ValueError, match="len"):
+        ops.sparse_gather(torch.tensor([0, 2]), idx.to(DEV), op_d, 2)
+    rp = torch.tensor([0, 2, 2, 5], dtype=torch.int32)
+    it = ops.sparse_iota(rp.to(DEV), 8, 4)
+    assert it.dtype is torch.int32
+    assert it.cpu().tolist() == [0, 1, 0, 1, 2, 0, 0, 0]
+    with pytest.raises(NotImplementedError, match="SparseCore"):
+        ops.sparse_map_row([], [], [], "module {}", [], 1, 0, 0, 0.5, 0)

@@ -8,6 +8,10 @@ from .jagged import align_jagged_to_multiple, strip_jagged_padding
 from .pooling import (max_pool1d, max_pool1d_backward, max_pool2d, max_pool2d_backward,
                       max_pool3d, max_pool3d_backward)
 from .ragged import ragged_dot, ragged_dot_weight_grad
+from .sparse import (sparse_dense_matmul, sparse_dense_matmul_activation_unstack,
+                     sparse_dense_matmul_grad_with_adagrad, sparse_dense_matmul_grad_with_adam,
+                     sparse_dense_matmul_grad_with_sgd, sparse_dense_matmul_gradient_stack,
+                     sparse_gather, sparse_gather_backward, sparse_iota, sparse_map_row)
 from .splash import splash_sdpa
 
 __all__ = [
@@ -21,6 +25,16 @@ __all__ = [
     "optimization_barrier",
     "ragged_dot",
     "ragged_dot_weight_grad",
+    "sparse_dense_matmul",
+    "sparse_dense_matmul_activation_unstack",
+    "sparse_dense_matmul_grad_with_adagrad",
+    "sparse_dense_matmul_grad_with_adam",
+    "sparse_dense_matmul_grad_with_sgd",
+    "sparse_dense_matmul_gradient_stack",
+    "sparse_gather",
+    "sparse_gather_backward",
+    "sparse_iota",
+    "sparse_map_row",
     "splash_sdpa",
     "strip_jagged_padding",
 ]
