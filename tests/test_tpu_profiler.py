@@ -26,8 +26,9 @@ def test_chrome_trace_has_tpu_program_events(tmp_path):
     w = torch.randn(32, 16, device=DEV)
     torch.tpu.synchronize()
     with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.PrivateUse1]) as prof:
-        y = (x @ w).relu()
-        s = y.sum().item()
+        with eager_mode(EagerMode.DEFER_NEVER):  # one program per op
+            y = (x @ w).relu()
+            s = y.sum().item()
     assert s >= 0
     ev = _trace(tmp_path, prof)
     tpu = [e for e in ev if e.get("cat") == "tpu_program"]
@@ -93,7 +94,7 @@ def test_profile_cli_prints_top_programs(tmp_path):
     script = tmp_path / "s.py"
     script.write_text("import torch\nx = torch.randn(128, 128, device='tpu')\n"
                       "for _ in range(3):\n    y = (x @ x).sum().item()\nprint('done')\n")
-    env = dict(os.environ, TPU_VISIBLE_CHIPS="3")
+    env = dict(os.environ, TPU_VISIBLE_CHIPS="3", TORCH_TPU_DEFER_AND_FUSE="0")
     r = subprocess.run([sys.executable, "-m", "torch_tpu.profile", str(script)],
                        capture_output=True, text=True, env=env, timeout=300)
     assert r.returncode == 0, r.stderr
