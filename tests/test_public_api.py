@@ -237,6 +237,16 @@ def c_topology_aware_mesh(f):
     assert m.tolist() == [[0]] and any(issubclass(x.category, DeprecationWarning) for x in w)
 
 
+def c_custom_compiler_options(f):
+    x = torch.ones(3, device=DEV)
+    with f({"xla_optimization_level": "O1"}):
+        with f({"precision": "highest"}):
+            assert (x + 1).sum().item() == 6
+    with pytest.raises(ValueError):
+        with f({"not_an_option": "1"}):
+            pass
+
+
 def c_submodule(m):
     assert m.__name__.startswith("torch_tpu.") and m.__all__
 
