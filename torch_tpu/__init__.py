@@ -19,7 +19,8 @@ def _autoload():
 
 def _env_aliases():
     """TorchTPU's spellings of our environment variables (ours win when both
-    are set). Done before the runtime loads: it reads them with getenv."""
+    are set), and torchrun's chip per local rank. Done before the runtime
+    loads: it reads them with getenv."""
     import os
 
     for theirs, ours in (("TPU_VISIBLE_DEVICES", "TPU_VISIBLE_CHIPS"),
@@ -27,6 +28,12 @@ def _env_aliases():
                           "TORCH_TPU_COMPILATION_CACHE_DIR")):
         if theirs in os.environ and ours not in os.environ:
             os.environ[ours] = os.environ[theirs]
+    # torchrun: local rank r uses chip r (and locks only that one) unless
+    # the launcher chose the chips itself.
+    lr = os.environ.get("LOCAL_RANK", "")
+    if lr.isdigit() and "TPU_VISIBLE_CHIPS" not in os.environ:
+        if int(lr) < int(os.environ.get("TORCH_TPU_VTPU_CHIPS", "") or 4):
+            os.environ["TPU_VISIBLE_CHIPS"] = lr
 
 
 _env_aliases()
@@ -60,6 +67,9 @@ def _init():
     from . import execution_mode
 
     execution_mode._init_from_env()
+    from . import distributed as _distributed  # registers the c10d backend "tpu_dist"
+
+    _tpu_module.distributed = _distributed
 
 
 def _install_print_hook():

@@ -13,6 +13,10 @@
 namespace py = pybind11;
 using namespace torch_tpu;
 
+namespace torch_tpu {
+void init_dist(py::module& m);  // dist.cpp: the c10d backend "tpu_dist"
+}
+
 static py::dict mem_stats(int dev) {
   tpurt_mem_stats s{};
   check(tpurt_mem_get_stats(dev, &s));
@@ -37,6 +41,7 @@ static const char* const kReasons[TPUG_NUM_REASONS] = {
 
 PYBIND11_MODULE(_C, m) {
   m.doc() = "torch_tpu C runtime bindings";
+  init_dist(m);
   m.def("_device_count", [] { return (int)device_count(); });
   m.def("_physical_chip", [](int d) { return tpurt_device_physical_id(d); });
   m.def("_current_device", [] { return (int)current_device(); });

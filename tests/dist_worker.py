@@ -1,0 +1,289 @@
+"""One rank of a tests/test_distributed.py scenario (launched with RANK,
+WORLD_SIZE, MASTER_ADDR/PORT, TPU_VISIBLE_CHIPS set). Prints one JSON line
+"RESULT {...}" that the test checks. Usage: dist_worker.py SCENARIO [ARGS]."""
+import json
+import os
+import sys
+import time
+
+import torch
+import torch.distributed as dist
+
+import torch_tpu  # noqa: F401  (registers "tpu" and the tpu_dist backend)
+
+RANK = int(os.environ["RANK"])
+WORLD = int(os.environ["WORLD_SIZE"])
+STEPS = 10
+
+
+def result(**kw):
+    print("RESULT " + json.dumps(kw), flush=True)
+
+
+def collectives():
+    dist.init_process_group("tpu_dist")
+    out = {}
+    g = torch.Generator().manual_seed(0)
+    data = [torch.randn(1000, 3, generator=g) for _ in range(WORLD)]  # same on every rank
+    mine = data[RANK]
+    for op, ref in [
+        (dist.ReduceOp.SUM, sum(data)),
+        (dist.ReduceOp.AVG, sum(data) / WORLD),
+        (dist.ReduceOp.MAX, torch.stack(data).amax(0)),
+        (dist.ReduceOp.MIN, torch.stack(data).amin(0)),
+        (dist.ReduceOp.PRODUCT, torch.stack(data).prod(0)),
+    ]:
+        x = mine.to("tpu")
+        dist.all_reduce(x, op=op)
+        out[f"all_reduce_{op}"] = (x.cpu() - ref).abs().max().item()
+    # non-contiguous, int, bf16
+    x = mine.t().to("tpu")
+    dist.all_reduce(x)
+    out["all_reduce_noncontig"] = (x.cpu() - sum(data).t()).abs().max().item()
+    xi = (mine * 100).to(torch.int64).to("tpu")
+    dist.all_reduce(xi)
+    out["all_reduce_int64"] = (xi.cpu() - sum((d * 100).to(torch.int64) for d in data)).abs().max().item()
+    xb = mine.to(torch.bfloat16).to("tpu")
+    dist.all_reduce(xb)
+    refb = sum(d.to(torch.bfloat16).float() for d in data).to(torch.bfloat16)
+    out["all_reduce_bf16"] = (xb.cpu().float() - refb.float()).abs().max().item()
+    # broadcast / reduce
+    x = mine.to("tpu")
+    dist.broadcast(x, src=WORLD - 1)
+    out["broadcast"] = (x.cpu() - data[WORLD - 1]).abs().max().item()
+    x = mine.to("tpu")
+    dist.reduce(x, dst=0)
+    out["reduce"] = (x.cpu() - (sum(data) if RANK == 0 else mine)).abs().max().item()
+    # all_gather (list and into tensor), reduce_scatter (list and tensor)
+    outs = [torch.empty(1000, 3, device="tpu") for _ in range(WORLD)]
+    dist.all_gather(outs, mine.to("tpu"))
+    out["all_gather"] = max((o.cpu() - d).abs().max().item() for o, d in zip(outs, data))
+    big = torch.empty(WORLD * 1000, 3, device="tpu")
+    dist.all_gather_into_tensor(big, mine.to("tpu"))
+    out["all_gather_into_tensor"] = (big.cpu() - torch.cat(data)).abs().max().item()
+    full = torch.cat([d * (RANK + 1) for d in data])  # rank r's input
+    o = torch.empty(1000, 3, device="tpu")
+    dist.reduce_scatter_tensor(o, full.to("tpu"))
+    ref = sum(data[RANK] * (r + 1) for r in range(WORLD))
+    out["reduce_scatter_tensor"] = (o.cpu() - ref).abs().max().item()
+    o2 = torch.empty(1000, 3, device="tpu")
+    dist.reduce_scatter(o2, [(d * (RANK + 1)).to("tpu") for d in data])
+    out["reduce_scatter"] = (o2.cpu() - ref).abs().max().item()
+    # all_to_all_single with uneven splits: rank r sends r + k + 1 rows to k
+    send = [r + k + 1 for k in range(WORLD) for r in [RANK]]
+    recv = [k + RANK + 1 for k in range(WORLD)]
+    inp = torch.arange(sum(send) * 2, dtype=torch.float32).reshape(-1, 2) + 1000 * RANK
+    o = torch.empty(sum(recv), 2, device="tpu")
+    dist.all_to_all_single(o, inp.to("tpu"), recv, send)
+    refs = []
+    for k in range(WORLD):
+        ks = [k + j + 1 for j in range(WORLD)]
+        kin = torch.arange(sum(ks) * 2, dtype=torch.float32).reshape(-1, 2) + 1000 * k
+        refs.append(kin[sum(ks[:RANK]) : sum(ks[: RANK + 1])])
+    out["all_to_all_single"] = (o.cpu() - torch.cat(refs)).abs().max().item()
+    outs = [torch.empty(2, device="tpu") for _ in range(WORLD)]
+    dist.all_to_all(outs, [torch.full((2,), float(RANK * 10 + k), device="tpu") for k in range(WORLD)])
+    out["all_to_all"] = max(abs(o.cpu()[0].item() - (k * 10 + RANK)) for k, o in enumerate(outs))
+    # send/recv ring, async work handles
+    nxt, prv = (RANK + 1) % WORLD, (RANK - 1) % WORLD
+    buf = torch.empty(300, device="tpu")
+    reqs = [dist.isend(torch.full((300,), float(RANK), device="tpu"), nxt), dist.irecv(buf, prv)]
+    for r in reqs:
+        r.wait()
+    out["send_recv"] = (buf.cpu() - prv).abs().max().item()
+    w = dist.all_reduce(torch.ones(4, device="tpu"), async_op=True)
+    w.wait()
+    out["async_not_done"] = 1.0 - float(w.is_completed())
+    # gather / scatter / broadcast_object / coalesced
+    g_out = [torch.empty(3, device="tpu") for _ in range(WORLD)] if RANK == 0 else None
+    dist.gather(torch.full((3,), float(RANK), device="tpu"), g_out, dst=0)
+    out["gather"] = max(abs(t.cpu()[0].item() - k) for k, t in enumerate(g_out)) if RANK == 0 else 0.0
+    s_out = torch.empty(3, device="tpu")
+    dist.scatter(s_out, [torch.full((3,), float(k), device="tpu") for k in range(WORLD)] if RANK == 0 else None, src=0)
+    out["scatter"] = abs(s_out.cpu()[0].item() - RANK)
+    objs = [None] * WORLD
+    dist.all_gather_object(objs, {"r": RANK})
+    out["all_gather_object"] = float(objs != [{"r": k} for k in range(WORLD)])
+    # functional collectives (what DTensor uses)
+    import torch.distributed._functional_collectives as fc
+
+    y = fc.all_reduce(mine.to("tpu"), "sum", dist.group.WORLD)
+    out["functional_all_reduce"] = (y.cpu() - sum(data)).abs().max().item()
+    y = fc.all_gather_tensor(mine.to("tpu"), 0, dist.group.WORLD)
+    out["functional_all_gather"] = (y.cpu() - torch.cat(data)).abs().max().item()
+    y = fc.reduce_scatter_tensor(full.to("tpu"), "sum", 0, dist.group.WORLD)
+    out["functional_reduce_scatter"] = (y.cpu() - ref).abs().max().item()
+    # CPU tensors go through the same backend
+    c = mine.clone()
+    dist.all_reduce(c)
+    out["cpu_all_reduce"] = (c - sum(data)).abs().max().item()
+    # torch.tpu.ops-style collectives
+    from torch_tpu.distributed import ops as tops
+
+    y = tops.all_gather_dim(mine.to("tpu"), 1)
+    out["all_gather_dim"] = (y.cpu() - torch.cat(data, 1)).abs().max().item()
+    y = tops.reduce_scatter_dim(torch.cat([d * (RANK + 1) for d in data], 1).to("tpu"), 1)
+    out["reduce_scatter_dim"] = (y.cpu() - ref).abs().max().item()
+    dist.barrier()
+    dist.destroy_process_group()
+    result(**out)
+
+
+# ---- training scenarios: loss per step vs the same model on one chip ------
+
+def _mlp(seed=0):
+    torch.manual_seed(seed)
+    return torch.nn.Sequential(
+        torch.nn.Linear(16, 32), torch.nn.Tanh(), torch.nn.Linear(32, 32), torch.nn.Tanh(),
+        torch.nn.Linear(32, 4)
+    )
+
+
+def _batches():
+    g = torch.Generator().manual_seed(1)
+    return [(torch.randn(8, 16, generator=g), torch.randn(8, 4, generator=g)) for _ in range(STEPS)]
+
+
+def _single_chip_losses():
+    model = _mlp().to("tpu")
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    losses = []
+    for x, y in _batches():
+        loss = torch.nn.functional.mse_loss(model(x.to("tpu")), y.to("tpu"))
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        losses.append(loss.item())
+    return losses
+
+
+def _train(wrap, shard_batch=True):
+    model = wrap(_mlp().to("tpu"))
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    losses = []
+    for x, y in _batches():
+        if shard_batch:
+            per = x.shape[0] // WORLD
+            x, y = x[RANK * per:(RANK + 1) * per], y[RANK * per:(RANK + 1) * per]
+        loss = torch.nn.functional.mse_loss(model(x.to("tpu")), y.to("tpu"))
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        g = loss.detach().clone()
+        if shard_batch:
+            dist.all_reduce(g, op=dist.ReduceOp.AVG)
+        losses.append(g.item() if not hasattr(g, "full_tensor") else g.full_tensor().item())
+    return losses
+
+
+def ddp(backend="tpu_dist"):
+    torch.set_float32_matmul_precision("highest")
+    if backend == "device_id":
+        dist.init_process_group(device_id=torch.device("tpu:0"))
+    else:
+        dist.init_process_group(backend)
+    from torch.nn.parallel import DistributedDataParallel as DDP
+
+    losses = _train(lambda m: DDP(m))
+    ref = _single_chip_losses() if RANK == 0 else losses
+    name = dist.get_backend()
+    dist.destroy_process_group()
+    result(losses=losses, ref=ref, backend=str(name))
+
+
+def fsdp():
+    torch.set_float32_matmul_precision("highest")
+    dist.init_process_group("tpu_dist")
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.fsdp import fully_shard
+
+    mesh = init_device_mesh("tpu", (WORLD,))
+
+    def wrap(m):
+        for layer in m:
+            if isinstance(layer, torch.nn.Linear):
+                fully_shard(layer, mesh=mesh)
+        return fully_shard(m, mesh=mesh)
+
+    losses = _train(wrap)
+    ref = _single_chip_losses() if RANK == 0 else losses
+    dist.destroy_process_group()
+    result(losses=losses, ref=ref)
+
+
+def tp():
+    torch.set_float32_matmul_precision("highest")
+    dist.init_process_group("tpu_dist")
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel, parallelize_module
+
+    mesh = init_device_mesh("tpu", (WORLD,))
+
+    def wrap(m):
+        return parallelize_module(m, mesh, {"0": ColwiseParallel(), "2": RowwiseParallel()})
+
+    losses = _train(wrap, shard_batch=False)  # TP: every rank sees the whole batch
+    ref = _single_chip_losses() if RANK == 0 else losses
+    dist.destroy_process_group()
+    result(losses=losses, ref=ref)
+
+
+def fault(victim):
+    """`victim` dies (SIGKILL) before the second all_reduce; the others
+    must raise a timeout-class error within the configured timeout."""
+    import datetime
+    import signal
+
+    dist.init_process_group("tpu_dist", timeout=datetime.timedelta(seconds=float(os.environ["FAULT_TIMEOUT"])))
+    x = torch.ones(1 << 16, device="tpu")
+    dist.all_reduce(x)
+    torch.tpu.synchronize()
+    if RANK == int(victim):
+        result(pid=os.getpid(), dying=True)
+        os.kill(os.getpid(), signal.SIGKILL)
+    time.sleep(0.2)
+    t0 = time.monotonic()
+    try:
+        dist.all_reduce(x)
+        err = None
+    except Exception as e:  # noqa: BLE001
+        err = f"{type(e).__name__}: {e}"
+    result(error=err, seconds=time.monotonic() - t0)
+    os._exit(0)  # a broken group cannot be destroyed collectively
+
+
+def mismatch():
+    dist.init_process_group("tpu_dist")
+    x = torch.ones(10 + RANK, device="tpu")
+    try:
+        dist.all_reduce(x)
+        err = None
+    except Exception as e:  # noqa: BLE001
+        err = f"{type(e).__name__}: {e}"
+    # the group is still usable afterwards
+    y = torch.ones(4, device="tpu")
+    dist.all_reduce(y)
+    result(error=err, after=y.cpu().tolist())
+    dist.destroy_process_group()
+
+
+def fused():
+    """Fused Eager: a collective flushes the pending graph (graph break)."""
+    from torch_tpu.execution_mode import EagerMode, set_eager_mode
+
+    set_eager_mode(EagerMode.DEFER_AND_FUSE)
+    dist.init_process_group("tpu_dist")
+    x = torch.ones(64, device="tpu") * (RANK + 1)
+    y = x * 2 + 1  # pending
+    pending_before = torch_tpu._C._pending_ops(0)
+    dist.all_reduce(y)
+    pending_after = torch_tpu._C._pending_ops(0)
+    z = y + 1
+    ref = sum(2 * (r + 1) + 1 for r in range(WORLD)) + 1
+    err = (z.cpu() - ref).abs().max().item()
+    dist.destroy_process_group()
+    result(pending_before=pending_before, pending_after=pending_after, err=err)
+
+
+if __name__ == "__main__":
+    globals()[sys.argv[1]](*sys.argv[2:])
