@@ -159,7 +159,8 @@ def _single_chip_losses():
 
 def _train(wrap, shard_batch=True):
     model = wrap(_mlp().to("tpu"))
-    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    # foreach=False: TP mixes DTensor and plain parameters
+    opt = torch.optim.SGD(model.parameters(), lr=0.1, foreach=False)
     losses = []
     for x, y in _batches():
         if shard_batch:

@@ -137,6 +137,10 @@ typedef struct tpucoll_desc {
   const size_t *send_counts, *recv_counts; /* all_to_all */
 } tpucoll_desc;
 
+/* Run `d` now on the calling thread (blocking). Work enqueued earlier must
+ * have finished first (tpucoll_comm_drain), or the order breaks. */
+int tpucoll_run(tpucoll_comm *c, const tpucoll_desc *d);
+
 typedef struct tpucoll_work tpucoll_work;
 typedef void (*tpucoll_done_fn)(void *ctx, int status, const char *msg);
 

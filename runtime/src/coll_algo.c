@@ -338,7 +338,7 @@ int tpucoll_recv(tpucoll_comm *c, void *buf, size_t nbytes, int peer) {
   return TPU_OK;
 }
 
-int coll_run(tpucoll_comm *c, const tpucoll_desc *d) {
+int tpucoll_run(tpucoll_comm *c, const tpucoll_desc *d) {
   switch (d->kind) {
     case TPUCOLL_BARRIER: return tpucoll_barrier(c);
     case TPUCOLL_ALL_REDUCE: return tpucoll_all_reduce(c, d->in, d->out, d->count, d->dtype, d->op);

@@ -92,7 +92,5 @@ int coll_fail(tpucoll_comm *c, int code, const char *fmt, ...)
 int coll_check_alive(tpucoll_comm *c);
 const char *coll_kind_name(int kind);
 
-/* coll_algo.c */
-int coll_run(tpucoll_comm *c, const tpucoll_desc *d);
 
 #endif

@@ -52,7 +52,7 @@ static void *completion_main(void *arg) {
 
 static int task_run(void *ctx) {
   tpucoll_work *w = ctx;
-  int rc = coll_run(w->c, &w->d);
+  int rc = tpucoll_run(w->c, &w->d);
   w->ran = 1;
   w->status = rc;
   if (rc) snprintf(w->msg, sizeof w->msg, "%s", tpu_last_error());

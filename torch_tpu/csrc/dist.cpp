@@ -254,6 +254,8 @@ class __attribute__((visibility("hidden"))) TpuBackend : public c10d::Backend {
 
   c10::intrusive_ptr<c10d::Work> _allgather_base(at::Tensor& out, at::Tensor& in,
                                                  const c10d::AllgatherOptions&) override {
+    check_tensor(in);
+    check_tensor(out);
     TORCH_CHECK_VALUE(out.numel() == in.numel() * getSize(), "tpu_dist: all_gather_into_tensor: output has ",
                       out.numel(), " elements, expected world_size * input = ", in.numel() * getSize());
     TORCH_CHECK_TYPE(out.scalar_type() == in.scalar_type(), "tpu_dist: all_gather dtype mismatch ",
@@ -298,6 +300,8 @@ class __attribute__((visibility("hidden"))) TpuBackend : public c10d::Backend {
 
   c10::intrusive_ptr<c10d::Work> _reduce_scatter_base(at::Tensor& out, at::Tensor& in,
                                                       const c10d::ReduceScatterOptions& o) override {
+    check_tensor(in);
+    check_tensor(out);
     TORCH_CHECK_VALUE(in.numel() == out.numel() * getSize(), "tpu_dist: reduce_scatter_tensor: input has ",
                       in.numel(), " elements, expected world_size * output = ", out.numel() * getSize());
     TORCH_CHECK_TYPE(out.scalar_type() == in.scalar_type(), "tpu_dist: reduce_scatter dtype mismatch");
@@ -341,6 +345,8 @@ class __attribute__((visibility("hidden"))) TpuBackend : public c10d::Backend {
                                                std::vector<int64_t>& out_splits,
                                                std::vector<int64_t>& in_splits,
                                                const c10d::AllToAllOptions&) override {
+    check_tensor(in);
+    check_tensor(out);
     no_cross("all_to_all");
     int n = getSize();
     auto counts = [&](const at::Tensor& t, const std::vector<int64_t>& splits, const char* what) {
