@@ -73,7 +73,7 @@ static float val(int rank, size_t i) { return (float)((rank + 1) * 0.5 + (double
 /* every collective once, with counts that do not divide the chunk size */
 static int all_kinds(tpucoll_comm *c, int rank, int size, void *arg) {
   size_t n = *(size_t *)arg;
-  float *in = malloc(n * size * sizeof(float)), *out = malloc(n * size * sizeof(float));
+  float *in = calloc(n * size, sizeof(float)), *out = calloc(n * size, sizeof(float));
   for (size_t i = 0; i < n; i++) in[i] = val(rank, i);
   /* all_reduce sum / max / avg (in place) */
   RCHECK(tpucoll_all_reduce(c, in, out, n, TPU_F32, TPUCOLL_SUM) == TPU_OK);
