@@ -124,6 +124,8 @@ def collectives():
     out["all_gather_dim"] = (y.cpu() - torch.cat(data, 1)).abs().max().item()
     y = tops.reduce_scatter_dim(torch.cat([d * (RANK + 1) for d in data], 1).to("tpu"), 1)
     out["reduce_scatter_dim"] = (y.cpu() - ref).abs().max().item()
+    tam = torch.tpu.distributed.topology_aware_mesh("tpu", (2, WORLD // 2))
+    out["topology_aware_mesh"] = float(tam.tolist() != torch.arange(WORLD).reshape(2, -1).tolist())
     dist.barrier()
     dist.destroy_process_group()
     result(**out)

@@ -150,3 +150,35 @@ def test_collective_is_a_graph_break_in_fused_eager():
         r = res[-1]
         assert r["pending_before"] > 0 and r["pending_after"] == 0
         assert r["err"] == 0.0
+
+
+def test_torch_tpu_distributed_names():
+    import torch
+    import torch_tpu  # noqa: F401
+
+    td = torch.tpu.distributed
+    assert td.window_num_stripes == 1 and td.window_stripe_chunk_mb == 1
+    td.window_stripe_chunk_mb = 4
+    try:
+        assert td.window_stripe_chunk_mb == 4 and td._slot_bytes() == 4 << 20
+        with pytest.raises(ValueError):
+            td.window_stripe_chunk_mb = 0
+    finally:
+        td.window_stripe_chunk_mb = 1
+    with pytest.raises(ValueError, match="nproc_per_node"):
+        td.set_tpu_launch_env(nproc_per_node=99)
+    td.set_tpu_launch_env(nproc_per_node=2)
+
+    @td.spmd_safe
+    def f(x):
+        return x * 2
+
+    x = torch.ones(3, device="tpu")
+    assert f(x).cpu().tolist() == [2.0] * 3 and f._tpu_spmd_safe
+    with pytest.raises(RuntimeError, match="initialized"):
+        td.topology_aware_mesh("tpu", (2,))
+    assert torch.tpu.ops.all_gather_dim is td.ops.all_gather_dim
+    import torch.distributed as dist
+
+    assert "tpu_dist" in dist.Backend.backend_list and "tpu" in dist.Backend.backend_list
+    assert dist.Backend.default_device_backend_map["tpu"] == "tpu_dist"

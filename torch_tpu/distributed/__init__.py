@@ -116,7 +116,7 @@ def set_tpu_launch_env(*, nnodes=None, nproc_per_node=None):
         os.environ.setdefault("TORCH_TPU_DEVICES_PER_HOST", str(nproc_per_node))
 
 
-def topology_aware_mesh(device_type, mesh_shape, *, dcn_mesh_shape=None,
+def topology_aware_mesh(device_type, mesh_shape=None, *, dcn_mesh_shape=None,
                         allow_split_physical_axes=False, contiguous_submeshes=False):
     """An int64 tensor of global ranks with shape `mesh_shape` laid out on
     the chips' topology, for ``DeviceMesh(device_type, mesh=...)`` (TorchTPU
@@ -125,13 +125,17 @@ def topology_aware_mesh(device_type, mesh_shape, *, dcn_mesh_shape=None,
     innermost (most network-intensive, last) axes inside a host and splits
     the outer ones across hosts: host-major rank order. `dcn_mesh_shape`, if
     given, must divide `mesh_shape` and multiply to the number of hosts."""
+    if mesh_shape is None and not isinstance(device_type, str):
+        device_type, mesh_shape = "tpu", device_type  # torch.tpu.topology_aware_mesh(shape)
+    shape = tuple(int(s) for s in mesh_shape)
     if not dist.is_initialized():
+        if all(s == 1 for s in shape):  # a one-process "world" needs no group
+            return torch.zeros(shape, dtype=torch.int64)
         raise RuntimeError(
             "PyTorch distributed process group must be initialized before calling "
             "topology_aware_mesh."
         )
     world = dist.get_world_size()
-    shape = tuple(int(s) for s in mesh_shape)
     n = 1
     for s in shape:
         n *= s
