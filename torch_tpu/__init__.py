@@ -40,6 +40,10 @@ _env_aliases()
 
 import torch as _torch  # noqa: E402
 
+from . import pjrt as _pjrt  # noqa: E402
+
+_pjrt.configure()  # PJRT plugin discovery, before the runtime's first use
+
 from . import _C  # noqa: E402
 
 __version__ = "0.1.0"

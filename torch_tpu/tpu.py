@@ -107,7 +107,13 @@ class _TpuDeviceProperties:
 
 
 def get_device_name(device=None):
+    """The device programs run on: the vTPU chip, or the PJRT device (e.g.
+    "NVIDIA H200 (cuda via PJRT, ...)") with TORCH_TPU_BACKEND=pjrt. Raises
+    RuntimeError with the plugin's message if the PJRT plugin cannot start
+    (e.g. libtpu on a machine without a TPU)."""
     idx = _index(device)
+    if _C._executor_name() == "pjrt":
+        return _C._executor_device_name()
     return f"vTPU chip {_C._physical_chip(idx)} (host CPU executor)"
 
 
@@ -117,7 +123,8 @@ def get_device_properties(device=None):
         raise AssertionError(f"Invalid device id {idx}: {device_count()} tpu devices")
     return _TpuDeviceProperties(name=get_device_name(idx), total_memory=_C._hbm_capacity(idx),
                                 physical_chip=_C._physical_chip(idx),
-                                num_threads=_C._get_num_threads())
+                                num_threads=_C._get_num_threads(),
+                                type="PJRT" if _C._executor_name() == "pjrt" else "vTPU")
 
 
 def get_device_capability(device=None):

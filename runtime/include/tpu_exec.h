@@ -44,6 +44,78 @@ int64_t tpux_fusion_runs(int kind);
  * TPU_OK, or TPU_E_INVALID for an unknown kind or mode. */
 int tpux_set_fusion(int kind, int mode);
 
+
+/* ---- executors: one table per way of running a program ------------------
+ * The runtime runs every flushed program (Strict, Debug and Fused Eager)
+ * through the active executor: the vTPU (this file's tpux_run, the
+ * default) or PJRT (exec_pjrt.c: the graph is emitted as StableHLO, compiled
+ * once by a PJRT plugin and executed there; XLA:CPU, CUDA or libtpu).
+ * Memory model: device storage stays runtime-owned host memory; the PJRT
+ * executor copies a program's inputs host -> PJRT device, executes and
+ * copies the outputs back (a device-resident buffer model is future work).
+ *
+ * Selection (first use, process-wide): TORCH_TPU_BACKEND=vtpu|pjrt|auto
+ * (unset or "vtpu": the vTPU; "auto": PJRT when its plugin starts, else
+ * the vTPU), TORCH_TPU_PJRT_PLUGIN=/path/plugin.so (the PJRT
+ * plugin; torch_tpu's Python package fills it in from the installed
+ * plugins: libtpu, the jax CUDA plugin, xla-cpu-pjrt). */
+typedef struct tpux_executor {
+  const char *name; /* "vtpu" or "pjrt" (static) */
+  /* Compile g once into *exe (NULL when the executor needs no executable).
+   * g is borrowed and outlives *exe. Errors: TPU_E_UNSUPPORTED ("unsupported
+   * on PJRT: <op>"), the plugin's message otherwise. */
+  int (*compile)(const tpuir_graph *g, void **exe);
+  /* Run a compiled program: bindings as tpux_run. Synchronous (events are
+   * awaited inside). Borrowed: everything. */
+  int (*execute)(void *exe, const tpuir_graph *g, int nin, const tpu_view *ins, int nout,
+                 const tpu_view *outs);
+  /* Release what compile returned (NULL allowed). */
+  void (*release)(void *exe);
+  /* Copy/convert between host views (see tpux_copy). */
+  int (*copy)(const tpu_view *dst, const tpu_view *src);
+} tpux_executor;
+
+/* The executor chosen by the environment (see above), initialising it on
+ * first use. NULL on error (message via tpu_last_error: e.g. a PJRT plugin
+ * that cannot be loaded, libtpu without a TPU). Static, thread-safe. */
+const tpux_executor *tpux_executor_active(void);
+/* The built-in executors (static). tpux_executor_pjrt() exists in every
+ * build; without the PJRT header at build time its compile fails with
+ * TPU_E_UNSUPPORTED. */
+const tpux_executor *tpux_executor_vtpu(void);
+const tpux_executor *tpux_executor_pjrt(void);
+
+/* Run program g through the active executor, compiling it on first use
+ * into *slot (a per-program cache slot, initially NULL, owned by the
+ * caller: release it with tpux_exec_release). Thread-safe: concurrent first
+ * runs compile once each and keep one. Borrowed: g, ins, outs. */
+int tpux_exec_program(const tpuir_graph *g, void **slot, int nin, const tpu_view *ins, int nout,
+                      const tpu_view *outs);
+/* Release a slot filled by tpux_exec_program (NULL is fine). */
+void tpux_exec_release(void *slot);
+
+/* Human-readable name of the device programs run on ("vTPU (host CPU
+ * executor)", or the PJRT platform and device kind, e.g. "cpu (XLA:CPU via
+ * PJRT)"). Static string; "" before/without a working executor. */
+const char *tpux_device_name(void);
+
+/* Counters of the PJRT executor (process-wide): programs compiled,
+ * executed, and programs that ran on the vTPU instead because StableHLO
+ * has no expression for one of their ops (only with
+ * TORCH_TPU_PJRT_FALLBACK=vtpu; counted, never silent). */
+typedef struct tpux_pjrt_stats {
+  uint64_t compiles, executions, fallbacks;
+  double compile_seconds;
+} tpux_pjrt_stats;
+void tpux_pjrt_get_stats(tpux_pjrt_stats *out);
+
+/* StableHLO text (MLIR, generic op form) of graph g: func.func @main with
+ * g's parameters as arguments and its outputs as results. *text is
+ * malloc'd (caller frees), NUL-terminated; *len (may be NULL) its length.
+ * TPU_E_UNSUPPORTED "unsupported on PJRT: <op>" when an op reachable from
+ * an output has no StableHLO expression (exec_pjrt_emit.c lists them). */
+int tpux_emit_stablehlo(const tpuir_graph *g, char **text, size_t *len);
+
 #ifdef __cplusplus
 }
 #endif

@@ -533,7 +533,7 @@ typedef struct gtask {
 static int task_run(void *ctx) {
   gtask *t = ctx;
   if (t->ev) t->ev->start_ns = tpug__trace_now_ns();
-  int rc = tpux_run(t->prog->g, t->nin, t->ins, t->nout, t->outs);
+  int rc = tpux_exec_program(t->prog->g, &t->prog->exe, t->nin, t->ins, t->nout, t->outs);
   if (t->ev) {
     t->ev->end_ns = tpug__trace_now_ns();
     tpug__trace_push(t->ev);

@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include "graph_internal.h"
+#include "tpu_exec.h"
 #include "ir_internal.h"
 
 #define TPUG_DISK_VERSION 1u
@@ -37,6 +38,7 @@ static void env_init(void) {
 void tpug__prog_unref(tpug_prog *p) {
   if (!p) return;
   if (__atomic_sub_fetch(&p->refs, 1, __ATOMIC_ACQ_REL) == 0) {
+    tpux_exec_release(p->exe);
     tpuir_graph_free(p->g);
     free(p);
   }

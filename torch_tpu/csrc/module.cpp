@@ -115,6 +115,25 @@ PYBIND11_MODULE(_C, m) {
     d["flushes"] = f;
     return d;
   });
+  m.def("_executor_name", [] {
+    const tpux_executor* ex = tpux_executor_active();
+    if (!ex) check(tpu_last_error_code());
+    return std::string(ex->name);
+  });
+  m.def("_executor_device_name", [] {
+    if (!tpux_executor_active()) check(tpu_last_error_code());
+    return std::string(tpux_device_name());
+  });
+  m.def("_pjrt_stats", [] {
+    tpux_pjrt_stats s{};
+    tpux_pjrt_get_stats(&s);
+    py::dict d;
+    d["compiles"] = s.compiles;
+    d["executions"] = s.executions;
+    d["fallbacks"] = s.fallbacks;
+    d["compile_time_s"] = s.compile_seconds;
+    return d;
+  });
   m.def("_reset_cache_stats", [] { tpug_reset_stats(); });
   m.def("_fusion_runs", [](int kind) { return tpux_fusion_runs(kind); });
   m.def("_set_fusion", [](int kind, int mode) { check(tpux_set_fusion(kind, mode)); });
