@@ -456,9 +456,9 @@ static void philox(em *e, nm seed, nm offset, int64_t n, nm *w) {
   snprintf(T64, sizeof T64, "tensor<%" PRId64 "xui64>", n);
   snprintf(T32, sizeof T32, "tensor<%" PRId64 "xui32>", n);
 #define OP2(r, op, a, b, T) \
-  do { r = fresh(e); out(e, "    %s = \"" op "\"(%s, %s) : (%s, %s) -> %s\n", r.s, a.s, b.s, T, T, T); } while (0)
+  do { nm r_ = fresh(e); out(e, "    %s = \"" op "\"(%s, %s) : (%s, %s) -> %s\n", r_.s, a.s, b.s, T, T, T); r = r_; } while (0)
 #define CVT(r, a, Ta, Tr) \
-  do { r = fresh(e); out(e, "    %s = \"stablehlo.convert\"(%s) : (%s) -> %s\n", r.s, a.s, Ta, Tr); } while (0)
+  do { nm r_ = fresh(e); out(e, "    %s = \"stablehlo.convert\"(%s) : (%s) -> %s\n", r_.s, a.s, Ta, Tr); r = r_; } while (0)
 #define K64(r, v) \
   do { r = fresh(e); out(e, "    %s = stablehlo.constant dense<%" PRIu64 "> : %s\n", r.s, (uint64_t)(v), T64); } while (0)
 #define K32(r, v) \
@@ -691,7 +691,7 @@ static void padding_attr(em *e, int r, const int64_t *lo, const int64_t *hi) {
 
 static void window_attrs(em *e, const tpuir_node *n) {
   int r = n->na;
-  out(e, "} {");
+  out(e, "}) {");
   padding_attr(e, r, n->c, n->c + 8);
   out(e, ", ");
   arr(e, "window_dilations", r, n->d);
