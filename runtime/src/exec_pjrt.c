@@ -34,7 +34,7 @@
 #include <string.h>
 #include <time.h>
 
-#include "tpu_exec.h"
+#include "exec_pjrt_internal.h"
 
 static pthread_mutex_t g_stat_mu = PTHREAD_MUTEX_INITIALIZER;
 static tpux_pjrt_stats g_stats;
@@ -255,6 +255,8 @@ static PJRT_Buffer_Type btype(int dt) {
 
 typedef struct pexe {
   PJRT_LoadedExecutable *exe; /* NULL: counted vTPU fallback */
+  tpux__check *checks;        /* extra rank-0 i64 results after the outputs */
+  int nchecks;
 } pexe;
 
 static double now_s(void) {
@@ -280,12 +282,13 @@ static int pjrt_compile(const tpuir_graph *g, void **out) {
   if (!p) return tpu_error(TPU_E_OOM, "PJRT compile: out of host memory");
   char *text = NULL;
   size_t len = 0;
-  rc = tpux_emit_stablehlo(g, &text, &len);
+  rc = tpux__emit_stablehlo(g, &text, &len, &p->checks, &p->nchecks);
   if (rc == TPU_E_UNSUPPORTED && fallback_enabled()) {
     *out = p; /* exe NULL: runs on the vTPU, counted at each execution */
     return TPU_OK;
   }
   if (rc != TPU_OK) {
+    free(p->checks);
     free(p);
     return rc;
   }
@@ -306,6 +309,7 @@ static int pjrt_compile(const tpuir_graph *g, void **out) {
     fprintf(stderr, "---- failed program ----\n%s", text);
   free(text);
   if (rc != TPU_OK) {
+    free(p->checks);
     free(p);
     return rc;
   }
@@ -326,6 +330,7 @@ static void pjrt_release(void *v) {
     d.executable = p->exe;
     perr(g_api->PJRT_LoadedExecutable_Destroy(&d), "executable destroy");
   }
+  free(p->checks);
   free(p);
 }
 
@@ -361,7 +366,8 @@ static int pjrt_execute(void *v, const tpuir_graph *g, int nin, const tpu_view *
                      tpuir_num_params(g), tpuir_num_outputs(g), nin, nout);
   int rc = TPU_OK;
   PJRT_Buffer **args = calloc((size_t)nin + 1, sizeof *args);
-  PJRT_Buffer **res = calloc((size_t)nout + 1, sizeof *res);
+  int nres = nout + p->nchecks;
+  PJRT_Buffer **res = calloc((size_t)nres + 1, sizeof *res);
   if (!args || !res) {
     rc = tpu_error(TPU_E_OOM, "PJRT execute: out of host memory");
     goto done;
@@ -404,6 +410,30 @@ static int pjrt_execute(void *v, const tpuir_graph *g, int nin, const tpu_view *
   rc = perr(g_api->PJRT_LoadedExecutable_Execute(&ea), "execute");
   if (rc != TPU_OK) goto done;
   if ((rc = await_event(done_ev, "execute")) != TPU_OK) goto done;
+  /* run-time checks first: a failed one raises before any output is written */
+  for (int c = 0; c < p->nchecks && rc == TPU_OK; c++) {
+    int64_t v = 0;
+    ARGS(PJRT_Buffer_ToHostBuffer_Args, th);
+    th.src = res[nout + c];
+    th.dst = &v;
+    th.dst_size = sizeof v;
+    rc = perr(g_api->PJRT_Buffer_ToHostBuffer(&th), "device to host");
+    if (rc == TPU_OK) rc = await_event(th.event, "device to host");
+    if (rc != TPU_OK || v == INT64_MIN) continue;
+    const tpux__check *k = &p->checks[c];
+    switch (k->kind) {
+    case TPUX_CHECK_INDEX:
+      rc = tpu_error(TPU_E_INDEX, "index %lld is out of bounds for dimension %d with size %lld",
+                     (long long)v, k->dim, (long long)k->size);
+      break;
+    case TPUX_CHECK_SELECT: rc = tpu_error(TPU_E_INDEX, "index out of range in self"); break;
+    case TPUX_CHECK_DIV_ZERO: rc = tpu_error(TPU_E_INVALID, "ZeroDivisionError"); break;
+    default:
+      rc = tpu_error(TPU_E_INVALID, "Integers to negative integer powers are not allowed.");
+      break;
+    }
+  }
+  if (rc != TPU_OK) goto done;
   for (int i = 0; i < nout && rc == TPU_OK; i++) {
     const tpu_view *ov = &outs[i];
     size_t es = tpu_dtype_size(ov->dtype), nb = (size_t)tpu_view_numel(ov) * es;
@@ -434,7 +464,7 @@ static int pjrt_execute(void *v, const tpuir_graph *g, int nin, const tpu_view *
   }
 done:
   for (int k = 0; args && k < nin; k++) buffer_destroy(args[k]);
-  for (int i = 0; res && i < nout; i++) buffer_destroy(res[i]);
+  for (int i = 0; res && i < nres; i++) buffer_destroy(res[i]);
   free(args);
   free(res);
   return rc;

@@ -22,7 +22,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "tpu_exec.h"
+#include "exec_pjrt_internal.h"
 
 typedef struct ty {
   int dt, nd;
@@ -41,6 +41,9 @@ typedef struct em {
   int tmp;
   int bad_op; /* first op without an expression, or -1 */
   nm *names;  /* value id -> SSA name */
+  tpux__check *chk; /* run-time checks (exec_pjrt_internal.h) */
+  nm *chk_val;
+  int nchk, capchk;
   char tbuf[8][512];
   int ti;
 } em;
@@ -351,6 +354,50 @@ static nm reduce1(em *e, nm x, ty tx, int kind, int nd, const int64_t *dims, ty 
   arr(e, "dimensions", nd, dims);
   out(e, "} : (%s, %s) -> %s\n", ts(e, tx), ts(e, ts1), ts(e, tyd(tr, acc)));
   return conv(e, r, tyd(tr, acc), tr.dt);
+}
+
+/* ---- run-time checks ---------------------------------------------------- */
+
+/* Record check (kind, dim, size) whose value is `v` (rank-0 i64). */
+static void add_check(em *e, int kind, int dim, int64_t size, nm v) {
+  if (e->nchk == e->capchk) {
+    int nc = e->capchk ? 2 * e->capchk : 8;
+    tpux__check *c = realloc(e->chk, sizeof *c * (size_t)nc);
+    if (c) e->chk = c;
+    nm *w = realloc(e->chk_val, sizeof *w * (size_t)nc);
+    if (w) e->chk_val = w;
+    if (!c || !w) {
+      e->oom = 1;
+      return;
+    }
+    e->capchk = nc;
+  }
+  tpux__check c = {kind, dim, size};
+  e->chk[e->nchk] = c;
+  e->chk_val[e->nchk++] = v;
+}
+
+/* max over all of select(bad, x (as i64), INT64_MIN): INT64_MIN when no
+ * element is bad, else the largest bad value. */
+static nm bad_value(em *e, nm bad, nm x, ty tx) {
+  ty ti = tyd(tx, TPU_I64);
+  nm xi = conv(e, x, tx, TPU_I64);
+  nm lo = cst(e, ti, 0, INT64_MIN);
+  nm v = sel(e, bad, xi, lo, ti);
+  if (tx.nd == 0) return v;
+  int64_t dims[TPU_MAX_DIMS];
+  for (int i = 0; i < tx.nd; i++) dims[i] = i;
+  return reduce1(e, v, ti, TPUIR_RED_MAX, tx.nd, dims, scalar(TPU_I64));
+}
+
+/* Indices idx must lie in [0, size). */
+static void check_index(em *e, nm idx, ty tidx, int dim, int64_t size, int select_msg) {
+  nm z = cst(e, tidx, 0, 0), sz = cst(e, tidx, (double)size, size);
+  nm neg = cmp(e, "LT", idx, z, tidx), big = cmp(e, "GE", idx, sz, tidx);
+  ty tb = tyd(tidx, TPU_BOOL);
+  nm bad = bin(e, "stablehlo.or", neg, big, tb, tb);
+  add_check(e, select_msg ? TPUX_CHECK_SELECT : TPUX_CHECK_INDEX, dim, size,
+            bad_value(e, bad, idx, tidx));
 }
 
 /* ---- indexing helpers ------------------------------------------------- */
@@ -1123,6 +1170,7 @@ static int node(em *e, tpuir_val v, nm *res) {
       r = x;
       break;
     }
+    check_index(e, N(e, n->in[1]), tyof(e, n->in[1]), n->dim, tx.sz[n->dim], 0);
     r = torch_gather(e, x, tx, N(e, n->in[1]), tyof(e, n->in[1]), n->dim, tr);
     break;
   case TPUIR_INDEX_SELECT: {
@@ -1131,6 +1179,7 @@ static int node(em *e, tpuir_val v, nm *res) {
       break;
     }
     ty ti = tyof(e, n->in[1]);
+    check_index(e, N(e, n->in[1]), ti, n->dim, tx.sz[n->dim], 1);
     nm bi = idx_along(e, N(e, n->in[1]), ti, n->dim, tr);
     r = torch_gather(e, x, tx, bi, tyd(tr, ti.dt), n->dim, tr);
     break;
@@ -1142,6 +1191,7 @@ static int node(em *e, tpuir_val v, nm *res) {
     }
     ty ti = tyof(e, n->in[1]), tsrc = tyof(e, n->in[2]);
     nm idx = N(e, n->in[1]), src = N(e, n->in[2]);
+    check_index(e, idx, ti, n->dim, tx.sz[n->dim], 0);
     if (n->op == TPUIR_INDEX_ADD) {
       idx = idx_along(e, idx, ti, n->dim, tsrc);
       ti = tyd(tsrc, ti.dt);
@@ -1305,6 +1355,13 @@ static int node(em *e, tpuir_val v, nm *res) {
           n->op != TPUIR_MUL && n->op != TPUIR_DIV && n->op != TPUIR_POW)
         goto bad;
       r = bin(e, op, x, N(e, n->in[1]), tx, tr);
+      if (tpu_dtype_is_int(tx.dt) &&
+          (n->op == TPUIR_DIV || n->op == TPUIR_REM || n->op == TPUIR_POW)) {
+        nm y = N(e, n->in[1]), z = cst(e, tx, 0, 0);
+        int pw = n->op == TPUIR_POW;
+        nm bad = cmp(e, pw ? "LT" : "EQ", y, z, tx);
+        add_check(e, pw ? TPUX_CHECK_NEG_POW : TPUX_CHECK_DIV_ZERO, 0, 0, bad_value(e, bad, y, tx));
+      }
       break;
     }
     goto bad;
@@ -1317,11 +1374,25 @@ bad:
 }
 
 int tpux_emit_stablehlo(const tpuir_graph *g, char **text, size_t *len) {
-  if (!g || !text) return tpu_error(TPU_E_INVALID, "tpux_emit_stablehlo: NULL argument");
+  tpux__check *c = NULL;
+  int nc = 0;
+  int rc = tpux__emit_stablehlo(g, text, len, &c, &nc);
+  free(c);
+  return rc;
+}
+
+/* The function body is emitted first (into a separate buffer), because the
+ * checks it collects are results of @main too. */
+int tpux__emit_stablehlo(const tpuir_graph *g, char **text, size_t *len, tpux__check **checks,
+                         int *nchecks) {
+  if (!g || !text || !checks || !nchecks)
+    return tpu_error(TPU_E_INVALID, "tpux_emit_stablehlo: NULL argument");
   *text = NULL;
+  *checks = NULL;
+  *nchecks = 0;
   int nn = tpuir_num_nodes(g), np = tpuir_num_params(g), no = tpuir_num_outputs(g);
   if (no <= 0) return tpu_error(TPU_E_INVALID, "tpux_emit_stablehlo: graph has no outputs");
-  em e = {.g = g, .bad_op = -1};
+  em e = {.g = g, .bad_op = -1}, h = {.g = g, .bad_op = -1};
   e.cap = 4096;
   e.p = malloc(e.cap);
   char *live = calloc((size_t)nn + 1, 1);
@@ -1348,12 +1419,6 @@ int tpux_emit_stablehlo(const tpuir_graph *g, char **text, size_t *len) {
     const tpuir_node *n = tpuir_get_node(g, v);
     if (n->op == TPUIR_PARAM && n->dim >= 0 && n->dim < np) params[n->dim] = v;
   }
-  out(&e, "module @tpu_program {\n  func.func public @main(");
-  for (int k = 0; k < np; k++)
-    out(&e, "%s%s: %s", k ? ", " : "", V(params[k]).s, ts(&e, tyof(&e, params[k])));
-  out(&e, ") -> (");
-  for (int i = 0; i < no; i++) out(&e, "%s%s", i ? ", " : "", ts(&e, tyof(&e, tpuir_output(g, i))));
-  out(&e, ") {\n");
   for (int v = 0; v < nn; v++) {
     const tpuir_node *n = tpuir_get_node(g, v);
     if (n->op == TPUIR_PARAM) {
@@ -1368,19 +1433,45 @@ int tpux_emit_stablehlo(const tpuir_graph *g, char **text, size_t *len) {
     }
     names[v] = r;
   }
-  out(&e, "    func.return ");
-  for (int i = 0; i < no; i++) out(&e, "%s%s", i ? ", " : "", names[tpuir_output(g, i)].s);
-  out(&e, " : ");
-  for (int i = 0; i < no; i++) out(&e, "%s%s", i ? ", " : "", ts(&e, tyof(&e, tpuir_output(g, i))));
-  out(&e, "\n  }\n}\n");
-  if (e.oom) {
+  /* header (arguments, result types: outputs then checks) + body + return */
+  h.cap = 1024 + e.n;
+  h.p = malloc(h.cap);
+  if (!h.p) {
     rc = tpu_error(TPU_E_OOM, "tpux_emit_stablehlo: out of host memory");
     goto done;
   }
-  *text = e.p;
-  if (len) *len = e.n;
-  e.p = NULL;
+  h.p[0] = 0;
+  out(&h, "module @tpu_program {\n  func.func public @main(");
+  for (int k = 0; k < np; k++)
+    out(&h, "%s%s: %s", k ? ", " : "", V(params[k]).s, ts(&h, tyof(&h, params[k])));
+  out(&h, ") -> (");
+  for (int i = 0; i < no + e.nchk; i++) {
+    const char *t = i < no ? ts(&h, tyof(&h, tpuir_output(g, i))) : "tensor<i64>";
+    out(&h, "%s%s", i ? ", " : "", t);
+  }
+  out(&h, ") {\n%s    func.return ", e.oom ? "" : e.p);
+  for (int i = 0; i < no + e.nchk; i++)
+    out(&h, "%s%s", i ? ", " : "", i < no ? names[tpuir_output(g, i)].s : e.chk_val[i - no].s);
+  out(&h, " : ");
+  for (int i = 0; i < no + e.nchk; i++) {
+    const char *t = i < no ? ts(&h, tyof(&h, tpuir_output(g, i))) : "tensor<i64>";
+    out(&h, "%s%s", i ? ", " : "", t);
+  }
+  out(&h, "\n  }\n}\n");
+  if (e.oom || h.oom) {
+    rc = tpu_error(TPU_E_OOM, "tpux_emit_stablehlo: out of host memory");
+    goto done;
+  }
+  *text = h.p;
+  if (len) *len = h.n;
+  h.p = NULL;
+  *checks = e.chk;
+  *nchecks = e.nchk;
+  e.chk = NULL;
 done:
+  free(h.p);
+  free(e.chk);
+  free(e.chk_val);
   free(e.p);
   free(live);
   free(params);
