@@ -90,3 +90,26 @@ def executor():
     from . import _C
 
     return _C._executor_name()
+
+
+def set_executor(name):
+    """Switch the process to the "vtpu" or "pjrt" executor (benchmarks, A/B
+    tests): queued work is finished first. Raises RuntimeError with the
+    plugin's message if PJRT cannot start (TORCH_TPU_PJRT_PLUGIN, or the
+    discovered XLA:CPU plugin, is used)."""
+    import os
+
+    import torch
+
+    from . import _C
+
+    if name == "pjrt" and not os.environ.get("TORCH_TPU_PJRT_PLUGIN"):
+        found = discover()
+        for kind in ("tpu", "cuda", "cpu"):
+            if kind in found:
+                os.environ["TORCH_TPU_PJRT_PLUGIN"] = found[kind]
+                break
+    for i in range(torch.tpu.device_count()):
+        if _C._is_initialized(i):
+            torch.tpu.synchronize(i)
+    _C._set_executor(name)

@@ -79,6 +79,11 @@ typedef struct tpux_executor {
  * first use. NULL on error (message via tpu_last_error: e.g. a PJRT plugin
  * that cannot be loaded, libtpu without a TPU). Static, thread-safe. */
 const tpux_executor *tpux_executor_active(void);
+/* Switch the active executor to "vtpu" or "pjrt" (A/B benchmarks and
+ * tests). The caller makes sure no program is queued (synchronize first);
+ * cached programs keep their executable and can run on either. TPU_OK, or
+ * the PJRT plugin's error (the active executor is then unchanged). */
+int tpux_executor_select(const char *name);
 /* The built-in executors (static). tpux_executor_pjrt() exists in every
  * build; without the PJRT header at build time its compile fails with
  * TPU_E_UNSUPPORTED. */

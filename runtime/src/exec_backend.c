@@ -69,8 +69,26 @@ static void select_once(void) {
 
 const tpux_executor *tpux_executor_active(void) {
   pthread_once(&g_once, select_once);
-  if (!g_active) tpu_error(g_rc ? g_rc : TPU_E_INTERNAL, "%s", g_msg);
-  return g_active;
+  const tpux_executor *ex = __atomic_load_n(&g_active, __ATOMIC_ACQUIRE);
+  if (!ex) tpu_error(g_rc ? g_rc : TPU_E_INTERNAL, "%s", g_msg);
+  return ex;
+}
+
+int tpux_executor_select(const char *name) {
+  pthread_once(&g_once, select_once);
+  const tpux_executor *ex;
+  if (name && !strcmp(name, "vtpu")) {
+    ex = &g_vtpu;
+  } else if (name && !strcmp(name, "pjrt")) {
+    int rc = tpux__pjrt_init();
+    if (rc != TPU_OK) return rc;
+    ex = tpux_executor_pjrt();
+  } else {
+    return tpu_error(TPU_E_INVALID, "executor %s: expected vtpu or pjrt", name ? name : "(null)");
+  }
+  __atomic_store_n(&g_active, ex, __ATOMIC_RELEASE);
+  g_auto_msg[0] = 0;
+  return TPU_OK;
 }
 
 const char *tpux_device_name(void) {

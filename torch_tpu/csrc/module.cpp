@@ -120,6 +120,10 @@ PYBIND11_MODULE(_C, m) {
     if (!ex) check(tpu_last_error_code());
     return std::string(ex->name);
   });
+  m.def("_set_executor", [](const std::string& name) {
+    check(tpug_flush(-1, TPUG_R_SYNC));
+    check(tpux_executor_select(name.c_str()));
+  });
   m.def("_executor_device_name", [] {
     if (!tpux_executor_active()) check(tpu_last_error_code());
     return std::string(tpux_device_name());
