@@ -7,6 +7,7 @@ installs it)."""
 import os
 import subprocess
 import sys
+import tempfile
 import textwrap
 
 import pytest
@@ -22,7 +23,9 @@ def run_child(code, **env):
     e = dict(os.environ)
     e.pop("TORCH_TPU_PJRT_PLUGIN", None)
     e.update({"PYTHONPATH": ROOT + os.pathsep + e.get("PYTHONPATH", ""),
-              "TORCH_TPU_CPU_FALLBACK": "0"})
+              "TORCH_TPU_CPU_FALLBACK": "0",
+              # its own chips: this pytest process may hold chip 0
+              "TORCH_TPU_LOCK_DIR": tempfile.mkdtemp(prefix="torch_tpu_pjrt_locks_")})
     e.update(env)
     p = subprocess.run([sys.executable, "-c", textwrap.dedent(code)], env=e, cwd=ROOT,
                        capture_output=True, text=True, timeout=600)

@@ -428,6 +428,16 @@ static int pjrt_execute(void *v, const tpuir_graph *g, int nin, const tpu_view *
       break;
     case TPUX_CHECK_SELECT: rc = tpu_error(TPU_E_INDEX, "index out of range in self"); break;
     case TPUX_CHECK_DIV_ZERO: rc = tpu_error(TPU_E_INVALID, "ZeroDivisionError"); break;
+    case TPUX_CHECK_CHOLESKY: {
+      char bs[64] = "";
+      if (k->dim) snprintf(bs, sizeof bs, ": (Batch element %lld)", (long long)(v / (k->size + 1)));
+      rc = tpu_error(TPU_E_LINALG,
+                     "cholesky%s: The factorization could not be completed because the input "
+                     "is not positive-definite (the leading minor of order %d is not "
+                     "positive-definite).",
+                     bs, (int)(v % (k->size + 1)));
+      break;
+    }
     default:
       rc = tpu_error(TPU_E_INVALID, "Integers to negative integer powers are not allowed.");
       break;

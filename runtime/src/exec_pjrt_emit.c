@@ -1283,17 +1283,72 @@ static int node(em *e, tpuir_val v, nm *res) {
     break;
   }
   case TPUIR_CHOLESKY: {
-    if (n->dim != TPUIR_CHOL_FACTOR || (n->kind & TPUIR_CHOL_CHECK)) goto bad;
-    int lower = n->kind & 1;
-    r = fresh(e);
-    out(e, "    %s = \"stablehlo.cholesky\"(%s) {lower = %s} : (%s) -> %s\n", r.s, x.s,
-        lower ? "true" : "false", ts(e, tx), ts(e, tr));
+    int lower = n->kind & 1, nn = (int)tx.sz[tx.nd - 1];
+    nm L = fresh(e);
+    out(e, "    %s = \"stablehlo.cholesky\"(%s) {lower = %s} : (%s) -> %s\n", L.s, x.s,
+        lower ? "true" : "false", ts(e, tx), ts(e, tx));
     /* XLA leaves the other triangle unspecified: zero it */
-    ty ti = tyd(tr, TPU_I64);
-    nm ri = iota(e, ti, tr.nd - 2), ci = iota(e, ti, tr.nd - 1);
+    ty ti = tyd(tx, TPU_I64);
+    nm ri = iota(e, ti, tx.nd - 2), ci = iota(e, ti, tx.nd - 1);
     nm keep = cmp(e, lower ? "GE" : "LE", ri, ci, ti);
-    nm z = cst(e, tr, 0, 0);
-    r = sel(e, keep, r, z, tr);
+    nm z = cst(e, tx, 0, 0);
+    if (n->dim == TPUIR_CHOL_FACTOR) {
+      r = sel(e, keep, L, z, tx);
+      break;
+    }
+    if (n->dim != TPUIR_CHOL_INFO) goto bad;
+    /* info: 1 + the first column whose diagonal entry is not a positive
+     * number (XLA's factor turns NaN from the failing column on), or 0 */
+    nm diag = cmp(e, "EQ", ri, ci, ti);
+    nm dv = sel(e, diag, L, z, tx);
+    int64_t last = tx.nd - 1;
+    ty tb = tx;
+    tb.nd = tx.nd - 1; /* [..., n] */
+    nm d = reduce1(e, dv, tx, TPUIR_RED_SUM, 1, &last, tb);
+    nm zb = cst(e, tb, 0, 0);
+    nm pos = cmp(e, "GT", d, zb, tb); /* false for NaN and <= 0 */
+    ty tbb = tyd(tb, TPU_BOOL);
+    nm badc = un(e, "stablehlo.not", pos, tbb, tbb);
+    ty tbi = tyd(tb, TPU_I64);
+    nm k1 = iota(e, tbi, tb.nd - 1);
+    nm one = cst(e, tbi, 1, 1), big = cst(e, tbi, 0, INT64_MAX);
+    k1 = bin(e, "stablehlo.add", k1, one, tbi, tbi);
+    nm cand = sel(e, badc, k1, big, tbi);
+    ty tinfo = tyd(tr, TPU_I64);
+    int64_t last2 = tb.nd - 1;
+    nm mn = reduce1(e, cand, tbi, TPUIR_RED_MIN, 1, &last2, tinfo);
+    nm bigr = cst(e, tinfo, 0, INT64_MAX), zr = cst(e, tinfo, 0, 0);
+    nm none = cmp(e, "EQ", mn, bigr, tinfo);
+    nm info = sel(e, none, zr, mn, tinfo);
+    r = conv(e, info, tinfo, tr.dt);
+    if (n->kind & TPUIR_CHOL_CHECK) {
+      /* first failing batch element: min of b * (n + 1) + info over info != 0 */
+      nm code = info;
+      if (tinfo.nd > 0) {
+        nm flat = cst(e, tinfo, 0, 0);
+        int64_t stride = 1;
+        for (int dd = tinfo.nd - 1; dd >= 0; dd--) {
+          nm io = iota(e, tinfo, dd), st = cst(e, tinfo, 0, stride);
+          io = bin(e, "stablehlo.multiply", io, st, tinfo, tinfo);
+          flat = bin(e, "stablehlo.add", flat, io, tinfo, tinfo);
+          stride *= tinfo.sz[dd];
+        }
+        nm np1 = cst(e, tinfo, 0, nn + 1);
+        flat = bin(e, "stablehlo.multiply", flat, np1, tinfo, tinfo);
+        code = bin(e, "stablehlo.add", flat, info, tinfo, tinfo);
+      }
+      nm failed = cmp(e, "NE", info, zr, tinfo);
+      nm cv = sel(e, failed, code, bigr, tinfo);
+      if (tinfo.nd > 0) {
+        int64_t dims[TPU_MAX_DIMS];
+        for (int dd = 0; dd < tinfo.nd; dd++) dims[dd] = dd;
+        cv = reduce1(e, cv, tinfo, TPUIR_RED_MIN, tinfo.nd, dims, scalar(TPU_I64));
+      }
+      ty s64 = scalar(TPU_I64);
+      nm bs = cst(e, s64, 0, INT64_MAX), lo = cst(e, s64, 0, INT64_MIN);
+      nm ok = cmp(e, "EQ", cv, bs, s64);
+      add_check(e, TPUX_CHECK_CHOLESKY, tinfo.nd > 0, nn, sel(e, ok, lo, cv, s64));
+    }
     break;
   }
   case TPUIR_TRIANGULAR_SOLVE: {
@@ -1316,6 +1371,92 @@ static int node(em *e, tpuir_val v, nm *res) {
     nm nb = un(e, "stablehlo.not", bn, tb, tb);
     nm c = bin(e, "stablehlo.and", az, nb, tb, tb);
     r = sel(e, c, z, m, tr);
+    break;
+  }
+  case TPUIR_I1: case TPUIR_MBESSEL_I1: case TPUIR_I1E: {
+    if (!tpu_dtype_is_float(tx.dt)) goto bad;
+    r = un(e, "chlo.bessel_i1e", x, tx, tr);
+    if (n->op != TPUIR_I1E) {
+      nm a = un(e, "stablehlo.abs", x, tx, tx);
+      nm ex = un(e, "stablehlo.exponential", a, tx, tx);
+      r = bin(e, "stablehlo.multiply", r, ex, tx, tr);
+    }
+    break;
+  }
+  case TPUIR_NDTRI: { /* sqrt(2) erfinv(2p - 1) */
+    if (!tpu_dtype_is_float(tx.dt)) goto bad;
+    nm two = cst(e, tx, 2, 2), one = cst(e, tx, 1, 1), s2 = cst(e, tx, 1.4142135623730951, 0);
+    nm t = bin(e, "stablehlo.multiply", x, two, tx, tx);
+    t = bin(e, "stablehlo.subtract", t, one, tx, tx);
+    t = un(e, "chlo.erf_inv", t, tx, tx);
+    r = bin(e, "stablehlo.multiply", t, s2, tx, tr);
+    break;
+  }
+  case TPUIR_LOG_NDTR: { /* log(erfc(-x / sqrt 2) / 2) */
+    if (!tpu_dtype_is_float(tx.dt)) goto bad;
+    nm k = cst(e, tx, -0.7071067811865476, 0), h = cst(e, tx, 0.5, 0);
+    nm t = bin(e, "stablehlo.multiply", x, k, tx, tx);
+    t = un(e, "chlo.erfc", t, tx, tx);
+    t = bin(e, "stablehlo.multiply", t, h, tx, tx);
+    r = un(e, "stablehlo.log", t, tx, tr);
+    break;
+  }
+  case TPUIR_ERFCX: { /* exp(x^2) erfc(x) */
+    if (!tpu_dtype_is_float(tx.dt)) goto bad;
+    nm sq = bin(e, "stablehlo.multiply", x, x, tx, tx);
+    nm ex = un(e, "stablehlo.exponential", sq, tx, tx);
+    nm ec = un(e, "chlo.erfc", x, tx, tx);
+    r = bin(e, "stablehlo.multiply", ex, ec, tx, tr);
+    break;
+  }
+  case TPUIR_SPH_BESSEL_J0: { /* sin(x) / x, 1 at 0 */
+    if (!tpu_dtype_is_float(tx.dt)) goto bad;
+    nm z = cst(e, tx, 0, 0), one = cst(e, tx, 1, 1);
+    nm sn = un(e, "stablehlo.sine", x, tx, tx);
+    nm q = bin(e, "stablehlo.divide", sn, x, tx, tx);
+    nm iz = cmp(e, "EQ", x, z, tx);
+    r = sel(e, iz, one, q, tr);
+    break;
+  }
+  case TPUIR_FREXP_MANT: case TPUIR_FREXP_EXP: {
+    if (!tpu_dtype_is_float(tx.dt)) goto bad;
+    int d64 = tx.dt == TPU_F64, wdt = d64 ? TPU_F64 : TPU_F32, idt = d64 ? TPU_I64 : TPU_I32;
+    int mb = d64 ? 52 : 23;
+    int64_t emask = d64 ? 0x7ff : 0xff, bias = d64 ? 1022 : 126;
+    int64_t keep = d64 ? (int64_t)0x800fffffffffffffULL : (int64_t)0x807fffff;
+    int64_t half = d64 ? 0x3fe0000000000000LL : 0x3f000000;
+    ty tw = tyd(tx, wdt), tI = tyd(tx, idt), tb = tyd(tx, TPU_BOOL);
+    nm w = conv(e, x, tx, wdt);
+    /* subnormals: scale by 2^64 first */
+    nm zero = cst(e, tw, 0, 0), scale = cst(e, tw, 18446744073709551616.0, 0);
+    nm a = un(e, "stablehlo.abs", w, tw, tw), tiny = cst(e, tw, d64 ? 2.2250738585072014e-308 : 1.17549435e-38, 0);
+    nm sub = cmp(e, "LT", a, tiny, tw), nz = cmp(e, "NE", w, zero, tw);
+    sub = bin(e, "stablehlo.and", sub, nz, tb, tb);
+    nm ws = bin(e, "stablehlo.multiply", w, scale, tw, tw);
+    w = sel(e, sub, ws, w, tw);
+    nm bits = un(e, "stablehlo.bitcast_convert", w, tw, tI);
+    nm sh = cst(e, tI, 0, mb), em = cst(e, tI, 0, emask), bi = cst(e, tI, 0, bias);
+    nm ef = bin(e, "stablehlo.shift_right_logical", bits, sh, tI, tI);
+    ef = bin(e, "stablehlo.and", ef, em, tI, tI);
+    nm ex = bin(e, "stablehlo.subtract", ef, bi, tI, tI);
+    nm s64 = cst(e, tI, 0, 64), zi = cst(e, tI, 0, 0);
+    nm exs = bin(e, "stablehlo.subtract", ex, s64, tI, tI);
+    ex = sel(e, sub, exs, ex, tI);
+    nm fin = un(e, "stablehlo.is_finite", x, tx, tb);
+    nm special = un(e, "stablehlo.not", fin, tb, tb);
+    nm isz = cmp(e, "EQ", x, cst(e, tx, 0, 0), tx);
+    special = bin(e, "stablehlo.or", special, isz, tb, tb);
+    if (n->op == TPUIR_FREXP_EXP) {
+      ex = sel(e, special, zi, ex, tI);
+      r = conv(e, ex, tI, tr.dt);
+    } else {
+      nm km = cst(e, tI, 0, keep), hf = cst(e, tI, 0, half);
+      nm mbits = bin(e, "stablehlo.and", bits, km, tI, tI);
+      mbits = bin(e, "stablehlo.or", mbits, hf, tI, tI);
+      nm m = un(e, "stablehlo.bitcast_convert", mbits, tI, tw);
+      m = conv(e, m, tw, tx.dt);
+      r = sel(e, special, x, m, tr);
+    }
     break;
   }
   case TPUIR_SINC: {
@@ -1343,10 +1484,6 @@ static int node(em *e, tpuir_val v, nm *res) {
       if (n->op == TPUIR_NOT && tx.dt != TPU_BOOL && !tpu_dtype_is_int(tx.dt)) goto bad;
       if (n->op != TPUIR_NOT && !tpu_dtype_is_float(tx.dt) && !tpu_dtype_is_complex(tx.dt)) goto bad;
       r = un(e, op, x, tx, tr);
-      break;
-    }
-    if (n->op == TPUIR_I1E) {
-      r = un(e, "chlo.bessel_i1e", x, tx, tr);
       break;
     }
     if (n->nin == 2 && (n->op <= TPUIR_SHR || n->op == TPUIR_ZETA || n->op == TPUIR_NEXTAFTER) &&

@@ -15,6 +15,9 @@ enum {
   TPUX_CHECK_SELECT,     /* TPU_E_INDEX "index out of range in self" */
   TPUX_CHECK_DIV_ZERO,   /* TPU_E_INVALID "ZeroDivisionError" */
   TPUX_CHECK_NEG_POW,    /* TPU_E_INVALID "Integers to negative integer powers ..." */
+  TPUX_CHECK_CHOLESKY,   /* TPU_E_LINALG "cholesky: ... (the leading minor of order K ...)";
+                            value = batch * (n + 1) + K of the first failing matrix, size = n,
+                            dim = 1 when batched */
 };
 typedef struct tpux__check {
   int kind, dim;
