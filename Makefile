@@ -4,7 +4,7 @@
 #               (C runtime tests, the same under ASan+UBSan, pytest suite)
 PY      ?= python3
 
-.PHONY: all deps build demo test test-c test-asan test-py test-fused bench opinfo-full zoo clean
+.PHONY: all deps build demo test test-c test-asan test-py test-fused test-pjrt bench opinfo-full opinfo-pjrt zoo clean
 
 all: build
 
@@ -14,6 +14,9 @@ deps:
 	  $(PY) -m pip install -q torch==2.13.0
 	@$(PY) -c "import pytest,numpy,transformers,expecttest" 2>/dev/null || \
 	  $(PY) -m pip install -q pytest numpy transformers expecttest
+	@# XLA:CPU PJRT plugin + the official pjrt_c_api.h the runtime builds against
+	@$(PY) -c "import xla_plugins.xla_cpu_pjrt" 2>/dev/null || \
+	  $(PY) -m pip install -q xla-cpu-pjrt
 
 # The package must be installed from THIS checkout (editable, which also
 # registers the torch.backends autoload entry point); after that only the
@@ -41,7 +44,12 @@ test-py: build
 # The suite again in Fused Eager (DeferAndFuse) mode (OpInfo and zoo run once).
 test-fused: build
 	TORCH_TPU_DEFER_AND_FUSE=1 $(PY) -m pytest tests --ignore=tests/test_opinfo.py --ignore=tests/test_zoo.py
-test: build test-c test-asan test-py test-fused
+# PJRT tier: the op tests again with every program compiled by XLA:CPU
+# (tests/test_pjrt.py, inside test-py, adds the OpInfo subset, training and
+# the error paths).
+test-pjrt: build
+	TORCH_TPU_BACKEND=pjrt $(PY) -m pytest tests/test_ops.py -q
+test: build test-c test-asan test-py test-fused test-pjrt
 
 bench: build
 	$(PY) benchmarks/mxu.py --quick
@@ -51,6 +59,10 @@ bench: build
 # Full-dtype OpInfo sweep (CI runs the float32 form inside test-py).
 opinfo-full: build
 	$(PY) -m torch_tpu.ops --opinfo --dtypes all --report docs/opinfo_report.md
+
+# Float32 OpInfo sweep through XLA:CPU PJRT (~15 min on 2 cores).
+opinfo-pjrt: build
+	TORCH_TPU_BACKEND=pjrt $(PY) -m torch_tpu.ops --opinfo --dtypes float32 --budget 20 --report docs/opinfo_pjrt_report.md
 
 # Hugging Face architecture zoo report.
 zoo: build

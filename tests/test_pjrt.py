@@ -159,3 +159,43 @@ def test_discovery_and_configure():
     accel = found.get("tpu") or found.get("cuda")
     assert got == accel
     assert env.get("TORCH_TPU_BACKEND") == ("auto" if accel else None)
+
+
+# OpInfo CI subset through XLA:CPU: one or two OpInfos per emitter family
+# (elementwise, CHLO transcendental, compare/select, shape, reductions with
+# regions, argmax, dot_general, convolution, pooling windows, gather/scatter,
+# sort, cumulative ops, softmax/norms/losses, FFT, Cholesky, triangular
+# solve, the Philox RNG). The full float32 sweep is `make opinfo-pjrt`.
+PJRT_OPINFO_SUBSET = (
+    "add mul div.no_rounding_mode pow atan2 exp tanh erf erfinv lgamma sigmoid where clamp "
+    "eq isnan cat transpose flip nn.functional.pad.constant narrow sum mean amax prod argmax "
+    "var std matmul bmm addmm einsum nn.functional.conv2d nn.functional.conv_transpose1d "
+    "nn.functional.max_pool2d nn.functional.avg_pool2d gather scatter_add index_select "
+    "index_add take_along_dim sort topk cumsum softmax log_softmax nn.functional.layer_norm "
+    "nn.functional.cross_entropy nn.functional.embedding fft.rfft linalg.cholesky "
+    "triangular_solve nn.functional.dropout rand_like"
+).split()
+
+
+@needs_plugin
+def test_opinfo_subset_through_xla_cpu(tmp_path):
+    out_json = tmp_path / "pjrt_opinfo.json"
+    e = dict(os.environ, TORCH_TPU_BACKEND="pjrt",
+             TORCH_TPU_LOCK_DIR=tempfile.mkdtemp(prefix="torch_tpu_pjrt_locks_"),
+             PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    e.pop("TORCH_TPU_PJRT_PLUGIN", None)
+    p = subprocess.run([sys.executable, "-m", "torch_tpu.ops", "--opinfo", "--dtypes", "float32",
+                        "--budget", "30", "--ops", ",".join(PJRT_OPINFO_SUBSET),
+                        "--json", str(out_json)],
+                       env=e, cwd=ROOT, capture_output=True, text=True, timeout=900)
+    assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
+    import json
+
+    res = json.loads(out_json.read_text())["results"]
+    seen = {r["op"] for r in res}
+    assert seen == set(PJRT_OPINFO_SUBSET), set(PJRT_OPINFO_SUBSET) - seen
+    bad = {r["op"]: (r["counts"], r["examples"][:1]) for r in res
+           if any(r["counts"].get(k) for k in ("fail", "unsupported", "error", "crash", "skipped"))}
+    assert not bad, bad
+    passed = sum(r["counts"].get("pass", 0) + r["counts"].get("random", 0) for r in res)
+    assert passed >= 2 * len(PJRT_OPINFO_SUBSET)
