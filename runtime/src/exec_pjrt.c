@@ -70,6 +70,7 @@ const tpux_executor *tpux_executor_pjrt(void) { return &g_pjrt; }
 #else /* TPU_HAVE_PJRT */
 
 #include <dlfcn.h>
+#include <glob.h>
 #include <stddef.h>
 
 #include "pjrt_c_api.h"
@@ -146,6 +147,20 @@ static void buffer_destroy(PJRT_Buffer *b) {
 #define API_HAS(fn) \
   (g_api->struct_size >= offsetof(PJRT_Api, fn) + sizeof(void *) && g_api->fn != NULL)
 
+/* 1 if the machine shows TPU device nodes (/dev/accel* on v2-v4, VFIO
+ * groups on v5e/v6e). libtpu without them spends minutes retrying the GCE
+ * metadata server before it fails, so we fail at once instead. */
+static int have_tpu_devices(void) {
+  static const char *pats[] = {"/dev/accel[0-9]*", "/dev/vfio/[0-9]*"};
+  for (int i = 0; i < 2; i++) {
+    glob_t gl;
+    int n = glob(pats[i], 0, NULL, &gl) == 0 ? (int)gl.gl_pathc : 0;
+    if (n) globfree(&gl);
+    if (n) return 1;
+  }
+  return 0;
+}
+
 static int init_locked(void) {
   const char *path = getenv("TORCH_TPU_PJRT_PLUGIN");
   if (!path || !*path)
@@ -153,6 +168,14 @@ static int init_locked(void) {
                      "TORCH_TPU_BACKEND=pjrt: no PJRT plugin found; set TORCH_TPU_PJRT_PLUGIN="
                      "/path/plugin.so or install one (pip install xla-cpu-pjrt for XLA:CPU, "
                      "jax-cuda12-pjrt for NVIDIA GPUs, libtpu for TPUs)");
+  const char *base0 = strrchr(path, '/');
+  base0 = base0 ? base0 + 1 : path;
+  if (strstr(base0, "libtpu") && !have_tpu_devices())
+    return tpu_error(TPU_E_INVALID,
+                     "PJRT plugin %s: no TPU on this machine (no /dev/accel* or /dev/vfio "
+                     "devices); libtpu runs only on a TPU VM. Use TORCH_TPU_BACKEND=vtpu (the "
+                     "default) or another plugin",
+                     path);
   g_dl = dlopen(path, RTLD_NOW | RTLD_LOCAL);
   if (!g_dl) return tpu_error(TPU_E_INVALID, "PJRT plugin %s: cannot load: %s", path, dlerror());
   typedef const PJRT_Api *(*get_api_fn)(void);
