@@ -491,7 +491,7 @@ static nm idx_along(em *e, nm idx, ty tidx, int dim, ty tr) {
 
 /* ---- philox (tpuir_rng) -------------------------------------------------- */
 
-/* 32-bit words of Philox4x32-10 for counters offset + i (i = 0..n-1), key
+/* 32-bit words of Philox4x32-10 for counters (offset << 64) | i (i < n), key
  * seed; key/offset as rank-0 ui64 values. w[0..4) receive ui32 [n]. */
 static void philox(em *e, nm seed, nm offset, int64_t n, nm *w) {
   ty u64 = {TPU_I64, 1, {n}}, u32 = u64;
@@ -517,14 +517,15 @@ static void philox(em *e, nm seed, nm offset, int64_t n, nm *w) {
       ob.s, offset.s, T64);
   out(e, "    %s = \"stablehlo.broadcast_in_dim\"(%s) {broadcast_dimensions = array<i64>} : (tensor<ui64>) -> %s\n",
       sb.s, seed.s, T64);
-  nm ctr, s32, c0, c1, c2, c3, k0, k1, tmp;
-  OP2(ctr, "stablehlo.add", it, ob, T64);
+  /* counter (offset << 64) | i, as exec_rng.c: words i lo, i hi, offset lo, hi */
+  nm ctr = it, s32, c0, c1, c2, c3, k0, k1, tmp;
   K64(s32, 32);
   CVT(c0, ctr, T64, T32);
   OP2(tmp, "stablehlo.shift_right_logical", ctr, s32, T64);
   CVT(c1, tmp, T64, T32);
-  K32(c2, 0);
-  c3 = c2;
+  CVT(c2, ob, T64, T32);
+  OP2(tmp, "stablehlo.shift_right_logical", ob, s32, T64);
+  CVT(c3, tmp, T64, T32);
   CVT(k0, sb, T64, T32);
   OP2(tmp, "stablehlo.shift_right_logical", sb, s32, T64);
   CVT(k1, tmp, T64, T32);
