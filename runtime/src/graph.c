@@ -764,11 +764,11 @@ static int flush_with(gdev *D, int reason, gtask **keep) {
   T->nout = nouts;
   T->np = D->np;
   T->nconst = 8 * (size_t)(nconst + 2 * nrng + 1);
-  T->rng = malloc(sizeof(int32_t) * (size_t)(nrng ? nrng : 1));
+  T->rng = nrng ? malloc(sizeof(int32_t) * (size_t)nrng) : NULL;
   T->ins = malloc(sizeof(tpu_view) * (size_t)(T->nin ? T->nin : 1));
   T->outs = malloc(sizeof(tpu_view) * (size_t)(nouts ? nouts : 1));
-  T->consts = calloc(1, T->nconst); /* rng key: 2 slots */
-  if (!T->ins || !T->outs || !T->consts || !T->rng) {
+  T->consts = malloc(T->nconst); /* rng key: 2 slots */
+  if (!T->ins || !T->outs || !T->consts || (nrng && !T->rng)) {
     task_free(T);
     rc = tpu_error(TPU_E_OOM, "fused eager: out of host memory");
     goto out;
@@ -865,8 +865,8 @@ static gtask *task_clone(const gtask *T) {
   c->ins = malloc(sizeof(tpu_view) * (size_t)(T->nin ? T->nin : 1));
   c->outs = malloc(sizeof(tpu_view) * (size_t)(T->nout ? T->nout : 1));
   c->consts = malloc(T->nconst);
-  c->rng = malloc(sizeof(int32_t) * (size_t)(T->nrng ? T->nrng : 1));
-  if (!c->ins || !c->outs || !c->consts || !c->rng) {
+  c->rng = T->nrng ? malloc(sizeof(int32_t) * (size_t)T->nrng) : NULL;
+  if (!c->ins || !c->outs || !c->consts || (T->nrng && !c->rng)) {
     free(c->ins);
     free(c->outs);
     free(c->consts);
@@ -877,7 +877,7 @@ static gtask *task_clone(const gtask *T) {
   memcpy(c->ins, T->ins, sizeof(tpu_view) * (size_t)T->nin);
   memcpy(c->outs, T->outs, sizeof(tpu_view) * (size_t)T->nout);
   memcpy(c->consts, T->consts, T->nconst);
-  memcpy(c->rng, T->rng, sizeof(int32_t) * (size_t)T->nrng);
+  if (T->nrng) memcpy(c->rng, T->rng, sizeof(int32_t) * (size_t)T->nrng);
   for (int j = T->np; j < T->nin; j++)
     c->ins[j].base = c->consts + ((unsigned char *)T->ins[j].base - T->consts);
   __atomic_add_fetch(&c->prog->refs, 1, __ATOMIC_ACQ_REL);
