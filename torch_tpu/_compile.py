@@ -105,7 +105,7 @@ class _Program:
         self.const_ptrs = []  # blocks owned by the graph module (kept alive by it)
         self.out_specs = []   # per output: ("val", v) | ("in", arg, meta) | ("new", group, meta)
         self.new_groups = []  # per fresh output storage: (captured ptr, nbytes)
-        self.rng = None       # (seed, [offset - off0 ...], off1 - off0) or None
+        self.rng = None       # ([key offset - generator offset at capture], offsets drawn)
 
     def __del__(self):
         if self.handle:
@@ -591,7 +591,42 @@ def _ensure_registered():
             register_backend(compiler_fn=tpu_backend, name="tpu")
         register_interface_for_device("tpu", _make_device_interface())
         _patch_optimizer_capturable()
+        _patch_grouped_mm_meta()
         _registered = True
+
+
+def _patch_grouped_mm_meta():
+    """``aten::_grouped_mm`` on tpu (MoE layers: transformers calls it for tpu
+    weights in every dtype) runs PyTorch's composite kernel over our mm in
+    eager, for float32/float16/bfloat16; upstream's meta function, which
+    fake tensors use while Dynamo/AOTAutograd trace, only admits CUDA's bf16.
+    Tpu inputs get checks matching eager; other devices keep upstream's."""
+    import torch._meta_registrations as mr
+
+    orig = mr._meta_grouped_mm_common
+    if getattr(orig, "_torch_tpu", False):
+        return
+
+    def common(mat_a, mat_b, scale_a, scale_b, offs=None, bias=None, scale_result=None,
+               out_dtype=None, *args, **kwargs):
+        dev = getattr(mat_a, "fake_device", mat_a.device)  # meta kernels see "meta"
+        if dev.type != "tpu" or scale_a is not None or scale_b is not None:
+            return orig(mat_a, mat_b, scale_a, scale_b, offs=offs, bias=bias,
+                        scale_result=scale_result, out_dtype=out_dtype, *args, **kwargs)
+        floats = (torch.float32, torch.float16, torch.bfloat16)
+        torch._check(mat_a.dtype == mat_b.dtype and mat_a.dtype in floats,
+                     lambda: f"grouped_mm(): expected float inputs of one dtype, got "
+                             f"{mat_a.dtype} and {mat_b.dtype}")
+        torch._check(mat_a.dim() in (2, 3) and mat_b.dim() in (2, 3),
+                     lambda: "grouped_mm(): expected 2D or 3D inputs")
+        if mat_a.dim() == 2 or mat_b.dim() == 2:
+            torch._check(offs is not None and offs.dim() == 1 and
+                         offs.dtype in (torch.int32, torch.int64),
+                         lambda: "grouped_mm(): 2D inputs need 1D int32/int64 offsets")
+        return mr._create_grouped_mm_output_tensor(mat_a, mat_b, offs, out_dtype)
+
+    common._torch_tpu = True
+    mr._meta_grouped_mm_common = common
 
 
 def _patch_optimizer_capturable():
