@@ -383,3 +383,35 @@ def test_export_saved_program_runs_in_another_process(tmp_path):
     """
     out = _run_child(code, dict(os.environ, TPU_VISIBLE_CHIPS="3"))
     assert out.split("RESULT")[1].split() == ["1", "2"]
+
+
+@pytest.mark.parametrize("case", ["transposed*broadcast", "channels_last+bias", "permuted unary",
+                                  "contiguous+transposed", "compare"])
+def test_elementwise_results_follow_input_layout(case):
+    """New results of elementwise ops get TensorIterator's layout (what the
+    traced graph's views assume; Mamba's backward views a transposed product)."""
+    a = torch.randn(4, 5, 6)
+    f, args = {
+        "transposed*broadcast": (lambda x, y: x * y, (a.transpose(1, 2), torch.randn(6, 1))),
+        "channels_last+bias": (lambda x, y: x + y,
+                               (torch.randn(2, 3, 4, 5).to(memory_format=torch.channels_last),
+                                torch.randn(3, 1, 1))),
+        "permuted unary": (lambda x: torch.tanh(x), (a.permute(2, 0, 1),)),
+        "contiguous+transposed": (lambda x, y: x - y, (torch.randn(5, 5), torch.randn(5, 5).t())),
+        "compare": (lambda x: x < 0, (a.transpose(0, 2),)),
+    }[case]
+    ref = f(*args)
+    out = f(*[t.to(DEV) for t in args])
+    assert out.stride() == ref.stride()
+    assert_close(out, ref, rtol=1e-6, atol=1e-6)
+
+
+def test_compiled_view_of_transposed_product():
+    def f(x, y):
+        # valid only with TensorIterator's layout for the product
+        return (x.transpose(1, 2) * y).transpose(1, 2).view(4, 30).sum(0)
+
+    x, y = torch.randn(4, 5, 6), torch.randn(6, 1)
+    cf = torch.compile(f, backend="tpu")
+    for _ in range(2):
+        assert_close(cf(x.to(DEV), y.to(DEV)), f(x, y), rtol=1e-5, atol=1e-5)

@@ -341,11 +341,19 @@ class _DebugInterpreter(torch.fx.Interpreter):
         super().__init__(gm)
         self.dev = dev
         self.reported = False
+        self.stride_reported = False
 
     def run_node(self, n):
         r = super().run_node(n)
         if isinstance(r, torch.Tensor) and r.device.type == "tpu":
             _debug_ptrs[_storage_ptr(r)] = n.format_node()
+            v = n.meta.get("val")
+            if isinstance(v, torch.Tensor) and not self.stride_reported and \
+                    tuple(v.shape) == tuple(r.shape) and r.numel() > 1 and \
+                    tuple(v.stride()) != tuple(r.stride()):
+                self.stride_reported = True
+                print(f"[torch_tpu compile] {n.name} has strides {tuple(r.stride())} on tpu, "
+                      f"{tuple(v.stride())} when traced: {n.format_node()}", flush=True)
         if _C._capturing(self.dev) == 2 and not self.reported:
             self.reported = True
             print(f"[torch_tpu compile] capture cut at node {n.name}: {n.format_node()}",

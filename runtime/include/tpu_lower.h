@@ -95,6 +95,10 @@ typedef struct tpulw_out_info {
   int32_t col_major; /* 1: a new or resized destination gets its last two
                         dims column-major (batched Fortran strides, what
                         PyTorch CPU's LAPACK-backed linalg ops return) */
+  int32_t strided;   /* 1: a new destination gets `strides` (elementwise
+                        ops follow their inputs' memory layout, as
+                        PyTorch's TensorIterator does) */
+  int64_t strides[TPU_MAX_DIMS];
 } tpulw_out_info;
 
 typedef struct tpulw_plan tpulw_plan;

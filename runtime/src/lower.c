@@ -16,56 +16,74 @@
 /* ---- the table ---------------------------------------------------------- */
 
 static lw_row *g_table;
+static unsigned char *g_elementwise; /* per g_table row: a TensorIterator op */
 static const char **g_names;
 static int g_ntable;
 static pthread_once_t g_table_once = PTHREAD_ONCE_INIT;
 
+typedef struct frow {
+  lw_row r;
+  int elementwise; /* the family's ops are TensorIterator ops: new outputs
+                      follow the inputs' memory layout (ti_layout) */
+} frow;
+
 static int row_cmp(const void *a, const void *b) {
-  return strcmp(((const lw_row *)a)->name, ((const lw_row *)b)->name);
+  return strcmp(((const frow *)a)->r.name, ((const frow *)b)->r.name);
 }
 
 static void table_init(void) {
-  const struct { const lw_row *rows; int n; } fam[] = {
-      {lw_rows_pointwise, lw_nrows_pointwise},
-      {lw_rows_reduce, lw_nrows_reduce},
-      {lw_rows_linalg, lw_nrows_linalg},
-      {lw_rows_nn, lw_nrows_nn},
-      {lw_rows_index, lw_nrows_index},
-      {lw_rows_random, lw_nrows_random},
-      {lw_rows_conv, lw_nrows_conv},
-      {lw_rows_sort, lw_nrows_sort},
-      {lw_rows_resize, lw_nrows_resize},
-      {lw_rows_dynamic, lw_nrows_dynamic},
-      {lw_rows_compare, lw_nrows_compare},
-      {lw_rows_spectral, lw_nrows_spectral},
-      {lw_rows_linalg_solve, lw_nrows_linalg_solve},
-      {lw_rows_nn2, lw_nrows_nn2},
-      {lw_rows_misc, lw_nrows_misc},
-      {lw_rows_complex, lw_nrows_complex},
-      {lw_rows_fft, lw_nrows_fft},
-      {lw_rows_special, lw_nrows_special},
+  const struct { const lw_row *rows; int n, elementwise; } fam[] = {
+      {lw_rows_pointwise, lw_nrows_pointwise, 1},
+      {lw_rows_reduce, lw_nrows_reduce, 0},
+      {lw_rows_linalg, lw_nrows_linalg, 0},
+      {lw_rows_nn, lw_nrows_nn, 0},
+      {lw_rows_index, lw_nrows_index, 0},
+      {lw_rows_random, lw_nrows_random, 0},
+      {lw_rows_conv, lw_nrows_conv, 0},
+      {lw_rows_sort, lw_nrows_sort, 0},
+      {lw_rows_resize, lw_nrows_resize, 0},
+      {lw_rows_dynamic, lw_nrows_dynamic, 0},
+      {lw_rows_compare, lw_nrows_compare, 1},
+      {lw_rows_spectral, lw_nrows_spectral, 0},
+      {lw_rows_linalg_solve, lw_nrows_linalg_solve, 0},
+      {lw_rows_nn2, lw_nrows_nn2, 0},
+      {lw_rows_misc, lw_nrows_misc, 0},
+      {lw_rows_complex, lw_nrows_complex, 0},
+      {lw_rows_fft, lw_nrows_fft, 0},
+      {lw_rows_special, lw_nrows_special, 1},
   };
   int total = 0;
   for (size_t f = 0; f < sizeof fam / sizeof fam[0]; f++) total += fam[f].n;
-  lw_row *t = malloc((size_t)(total ? total : 1) * sizeof *t);
-  const char **names = malloc((size_t)(total ? total : 1) * sizeof *names);
-  if (!t || !names) {
+  size_t cnt = (size_t)(total ? total : 1);
+  frow *ft = malloc(cnt * sizeof *ft);
+  lw_row *t = malloc(cnt * sizeof *t);
+  unsigned char *ew = malloc(cnt);
+  const char **names = malloc(cnt * sizeof *names);
+  if (!ft || !t || !ew || !names) {
+    free(ft);
     free(t);
+    free(ew);
     free(names);
     return;
   }
   int k = 0;
   for (size_t f = 0; f < sizeof fam / sizeof fam[0]; f++)
-    for (int i = 0; i < fam[f].n; i++) t[k++] = fam[f].rows[i];
-  qsort(t, (size_t)total, sizeof *t, row_cmp);
+    for (int i = 0; i < fam[f].n; i++) {
+      ft[k].r = fam[f].rows[i];
+      ft[k++].elementwise = fam[f].elementwise;
+    }
+  qsort(ft, (size_t)total, sizeof *ft, row_cmp);
   /* drop duplicate names (first wins; tests check there are none) */
   int m = 0;
   for (int i = 0; i < total; i++) {
-    if (m > 0 && strcmp(t[m - 1].name, t[i].name) == 0) continue;
-    t[m++] = t[i];
+    if (m > 0 && strcmp(t[m - 1].name, ft[i].r.name) == 0) continue;
+    ew[m] = (unsigned char)ft[i].elementwise;
+    t[m++] = ft[i].r;
   }
+  free(ft);
   for (int i = 0; i < m; i++) names[i] = t[i].name;
   g_table = t;
+  g_elementwise = ew;
   g_names = names;
   g_ntable = m;
 }
@@ -212,6 +230,68 @@ static int ends_with_underscore(const char *s) {
 }
 
 /* Decide where each result goes and append converts. */
+/* TensorIterator's output layout for a new result of an elementwise op:
+ * dims ordered innermost-first by the first tensor input (in argument
+ * order) whose strides tell them apart, broadcast dims ignored, equal
+ * strides broken by size (TensorIterator::reorder_dimensions); the result
+ * is dense in that order. 0 when that order is the natural one (a plain
+ * contiguous result), 1 with strides[] filled otherwise. */
+static int ti_layout(const lw_b *b, int ndim, const int64_t *sizes, int64_t *strides) {
+  if (ndim < 2) return 0;
+  const tpu_view *ops[16];
+  int nops = 0;
+  for (int k = 0; k < b->nargs && nops < 16; k++) {
+    const tpulw_arg *a = &b->args[k];
+    if (a->kind != TPULW_TENSOR || a->is_output || a->t.view.ndim == 0 ||
+        a->t.view.ndim > ndim || !a->t.view.base)
+      continue;
+    ops[nops++] = &a->t.view;
+  }
+  if (nops == 0) return 0;
+  int all_contig = 1; /* TensorIterator's fast path: a contiguous result */
+  for (int o = 0; o < nops; o++) all_contig &= tpu_view_is_contiguous(ops[o]);
+  if (all_contig) return 0;
+  /* stride of operand o along output dim d (0: broadcast) */
+#define TI_STRIDE(o, d)                                                        \
+  ((d) - (ndim - ops[o]->ndim) < 0 ||                                          \
+           (ops[o]->sizes[(d) - (ndim - ops[o]->ndim)] == 1 && sizes[d] != 1)  \
+       ? 0                                                                     \
+       : ops[o]->strides[(d) - (ndim - ops[o]->ndim)])
+  int perm[TPU_MAX_DIMS]; /* perm[0] = innermost dim */
+  for (int i = 0; i < ndim; i++) perm[i] = ndim - 1 - i;
+  for (int i = 1; i < ndim; i++) {
+    int d1 = i;
+    for (int d0 = i - 1; d0 >= 0; d0--) {
+      int cmp = 0;
+      for (int o = 0; o < nops && cmp == 0; o++) {
+        int64_t s0 = TI_STRIDE(o, perm[d0]), s1 = TI_STRIDE(o, perm[d1]);
+        if (s0 == 0 || s1 == 0) continue;
+        if (s0 < s1) cmp = -1;
+        else if (s0 > s1) cmp = 1;
+        else if (sizes[perm[d0]] > sizes[perm[d1]]) cmp = 1;
+      }
+      if (cmp > 0) {
+        int t = perm[d0];
+        perm[d0] = perm[d1];
+        perm[d1] = t;
+        d1 = d0;
+      } else if (cmp < 0) {
+        break;
+      }
+    }
+  }
+#undef TI_STRIDE
+  int natural = 1;
+  for (int i = 0; i < ndim; i++) natural &= perm[i] == ndim - 1 - i;
+  if (natural) return 0;
+  int64_t st = 1;
+  for (int i = 0; i < ndim; i++) {
+    strides[perm[i]] = st;
+    st *= sizes[perm[i]];
+  }
+  return 1;
+}
+
 static int place_outputs(lw_b *b, tpulw_plan *p) {
   int inplace = ends_with_underscore(b->base);
   /* out= destinations: (arg, element) pairs of is_output args, in order,
@@ -247,6 +327,8 @@ static int place_outputs(lw_b *b, tpulw_plan *p) {
     memcpy(o->sizes, s.sizes, sizeof o->sizes);
     o->dest_arg = -1;
     o->col_major = s.ndim >= 2 && i < 32 && ((b->col_major >> i) & 1);
+    if (b->elementwise && !o->col_major)
+      o->strided = ti_layout(b, s.ndim, s.sizes, o->strides);
     const tpulw_tensor *dest = NULL;
     int explicit_dest = b->res_dest[i] >= 0;
     if (explicit_dest || (inplace && i == 0)) {
@@ -328,6 +410,7 @@ int tpulw_prepare(const tpulw_ctx *ctx, const char *name, const char *overload,
   b.args = args;
   b.nargs = nargs;
   b.op = row->op;
+  b.elementwise = row >= g_table && row < g_table + g_ntable && g_elementwise[row - g_table];
   b.g = tpuir_graph_new();
   if (!b.g) return tpu_error(TPU_E_INTERNAL, "out of host memory");
 

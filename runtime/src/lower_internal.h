@@ -58,6 +58,7 @@ typedef struct lw_b {
   int err_remap;  /* LW_ERR_*: how a run-time TPU_E_INDEX is reported */
   int out_rule;   /* LW_OUT_* */
   uint32_t col_major; /* bit i: result i laid out column-major (tpulw_out_info) */
+  int elementwise;    /* the row is LW_ROW_ELEMENTWISE */
 } lw_b;
 
 typedef int (*lw_fn)(lw_b *b);

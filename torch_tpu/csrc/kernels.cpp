@@ -645,10 +645,14 @@ void native_boxed(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
       at::Tensor dst;
       c10::IntArrayRef sizes(o->sizes, o->ndim);
       if (o->dest_arg < 0) {
-        dst = o->col_major ? empty_strided(sizes, col_major_strides(*o), to_scalar_type(o->dtype),
-                                           std::nullopt, c10::Device(c10::DeviceType::PrivateUse1, m.device),
-                                           std::nullopt)
-                           : empty_tpu(sizes, to_scalar_type(o->dtype), m.device);
+        if (o->col_major || o->strided) {
+          std::vector<int64_t> st = o->col_major ? col_major_strides(*o)
+                                                 : std::vector<int64_t>(o->strides, o->strides + o->ndim);
+          dst = empty_strided(sizes, st, to_scalar_type(o->dtype), std::nullopt,
+                              c10::Device(c10::DeviceType::PrivateUse1, m.device), std::nullopt);
+        } else {
+          dst = empty_tpu(sizes, to_scalar_type(o->dtype), m.device);
+        }
         fresh.push_back(dst);
       } else {
         const c10::IValue& iv = ivs[o->dest_arg];
