@@ -269,6 +269,7 @@ static const lw_row k_overrides[] = {
 static const char *const k_complex_ok[] = {
     /* data movement */
     "cat", "cat.out", "stack", "stack.out", "flip", "flip.out", "roll", "roll.out",
+    "constant_pad_nd", "constant_pad_nd.out",
     "narrow_copy", "narrow_copy.out", "index_select", "index_select.out", "gather",
     "gather.out", "index.Tensor", "index.Tensor_out", "take", "take.out", "tril",
     "tril.out", "tril_", "triu", "triu.out", "triu_", "where.self", "where.self_out",
