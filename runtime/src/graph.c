@@ -213,11 +213,49 @@ typedef struct vderiv {
   int nr, m;
   int64_t R[TPU_MAX_DIMS + 1], c[TPU_MAX_DIMS + 1], p[TPU_MAX_DIMS + 1];
   int64_t perm[TPU_MAX_DIMS], pdim[TPU_MAX_DIMS]; /* real dim i -> P dim */
+  int wtrans;                /* W is dense but permuted: transpose it first */
+  int64_t wperm[TPU_MAX_DIMS];
 } vderiv;
 
+/* A dense W whose dims are permuted (an elementwise result that kept its
+ * input's layout): wperm orders W's dims outermost first (size-1 dims
+ * first), and *Wc is the contiguous view of the same memory in that order.
+ * 0 if W is not dense in any order. */
+static int dense_order(const tpu_view *W, int64_t *wperm, tpu_view *Wc) {
+  int n = 0;
+  for (int i = 0; i < W->ndim; i++)
+    if (W->sizes[i] == 1) wperm[n++] = i;
+  int first = n;
+  for (int i = 0; i < W->ndim; i++)
+    if (W->sizes[i] != 1) {
+      int j = n++;
+      for (; j > first && W->strides[wperm[j - 1]] < W->strides[i]; j--) wperm[j] = wperm[j - 1];
+      wperm[j] = i;
+    }
+  *Wc = *W;
+  int64_t st = 1;
+  for (int k = W->ndim - 1; k >= 0; k--) {
+    Wc->sizes[k] = W->sizes[wperm[k]];
+    Wc->strides[k] = st;
+    if (Wc->sizes[k] != 1 && W->strides[wperm[k]] != st) return 0;
+    st *= Wc->sizes[k];
+  }
+  return 1;
+}
+
+static int derive_contig(const tpu_view *W, const tpu_view *P, vderiv *d);
+
 static int derive(const tpu_view *W, const tpu_view *P, vderiv *d) {
-  if (W->dtype != P->dtype || W->base != P->base || !tpu_view_is_contiguous(W))
-    return 0;
+  d->wtrans = 0;
+  if (W->dtype != P->dtype || W->base != P->base) return 0;
+  if (tpu_view_is_contiguous(W)) return derive_contig(W, P, d);
+  tpu_view Wc;
+  if (!dense_order(W, d->wperm, &Wc) || !derive_contig(&Wc, P, d)) return 0;
+  d->wtrans = 1;
+  return 1;
+}
+
+static int derive_contig(const tpu_view *W, const tpu_view *P, vderiv *d) {
   int64_t N = tpu_view_numel(W), start = P->offset - W->offset;
   if (N == 0 || tpu_view_numel(P) == 0 || start < 0) return 0;
   int sd[TPU_MAX_DIMS], m = 0; /* real dims of P in P order */
@@ -279,7 +317,8 @@ static tpuir_val build_view(tpuir_graph *g, tpuir_val w, const tpu_view *W,
   vderiv d;
   if (!derive(W, P, &d))
     return tpu_error(TPU_E_INTERNAL, "fused eager: view not derivable");
-  tpuir_val v = tpuir_reshape(g, w, d.nr, d.R);
+  if (d.wtrans) w = tpuir_transpose(g, w, d.wperm); /* W's memory order */
+  tpuir_val v = w < 0 ? w : tpuir_reshape(g, w, d.nr, d.R);
   int64_t lim[TPU_MAX_DIMS + 1], one[TPU_MAX_DIMS + 1];
   for (int k = 0; k < d.nr; k++) {
     lim[k] = d.c[k] + d.p[k];
@@ -730,11 +769,13 @@ static int flush_with(gdev *D, int reason, gtask **keep) {
         HF(&h, b->i);
       }
       if (b->kind == B_VIEW) {
-        int64_t rel = b->v.offset - D->ops[b->k].outs[b->i].offset;
+        const tpu_view *W = &D->ops[b->k].outs[b->i];
+        int64_t rel = b->v.offset - W->offset;
         HF(&h, rel);
         HF(&h, b->v.ndim);
         hmix(&h, b->v.sizes, sizeof(int64_t) * (size_t)b->v.ndim);
         hmix(&h, b->v.strides, sizeof(int64_t) * (size_t)b->v.ndim);
+        hmix(&h, W->strides, sizeof(int64_t) * (size_t)W->ndim); /* a permuted W */
       }
     }
     for (int i = 0; i < o->nout; i++) {
