@@ -8,8 +8,24 @@ PY      ?= python3
 
 all: build
 
+# System libraries the C runtime links: oneDNN (the matrix unit's GEMM and
+# convolution engine) from Debian's libdnnl-dev; installed with apt-get when
+# missing (needs root, as on CI), else the build stops with what to install.
+SYSDEPS_HDR = oneapi/dnnl/dnnl.h
+SYSDEPS_PKG = libdnnl-dev
+
 # Python packages: torch 2.13.0 (the CPU wheel on disk) and the test tools.
 deps:
+	@missing=; for h in $(SYSDEPS_HDR); do \
+	  printf '#include <%s>\n' $$h | $${CC:-cc} -E -x c - >/dev/null 2>&1 || missing=1; done; \
+	if [ -n "$$missing" ]; then \
+	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+	    echo "installing $(SYSDEPS_PKG) (apt-get)"; \
+	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $(SYSDEPS_PKG) >/dev/null || exit 1; \
+	  else \
+	    echo "error: missing system libraries; install them with: sudo apt-get install $(SYSDEPS_PKG)" >&2; exit 1; \
+	  fi; \
+	fi
 	@TORCH_DEVICE_BACKEND_AUTOLOAD=0 $(PY) -c "import torch,sys;sys.exit(torch.__version__.split('+')[0]!='2.13.0')" 2>/dev/null || \
 	  $(PY) -m pip install -q torch==2.13.0
 	@$(PY) -c "import pytest,numpy,transformers,expecttest" 2>/dev/null || \

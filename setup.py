@@ -26,7 +26,7 @@ ext = CppExtension(
     include_dirs=[os.path.join(RUNTIME, "include")],
     extra_objects=[os.path.join(RUNTIME, "build", "libtpurt.a")],
     extra_compile_args=["-O2", "-Wall", "-Wextra", "-Werror", "-Wno-unused-parameter"],
-    libraries=["m"],
+    libraries=["dnnl", "m"],  # oneDNN: the matrix unit (runtime/src/mxu_dnnl.c)
 )
 
 setup(

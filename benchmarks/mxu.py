@@ -104,10 +104,13 @@ def main():
                     help="comma list of DEFAULT,HIGH,HIGHEST")
     ap.add_argument("--reps", type=int, default=3, help="best of this many runs")
     ap.add_argument("--ghz", type=float, default=0, help="clock override (GHz)")
+    ap.add_argument("--sizes", default="", help="comma list of square sizes (overrides --quick/--max)")
     a = ap.parse_args()
 
     precs = [p.strip().upper() for p in a.prec.split(",") if p.strip()]
     sizes = [s for s in (256, 512, 1024, 2048, 4096) if s <= (1024 if a.quick else a.max)]
+    if a.sizes:
+        sizes = [int(x) for x in a.sizes.split(",") if x.strip()]
     shapes = [(s, s, s, f"{s}^3") for s in sizes]
     if not a.no_llm:
         llm = [(4096, 1024, 4096, "4096x1024x4096"), (8 * 512, 768, 3072, "(8*512)x768x3072")]
@@ -123,14 +126,17 @@ def main():
     print(f"machine: {cores} cores, clock {ghz:.2f} GHz ({how})")
     print(f"peak: bf16 {peak_bf16:.0f} GFLOP/s (64 FLOP/cycle/core, vdpbf16ps), "
           f"fp32 {peak_fp32:.0f} GFLOP/s (32 FLOP/cycle/core, FMA)")
+    info = getattr(torch_tpu._C, "_mxu_info", None)
+    print(f"vTPU MXU engine: {info() if info else 'hand-written kernels (no _mxu_info)'}")
     print(f"torch {torch.__version__}, {torch.get_num_threads()} threads; "
           f"best of {a.reps} runs; shapes are MxKxN (C[M,N] = A[M,K] @ B[K,N])")
-    hdr = f"{'shape':>18} {'torch fp32':>11} {'%fp32pk':>7}"
+    hdr = f"{'shape':>18} {'torch fp32':>11} {'%fp32pk':>7} {'torch bf16':>10}"
     for p in precs:
-        hdr += f" | {p:>7} GF/s {'ratio':>6} {'MXU util':>8}"
+        hdr += f" | {p:>7} GF/s {'/fp32':>6}" + (f" {'/bf16':>6}" if p == "DEFAULT" else "") + f" {'MXU util':>8}"
     print(hdr)
     print("-" * len(hdr))
     totals = {p: [0.0, 0.0] for p in precs}
+    targets = {}
     for m, k, n, name in shapes:
         g = torch.Generator().manual_seed(0)
         A = torch.randn(m, k, generator=g)
@@ -138,7 +144,10 @@ def main():
         flop = 2.0 * m * n * k
         t_cpu = best_time(lambda: torch.mm(A, B), a.reps)
         gf_cpu = flop / t_cpu / 1e9
-        row = f"{name:>18} {gf_cpu:11.1f} {gf_cpu / peak_fp32:7.1%}"
+        Ah, Bh = A.bfloat16(), B.bfloat16()
+        t_bf = best_time(lambda: torch.mm(Ah, Bh), a.reps)
+        gf_bf = flop / t_bf / 1e9
+        row = f"{name:>18} {gf_cpu:11.1f} {gf_cpu / peak_fp32:7.1%} {gf_bf:10.1f}"
         Ad, Bd = A.to("tpu"), B.to("tpu")
         for p in precs:
             with torch.tpu.precision(getattr(torch.tpu.Precision, p)):
@@ -150,7 +159,10 @@ def main():
             util = PASSES[p] * gf / peak_bf16
             totals[p][0] += t_cpu
             totals[p][1] += t_dev
-            row += f" | {gf:12.1f} {t_cpu / t_dev:5.2f}x {util:8.1%}"
+            row += f" | {gf:12.1f} {t_cpu / t_dev:5.2f}x"
+            row += f" {t_bf / t_dev:5.2f}x" if p == "DEFAULT" else ""
+            row += f" {util:8.1%}"
+            targets.setdefault(p, []).append((name, t_cpu / t_dev, t_bf / t_dev))
         print(row, flush=True)
         del Ad, Bd
     print("-" * len(hdr))
@@ -158,6 +170,16 @@ def main():
         tc, td = totals[p]
         print(f"overall {p:8s}: vTPU / torch fp32 time ratio {tc / td:.2f}x "
               f"(sum of torch times / sum of vTPU times; > 1 = vTPU faster)")
+    # issue 14's targets (square sizes only)
+    goal = {"DEFAULT": 1.5, "HIGH": 0.5, "HIGHEST": 0.3}
+    for p in precs:
+        for name, r32, rbf in targets.get(p, []):
+            if "^3" not in name:
+                continue
+            ok = r32 >= goal[p] and (p != "DEFAULT" or rbf >= 0.8)
+            extra = f", {rbf:.2f}x torch bf16 (target >= 0.8x)" if p == "DEFAULT" else ""
+            print(f"target {p:8s} {name:>8}: {r32:.2f}x torch fp32 (target >= {goal[p]}x){extra}: "
+                  f"{'met' if ok else 'NOT met'}")
     return 0
 
 

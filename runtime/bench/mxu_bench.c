@@ -6,7 +6,7 @@
  * measured with independent vdpbf16ps (bf16) and vfmadd231ps (fp32) zmm
  * streams (Zen 4: 1 of each per cycle = 64 and 32 FLOP/cycle).
  *
- * usage: mxu_bench [-q] [-n] [-T] [-A] [-b BATCH] [-p PRECS] [-s SHAPES] [-i ISA] [-t THREADS]
+ * usage: mxu_bench [-q] [-n] [-T] [-A] [-b BATCH] [-p PRECS] [-s SHAPES] [-t THREADS]
  *   -T:     B stored transposed (n x k row-major, like x @ W^T)
  *   -A:     A stored transposed (k x m row-major, like dY^T @ X)
  *   -n:     no peak measurement (for profiling)
@@ -14,7 +14,6 @@
  *   PRECS:  comma list of default,high,highest,fp32,bf16,f16 (default all)
  *   SHAPES: comma list of MxKxN (default 256..4096 squares, 4096x1024x4096,
  *           4096x768x3072); -q = quick subset
- *   ISA:    scalar|avx2|avx512|avx512bf16 (default: best)
  */
 #include <immintrin.h>
 #include <stdio.h>
@@ -193,25 +192,17 @@ int main(int argc, char **argv) {
       tpurt_set_num_threads(atoi(argv[++i]));
     else if (!strcmp(argv[i], "-s") && i + 1 < argc)
       shapes = argv[++i];
-    else if (!strcmp(argv[i], "-i") && i + 1 < argc) {
-      const char *s = argv[++i];
-      int isa = !strcmp(s, "scalar") ? TPUMXU_ISA_SCALAR
-                : !strcmp(s, "avx2") ? TPUMXU_ISA_AVX2
-                : !strcmp(s, "avx512") ? TPUMXU_ISA_AVX512
-                                       : TPUMXU_ISA_AVX512BF16;
-      if (tpumxu_set_isa(isa)) {
-        fprintf(stderr, "%s\n", tpu_last_error());
-        return 1;
-      }
-    } else {
-      fprintf(stderr, "usage: %s [-q] [-n] [-T] [-A] [-b batch] [-p precs] [-s MxKxN,...] [-i isa] [-t threads]\n", argv[0]);
+    else {
+      fprintf(stderr, "usage: %s [-q] [-n] [-T] [-A] [-b batch] [-p precs] [-s MxKxN,...] [-t threads]\n", argv[0]);
       return 2;
     }
   }
   int threads = tpurt_num_threads();
   double ghz = g_nopeak ? 1.0 : measure_ghz();
-  printf("threads %d, clock %.2f GHz (measured, dependent add chain), isa %d\n",
-         threads, ghz, tpumxu_get_isa());
+  char info[256] = "?";
+  tpumxu_engine_info(info, sizeof info);
+  printf("threads %d, clock %.2f GHz (measured, dependent add chain), engine: %s\n",
+         threads, ghz, info);
   double pk_bf16 = 0, pk_fma = 0;
   if (!g_nopeak && __builtin_cpu_supports("avx512f")) {
     double f = fma_flop_per_s();

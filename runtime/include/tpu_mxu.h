@@ -1,5 +1,6 @@
 /* tpu_mxu.h - the vTPU matrix unit (prefix tpumxu_): GEMM with TPU
- * numerics (bf16 products, fp32 accumulation, 1/3/6-pass precision).
+ * numerics (bf16 products, fp32 accumulation, 1/3/6-pass precision), run
+ * by oneDNN's matmul (AMX / AVX512-BF16 / AVX2, whatever the host has).
  *
  * Passes (ARCHITECTURE §4), for an f32 x split into bf16 parts
  * hi = bf16(x), r1 = bf16(x - hi), r2 = bf16(x - hi - r1):
@@ -7,10 +8,16 @@
  *   HIGH:    (hi*r1 + r1*hi) + hi*hi
  *   HIGHEST: (r1*r1 + r2*hi + hi*r2 + r1*hi + hi*r1) + hi*hi
  * each product a bf16 x bf16 dot accumulated in fp32; the small-term sum is
- * zeroed if non-finite before hi*hi is added. FP32 = plain fp32 FMA GEMM.
+ * zeroed if non-finite before hi*hi is added. FP32 = plain fp32 GEMM.
+ * The small terms are one GEMM over the parts concatenated along K (their
+ * fp32 sum in oneDNN's order, smallest terms first along K); bf16 x bf16
+ * products are exact in fp32, so results differ from a term-by-term sum
+ * only by fp32 accumulation order (tests bound it against fp64).
  */
 #ifndef TPU_MXU_H
 #define TPU_MXU_H
+
+#include <stddef.h>
 
 #include "tpu_base.h"
 
@@ -18,17 +25,16 @@
 extern "C" {
 #endif
 
-/* CPU code paths (for tests that force one). */
-typedef enum tpumxu_isa {
-  TPUMXU_ISA_AUTO = 0, TPUMXU_ISA_SCALAR, TPUMXU_ISA_AVX2,
-  TPUMXU_ISA_AVX512, TPUMXU_ISA_AVX512BF16
-} tpumxu_isa;
+/* The multiply engine (oneDNN) as text, e.g. "oneDNN 2.6.3, cpu isa
+ * avx512_core_bf16, bf16 native", into buf (cap bytes, NUL-terminated).
+ * Returns TPU_OK or TPU_E_INTERNAL (oneDNN unusable). Borrowed: buf. */
+int tpumxu_engine_info(char *buf, size_t cap);
 
-/* Force a code path (AUTO = best the CPU supports). Returns TPU_E_UNSUPPORTED
- * if the CPU lacks it. Process-wide, thread-safe. */
-int tpumxu_set_isa(int isa);
-/* Code path currently used. */
-int tpumxu_get_isa(void);
+/* The oneDNN implementation that runs a dense row-major m x k @ k x n GEMM
+ * of `dtype` at `precision` (e.g. "brg:avx512_core_bf16"), into buf.
+ * Returns TPU_OK, TPU_E_INVALID or TPU_E_INTERNAL. Borrowed: buf. */
+int tpumxu_impl_name(int dtype, int precision, int64_t m, int64_t n,
+                     int64_t k, char *buf, size_t cap);
 
 /* Batched strided GEMM:
  *   for b < batch: C_b[m,n] = alpha * sum_k A_b[m,k] * B_b[k,n] + beta * C_b[m,n]

@@ -1,62 +1,52 @@
-/* mxu.c - vTPU matrix unit: public entry points (argument checks, ISA
- * selection, dispatch), the float64 path and k == 0. The f32/bf16/f16
- * paths run in the blocked driver (mxu_driver.c). */
+/* mxu.c - vTPU matrix unit: public entry points (argument checks,
+ * dispatch, engine description), the float64 path and k == 0. The
+ * f32/bf16/f16 paths run through oneDNN (mxu_driver.c, mxu_dnnl.c). */
 #include "tpu_mxu.h"
 
-#include <stdatomic.h>
+#include <oneapi/dnnl/dnnl.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "mxu_internal.h"
 #include "tpu_rt.h"
 
-/* ---- ISA selection --------------------------------------------------- */
+/* ---- engine description ------------------------------------------- */
 
-static atomic_int g_isa = TPUMXU_ISA_AUTO; /* forced path, AUTO = best */
-
-static int isa_supported(int isa) {
+static const char *isa_name(dnnl_cpu_isa_t isa) {
   switch (isa) {
-  case TPUMXU_ISA_SCALAR: return 1;
-  case TPUMXU_ISA_AVX2:
-    return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
-  case TPUMXU_ISA_AVX512:
-    return __builtin_cpu_supports("avx512f") &&
-           __builtin_cpu_supports("avx512bw") &&
-           __builtin_cpu_supports("avx512vl");
-  case TPUMXU_ISA_AVX512BF16: /* + DQ (vfpclassps in the packers; every
-                                 AVX512_BF16 CPU has it) */
-    return isa_supported(TPUMXU_ISA_AVX512) &&
-           __builtin_cpu_supports("avx512dq") &&
-           __builtin_cpu_supports("avx512bf16");
-  default: return 0;
+  case dnnl_cpu_isa_sse41: return "sse41";
+  case dnnl_cpu_isa_avx: return "avx";
+  case dnnl_cpu_isa_avx2: return "avx2";
+  case dnnl_cpu_isa_avx2_vnni: return "avx2_vnni";
+  case dnnl_cpu_isa_avx512_core: return "avx512_core";
+  case dnnl_cpu_isa_avx512_core_vnni: return "avx512_core_vnni";
+  case dnnl_cpu_isa_avx512_core_bf16: return "avx512_core_bf16";
+  case dnnl_cpu_isa_avx512_core_amx: return "avx512_core_amx";
+  default: return "other";
   }
 }
 
-static int best_isa(void) {
-  for (int i = TPUMXU_ISA_AVX512BF16; i > TPUMXU_ISA_SCALAR; i--)
-    if (isa_supported(i)) return i;
-  return TPUMXU_ISA_SCALAR;
-}
-
-/* Force a code path (AUTO = best available). */
-int tpumxu_set_isa(int isa) {
-  if (isa == TPUMXU_ISA_AUTO) {
-    atomic_store(&g_isa, TPUMXU_ISA_AUTO);
-    return TPU_OK;
-  }
-  if (isa < TPUMXU_ISA_SCALAR || isa > TPUMXU_ISA_AVX512BF16)
-    return tpu_error(TPU_E_INVALID, "tpumxu_set_isa: bad isa %d", isa);
-  if (!isa_supported(isa))
-    return tpu_error(TPU_E_UNSUPPORTED,
-                     "tpumxu_set_isa: CPU lacks isa %d", isa);
-  atomic_store(&g_isa, isa);
+/* Engine description (see tpu_mxu.h). */
+int tpumxu_engine_info(char *buf, size_t cap) {
+  int native = tpumxu_dnnl_bf16_native();
+  const dnnl_version_t *v = dnnl_version();
+  snprintf(buf, cap, "oneDNN %d.%d.%d, cpu isa %s, bf16 %s", v->major, v->minor,
+           v->patch, isa_name(dnnl_get_effective_cpu_isa()),
+           native ? "native" : "as f32 (no native bf16 kernel)");
   return TPU_OK;
 }
 
-/* Code path currently used (never AUTO). */
-int tpumxu_get_isa(void) {
-  int isa = atomic_load(&g_isa);
-  return isa == TPUMXU_ISA_AUTO ? best_isa() : isa;
+/* Implementation oneDNN runs for a dense GEMM (see tpu_mxu.h). */
+int tpumxu_impl_name(int dtype, int precision, int64_t m, int64_t n,
+                     int64_t k, char *buf, size_t cap) {
+  if (m <= 0 || n <= 0 || k <= 0 ||
+      (dtype != TPU_F32 && dtype != TPU_BF16 && dtype != TPU_F16))
+    return tpu_error(TPU_E_INVALID, "tpumxu_impl_name: bad problem");
+  int bf = tpumxu_dnnl_bf16_native() &&
+           (dtype == TPU_BF16 || (dtype == TPU_F32 && precision != TPU_PREC_FP32));
+  return tpumxu_dnnl_impl(bf ? TPUMXU_DT_BF16 : TPUMXU_DT_F32, TPUMXU_DT_F32,
+                          m, n, k, buf, cap);
 }
 
 /* ---- float64 (exact f64, simple blocked loops) ------------------------ */
@@ -181,7 +171,7 @@ int tpumxu_gemm_ex(int dtype, int precision, int64_t batch, int64_t m,
     tpurt_parallel_for(batch * J.mb, grain, f64_fn, &J);
     return J.oom ? tpu_error(TPU_E_OOM, "tpumxu_gemm: out of host memory") : TPU_OK;
   }
-  tpumxu_problem p = {dtype, precision, tpumxu_get_isa(), batch, m, n, k,
+  tpumxu_problem p = {dtype, precision, batch, m, n, k,
                       (float)alpha, (float)beta, a, b, c, sab, sam, sak, sbb,
                       sbk, sbn, sbc, scm, scn, epi, epi_ctx};
   return tpumxu_run(&p);

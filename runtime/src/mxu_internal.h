@@ -1,91 +1,21 @@
 /* mxu_internal.h - private interface of the vTPU matrix unit (mxu*.c):
- * packed-panel formats, micro-kernels, packing and the blocked driver. */
+ * the oneDNN matmul wrapper (mxu_dnnl.c) and the driver that splits f32
+ * operands into bf16 parts and finishes C (mxu_driver.c). */
 #ifndef TPU_MXU_INTERNAL_H
 #define TPU_MXU_INTERNAL_H
 
+#include <stddef.h>
 #include <stdint.h>
 
 #include "tpu_base.h"
 #include "tpu_mxu.h"
 
-/* Packed panel formats. A panel holds R rows (R = MR for A, NR for B; the
- * "rows" of a B panel are its columns) by kc k-steps:
- *   F32:   float  [kc][R]
- *   BF16P: uint32 [kc/2][R], each word the bf16 pair (k even in the low
- *          half, k odd in the high half) that vdpbf16ps multiplies; kc even.
- * A plane is one bf16 part of the split (hi, r1, r2) or the raw value. */
-enum { TPUMXU_FMT_F32 = 0, TPUMXU_FMT_BF16P = 1 };
-
-/* Micro-kernel: acc[MR][NR] (row-major, 64-byte aligned) = (load ? acc : 0)
- * + sum over the np plane pairs p of A_p(MR x kc) * B_p(kc x NR), where
- * ap[p] / bp[p] point at packed panels in the kernel's format. fp32
- * accumulation; bf16 products are exact. kc may be 0. */
-typedef void (*tpumxu_kern_fn)(int np, const void *const *ap,
-                               const void *const *bp, int64_t kc, float *acc,
-                               int load);
-
-/* Epilogue of one C tile: for i < mr, j < nr:
- *   v = h[i][j] + (s ? (isfinite(s[i][j]) ? s[i][j] : 0) : 0)
- *   C[i][j] = alpha * v + (beta != 0 ? beta * C[i][j] : 0), rounded once
- * into dtype (TPU_F32/BF16/F16). h/s have row stride ld. */
-typedef void (*tpumxu_epi_fn)(const float *h, const float *s, int ld, int mr,
-                              int nr, float alpha, float beta, int dtype,
-                              char *c, int64_t scm, int64_t scn);
-
-/* Largest MR * NR of any kernel (stack tiles in the driver). */
-#define TPUMXU_MAX_TILE 512
-
-typedef struct tpumxu_kernel {
-  int mr, nr, fmt;
-  tpumxu_kern_fn fn;
-  tpumxu_epi_fn epi;
-} tpumxu_kernel;
-
-extern const tpumxu_kernel tpumxu_kern_scalar_f32;
-extern const tpumxu_kernel tpumxu_kern_avx2_f32;
-extern const tpumxu_kernel tpumxu_kern_avx512_f32;
-extern const tpumxu_kernel tpumxu_kern_avx512bf16_bf16p;
-
-/* AVX-512 epilogue (contiguous C rows; else the generic one). */
-void tpumxu_epi_avx512(const float *h, const float *s, int ld, int mr,
-                       int nr, float alpha, float beta, int dtype, char *c,
-                       int64_t scm, int64_t scn);
-/* Portable epilogue (any layout, any dtype). */
-void tpumxu_epi_generic(const float *h, const float *s, int ld, int mr,
-                        int nr, float alpha, float beta, int dtype, char *c,
-                        int64_t scm, int64_t scn);
-
-/* ---- packing (mxu_pack.c) ------------------------------------------- */
-
-/* A strided source matrix seen as rows x k: element (r, l) at
- * base + (r * rs + l * ks) elements of dtype (F32, BF16 or F16). */
-typedef struct tpumxu_src {
-  const char *base;
-  int64_t rs, ks;
-  int dtype;
-} tpumxu_src;
-
-/* Pack one panel: source rows [r0, r0 + nr) (nr <= R; rows beyond are
- * zero) and k-steps [k0, k0 + kv) (kv <= kc; steps beyond are zero) into
- * `nplanes` planes of format fmt, plane p at dst + p * plane_bytes.
- * nplanes == 0 means one plane of raw values (fmt F32 only); 1..3 the bf16
- * split parts hi, r1, r2. `isa` picks the SIMD code (tpumxu_isa). */
-void tpumxu_pack_panel(int isa, const tpumxu_src *s, int64_t r0, int nr,
-                       int R, int64_t k0, int64_t kv, int64_t kc, int fmt,
-                       int nplanes, void *dst, int64_t plane_bytes);
-
-/* Pack npan consecutive panels: panel p holds source rows
- * [r0 + p * R, r0 + (p + 1) * R) (rows at or beyond r0 + nrows are zero) and
- * goes to dst + p * panel_bytes; k-steps, formats and planes as in
- * tpumxu_pack_panel. Same bits as npan tpumxu_pack_panel calls; panels
- * with contiguous rows are read a k-pair at a time across all panels. */
-void tpumxu_pack_panels(int isa, const tpumxu_src *s, int64_t r0,
-                        int64_t nrows, int R, int64_t npan, int64_t k0,
-                        int64_t kv, int64_t kc, int fmt, int nplanes,
-                        void *dst, int64_t panel_bytes, int64_t plane_bytes);
-
-/* Scalar split of x into bf16 parts (bit patterns; RNE like
- * tpu_f32_to_bf16; non-finite parts as the arithmetic gives them). */
+/* f32 -> bf16 (RNE, quiet NaN) returned as the f32 bit pattern with the low
+ * 16 bits clear (same bits as tpu_f32_to_bf16 << 16). */
+static inline uint32_t tpumxu_rne_bits(uint32_t u) {
+  if ((u & 0x7fffffffu) > 0x7f800000u) return (u | 0x00400000u) & 0xffff0000u;
+  return (u + 0x7fffu + ((u >> 16) & 1u)) & 0xffff0000u;
+}
 static inline uint32_t tpumxu_f2u(float x) {
   uint32_t u;
   __builtin_memcpy(&u, &x, 4);
@@ -96,19 +26,51 @@ static inline float tpumxu_u2f(uint32_t u) {
   __builtin_memcpy(&x, &u, 4);
   return x;
 }
-/* f32 -> bf16 (RNE, quiet NaN) returned as the f32 bit pattern with the low
- * 16 bits clear. */
-static inline uint32_t tpumxu_rne_bits(uint32_t u) {
-  if ((u & 0x7fffffffu) > 0x7f800000u) return (u | 0x00400000u) & 0xffff0000u;
-  return (u + 0x7fffu + ((u >> 16) & 1u)) & 0xffff0000u;
-}
 
-/* ---- blocked driver (mxu_driver.c) ------------------------------------ */
+/* ---- oneDNN matmul (mxu_dnnl.c) ------------------------------------- */
+
+/* Element types the wrapper passes to oneDNN. */
+enum { TPUMXU_DT_F32 = 0, TPUMXU_DT_BF16 = 1 };
+
+/* One operand or result of a batched matmul: element (b, i, j) at
+ * ptr + (b * sb + i * s0 + j * s1) elements of dt; sb == 0 with a batch of
+ * more than one broadcasts a single matrix. Strides >= 0. */
+typedef struct tpumxu_mat {
+  void *ptr;
+  int dt;
+  int64_t sb, s0, s1;
+} tpumxu_mat;
+
+/* dst[b] = src[b] (m x k) @ wei[b] (k x n)  (+ dst[b] when accumulate),
+ * f32 accumulation, over `batch` items; the oneDNN primitive is cached by
+ * shape, types, strides and `accumulate`. Returns TPU_OK, TPU_E_OOM or
+ * TPU_E_INTERNAL (oneDNN refused; message set). Borrowed: all pointers. */
+int tpumxu_dnnl_matmul(int64_t batch, int64_t m, int64_t n, int64_t k,
+                       const tpumxu_mat *src, const tpumxu_mat *wei,
+                       const tpumxu_mat *dst, int accumulate);
+
+/* Whether oneDNN multiplies bf16 operands natively on this CPU (else the
+ * driver stores bf16 parts widened to f32: bf16 x bf16 products are exact
+ * in f32, so the result is the same up to accumulation order). */
+int tpumxu_dnnl_bf16_native(void);
+
+/* Implementation oneDNN picks for a dense m x k @ k x n problem with the
+ * given operand/result types (e.g. "brg:avx512_core_bf16"), into buf. */
+int tpumxu_dnnl_impl(int src_dt, int dst_dt, int64_t m, int64_t n, int64_t k,
+                     char *buf, size_t cap);
+
+/* Reusable 64-byte-aligned workspace (a few freed buffers are kept so big
+ * GEMMs do not page-fault per call). ws_get: at least n bytes, *cap its
+ * size, NULL when out of memory; ws_put: give it back (NULL is fine). */
+void *tpumxu_ws_get(size_t n, size_t *cap);
+void tpumxu_ws_put(void *p, size_t cap);
+
+/* ---- driver (mxu_driver.c) ------------------------------------------ */
 
 /* One validated GEMM request (dtype F32, BF16 or F16; strides in elements,
  * pointers already offset to element (0,0) of batch 0). */
 typedef struct tpumxu_problem {
-  int dtype, prec, isa;
+  int dtype, prec;
   int64_t batch, m, n, k;
   float alpha, beta;
   const char *a, *b;
@@ -118,8 +80,8 @@ typedef struct tpumxu_problem {
   void *epi_ctx;
 } tpumxu_problem;
 
-/* Run a problem with the packed/blocked driver on the thread pool.
- * Returns TPU_OK or TPU_E_OOM (workspace). */
+/* Run a problem through oneDNN. Returns TPU_OK, TPU_E_OOM or
+ * TPU_E_INTERNAL. */
 int tpumxu_run(const tpumxu_problem *p);
 
 #endif /* TPU_MXU_INTERNAL_H */

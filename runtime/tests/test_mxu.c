@@ -1,6 +1,6 @@
-/* test_mxu.c - tests of the vTPU matrix unit (tpumxu_gemm): every ISA path
- * the CPU has, every precision, against an independent float64 emulation
- * of the TPU passes. */
+/* test_mxu.c - tests of the vTPU matrix unit (tpumxu_gemm, run by
+ * oneDNN): every precision, layout and dtype against an independent float64
+ * emulation of the TPU passes (and a true f64 GEMM for the error bounds). */
 #include <math.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -196,9 +196,9 @@ static int check_f32(int prec, int64_t m, int64_t n, int64_t k, int la,
       double tol = tolk * mag[i * n + j] + 1e-30;
       if (!(fabs(got - r) <= tol)) {
         fprintf(stderr,
-                "  isa %d prec %d m%lld n%lld k%lld la%d lb%d lc%d: C[%lld,%lld]=%.9g "
+                "  prec %d m%lld n%lld k%lld la%d lb%d lc%d: C[%lld,%lld]=%.9g "
                 "ref %.9g (tol %.3g)\n",
-                tpumxu_get_isa(), prec, (long long)m, (long long)n,
+                prec, (long long)m, (long long)n,
                 (long long)k, la, lb, lc, (long long)i, (long long)j, got, r,
                 tol);
         bad = 1;
@@ -213,24 +213,24 @@ static int check_f32(int prec, int64_t m, int64_t n, int64_t k, int la,
   return bad;
 }
 
-/* Run body for every ISA the CPU supports; restores AUTO afterwards. */
-#define FOR_EACH_ISA(isa)                                                 \
-  for (int isa = TPUMXU_ISA_SCALAR; isa <= TPUMXU_ISA_AVX512BF16; isa++) \
-    if (tpumxu_set_isa(isa) == TPU_OK)
 
 /* ---- tests ----------------------------------------------------------- */
 
-TPU_TEST(mxu_isa_select) {
-  CHECK(tpumxu_set_isa(TPUMXU_ISA_SCALAR) == TPU_OK);
-  CHECK(tpumxu_get_isa() == TPUMXU_ISA_SCALAR);
-  CHECK(tpumxu_set_isa(99) == TPU_E_INVALID);
-  CHECK(tpumxu_set_isa(TPUMXU_ISA_AUTO) == TPU_OK);
-  int best = tpumxu_get_isa();
-  CHECK(best >= TPUMXU_ISA_SCALAR && best <= TPUMXU_ISA_AVX512BF16);
-  if (__builtin_cpu_supports("avx512bf16"))
-    CHECK(best == TPUMXU_ISA_AVX512BF16);
-  else
-    CHECK(tpumxu_set_isa(TPUMXU_ISA_AVX512BF16) == TPU_E_UNSUPPORTED);
+/* oneDNN is there, names its ISA, and runs a real (not reference) kernel:
+ * bf16 natively where the CPU has AVX512-BF16 or AMX. */
+TPU_TEST(mxu_engine_info) {
+  char info[256], impl[128];
+  CHECK_OK(tpumxu_engine_info(info, sizeof info));
+  CHECK(strncmp(info, "oneDNN ", 7) == 0);
+  CHECK_OK(tpumxu_impl_name(TPU_F32, TPU_PREC_DEFAULT, 512, 512, 512, impl, sizeof impl));
+  CHECK(strncmp(impl, "ref", 3) != 0);
+  if (__builtin_cpu_supports("avx512bf16")) {
+    CHECK(strstr(info, "bf16 native") != NULL);
+    CHECK(strstr(impl, "bf16") != NULL || strstr(impl, "amx") != NULL);
+  }
+  CHECK_OK(tpumxu_impl_name(TPU_F32, TPU_PREC_FP32, 512, 512, 512, impl, sizeof impl));
+  CHECK(strncmp(impl, "ref", 3) != 0);
+  CHECK(tpumxu_impl_name(TPU_I32, TPU_PREC_FP32, 5, 5, 5, impl, sizeof impl) == TPU_E_INVALID);
 }
 
 TPU_TEST(mxu_bad_args) {
@@ -255,13 +255,12 @@ TPU_TEST(mxu_passes_small) {
   static const int64_t sz[][3] = {{1, 1, 1}, {1, 1, 2}, {7, 7, 7},  {3, 5, 1},
                                   {5, 3, 9}, {17, 33, 15}, {15, 47, 64},
                                   {31, 17, 3}};
-  FOR_EACH_ISA(isa) {
+  { /* one code path: oneDNN picks it */
     for (int prec = TPU_PREC_DEFAULT; prec <= TPU_PREC_FP32; prec++)
       for (size_t s = 0; s < sizeof sz / sizeof sz[0]; s++)
         CHECK(check_f32(prec, sz[s][0], sz[s][1], sz[s][2], 0, 0, 0, 1.0,
                         0.0) == 0);
   }
-  tpumxu_set_isa(TPUMXU_ISA_AUTO);
 }
 
 /* Sizes 1023 in each dimension and shapes that cross block boundaries. */
@@ -269,18 +268,17 @@ TPU_TEST(mxu_passes_large) {
   static const int64_t sz[][3] = {{1023, 3, 5},  {2, 1023, 3}, {3, 2, 1023},
                                   {130, 70, 300}, {45, 97, 1100},
                                   {3, 2100, 40}, {70, 2, 2500}, {5, 40, 4500}};
-  FOR_EACH_ISA(isa) {
+  { /* one code path: oneDNN picks it */
     for (int prec = TPU_PREC_DEFAULT; prec <= TPU_PREC_FP32; prec++)
       for (size_t s = 0; s < sizeof sz / sizeof sz[0]; s++)
         CHECK(check_f32(prec, sz[s][0], sz[s][1], sz[s][2], 0, 0, 0, 1.0,
                         0.0) == 0);
   }
-  tpumxu_set_isa(TPUMXU_ISA_AUTO);
 }
 
 /* Transposed, padded and negative strides; alpha/beta. */
 TPU_TEST(mxu_strides_alpha_beta) {
-  FOR_EACH_ISA(isa) {
+  { /* one code path: oneDNN picks it */
     for (int prec = TPU_PREC_DEFAULT; prec <= TPU_PREC_FP32; prec++)
       for (int la = 0; la < 5; la++)
         for (int lb = 0; lb < 5; lb++) {
@@ -290,13 +288,12 @@ TPU_TEST(mxu_strides_alpha_beta) {
           CHECK(check_f32(prec, 19, 37, 41, la, lb, lc, alpha, beta) == 0);
         }
   }
-  tpumxu_set_isa(TPUMXU_ISA_AUTO);
 }
 
 /* HIGHEST is within ~1e-6 of a true f64 GEMM; DEFAULT visibly is not. */
 TPU_TEST(mxu_precision_vs_f64) {
   const int64_t m = 24, n = 40, k = 96;
-  FOR_EACH_ISA(isa) {
+  { /* one code path: oneDNN picks it */
     double maxerr[4] = {0};
     for (int prec = TPU_PREC_DEFAULT; prec <= TPU_PREC_FP32; prec++) {
       g_rng = 12345;
@@ -328,12 +325,11 @@ TPU_TEST(mxu_precision_vs_f64) {
     CHECK(maxerr[TPU_PREC_DEFAULT] > 1e-4);
     CHECK(maxerr[TPU_PREC_HIGH] < maxerr[TPU_PREC_DEFAULT] / 10);
   }
-  tpumxu_set_isa(TPUMXU_ISA_AUTO);
 }
 
 /* k == 0 gives C = beta*C (beta == 0: C not read, NaN filler replaced). */
 TPU_TEST(mxu_k_zero) {
-  FOR_EACH_ISA(isa) {
+  { /* one code path: oneDNN picks it */
     for (int dt = 0; dt < 4; dt++) {
       static const int dts[4] = {TPU_F32, TPU_BF16, TPU_F16, TPU_F64};
       tmat C;
@@ -352,22 +348,20 @@ TPU_TEST(mxu_k_zero) {
       tmat_free(&C);
     }
   }
-  tpumxu_set_isa(TPUMXU_ISA_AUTO);
 }
 
 /* beta == 0 ignores NaN in C; alpha scales. */
 TPU_TEST(mxu_beta_zero_nan_c) {
-  FOR_EACH_ISA(isa) {
+  { /* one code path: oneDNN picks it */
     for (int prec = TPU_PREC_DEFAULT; prec <= TPU_PREC_FP32; prec++)
       CHECK(check_f32(prec, 9, 13, 11, 0, 1, 2, 2.5, 0.0) == 0);
   }
-  tpumxu_set_isa(TPUMXU_ISA_AUTO);
 }
 
 /* batch > 1 with a broadcast operand (batch stride 0). */
 TPU_TEST(mxu_batch_broadcast) {
   const int64_t bt = 3, m = 11, n = 21, k = 35;
-  FOR_EACH_ISA(isa) {
+  { /* one code path: oneDNN picks it */
     for (int prec = TPU_PREC_DEFAULT; prec <= TPU_PREC_FP32; prec++) {
       float *a = malloc(sizeof(float) * m * k);
       float *b = malloc(sizeof(float) * bt * k * n);
@@ -399,7 +393,6 @@ TPU_TEST(mxu_batch_broadcast) {
       CHECK(!bad);
     }
   }
-  tpumxu_set_isa(TPUMXU_ISA_AUTO);
 }
 
 /* bf16 / f16 storage: one pass, f32 accumulation, C rounded once. */
@@ -430,8 +423,7 @@ static int check_half(int dt, int64_t m, int64_t n, int64_t k, int la,
                                      (fabs(alpha) * g + fabs(beta * c0[i * n + j]));
       double got = tmat_get(&C, i, j);
       if (!(fabs(got - r) <= tol)) {
-        fprintf(stderr, "  dt %d isa %d C[%lld,%lld]=%g ref %g\n", dt,
-                tpumxu_get_isa(), (long long)i, (long long)j, got, r);
+        fprintf(stderr, "  dt %d C[%lld,%lld]=%g ref %g\n", dt, (long long)i, (long long)j, got, r);
         bad = 1;
       }
     }
@@ -443,7 +435,7 @@ static int check_half(int dt, int64_t m, int64_t n, int64_t k, int la,
 }
 
 TPU_TEST(mxu_half_dtypes) {
-  FOR_EACH_ISA(isa) {
+  { /* one code path: oneDNN picks it */
     for (int h = 0; h < 2; h++) {
       int dt = h ? TPU_F16 : TPU_BF16;
       CHECK(check_half(dt, 1, 1, 1, 0, 0, 1.0, 0.0) == 0);
@@ -452,13 +444,12 @@ TPU_TEST(mxu_half_dtypes) {
       CHECK(check_half(dt, 129, 40, 700, 4, 2, 1.0, 1.0) == 0);
     }
   }
-  tpumxu_set_isa(TPUMXU_ISA_AUTO);
 }
 
 /* Accumulation is f32 and C is rounded once: 1 + 2u + 2u... where u is half
  * an output ulp would stay 1 if accumulated in the storage type. */
 TPU_TEST(mxu_half_round_once) {
-  FOR_EACH_ISA(isa) {
+  { /* one code path: oneDNN picks it */
     for (int h = 0; h < 2; h++) {
       int dt = h ? TPU_F16 : TPU_BF16;
       double half_ulp = h ? ldexp(1, -11) : ldexp(1, -8);
@@ -477,13 +468,12 @@ TPU_TEST(mxu_half_round_once) {
       tmat_free(&C);
     }
   }
-  tpumxu_set_isa(TPUMXU_ISA_AUTO);
 }
 
 /* float64: exact f64 GEMM (compare with a plain loop). */
 TPU_TEST(mxu_f64) {
   static const int64_t sz[][3] = {{1, 1, 1}, {7, 5, 3}, {37, 29, 131}, {3, 300, 70}};
-  FOR_EACH_ISA(isa) {
+  { /* one code path: oneDNN picks it */
     for (size_t s = 0; s < 4; s++) {
       int64_t m = sz[s][0], n = sz[s][1], k = sz[s][2];
       tmat A, B, C;
@@ -514,14 +504,13 @@ TPU_TEST(mxu_f64) {
       CHECK(!bad);
     }
   }
-  tpumxu_set_isa(TPUMXU_ISA_AUTO);
 }
 
 /* inf/NaN inputs: an inf in A with HIGHEST gives inf (the small terms turn
  * NaN and are zeroed), matching the emulation; NaN propagates. */
 TPU_TEST(mxu_inf_nan) {
   const int64_t m = 4, n = 5, k = 37;
-  FOR_EACH_ISA(isa) {
+  { /* one code path: oneDNN picks it */
     for (int prec = TPU_PREC_DEFAULT; prec <= TPU_PREC_FP32; prec++) {
       tmat A, B, C;
       tmat_init(&A, TPU_F32, m, k, 0);
@@ -563,7 +552,6 @@ TPU_TEST(mxu_inf_nan) {
       tmat_free(&C);
     }
   }
-  tpumxu_set_isa(TPUMXU_ISA_AUTO);
 }
 
 /* Many small batch items (the batch-parallel path), per-item strides,
@@ -575,7 +563,7 @@ TPU_TEST(mxu_batch_many_small) {
   float *c = malloc(sizeof(float) * bt * m * ldc);
   for (int64_t i = 0; i < bt * m * k; i++) a[i] = (float)urand();
   for (int64_t i = 0; i < k * n; i++) b[i] = (float)urand();
-  FOR_EACH_ISA(isa) {
+  { /* one code path: oneDNN picks it */
     for (int prec = TPU_PREC_DEFAULT; prec <= TPU_PREC_FP32; prec += 2) {
       CHECK_OK(tpumxu_gemm(TPU_F32, prec, bt, m, n, k, 1.0, a, m * k, k, 1, b,
                            0, n, 1, 0.0, c, m * ldc, ldc, 1));
@@ -599,7 +587,6 @@ TPU_TEST(mxu_batch_many_small) {
       CHECK(!bad);
     }
   }
-  tpumxu_set_isa(TPUMXU_ISA_AUTO);
   free(a);
   free(b);
   free(c);

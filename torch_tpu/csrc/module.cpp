@@ -3,6 +3,7 @@
 // counters). Everything here forwards to the C runtime.
 #include "glue.h"
 #include "tpu_exec.h"
+#include "tpu_mxu.h"
 
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
@@ -65,6 +66,14 @@ PYBIND11_MODULE(_C, m) {
     g_precision.store(p);
   });
   m.def("_get_precision", [] { return g_precision.load(); });
+  // The matrix unit's engine and the kernel it runs for an n^3 f32 GEMM at
+  // the current precision (benchmarks print them).
+  m.def("_mxu_info", [](int64_t n) {
+    char info[256], impl[128];
+    check(tpumxu_engine_info(info, sizeof info));
+    check(tpumxu_impl_name(TPU_F32, g_precision.load(), n, n, n, impl, sizeof impl));
+    return std::string(info) + "; f32 " + std::to_string(n) + "^3 GEMM at this precision: " + impl;
+  }, pybind11::arg("n") = 1024);
   m.def("_set_fallback_enabled", [](bool on) { g_fallback_enabled.store(on); });
   m.def("_get_fallback_enabled", [] { return g_fallback_enabled.load(); });
   m.def("_fallback_counts", &fallback_counts);
