@@ -9,10 +9,11 @@ PY      ?= python3
 all: build
 
 # System libraries the C runtime links: oneDNN (the matrix unit's GEMM and
-# convolution engine) from Debian's libdnnl-dev; installed with apt-get when
+# convolution engine) from Debian's libdnnl-dev and SLEEF (vector math) from
+# libsleef-dev; installed with apt-get when
 # missing (needs root, as on CI), else the build stops with what to install.
-SYSDEPS_HDR = oneapi/dnnl/dnnl.h
-SYSDEPS_PKG = libdnnl-dev
+SYSDEPS_HDR = oneapi/dnnl/dnnl.h sleef.h
+SYSDEPS_PKG = libdnnl-dev libsleef-dev
 
 # Python packages: torch 2.13.0 (the CPU wheel on disk) and the test tools.
 deps:

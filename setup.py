@@ -26,7 +26,9 @@ ext = CppExtension(
     include_dirs=[os.path.join(RUNTIME, "include")],
     extra_objects=[os.path.join(RUNTIME, "build", "libtpurt.a")],
     extra_compile_args=["-O2", "-Wall", "-Wextra", "-Werror", "-Wno-unused-parameter"],
-    libraries=["dnnl", "m"],  # oneDNN: the matrix unit (runtime/src/mxu_dnnl.c)
+    # oneDNN: the matrix unit (runtime/src/mxu_dnnl.c); SLEEF: vector math
+    # (runtime/src/exec_vmath.c)
+    libraries=["dnnl", "sleef", "gomp", "m"],  # gomp: oneDNN's OpenMP
 )
 
 setup(

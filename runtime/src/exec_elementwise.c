@@ -395,118 +395,16 @@ static float lgamma_f(float x) {
     }                                                                          \
     break;
 
-/* exp for float, branch-free so loops vectorise (Cephes expf: range
- * reduction by ln2 in two parts, degree-6 polynomial, 2^n applied in two
- * halves so results down to the denormal range are right). ~1 ulp. */
-static inline float fexp_f(float x) {
-  float xc = x < -104.0f ? -104.0f : x;
-  xc = xc > 89.0f ? 89.0f : xc;
-  const float magic = 12582912.0f; /* 1.5 * 2^23: round to integer */
-  float t = xc * 1.44269504088896341f + magic;
-  uint32_t ti;
-  memcpy(&ti, &t, 4);
-  float nf = t - magic;
-  int32_t n = (int32_t)(ti - 0x4B400000u);
-  float r = xc - nf * 0.693359375f;
-  r = r - nf * -2.12194440e-4f;
-  float p = 1.9875691500E-4f;
-  p = p * r + 1.3981999507E-3f;
-  p = p * r + 8.3334519073E-3f;
-  p = p * r + 4.1665795894E-2f;
-  p = p * r + 1.6666665459E-1f;
-  p = p * r + 5.0000001201E-1f;
-  p = p * r * r + r + 1.0f;
-  int32_t n1 = n / 2, n2 = n - n1;
-  uint32_t b1 = ((uint32_t)(n1 + 127) & 0xffu) << 23;
-  uint32_t b2 = ((uint32_t)(n2 + 127) & 0xffu) << 23;
-  float s1, s2;
-  memcpy(&s1, &b1, 4);
-  memcpy(&s2, &b2, 4);
-  float res = p * s1 * s2;
-  res = x > 88.72283935546875f ? INFINITY : res;
-  res = x < -103.97208f ? 0.0f : res;
-  return x != x ? x : res;
-}
+/* exp, log, erf, tanh: float32 runs through SLEEF (tpux__vmath_f32, before
+ * this portable body is reached); these are the libm references the
+ * portable body names. */
+static inline float fexp_f(float x) { return expf(x); }
 static inline double fexp_d(double x) { return exp(x); }
-
-/* log for float, branch-free (Cephes logf: mantissa in [sqrt(1/2),
- * sqrt(2)), degree-8 polynomial, exponent added in two parts). ~1 ulp;
- * denormals are pre-scaled; log(0) = -inf, log(x<0) = NaN. */
-static inline float flog_f(float x) {
-  float xs = x < 1.17549435e-38f ? x * 8388608.0f : x; /* 2^23 for denormals */
-  float eadj = x < 1.17549435e-38f ? -23.0f : 0.0f;
-  uint32_t u;
-  memcpy(&u, &xs, 4);
-  float e = (float)((int32_t)((u >> 23) & 0xffu) - 126) + eadj;
-  uint32_t mu = (u & 0x807fffffu) | 0x3f000000u; /* mantissa in [0.5, 1) */
-  float m;
-  memcpy(&m, &mu, 4);
-  int small = m < 0.707106781186547524f;
-  e = small ? e - 1.0f : e;
-  float t = small ? m + m - 1.0f : m - 1.0f;
-  float z = t * t;
-  float y = 7.0376836292E-2f;
-  y = y * t - 1.1514610310E-1f;
-  y = y * t + 1.1676998740E-1f;
-  y = y * t - 1.2420140846E-1f;
-  y = y * t + 1.4249322787E-1f;
-  y = y * t - 1.6668057665E-1f;
-  y = y * t + 2.0000714765E-1f;
-  y = y * t - 2.4999993993E-1f;
-  y = y * t + 3.3333331174E-1f;
-  y = y * t * z;
-  y += -2.12194440e-4f * e;
-  y += -0.5f * z;
-  float r = t + y;
-  r += 0.693359375f * e;
-  r = x == 0.0f ? -INFINITY : r;
-  r = x < 0.0f ? NAN : r;
-  r = x == INFINITY ? INFINITY : r;
-  return x != x ? x : r;
-}
+static inline float flog_f(float x) { return logf(x); }
 static inline double flog_d(double x) { return log(x); }
-
-/* erf for float, branch-free: |x| < 1: x * P7(x^2); else
- * sign(x) * (1 - exp(-x^2) * Q8(1/|x|)) (least-squares fits of erf(x)/x
- * and exp(x^2) erfc(x)); within 3 ulp. */
-static inline float ferf_f(float x) {
-  float ax = fabsf(x), z = x * x;
-  float p = -9.728414117e-06f;
-  p = p * z + 1.128817663e-04f;
-  p = p * z - 8.487267968e-04f;
-  p = p * z + 5.221261510e-03f;
-  p = p * z - 2.686551745e-02f;
-  p = p * z + 1.128378411e-01f;
-  p = p * z - 3.761263859e-01f;
-  p = p * z + 1.128379167e+00f;
-  float r1 = x * p;
-  float t = 1.0f / (ax > 1.0f ? ax : 1.0f);
-  float q = -7.995059136e-03f;
-  q = q * t + 2.116690447e-02f;
-  q = q * t + 3.977871942e-02f;
-  q = q * t - 2.612839504e-01f;
-  q = q * t + 5.111928552e-01f;
-  q = q * t - 4.781195561e-01f;
-  q = q * t + 4.377910644e-02f;
-  q = q * t + 5.587775939e-01f;
-  q = q * t + 2.869468911e-04f;
-  float r2 = copysignf(1.0f - fexp_f(-z) * q, x);
-  r2 = ax > 4.0f ? copysignf(1.0f, x) : r2;
-  return x != x ? x : (ax < 1.0f ? r1 : r2);
-}
+static inline float ferf_f(float x) { return erff(x); }
 static inline double ferf_d(double x) { return erf(x); }
-
-/* tanh for float: Cephes odd polynomial below 0.625, else
- * 1 - 2 / (exp(2|x|) + 1) with the sign of x. */
-static inline float ftanh_f(float x) {
-  float ax = fabsf(x), z = x * x;
-  float ps = ((((-5.70498872745E-3f * z + 2.06390887954E-2f) * z -
-                5.37397155531E-2f) * z + 1.33314422036E-1f) * z -
-              3.33332819422E-1f) * z * x + x;
-  float e = fexp_f(2.0f * ax);
-  float pl = copysignf(1.0f - 2.0f / (e + 1.0f), x);
-  return ax < 0.625f ? ps : pl;
-}
+static inline float ftanh_f(float x) { return tanhf(x); }
 static inline double ftanh_d(double x) { return tanh(x); }
 
 /* sqrt / rsqrt without libm's errno path (which blocks vectorisation). */
@@ -725,7 +623,7 @@ int tpux__ew_apply(const xk_ins *in, int64_t n, void *r, const void *a,
   } else {
     switch (xk_cls(in->in_dt)) {
     case XK_F32:
-      if (!tpux__vmath_f32(in->op, n, r, a)) rc = ew_f32(in->op, n, r, a, b);
+      if (!tpux__vmath_f32(in->op, n, r, a, b)) rc = ew_f32(in->op, n, r, a, b);
       break;
     case XK_F64: rc = ew_f64(in->op, n, r, a, b); break;
     default: rc = ew_i64(in->op, in->in_dt, n, r, a, b, bad); break;

@@ -38,10 +38,12 @@ static inline int xk_native(int cls) {
 void tpux__load(int dt, const char *p, int64_t stride, int64_t n, void *dst);
 void tpux__store(int dt, char *p, int64_t stride, int64_t n, const void *src);
 
-/* Float-class kernels for EXP, TANH, LOGISTIC and ERF on AVX-512 CPUs
- * (exec_vmath.c): r[0..n) = op(a[0..n)) (r may equal a); returns 1 if done,
- * 0 if the op or CPU is not covered (the caller uses the portable kernel). */
-int tpux__vmath_f32(int op, int64_t n, float *r, const float *a);
+/* Float-class transcendental kernels through SLEEF (exec_vmath.c): exp,
+ * expm1, log, log1p, sin, cos, tan, tanh, asin, acos, atan, sinh, cosh,
+ * asinh, acosh, atanh, erf, logistic (r = op(a)) and pow, atan2
+ * (r = op(a, b)) over [0, n); r may equal a or b. Returns 1 if done, 0 if
+ * the op is not covered (the caller uses the portable kernel). */
+int tpux__vmath_f32(int op, int64_t n, float *r, const float *a, const float *b);
 
 /* Round a float to bf16 / f16 precision (RNE), as stored. */
 static inline float xk_round_bf16(float f) {

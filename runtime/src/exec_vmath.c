@@ -1,135 +1,270 @@
-/* exec_vmath.c - AVX-512 float32 transcendental kernels for the elementwise
- * engine: exp, tanh, logistic and erf over whole tile buffers.
+/* exec_vmath.c - float32 transcendental functions of the elementwise and
+ * fused engines over whole tile buffers, through SLEEF (Debian
+ * libsleef-dev): its 1.0-ulp ("_u10") vector functions, 16 lanes on
+ * AVX-512, 8 on AVX2, 4 on SSE2 (every x86-64), each picked once from the
+ * CPU. SLEEF's results follow C99 for NaN, infinities and signed zeros.
  *
- * The portable kernels in exec_elementwise.c are written branch-free so the
- * compiler vectorises them, but that evaluates every branch of a piecewise
- * formula under masks and divides with vdivps (~10 cycles a vector). Here
- * each function is one straight-line AVX-512 sequence: the exponential's
- * 2^n is applied with vscalefps (one rounding, correct in the denormal
- * range), reciprocals are vrcp14ps plus one Newton step (relative error
- * ~2^-28 before the final rounding). The formulas are those of the
- * portable kernels (Cephes polynomials and erf's fits). Measured over every
- * 251st float (C test exec_vmath_ulp): exp 1.22, tanh 1.33, logistic 2.73,
- * erf 2.43 ulp at most. NaN in gives NaN out; infinities and signed
- * zeros follow C99.
+ * log1p takes log above 1e38 and sinh/cosh exp(|x|/2)^2/2 above 88 (SLEEF's
+ * overflow there), asinh/acosh log(|x|) + ln 2 above 1e18 (same).
+ * logistic is 1 / (1 + exp(-x)) for x >= 0 and e / (1 + e), e = exp(x),
+ * below (no overflow, no cancellation): SLEEF's exp and one division.
  *
- * Used when the CPU has AVX-512F; otherwise the caller keeps the portable
- * kernels. No state.
+ * The vector prototypes are declared here (sleef.h only declares the
+ * 512/256-bit ones when the whole file is compiled for that ISA, and this
+ * file is not: each width is a target attribute, chosen at run time). No
+ * state.
  */
 #include <immintrin.h>
+#include <string.h>
 
 #include "exec_internal.h"
 
 #define T512 __attribute__((target("avx512f")))
+#define T256 __attribute__((target("avx2,fma")))
 
-T512 static inline __m512 cf(float v) { return _mm512_set1_ps(v); }
+/* f(x) and f(x, y) for the three widths (SLEEF's dispatchers pick the
+ * exact kernel, e.g. avx512f vs avx512fnofma, on first call). */
+#define SLEEF_UN(f)                          \
+  __m512 Sleef_##f##f16_u10(__m512);         \
+  __m256 Sleef_##f##f8_u10(__m256);          \
+  __m128 Sleef_##f##f4_u10(__m128);
+#define SLEEF_BIN(f)                         \
+  __m512 Sleef_##f##f16_u10(__m512, __m512); \
+  __m256 Sleef_##f##f8_u10(__m256, __m256);  \
+  __m128 Sleef_##f##f4_u10(__m128, __m128);
+SLEEF_UN(exp)
+SLEEF_UN(expm1)
+SLEEF_UN(log)
+SLEEF_UN(log1p)
+SLEEF_UN(sin)
+SLEEF_UN(cos)
+SLEEF_UN(tan)
+SLEEF_UN(tanh)
+SLEEF_UN(asin)
+SLEEF_UN(acos)
+SLEEF_UN(atan)
+SLEEF_UN(sinh)
+SLEEF_UN(cosh)
+SLEEF_UN(asinh)
+SLEEF_UN(acosh)
+SLEEF_UN(atanh)
+SLEEF_UN(erf)
+SLEEF_BIN(pow)
+SLEEF_BIN(atan2)
 
-/* exp(x): x = n ln2 + r (ln2 in two parts), degree-6 polynomial in r,
- * times 2^n. Clamping keeps n in range; vscalefps overflows to inf / goes
- * to 0 or denormals exactly like the scalar kernel's two-half scaling. */
-T512 static inline __m512 v_exp(__m512 x) {
-  __m512 xc = _mm512_max_ps(_mm512_min_ps(x, cf(89.0f)), cf(-104.0f));
-  __m512 nf = _mm512_roundscale_ps(_mm512_mul_ps(xc, cf(1.44269504088896341f)),
-                                   _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-  __m512 r = _mm512_fnmadd_ps(nf, cf(0.693359375f), xc);
-  r = _mm512_fnmadd_ps(nf, cf(-2.12194440e-4f), r);
-  __m512 p = cf(1.9875691500E-4f);
-  p = _mm512_fmadd_ps(p, r, cf(1.3981999507E-3f));
-  p = _mm512_fmadd_ps(p, r, cf(8.3334519073E-3f));
-  p = _mm512_fmadd_ps(p, r, cf(4.1665795894E-2f));
-  p = _mm512_fmadd_ps(p, r, cf(1.6666665459E-1f));
-  p = _mm512_fmadd_ps(p, r, cf(5.0000001201E-1f));
-  p = _mm512_fmadd_ps(p, _mm512_mul_ps(r, r), _mm512_add_ps(r, cf(1.0f)));
-  __m512 res = _mm512_scalef_ps(p, nf);
-  /* min/max drop NaN: put it back */
-  return _mm512_mask_mov_ps(res, _mm512_cmp_ps_mask(x, x, _CMP_UNORD_Q), x);
-}
-
-/* 1/d for finite d >= 1 (vrcp14ps + one Newton step). */
-T512 static inline __m512 v_rcp(__m512 d) {
-  __m512 y = _mm512_rcp14_ps(d);
-  return _mm512_fmadd_ps(y, _mm512_fnmadd_ps(d, y, cf(1.0f)), y);
-}
-
-T512 static inline __m512 v_sign(__m512 x) {
-  return _mm512_castsi512_ps(
-      _mm512_and_si512(_mm512_castps_si512(x), _mm512_set1_epi32((int)0x80000000u)));
-}
-T512 static inline __m512 v_or(__m512 a, __m512 b) {
-  return _mm512_castsi512_ps(_mm512_or_si512(_mm512_castps_si512(a), _mm512_castps_si512(b)));
-}
-
-/* tanh: odd polynomial below 0.625, else 1 - 2 / (exp(2|x|) + 1); the sign
- * of x is applied last (tanh(-0) = -0). */
-T512 static inline __m512 v_tanh(__m512 x) {
-  __m512 ax = _mm512_abs_ps(x), z = _mm512_mul_ps(x, x);
-  __m512 ps = _mm512_fmadd_ps(cf(-5.70498872745E-3f), z, cf(2.06390887954E-2f));
-  ps = _mm512_fmadd_ps(ps, z, cf(-5.37397155531E-2f));
-  ps = _mm512_fmadd_ps(ps, z, cf(1.33314422036E-1f));
-  ps = _mm512_fmadd_ps(ps, z, cf(-3.33332819422E-1f));
-  ps = _mm512_fmadd_ps(_mm512_mul_ps(ps, z), ax, ax);
-  __m512 e = v_exp(_mm512_min_ps(_mm512_add_ps(ax, ax), cf(40.0f)));
-  __m512 pl = _mm512_fnmadd_ps(cf(2.0f), v_rcp(_mm512_add_ps(e, cf(1.0f))), cf(1.0f));
-  __mmask16 small = _mm512_cmp_ps_mask(ax, cf(0.625f), _CMP_LT_OQ);
-  __m512 res = v_or(_mm512_mask_mov_ps(pl, small, ps), v_sign(x));
-  return _mm512_mask_mov_ps(res, _mm512_cmp_ps_mask(x, x, _CMP_UNORD_Q), x);
-}
-
-/* logistic: e = exp(-|x|); 1 / (1 + e) for x >= 0, e / (1 + e) below. */
-T512 static inline __m512 v_logistic(__m512 x) {
-  __m512 e = v_exp(_mm512_sub_ps(_mm512_setzero_ps(), _mm512_abs_ps(x)));
-  __m512 y = v_rcp(_mm512_add_ps(e, cf(1.0f)));
+/* logistic per width (see the header comment) */
+T512 static __m512 logistic16(__m512 x) {
+  __m512 ax = _mm512_abs_ps(x);
+  __m512 e = Sleef_expf16_u10(_mm512_sub_ps(_mm512_setzero_ps(), ax));
+  __m512 y = _mm512_div_ps(_mm512_set1_ps(1.0f), _mm512_add_ps(e, _mm512_set1_ps(1.0f)));
   __mmask16 neg = _mm512_cmp_ps_mask(x, _mm512_setzero_ps(), _CMP_LT_OQ);
-  return _mm512_mask_mul_ps(y, neg, e, y); /* NaN: exp(NaN) = NaN flows */
+  return _mm512_mask_mul_ps(y, neg, e, y); /* NaN flows through exp */
+}
+T256 static __m256 logistic8(__m256 x) {
+  __m256 ax = _mm256_andnot_ps(_mm256_set1_ps(-0.0f), x);
+  __m256 e = Sleef_expf8_u10(_mm256_sub_ps(_mm256_setzero_ps(), ax));
+  __m256 y = _mm256_div_ps(_mm256_set1_ps(1.0f), _mm256_add_ps(e, _mm256_set1_ps(1.0f)));
+  __m256 neg = _mm256_cmp_ps(x, _mm256_setzero_ps(), _CMP_LT_OQ);
+  return _mm256_blendv_ps(y, _mm256_mul_ps(e, y), neg);
+}
+static __m128 logistic4(__m128 x) {
+  __m128 ax = _mm_andnot_ps(_mm_set1_ps(-0.0f), x);
+  __m128 e = Sleef_expf4_u10(_mm_sub_ps(_mm_setzero_ps(), ax));
+  __m128 y = _mm_div_ps(_mm_set1_ps(1.0f), _mm_add_ps(e, _mm_set1_ps(1.0f)));
+  __m128 neg = _mm_cmplt_ps(x, _mm_setzero_ps());
+  return _mm_or_ps(_mm_and_ps(neg, _mm_mul_ps(e, y)), _mm_andnot_ps(neg, y));
 }
 
-/* erf: |x| < 1: x * P7(x^2); else sign(x) * (1 - exp(-x^2) * Q8(1/|x|)),
- * 1 beyond 4 (the portable kernel's fits). */
-T512 static inline __m512 v_erf(__m512 x) {
-  __m512 ax = _mm512_abs_ps(x), z = _mm512_mul_ps(x, x);
-  static const float P[8] = {-9.728414117e-06f, 1.128817663e-04f,  -8.487267968e-04f,
-                             5.221261510e-03f,  -2.686551745e-02f, 1.128378411e-01f,
-                             -3.761263859e-01f, 1.128379167e+00f};
-  static const float Q[9] = {-7.995059136e-03f, 2.116690447e-02f,  3.977871942e-02f,
-                             -2.612839504e-01f, 5.111928552e-01f,  -4.781195561e-01f,
-                             4.377910644e-02f,  5.587775939e-01f,  2.869468911e-04f};
-  __m512 p = cf(P[0]);
-  for (int i = 1; i < 8; i++) p = _mm512_fmadd_ps(p, z, cf(P[i]));
-  __m512 r1 = _mm512_mul_ps(x, p);
-  __m512 t = v_rcp(_mm512_max_ps(ax, cf(1.0f)));
-  __m512 q = cf(Q[0]);
-  for (int i = 1; i < 9; i++) q = _mm512_fmadd_ps(q, t, cf(Q[i]));
-  __m512 r2 = _mm512_fnmadd_ps(v_exp(_mm512_sub_ps(_mm512_setzero_ps(), z)), q, cf(1.0f));
-  r2 = _mm512_mask_mov_ps(r2, _mm512_cmp_ps_mask(ax, cf(4.0f), _CMP_GT_OQ), cf(1.0f));
-  r2 = v_or(r2, v_sign(x));
-  __m512 res = _mm512_mask_mov_ps(r2, _mm512_cmp_ps_mask(ax, cf(1.0f), _CMP_LT_OQ), r1);
-  return _mm512_mask_mov_ps(res, _mm512_cmp_ps_mask(x, x, _CMP_UNORD_Q), x);
+/* log1p: SLEEF's float log1p overflows to inf above ~1e38, where
+ * log1p(x) = log(x) in float anyway. */
+T512 static __m512 log1p16(__m512 x) {
+  __mmask16 big = _mm512_cmp_ps_mask(x, _mm512_set1_ps(1e38f), _CMP_GT_OQ);
+  return _mm512_mask_mov_ps(Sleef_log1pf16_u10(x), big, Sleef_logf16_u10(x));
+}
+T256 static __m256 log1p8(__m256 x) {
+  __m256 big = _mm256_cmp_ps(x, _mm256_set1_ps(1e38f), _CMP_GT_OQ);
+  return _mm256_blendv_ps(Sleef_log1pf8_u10(x), Sleef_logf8_u10(x), big);
+}
+static __m128 log1p4(__m128 x) {
+  __m128 big = _mm_cmpgt_ps(x, _mm_set1_ps(1e38f));
+  return _mm_or_ps(_mm_and_ps(big, Sleef_logf4_u10(x)), _mm_andnot_ps(big, Sleef_log1pf4_u10(x)));
 }
 
-#define VLOOP(F)                                                              \
-  do {                                                                        \
-    int64_t i = 0;                                                            \
-    for (; i + 16 <= n; i += 16) _mm512_storeu_ps(r + i, F(_mm512_loadu_ps(a + i))); \
-    if (i < n) {                                                              \
-      __mmask16 m = (__mmask16)((1u << (n - i)) - 1u);                        \
-      _mm512_mask_storeu_ps(r + i, m, F(_mm512_maskz_loadu_ps(m, a + i)));     \
-    }                                                                         \
-  } while (0)
+/* sinh, cosh: SLEEF's float ones overflow to inf above |x| = 88.5 although
+ * the result is finite up to ~89.4; there (e^-|x| negligible) they are
+ * (e/2) * e with e = exp(|x|/2): within 3 ulp. */
+T512 static __m512 big16(__m512 x, __m512 r, int odd) {
+  __m512 ax = _mm512_abs_ps(x);
+  __mmask16 big = _mm512_cmp_ps_mask(ax, _mm512_set1_ps(88.0f), _CMP_GT_OQ);
+  if (!big) return r;
+  __m512 e = Sleef_expf16_u10(_mm512_mul_ps(ax, _mm512_set1_ps(0.5f)));
+  __m512 v = _mm512_mul_ps(_mm512_mul_ps(e, _mm512_set1_ps(0.5f)), e);
+  if (odd) v = _mm512_castsi512_ps(_mm512_or_si512(
+               _mm512_castps_si512(v), _mm512_and_si512(_mm512_castps_si512(x),
+                                                        _mm512_set1_epi32((int)0x80000000u))));
+  return _mm512_mask_mov_ps(r, big, v);
+}
+T512 static __m512 sinh16(__m512 x) { return big16(x, Sleef_sinhf16_u10(x), 1); }
+T512 static __m512 cosh16(__m512 x) { return big16(x, Sleef_coshf16_u10(x), 0); }
+T256 static __m256 big8(__m256 x, __m256 r, int odd) {
+  __m256 sign = _mm256_set1_ps(-0.0f), ax = _mm256_andnot_ps(sign, x);
+  __m256 big = _mm256_cmp_ps(ax, _mm256_set1_ps(88.0f), _CMP_GT_OQ);
+  if (_mm256_movemask_ps(big) == 0) return r;
+  __m256 e = Sleef_expf8_u10(_mm256_mul_ps(ax, _mm256_set1_ps(0.5f)));
+  __m256 v = _mm256_mul_ps(_mm256_mul_ps(e, _mm256_set1_ps(0.5f)), e);
+  if (odd) v = _mm256_or_ps(v, _mm256_and_ps(sign, x));
+  return _mm256_blendv_ps(r, v, big);
+}
+T256 static __m256 sinh8(__m256 x) { return big8(x, Sleef_sinhf8_u10(x), 1); }
+T256 static __m256 cosh8(__m256 x) { return big8(x, Sleef_coshf8_u10(x), 0); }
+static __m128 big4(__m128 x, __m128 r, int odd) {
+  __m128 sign = _mm_set1_ps(-0.0f), ax = _mm_andnot_ps(sign, x);
+  __m128 big = _mm_cmpgt_ps(ax, _mm_set1_ps(88.0f));
+  if (_mm_movemask_ps(big) == 0) return r;
+  __m128 e = Sleef_expf4_u10(_mm_mul_ps(ax, _mm_set1_ps(0.5f)));
+  __m128 v = _mm_mul_ps(_mm_mul_ps(e, _mm_set1_ps(0.5f)), e);
+  if (odd) v = _mm_or_ps(v, _mm_and_ps(sign, x));
+  return _mm_or_ps(_mm_and_ps(big, v), _mm_andnot_ps(big, r));
+}
+static __m128 sinh4(__m128 x) { return big4(x, Sleef_sinhf4_u10(x), 1); }
+static __m128 cosh4(__m128 x) { return big4(x, Sleef_coshf4_u10(x), 0); }
 
-T512 static int vmath_512(int op, int64_t n, float *r, const float *a) {
+/* asinh, acosh: SLEEF's float ones overflow above ~1.8e19; there (x^2
+ * beyond float) they are log(|x|) + ln 2, with the sign of x for asinh. */
+#define LN2F 0.693147180559945309f
+T512 static __m512 alog16(__m512 x, __m512 r, int odd) {
+  __m512 ax = _mm512_abs_ps(x);
+  /* acosh: only x > 1e18 (negative x stays NaN) */
+  __mmask16 big = _mm512_cmp_ps_mask(odd ? ax : x, _mm512_set1_ps(1e18f), _CMP_GT_OQ);
+  if (!big) return r;
+  __m512 v = _mm512_add_ps(Sleef_logf16_u10(ax), _mm512_set1_ps(LN2F));
+  if (odd) v = _mm512_castsi512_ps(_mm512_or_si512(
+               _mm512_castps_si512(v), _mm512_and_si512(_mm512_castps_si512(x),
+                                                        _mm512_set1_epi32((int)0x80000000u))));
+  return _mm512_mask_mov_ps(r, big, v);
+}
+T512 static __m512 asinh16(__m512 x) { return alog16(x, Sleef_asinhf16_u10(x), 1); }
+T512 static __m512 acosh16(__m512 x) { return alog16(x, Sleef_acoshf16_u10(x), 0); }
+T256 static __m256 alog8(__m256 x, __m256 r, int odd) {
+  __m256 sign = _mm256_set1_ps(-0.0f), ax = _mm256_andnot_ps(sign, x);
+  __m256 big = _mm256_cmp_ps(odd ? ax : x, _mm256_set1_ps(1e18f), _CMP_GT_OQ);
+  if (_mm256_movemask_ps(big) == 0) return r;
+  __m256 v = _mm256_add_ps(Sleef_logf8_u10(ax), _mm256_set1_ps(LN2F));
+  if (odd) v = _mm256_or_ps(v, _mm256_and_ps(sign, x));
+  return _mm256_blendv_ps(r, v, big);
+}
+T256 static __m256 asinh8(__m256 x) { return alog8(x, Sleef_asinhf8_u10(x), 1); }
+T256 static __m256 acosh8(__m256 x) { return alog8(x, Sleef_acoshf8_u10(x), 0); }
+static __m128 alog4(__m128 x, __m128 r, int odd) {
+  __m128 sign = _mm_set1_ps(-0.0f), ax = _mm_andnot_ps(sign, x);
+  __m128 big = _mm_cmpgt_ps(odd ? ax : x, _mm_set1_ps(1e18f));
+  if (_mm_movemask_ps(big) == 0) return r;
+  __m128 v = _mm_add_ps(Sleef_logf4_u10(ax), _mm_set1_ps(LN2F));
+  if (odd) v = _mm_or_ps(v, _mm_and_ps(sign, x));
+  return _mm_or_ps(_mm_and_ps(big, v), _mm_andnot_ps(big, r));
+}
+static __m128 asinh4(__m128 x) { return alog4(x, Sleef_asinhf4_u10(x), 1); }
+static __m128 acosh4(__m128 x) { return alog4(x, Sleef_acoshf4_u10(x), 0); }
+
+typedef __m512 (*un16)(__m512);
+typedef __m256 (*un8)(__m256);
+typedef __m128 (*un4)(__m128);
+typedef __m512 (*bin16)(__m512, __m512);
+typedef __m256 (*bin8)(__m256, __m256);
+typedef __m128 (*bin4)(__m128, __m128);
+
+/* The functions of an op at each width (NULL: not covered). */
+typedef struct vfn {
+  un16 u16;
+  un8 u8;
+  un4 u4;
+  bin16 b16;
+  bin8 b8;
+  bin4 b4;
+} vfn;
+
+#define UNF(f) (vfn){Sleef_##f##f16_u10, Sleef_##f##f8_u10, Sleef_##f##f4_u10, 0, 0, 0}
+#define BINF(f) (vfn){0, 0, 0, Sleef_##f##f16_u10, Sleef_##f##f8_u10, Sleef_##f##f4_u10}
+
+static int fn_of(int op, vfn *f) {
   switch (op) {
-  case TPUIR_EXP: VLOOP(v_exp); return 1;
-  case TPUIR_TANH: VLOOP(v_tanh); return 1;
-  case TPUIR_LOGISTIC: VLOOP(v_logistic); return 1;
-  case TPUIR_ERF: VLOOP(v_erf); return 1;
+  case TPUIR_EXP: *f = UNF(exp); return 1;
+  case TPUIR_EXPM1: *f = UNF(expm1); return 1;
+  case TPUIR_LOG: *f = UNF(log); return 1;
+  case TPUIR_LOG1P: *f = (vfn){log1p16, log1p8, log1p4, 0, 0, 0}; return 1;
+  case TPUIR_SIN: *f = UNF(sin); return 1;
+  case TPUIR_COS: *f = UNF(cos); return 1;
+  case TPUIR_TAN: *f = UNF(tan); return 1;
+  case TPUIR_TANH: *f = UNF(tanh); return 1;
+  case TPUIR_ASIN: *f = UNF(asin); return 1;
+  case TPUIR_ACOS: *f = UNF(acos); return 1;
+  case TPUIR_ATAN: *f = UNF(atan); return 1;
+  case TPUIR_SINH: *f = (vfn){sinh16, sinh8, sinh4, 0, 0, 0}; return 1;
+  case TPUIR_COSH: *f = (vfn){cosh16, cosh8, cosh4, 0, 0, 0}; return 1;
+  case TPUIR_ASINH: *f = (vfn){asinh16, asinh8, asinh4, 0, 0, 0}; return 1;
+  case TPUIR_ACOSH: *f = (vfn){acosh16, acosh8, acosh4, 0, 0, 0}; return 1;
+  case TPUIR_ATANH: *f = UNF(atanh); return 1;
+  case TPUIR_ERF: *f = UNF(erf); return 1;
+  case TPUIR_LOGISTIC: *f = (vfn){logistic16, logistic8, logistic4, 0, 0, 0}; return 1;
+  case TPUIR_POW: *f = BINF(pow); return 1;
+  case TPUIR_ATAN2: *f = BINF(atan2); return 1;
   default: return 0;
   }
 }
 
+/* Loops: full vectors, then the tail through a zero-padded vector. */
+T512 static void run16(const vfn *f, int64_t n, float *r, const float *a, const float *b) {
+  int64_t i = 0;
+  if (f->u16) {
+    for (; i + 16 <= n; i += 16) _mm512_storeu_ps(r + i, f->u16(_mm512_loadu_ps(a + i)));
+  } else {
+    for (; i + 16 <= n; i += 16)
+      _mm512_storeu_ps(r + i, f->b16(_mm512_loadu_ps(a + i), _mm512_loadu_ps(b + i)));
+  }
+  if (i < n) {
+    __mmask16 m = (__mmask16)((1u << (n - i)) - 1u);
+    __m512 x = _mm512_maskz_loadu_ps(m, a + i);
+    __m512 y = f->u16 ? x : f->b16(x, _mm512_maskz_loadu_ps(m, b + i));
+    _mm512_mask_storeu_ps(r + i, m, f->u16 ? f->u16(x) : y);
+  }
+}
+
+T256 static void run8(const vfn *f, int64_t n, float *r, const float *a, const float *b) {
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8)
+    _mm256_storeu_ps(r + i, f->u8 ? f->u8(_mm256_loadu_ps(a + i))
+                                  : f->b8(_mm256_loadu_ps(a + i), _mm256_loadu_ps(b + i)));
+  if (i < n) {
+    float xa[8] = {0}, xb[8] = {0}, xr[8];
+    memcpy(xa, a + i, sizeof(float) * (size_t)(n - i));
+    if (!f->u8) memcpy(xb, b + i, sizeof(float) * (size_t)(n - i));
+    _mm256_storeu_ps(xr, f->u8 ? f->u8(_mm256_loadu_ps(xa))
+                               : f->b8(_mm256_loadu_ps(xa), _mm256_loadu_ps(xb)));
+    memcpy(r + i, xr, sizeof(float) * (size_t)(n - i));
+  }
+}
+
+static void run4(const vfn *f, int64_t n, float *r, const float *a, const float *b) {
+  int64_t i = 0;
+  for (; i + 4 <= n; i += 4)
+    _mm_storeu_ps(r + i, f->u4 ? f->u4(_mm_loadu_ps(a + i))
+                               : f->b4(_mm_loadu_ps(a + i), _mm_loadu_ps(b + i)));
+  if (i < n) {
+    float xa[4] = {0}, xb[4] = {0}, xr[4];
+    memcpy(xa, a + i, sizeof(float) * (size_t)(n - i));
+    if (!f->u4) memcpy(xb, b + i, sizeof(float) * (size_t)(n - i));
+    _mm_storeu_ps(xr, f->u4 ? f->u4(_mm_loadu_ps(xa))
+                            : f->b4(_mm_loadu_ps(xa), _mm_loadu_ps(xb)));
+    memcpy(r + i, xr, sizeof(float) * (size_t)(n - i));
+  }
+}
+
 /* See exec_internal.h. */
-int tpux__vmath_f32(int op, int64_t n, float *r, const float *a) {
-  if (op != TPUIR_EXP && op != TPUIR_TANH && op != TPUIR_LOGISTIC && op != TPUIR_ERF)
-    return 0;
-  if (!__builtin_cpu_supports("avx512f")) return 0;
-  return vmath_512(op, n, r, a);
+int tpux__vmath_f32(int op, int64_t n, float *r, const float *a, const float *b) {
+  vfn f;
+  if (!fn_of(op, &f)) return 0;
+  if (__builtin_cpu_supports("avx512f")) run16(&f, n, r, a, b);
+  else if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) run8(&f, n, r, a, b);
+  else run4(&f, n, r, a, b);
+  return 1;
 }

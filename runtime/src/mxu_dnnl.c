@@ -8,7 +8,15 @@
  * compare. Entries are reference-counted while executing, so eviction (when
  * the cache is full) never destroys a primitive in use. Scratchpads are
  * "user" mode, from the workspace cache below, so concurrent callers never
- * share one. */
+ * share one.
+ *
+ * Small problems (m*n*k below SMALL_MACS) skip the shape-specialised
+ * kernels: one primitive per type combination with run-time sizes and
+ * strides (oneDNN's JIT GEMM, created once) runs them on the calling thread
+ * (OpenMP team of one), batch items in a loop. JIT-compiling a kernel per
+ * shape costs milliseconds, and waking a thread team for a few
+ * microseconds of work costs more than it saves; both dominated eager runs
+ * of many small distinct matmuls. */
 #include <oneapi/dnnl/dnnl.h>
 #include <pthread.h>
 #include <stdio.h>
@@ -16,6 +24,12 @@
 #include <string.h>
 
 #include "mxu_internal.h"
+
+/* OpenMP (oneDNN's threading runtime here): per-thread team size */
+int omp_get_max_threads(void);
+void omp_set_num_threads(int n);
+
+#define SMALL_MACS ((int64_t)1 << 21)
 
 /* ---- workspace cache --------------------------------------------------- */
 
@@ -263,6 +277,88 @@ static void release(entry *e) {
   pthread_mutex_unlock(&g_cache_mu);
 }
 
+/* ---- small problems: run-time sizes ------------------------------------ */
+
+static pthread_mutex_t g_rt_mu = PTHREAD_MUTEX_INITIALIZER;
+static dnnl_primitive_t g_rt[2][2][2][2]; /* [sdt][wdt][ddt][acc] */
+
+static int rt_prim(int sdt, int wdt, int ddt, int acc, dnnl_primitive_t *out) {
+  pthread_mutex_lock(&g_rt_mu);
+  dnnl_primitive_t *slot = &g_rt[sdt][wdt][ddt][acc];
+  dnnl_status_t s = dnnl_success;
+  if (!*slot) {
+    dnnl_dims_t d = {DNNL_RUNTIME_DIM_VAL, DNNL_RUNTIME_DIM_VAL};
+    dnnl_dims_t st = {DNNL_RUNTIME_DIM_VAL, 1}; /* row-major (else ref:any) */
+    dnnl_memory_desc_t smd, wmd, dmd;
+    dnnl_matmul_desc_t desc;
+    dnnl_primitive_attr_t attr = NULL;
+    dnnl_post_ops_t po = NULL;
+    dnnl_primitive_desc_t pd = NULL;
+    if (!(s = dnnl_memory_desc_init_by_strides(&smd, 2, d, ddt_of(sdt), st)) &&
+        !(s = dnnl_memory_desc_init_by_strides(&wmd, 2, d, ddt_of(wdt), st)) &&
+        !(s = dnnl_memory_desc_init_by_strides(&dmd, 2, d, ddt_of(ddt), st)) &&
+        !(s = dnnl_matmul_desc_init(&desc, &smd, &wmd, NULL, &dmd)) &&
+        !(s = dnnl_primitive_attr_create(&attr)) &&
+        (!acc || (!(s = dnnl_post_ops_create(&po)) && !(s = dnnl_post_ops_append_sum(po, 1.0f)) &&
+                  !(s = dnnl_primitive_attr_set_post_ops(attr, po)))) &&
+        !(s = dnnl_primitive_desc_create(&pd, &desc, attr, g_eng, NULL)))
+      s = dnnl_primitive_create(slot, pd);
+    if (pd) dnnl_primitive_desc_destroy(pd);
+    if (po) dnnl_post_ops_destroy(po);
+    if (attr) dnnl_primitive_attr_destroy(attr);
+  }
+  *out = *slot;
+  pthread_mutex_unlock(&g_rt_mu);
+  if (s)
+    return tpu_error(TPU_E_INTERNAL, "tpumxu: oneDNN run-time-size matmul not created: %s",
+                     status_name(s));
+  return TPU_OK;
+}
+
+/* A small problem with row-major operands (unit column strides) on the
+ * calling thread, one batch item at a time. */
+static int small_matmul(int64_t batch, int64_t m, int64_t n, int64_t k,
+                        const tpumxu_mat *src, const tpumxu_mat *wei,
+                        const tpumxu_mat *dst, int accumulate) {
+  dnnl_primitive_t prim;
+  int rc = rt_prim(src->dt, wei->dt, dst->dt, accumulate, &prim);
+  if (rc) return rc;
+  dnnl_memory_desc_t smd, wmd, dmd;
+  dnnl_dims_t ds = {m, k}, ss = {src->s0, src->s1};
+  dnnl_dims_t dw = {k, n}, sw = {wei->s0, wei->s1};
+  dnnl_dims_t dd = {m, n}, sd = {dst->s0, dst->s1};
+  dnnl_stream_t st = NULL;
+  dnnl_status_t s;
+  int nthr = omp_get_max_threads();
+  omp_set_num_threads(1);
+  if (!(s = dnnl_memory_desc_init_by_strides(&smd, 2, ds, ddt_of(src->dt), ss)) &&
+      !(s = dnnl_memory_desc_init_by_strides(&wmd, 2, dw, ddt_of(wei->dt), sw)) &&
+      !(s = dnnl_memory_desc_init_by_strides(&dmd, 2, dd, ddt_of(dst->dt), sd)) &&
+      !(s = dnnl_stream_create(&st, g_eng, dnnl_stream_default_flags))) {
+    int64_t es = src->dt == TPUMXU_DT_BF16 ? 2 : 4, ew = wei->dt == TPUMXU_DT_BF16 ? 2 : 4,
+            ed = dst->dt == TPUMXU_DT_BF16 ? 2 : 4;
+    for (int64_t b = 0; b < batch && !s; b++) {
+      dnnl_memory_t ms = NULL, mw = NULL, md = NULL;
+      if (!(s = dnnl_memory_create(&ms, &smd, g_eng, (char *)src->ptr + b * src->sb * es)) &&
+          !(s = dnnl_memory_create(&mw, &wmd, g_eng, (char *)wei->ptr + b * wei->sb * ew)) &&
+          !(s = dnnl_memory_create(&md, &dmd, g_eng, (char *)dst->ptr + b * dst->sb * ed))) {
+        dnnl_exec_arg_t args[3] = {{DNNL_ARG_SRC, ms}, {DNNL_ARG_WEIGHTS, mw}, {DNNL_ARG_DST, md}};
+        if (!(s = dnnl_primitive_execute(prim, st, 3, args))) s = dnnl_stream_wait(st);
+      }
+      if (md) dnnl_memory_destroy(md);
+      if (mw) dnnl_memory_destroy(mw);
+      if (ms) dnnl_memory_destroy(ms);
+    }
+  }
+  if (st) dnnl_stream_destroy(st);
+  omp_set_num_threads(nthr);
+  if (s)
+    return tpu_error(s == dnnl_out_of_memory ? TPU_E_OOM : TPU_E_INTERNAL,
+                     "tpumxu: oneDNN matmul (m=%lld n=%lld k=%lld) failed: %s",
+                     (long long)m, (long long)n, (long long)k, status_name(s));
+  return TPU_OK;
+}
+
 /* ---- matmul ------------------------------------------------------------ */
 
 /* Strides of a matrix as oneDNN sees it: a single (broadcast) batch item
@@ -284,6 +380,8 @@ int tpumxu_dnnl_matmul(int64_t batch, int64_t m, int64_t n, int64_t k,
                        const tpumxu_mat *dst, int accumulate) {
   int rc = engine();
   if (rc) return rc;
+  if (m * n * k <= SMALL_MACS && src->s1 == 1 && wei->s1 == 1 && dst->s1 == 1)
+    return small_matmul(batch, m, n, k, src, wei, dst, accumulate);
   key kk;
   memset(&kk, 0, sizeof kk);
   kk.sdt = src->dt;
