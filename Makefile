@@ -65,7 +65,7 @@ test-fused: build
 # (tests/test_pjrt.py, inside test-py, adds the OpInfo subset, training and
 # the error paths).
 test-pjrt: build
-	TORCH_TPU_BACKEND=pjrt $(PY) -m pytest tests/test_ops.py -q
+	TORCH_TPU_BACKEND=pjrt $(PY) -m pytest tests/test_ops.py
 test: build test-c test-asan test-py test-fused test-pjrt
 
 bench: build
