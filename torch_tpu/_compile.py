@@ -22,11 +22,11 @@ and each FX graph becomes ONE runtime program:
   memory pressure, another stream) runs every time through Fused Eager
   instead: still correct, still fused, just not one program.
 
-Ops without a native lowering inside a compiled graph: the FX graph is
-checked before the first run; such an op raises ``NotImplementedError``
-naming it when the CPU fallback is off (``TORCH_TPU_CPU_FALLBACK=0``), and
-otherwise runs through the counted CPU fallback (the graph then is not
-replayed as one program).
+Ops without a native lowering inside a compiled graph raise
+``NotImplementedError`` naming them when the CPU fallback is off
+(``TORCH_TPU_CPU_FALLBACK=0``); otherwise they run through the counted CPU
+fallback, the capture warns naming them, and the graph is not replayed as
+one program.
 """
 import collections
 import contextlib
@@ -35,7 +35,6 @@ import itertools
 import os
 import threading
 import warnings
-import weakref
 
 import torch
 import torch.fx
@@ -101,7 +100,7 @@ class _Program:
     def __init__(self, handle, dev):
         self.handle = handle
         self.dev = dev
-        self.in_ptr = []      # arg index -> captured storage ptr (tpu tensors)
+        self.in_ptr = []      # (first arg index, captured storage ptr) per input storage
         self.const_ptrs = []  # blocks owned by the graph module (kept alive by it)
         self.out_specs = []   # per output: ("val", v) | ("in", arg, meta) | ("new", group, meta)
         self.new_groups = []  # per fresh output storage: (captured ptr, nbytes)
@@ -256,8 +255,7 @@ class _TpuGraph:
                           f"{[hex(k) for k in groups]}", flush=True)
                     print("   made by", _debug_ptrs.get(b))
                 return None
-        prog.in_ptr = [(i, _storage_ptr(a)) for i, a in enumerate(args)
-                       if isinstance(a, torch.Tensor) and a.device.type == "tpu"]
+        prog.in_ptr = [(i, p) for p, (kind, i) in known.items() if kind == "in"]
         prog.const_ptrs = [b for b, k in known.items() if k[0] == "const"]
         keys = _C._capture_rng(handle)
         if keys:
@@ -272,11 +270,7 @@ class _TpuGraph:
     # -- later calls: run the captured program on the new memory
     def _replay(self, prog, args):
         frm, to = [], []
-        seen = set()
-        for i, p in prog.in_ptr:
-            if p in seen:
-                continue
-            seen.add(p)
+        for i, p in prog.in_ptr:  # one entry per input storage
             frm.append(p)
             to.append(_storage_ptr(args[i]))
         for p in prog.const_ptrs:
