@@ -119,14 +119,7 @@ static int reduce_common(tpucoll_comm *c, const void *in, void *out, size_t coun
   int rc = check_dtype(dtype);
   if (rc) return rc;
   int kind = root < 0 ? TPUCOLL_ALL_REDUCE : TPUCOLL_REDUCE;
-  if (op < 0 || op >= TPUCOLL_NUM_OPS)
-    return tpu_error(TPU_E_INVALID, "tpu_dist: unknown reduce op %d", op);
-  if (op == TPUCOLL_AVG && !tpu_dtype_is_float(dtype) && !tpu_dtype_is_complex(dtype))
-    return tpu_error(TPU_E_TYPE, "tpu_dist: ReduceOp.AVG needs a floating or complex dtype, got %s",
-                     tpu_dtype_name(dtype));
-  if ((op == TPUCOLL_MIN || op == TPUCOLL_MAX) && tpu_dtype_is_complex(dtype))
-    return tpu_error(TPU_E_TYPE, "tpu_dist: ReduceOp.MIN/MAX are not defined for %s",
-                     tpu_dtype_name(dtype));
+  if ((rc = coll_check_reduce_op(dtype, op))) return rc;
   coll_meta m = meta_of(kind, count, dtype, op, root < 0 ? 0 : root);
   if ((rc = exchange(c, &m))) return rc;
   size_t es = tpu_dtype_size(dtype), per = c->slot_bytes / es;
@@ -207,14 +200,7 @@ int tpucoll_reduce_scatter(tpucoll_comm *c, const void *in, void *out, size_t co
                            int op) {
   int rc = check_dtype(dtype);
   if (rc) return rc;
-  if (op < 0 || op >= TPUCOLL_NUM_OPS)
-    return tpu_error(TPU_E_INVALID, "tpu_dist: unknown reduce op %d", op);
-  if (op == TPUCOLL_AVG && !tpu_dtype_is_float(dtype) && !tpu_dtype_is_complex(dtype))
-    return tpu_error(TPU_E_TYPE, "tpu_dist: ReduceOp.AVG needs a floating or complex dtype, got %s",
-                     tpu_dtype_name(dtype));
-  if ((op == TPUCOLL_MIN || op == TPUCOLL_MAX) && tpu_dtype_is_complex(dtype))
-    return tpu_error(TPU_E_TYPE, "tpu_dist: ReduceOp.MIN/MAX are not defined for %s",
-                     tpu_dtype_name(dtype));
+  if ((rc = coll_check_reduce_op(dtype, op))) return rc;
   coll_meta m = meta_of(TPUCOLL_REDUCE_SCATTER, count, dtype, op, 0);
   if ((rc = exchange(c, &m))) return rc;
   size_t es = tpu_dtype_size(dtype), per = c->slot_bytes / es / (size_t)c->size;

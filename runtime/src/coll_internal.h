@@ -90,6 +90,9 @@ void coll_ring(tpucoll_comm *c);
 int coll_fail(tpucoll_comm *c, int code, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 int coll_check_alive(tpucoll_comm *c);
+/* TPU_OK if `op` is a reduce op defined for `dtype` (AVG: floating or
+ * complex; MIN/MAX: not complex), else the error (message set). */
+int coll_check_reduce_op(int dtype, int op);
 const char *coll_kind_name(int kind);
 
 

@@ -95,17 +95,23 @@ DEF_REAL(b8, uint8_t, int, ID, BOOL_STORE, NO_NAN)
 DEF_CPLX(c64, float)
 DEF_CPLX(c128, double)
 
-int tpucoll_reduce_buffers(void *dst, const void *const *srcs, int n,
-                           size_t count, int dtype, int op, int avg_div) {
+int coll_check_reduce_op(int dtype, int op) {
   if (op < 0 || op >= TPUCOLL_NUM_OPS)
     return tpu_error(TPU_E_INVALID, "tpu_dist: unknown reduce op %d", op);
-  if (n < 1) return tpu_error(TPU_E_INVALID, "tpu_dist: no sources to reduce");
   if (op == TPUCOLL_AVG && !tpu_dtype_is_float(dtype) && !tpu_dtype_is_complex(dtype))
     return tpu_error(TPU_E_TYPE, "tpu_dist: ReduceOp.AVG needs a floating or complex dtype, got %s",
                      tpu_dtype_name(dtype));
   if ((op == TPUCOLL_MIN || op == TPUCOLL_MAX) && tpu_dtype_is_complex(dtype))
     return tpu_error(TPU_E_TYPE, "tpu_dist: ReduceOp.MIN/MAX are not defined for %s",
                      tpu_dtype_name(dtype));
+  return TPU_OK;
+}
+
+int tpucoll_reduce_buffers(void *dst, const void *const *srcs, int n,
+                           size_t count, int dtype, int op, int avg_div) {
+  int rc = coll_check_reduce_op(dtype, op);
+  if (rc) return rc;
+  if (n < 1) return tpu_error(TPU_E_INVALID, "tpu_dist: no sources to reduce");
   if (avg_div < 1) avg_div = n;
   switch (dtype) {
     case TPU_F32: red_f32(dst, srcs, n, count, op, avg_div); break;
