@@ -26,8 +26,8 @@ ext = CppExtension(
     include_dirs=[os.path.join(RUNTIME, "include")],
     extra_objects=[os.path.join(RUNTIME, "build", "libtpurt.a")],
     extra_compile_args=["-O2", "-Wall", "-Wextra", "-Werror", "-Wno-unused-parameter"],
-    # oneDNN: the matrix unit (runtime/src/mxu_dnnl.c); SLEEF: vector math
-    # (runtime/src/exec_vmath.c)
+    # oneDNN: the matrix unit (runtime/src/mxu/dnnl.c); SLEEF: vector math
+    # (runtime/src/exec/vtpu/vmath.c)
     libraries=["dnnl", "sleef", "gomp", "m"],  # gomp: oneDNN's OpenMP
 )
 

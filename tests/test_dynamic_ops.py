@@ -1,5 +1,5 @@
 """Data-dependent-shape ops (nonzero, masked_select, unique, ...) and the
-scatter/index reductions of runtime/src/lower_dynamic.c, against CPU.
+scatter/index reductions of runtime/src/lower/dynamic.c, against CPU.
 Run also with TORCH_TPU_DEFER_AND_FUSE=1 (Fused Eager)."""
 import pytest
 import torch

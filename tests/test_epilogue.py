@@ -1,4 +1,4 @@
-"""GEMM epilogue fusion (runtime/src/exec_epilogue.c): a matmul's bias add,
+"""GEMM epilogue fusion (runtime/src/exec/vtpu/epilogue.c): a matmul's bias add,
 activation, scaling and residual add run on each finished GEMM block.
 nn.Linear + GELU + residual forward/backward in Fused Eager equals Strict
 Eager and CPU; results with the epilogue on and off are bit-identical; the

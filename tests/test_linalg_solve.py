@@ -1,6 +1,6 @@
 """Dense factorizations and solves on the tpu device vs PyTorch CPU:
 Cholesky, LU, QR, triangular solves, inv/solve/det/slogdet, lstsq,
-matrix_exp (runtime/src/lower_linalg_solve.c). CPU fallback is disabled by
+matrix_exp (runtime/src/lower/linalg.c). CPU fallback is disabled by
 conftest.py, so every call here runs natively."""
 import pytest
 import torch

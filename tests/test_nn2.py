@@ -1,4 +1,4 @@
-"""More nn ops natively on the vTPU (runtime/src/lower_nn2.c): unpooling,
+"""More nn ops natively on the vTPU (runtime/src/lower/nn2.c): unpooling,
 adaptive / fractional max pooling, channel_shuffle, rrelu, pdist / cdist,
 margin losses, bicubic / antialiased bilinear interpolation, embedding_bag,
 replication pad with negative padding. Forward and gradients vs CPU."""

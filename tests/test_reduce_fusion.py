@@ -1,5 +1,5 @@
 """Reductions fused with their elementwise producers in Fused Eager
-(runtime/src/exec_reduce.c tpux__eval_region_reduce): a reduction whose
+(runtime/src/exec/vtpu/reduce.c tpux__eval_region_reduce): a reduction whose
 operand is an elementwise chain used by nothing else evaluates the chain
 tile by tile inside its own loop. Results must match CPU, and match Strict
 Eager (where the chain is materialised first) bit for bit."""

@@ -48,7 +48,7 @@ int tpux_set_fusion(int kind, int mode);
 /* ---- executors: one table per way of running a program ------------------
  * The runtime runs every flushed program (Strict, Debug and Fused Eager)
  * through the active executor: the vTPU (this file's tpux_run, the
- * default) or PJRT (exec_pjrt.c: the graph is emitted as StableHLO, compiled
+ * default) or PJRT (exec/pjrt/client.c: the graph is emitted as StableHLO, compiled
  * once by a PJRT plugin and executed there; XLA:CPU, CUDA or libtpu).
  * Memory model: device storage stays runtime-owned host memory; the PJRT
  * executor copies a program's inputs host -> PJRT device, executes and
@@ -118,7 +118,7 @@ void tpux_pjrt_get_stats(tpux_pjrt_stats *out);
  * g's parameters as arguments and its outputs as results. *text is
  * malloc'd (caller frees), NUL-terminated; *len (may be NULL) its length.
  * TPU_E_UNSUPPORTED "unsupported on PJRT: <op>" when an op reachable from
- * an output has no StableHLO expression (exec_pjrt_emit.c lists them). */
+ * an output has no StableHLO expression (exec/pjrt/emit.c lists them). */
 int tpux_emit_stablehlo(const tpuir_graph *g, char **text, size_t *len);
 
 #ifdef __cplusplus

@@ -65,20 +65,20 @@ typedef enum tpuir_op {
   TPUIR_CONVOLUTION,   /* see tpuir_convolution */
   TPUIR_REDUCE_WINDOW, /* attr: reduce kind (SUM / MAX) */
   TPUIR_WINDOW_ARGMAX, /* max-pool indices */
-  TPUIR_SORT,          /* stable sort along a dim (ir_sort.c) */
-  TPUIR_EIGH,       /* symmetric eigendecomposition, packed (ir_spectral.c) */
-  TPUIR_SVD,        /* singular value decomposition, packed (ir_spectral.c) */
-  /* dense linear algebra (ir_linalg.c / exec_linalg.c; see that section) */
+  TPUIR_SORT,          /* stable sort along a dim (ir/sort.c) */
+  TPUIR_EIGH,       /* symmetric eigendecomposition, packed (ir/spectral.c) */
+  TPUIR_SVD,        /* singular value decomposition, packed (ir/spectral.c) */
+  /* dense linear algebra (ir/linalg.c / exec/vtpu/linalg.c; see that section) */
   TPUIR_CHOLESKY,          /* StableHLO cholesky (+ info result) */
   TPUIR_TRIANGULAR_SOLVE,  /* StableHLO triangular_solve */
   TPUIR_LU,                /* custom call: getrf (one node per result) */
   TPUIR_LU_PIVOTS_TO_PERM, /* custom call: LAPACK pivots -> permutation */
   TPUIR_GEQRF,             /* custom call: Householder QR (one per result) */
   TPUIR_HOUSEHOLDER_PRODUCT, /* custom call: orgqr */
-  /* complex numbers and FFT (ir_complex.c) */
+  /* complex numbers and FFT (ir/complex.c) */
   TPUIR_REAL, TPUIR_IMAG, TPUIR_COMPLEX, TPUIR_CONJ,
   TPUIR_FFT,        /* attr: kind = tpuir_fft_type, a = fft_length (na) */
-  /* special functions (ir_special.c / exec_special.c), elementwise and
+  /* special functions (ir/special.c / exec/vtpu/special.c), elementwise and
    * fused like the ops above. Unary, float operand, result in its dtype: */
   TPUIR_BESSEL_J0, TPUIR_BESSEL_J1, TPUIR_BESSEL_Y0, TPUIR_BESSEL_Y1,
   TPUIR_MBESSEL_I0, TPUIR_MBESSEL_I1, TPUIR_MBESSEL_K0, TPUIR_MBESSEL_K1,
@@ -103,7 +103,7 @@ typedef enum tpuir_op {
   TPUIR_HERMITE_H, TPUIR_HERMITE_HE, TPUIR_LAGUERRE_L, TPUIR_LEGENDRE_P,
   /* binary, same integer dtype (not bool): */
   TPUIR_GCD, TPUIR_LCM, /* non-negative like std::gcd / torch.lcm (|a*b|/g) */
-  /* dense linear algebra, continued (ir_linalg.c) */
+  /* dense linear algebra, continued (ir/linalg.c) */
   TPUIR_LDL,               /* custom call: sytrf (one node per result) */
   TPUIR_LDL_SOLVE,         /* custom call: sytrs */
   TPUIR_NUM_OPS
@@ -229,7 +229,7 @@ tpuir_val tpuir_scatter_add(tpuir_graph *g, tpuir_val base, int dim,
 tpuir_val tpuir_index_add(tpuir_graph *g, tpuir_val base, int dim,
                           tpuir_val idx, tpuir_val src);
 
-/* ---- convolution and windows (ir_conv.c) ----------------------------- */
+/* ---- convolution and windows (ir/conv.c) ----------------------------- */
 /* StableHLO convolution restricted to PyTorch layouts: lhs [N, C, s...],
  * rhs [O, C/groups, k...], result [N, O, o...] with 1..3 spatial dims
  * (nsp = rank - 2). Per spatial dim i (arrays of nsp entries; NULL means
@@ -279,7 +279,7 @@ tpuir_val tpuir_window_argmax(tpuir_graph *g, tpuir_val x,
  *                c[0..8) = pad_lo, c[8..16) = pad_hi, d[0..8) = dilation,
  *                kind = reduce kind (RED_MAX for argmax), dim = index_dims */
 
-/* ---- sorting (ir_sort.c) --------------------------------------------- */
+/* ---- sorting (ir/sort.c) --------------------------------------------- */
 /* Which result a TPUIR_SORT node produces (one node per result). */
 typedef enum tpuir_sort_result {
   TPUIR_SORT_VALUES = 0, /* the sorted values (x's dtype and shape) */
@@ -306,7 +306,7 @@ tpuir_val tpuir_sort(tpuir_graph *g, tpuir_val x, int dim, int descending,
  * k > size -> TPU_E_INVALID. */
 tpuir_val tpuir_sort_head(tpuir_graph *g, tpuir_val x, int dim, int descending,
                           int result, int64_t k);
-/* ---- dense linear algebra (ir_linalg.c, executor exec_linalg.c) ------ */
+/* ---- dense linear algebra (ir/linalg.c, executor exec/vtpu/linalg.c) ------ */
 /* Matrix operands are float32 or float64 arrays [..., rows, cols] (rank >=
  * 2; leading dims are batch dims, processed independently). The vTPU
  * computes in double for f32 and f64 alike; results are in the operand
@@ -399,7 +399,7 @@ tpuir_val tpuir_ldl(tpuir_graph *g, tpuir_val x, int result);
 tpuir_val tpuir_ldl_solve(tpuir_graph *g, tpuir_val ld, tpuir_val pivots,
                           tpuir_val b);
 
-/* ---- spectral decompositions (ir_spectral.c) -------------------------- */
+/* ---- spectral decompositions (ir/spectral.c) -------------------------- */
 /* The IR has one result value per node, so each decomposition is ONE node
  * whose result PACKS all of its outputs along the trailing dims; a lowering
  * takes them apart with tpuir_slice + tpuir_reshape (free views in the
@@ -444,7 +444,7 @@ tpuir_val tpuir_eigh(tpuir_graph *g, tpuir_val x, int lower, int compute_v,
                      int check_nan);
 tpuir_val tpuir_svd(tpuir_graph *g, tpuir_val x, int full_matrices,
                     int compute_uv, int check_nan);
-/* ---- complex numbers and FFT (ir_complex.c) --------------------------
+/* ---- complex numbers and FFT (ir/complex.c) --------------------------
  * Complex dtypes (TPU_C64, TPU_C128) store (re, im) pairs. Elementwise
  * ops accept complex operands where the math is defined: NEG, ADD, SUB,
  * MUL, DIV, POW, EQ, NE, SELECT, CONVERT (real -> complex: imag 0; complex
@@ -484,7 +484,7 @@ tpuir_val tpuir_conj(tpuir_graph *g, tpuir_val x);
  * in double. Errors: TPU_E_TYPE (dtypes), TPU_E_INVALID (shapes). */
 tpuir_val tpuir_fft(tpuir_graph *g, tpuir_val x, int fft_type, int nlen,
                     const int64_t *fft_length);
-/* ---- special functions (ir_special.c) ------------------------------- */
+/* ---- special functions (ir/special.c) ------------------------------- */
 /* First/last op of the special-function block of tpuir_op. */
 #define TPUIR_SPECIAL_FIRST TPUIR_BESSEL_J0
 #define TPUIR_SPECIAL_LAST TPUIR_LCM

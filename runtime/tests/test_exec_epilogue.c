@@ -4,7 +4,7 @@
  * the fusion must (or must not) have happened where expected. */
 #include <stdio.h>
 
-#include "../src/exec_internal.h"
+#include "exec/vtpu/internal.h"
 #include "test_exec_util.h"
 #include "tpu_mxu.h"
 #include "tpu_test.h"

@@ -5,7 +5,7 @@
 #include "tpu_test.h"
 #include "test_exec_util.h"
 
-/* internal Philox block function of the executor (exec_rng.c) */
+/* internal Philox block function of the executor (exec/vtpu/rng.c) */
 void tpux__philox(const uint32_t ctr[4], uint64_t seed, uint32_t out[4]);
 
 /* ---- reduce ---------------------------------------------------------------- */

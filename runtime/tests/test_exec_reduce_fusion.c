@@ -5,7 +5,7 @@
  * happened where expected (tpux__reduce_fusion_runs). */
 #include <stdio.h>
 
-#include "../src/exec_internal.h"
+#include "exec/vtpu/internal.h"
 #include "test_exec_util.h"
 #include "tpu_test.h"
 

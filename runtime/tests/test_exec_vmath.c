@@ -1,4 +1,4 @@
-/* test_exec_vmath.c - the float32 transcendental kernels (exec_vmath.c,
+/* test_exec_vmath.c - the float32 transcendental kernels (exec/vtpu/vmath.c,
  * SLEEF) against double-precision libm over a sweep of float bit patterns
  * (every 251st for exp/tanh/logistic/erf/sin, every 4093rd for the rest,
  * both signs) plus special values: SLEEF's 1-ulp functions within 1.5 ulp
@@ -9,7 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../src/exec_internal.h"
+#include "exec/vtpu/internal.h"
 #include "tpu_test.h"
 
 static double ref_of(int op, double x) {
@@ -81,7 +81,7 @@ TPU_TEST(exec_vmath_ulp) {
   for (int k = 0; k < (int)(sizeof ops / sizeof ops[0]); k++) {
     float wx = 0;
     /* logistic: exp's error through e / (1 + e); sinh/cosh above 88:
-     * exp(|x|/2)^2/2 (exec_vmath.c) */
+     * exp(|x|/2)^2/2 (exec/vtpu/vmath.c) */
     double bound = ops[k] == TPUIR_LOGISTIC || ops[k] == TPUIR_SINH || ops[k] == TPUIR_COSH
                        ? 3.0 : 1.5;
     double w = sweep(ops[k], k < 5 ? 251 : 4093, &wx);

@@ -5,7 +5,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "../src/graph_internal.h"
+#include "graph/internal.h"
 #include "tpu_exec.h"
 #include "tpu_graph.h"
 #include "tpu_rt.h"

@@ -4,7 +4,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "../src/lower_internal.h"
+#include "lower/internal.h"
 #include "test_lower_util.h"
 #include "tpu_test.h"
 

@@ -1,5 +1,5 @@
 /* test_lower_complex.c - end-to-end tests of the complex and FFT lowerings
- * (lower_complex.c, lower_fft.c) and of the complex gate, against
+ * (lower/complex.c, lower/fft.c) and of the complex gate, against
  * references computed here (naive DFTs in double). */
 #include <complex.h>
 #include <math.h>

@@ -21,7 +21,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "../src/rt_internal.h"
+#include "rt/internal.h"
 #include "tpu_rt.h"
 #include "tpu_test.h"
 

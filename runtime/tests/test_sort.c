@@ -1,4 +1,4 @@
-/* test_sort.c - TPUIR_SORT (ir_sort.c, exec_sort.c) against a qsort
+/* test_sort.c - TPUIR_SORT (ir/sort.c, exec/vtpu/sort.c) against a qsort
  * reference on (value, position) pairs: stability, NaN order, -0.0,
  * descending, strided operands, empty slices, long rows, rank 0, errors. */
 #include <stdlib.h>

@@ -1,4 +1,4 @@
-/* test_special.c - special-function IR ops (ir_special.c, exec_special.c)
+/* test_special.c - special-function IR ops (ir/special.c, exec/vtpu/special.c)
  * against independent long double references: power series, closed forms,
  * Wronskian identities and exact integer relations. */
 #include <float.h>

@@ -1,0 +1,966 @@
+/* exec/vtpu/elementwise.c - vTPU elementwise engine: dtype <-> compute-class
+ * loads/stores, iteration spaces, tiled programs and the per-op kernels.
+ *
+ * Compute classes: f16/bf16/f32 in float (rounded once at the store), f64 in
+ * double, ints and bool in int64 (the store wraps like C / PyTorch).
+ * Hot loops are compiled for x86-64-v4 / v3 / baseline and picked at run
+ * time (target_clones).
+ */
+#include <immintrin.h>
+#include <math.h>
+#include <stdlib.h>
+
+#include "exec/vtpu/internal.h"
+
+#define CLONES \
+  __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
+
+/* ---- loads and stores --------------------------------------------------- */
+
+#define LOOP_LOAD(ST, DT, EXPR)                                              \
+  do {                                                                       \
+    const ST *s_ = (const ST *)p;                                            \
+    DT *d_ = (DT *)dst;                                                      \
+    if (stride == 1) {                                                       \
+      for (int64_t i = 0; i < n; i++) { ST v = s_[i]; d_[i] = (EXPR); }      \
+    } else if (stride == 0) {                                                \
+      ST v = s_[0];                                                          \
+      DT x_ = (EXPR);                                                        \
+      for (int64_t i = 0; i < n; i++) d_[i] = x_;                            \
+    } else {                                                                 \
+      for (int64_t i = 0; i < n; i++) {                                      \
+        ST v = s_[i * stride];                                               \
+        d_[i] = (EXPR);                                                      \
+      }                                                                      \
+    }                                                                        \
+  } while (0)
+
+/* Load n elements of dtype dt into its class buffer. */
+CLONES void tpux__load(int dt, const char *p, int64_t stride, int64_t n,
+                       void *dst) {
+  switch (dt) {
+  case TPU_BOOL: LOOP_LOAD(uint8_t, int64_t, (int64_t)(v != 0)); break;
+  case TPU_U8: LOOP_LOAD(uint8_t, int64_t, (int64_t)v); break;
+  case TPU_I8: LOOP_LOAD(int8_t, int64_t, (int64_t)v); break;
+  case TPU_I16: LOOP_LOAD(int16_t, int64_t, (int64_t)v); break;
+  case TPU_I32: LOOP_LOAD(int32_t, int64_t, (int64_t)v); break;
+  case TPU_I64: LOOP_LOAD(int64_t, int64_t, v); break;
+  case TPU_F16: LOOP_LOAD(_Float16, float, (float)v); break;
+  case TPU_BF16: LOOP_LOAD(uint16_t, float, xk_bf16_to_f32(v)); break;
+  case TPU_F32: LOOP_LOAD(float, float, v); break;
+  case TPU_F64: LOOP_LOAD(double, double, v); break;
+  default: break;
+  }
+}
+
+#define LOOP_STORE(DT, ST, EXPR)                                             \
+  do {                                                                       \
+    DT *d_ = (DT *)p;                                                        \
+    const ST *s_ = (const ST *)src;                                          \
+    if (stride == 1) {                                                       \
+      for (int64_t i = 0; i < n; i++) { ST v = s_[i]; d_[i] = (EXPR); }      \
+    } else {                                                                 \
+      for (int64_t i = 0; i < n; i++) {                                      \
+        ST v = s_[i];                                                        \
+        d_[i * stride] = (EXPR);                                             \
+      }                                                                      \
+    }                                                                        \
+  } while (0)
+
+/* Store n class-buffer elements as dtype dt. */
+CLONES void tpux__store(int dt, char *p, int64_t stride, int64_t n,
+                        const void *src) {
+  switch (dt) {
+  case TPU_BOOL: LOOP_STORE(uint8_t, int64_t, (uint8_t)(v != 0)); break;
+  case TPU_U8: LOOP_STORE(uint8_t, int64_t, (uint8_t)v); break;
+  case TPU_I8: LOOP_STORE(int8_t, int64_t, (int8_t)v); break;
+  case TPU_I16: LOOP_STORE(int16_t, int64_t, (int16_t)v); break;
+  case TPU_I32: LOOP_STORE(int32_t, int64_t, (int32_t)v); break;
+  case TPU_I64: LOOP_STORE(int64_t, int64_t, v); break;
+  case TPU_F16: LOOP_STORE(_Float16, float, (_Float16)v); break;
+  case TPU_BF16: LOOP_STORE(uint16_t, float, xk_f32_to_bf16(v)); break;
+  case TPU_F32: LOOP_STORE(float, float, v); break;
+  case TPU_F64: LOOP_STORE(double, double, v); break;
+  default: break;
+  }
+}
+
+/* ---- iteration spaces ---------------------------------------------------- */
+
+void tpux__space_init(xk_space *s, int ndim, const int64_t *sizes) {
+  s->nd = ndim;
+  for (int i = 0; i < ndim; i++) s->sz[i] = sizes[i];
+  s->narr = 0;
+}
+
+int tpux__space_add(xk_space *s, const tpu_view *v) {
+  int k = s->narr++;
+  xk_arr *a = &s->arr[k];
+  a->dt = v->dtype;
+  a->p = (char *)v->base + v->offset * (int64_t)tpu_dtype_size(v->dtype);
+  for (int i = 0; i < s->nd; i++) a->st[i] = v->strides[i];
+  return k;
+}
+
+int64_t tpux__space_numel(const xk_space *s) {
+  int64_t n = 1;
+  for (int i = 0; i < s->nd; i++) n *= s->sz[i];
+  return n;
+}
+
+void tpux__space_coalesce(xk_space *s) {
+  if (tpux__space_numel(s) == 0) {
+    s->nd = 1;
+    s->sz[0] = 0;
+    for (int k = 0; k < s->narr; k++) s->arr[k].st[0] = 1;
+    return;
+  }
+  int nd = 0;
+  for (int i = 0; i < s->nd; i++) {
+    if (s->sz[i] == 1) continue;
+    if (nd > 0) {
+      /* merge previous kept dim (outer) with dim i (inner)? */
+      int ok = 1;
+      for (int k = 0; k < s->narr && ok; k++)
+        ok = s->arr[k].st[nd - 1] == s->arr[k].st[i] * s->sz[i];
+      if (ok) {
+        s->sz[nd - 1] *= s->sz[i];
+        for (int k = 0; k < s->narr; k++) s->arr[k].st[nd - 1] = s->arr[k].st[i];
+        continue;
+      }
+    }
+    s->sz[nd] = s->sz[i];
+    for (int k = 0; k < s->narr; k++) s->arr[k].st[nd] = s->arr[k].st[i];
+    nd++;
+  }
+  if (nd == 0) { /* one element */
+    nd = 1;
+    s->sz[0] = 1;
+    for (int k = 0; k < s->narr; k++) s->arr[k].st[0] = 1;
+  }
+  s->nd = nd;
+}
+
+/* Element offset of linear index L in array a (multi-index into idx). */
+static int64_t space_offset(const xk_space *s, int a, int64_t L, int64_t *idx) {
+  int64_t off = 0;
+  for (int d = s->nd - 1; d >= 0; d--) {
+    int64_t q = L / s->sz[d];
+    idx[d] = L - q * s->sz[d];
+    off += idx[d] * s->arr[a].st[d];
+    L = q;
+  }
+  return off;
+}
+
+/* Gather/scatter the linear range [L, L+n) of array a to/from a buffer. */
+static void space_xfer(const xk_space *s, int a, int64_t L, int64_t n,
+                       void *buf, int store) {
+  const xk_arr *ar = &s->arr[a];
+  size_t es = tpu_dtype_size(ar->dt);
+  size_t bs = 8; /* class buffers: float uses 4 */
+  if (xk_cls(ar->dt) == XK_F32) bs = 4;
+  int64_t idx[TPU_MAX_DIMS];
+  int64_t off = space_offset(s, a, L, idx);
+  int nd = s->nd;
+  int64_t inner = s->sz[nd - 1], ist = ar->st[nd - 1];
+  char *b = buf;
+  while (n > 0) {
+    int64_t seg = inner - idx[nd - 1];
+    if (seg > n) seg = n;
+    char *p = ar->p + off * (int64_t)es;
+    if (store) tpux__store(ar->dt, p, ist, seg, b);
+    else tpux__load(ar->dt, p, ist, seg, b);
+    b += seg * (int64_t)bs;
+    n -= seg;
+    if (n == 0) break;
+    /* advance to the start of the next row */
+    off += (inner - idx[nd - 1]) * ist;
+    idx[nd - 1] = 0;
+    off -= inner * ist;
+    for (int d = nd - 2; d >= 0; d--) {
+      idx[d]++;
+      off += ar->st[d];
+      if (idx[d] < s->sz[d]) break;
+      off -= s->sz[d] * ar->st[d];
+      idx[d] = 0;
+    }
+  }
+}
+
+/* ---- kernels ------------------------------------------------------------ */
+
+/* erfinv: rational approximation + two Newton steps (as PyTorch). */
+static double erfinv_d(double y) {
+  static const double a[4] = {0.886226899, -1.645349621, 0.914624893, -0.140543331};
+  static const double b[4] = {-2.118377725, 1.442710462, -0.329097515, 0.012229801};
+  static const double c[4] = {-1.970840454, -1.624906493, 3.429567803, 1.641345311};
+  static const double d[2] = {3.543889200, 1.637067800};
+  double ya = fabs(y), x;
+  if (!(ya <= 1.0)) return NAN;
+  if (ya == 1.0) return copysign(INFINITY, y);
+  if (ya <= 0.7) {
+    double z = y * y;
+    double num = ((a[3] * z + a[2]) * z + a[1]) * z + a[0];
+    double dem = (((b[3] * z + b[2]) * z + b[1]) * z + b[0]) * z + 1.0;
+    x = y * num / dem;
+  } else {
+    double z = sqrt(-log((1.0 - ya) / 2.0));
+    double num = ((c[3] * z + c[2]) * z + c[1]) * z + c[0];
+    double dem = (d[1] * z + d[0]) * z + 1.0;
+    x = copysign(num, y) / dem;
+  }
+  const double k = 1.1283791670955126; /* 2/sqrt(pi) */
+  x = x - (erf(x) - y) / (k * exp(-x * x));
+  x = x - (erf(x) - y) / (k * exp(-x * x));
+  return x;
+}
+static float erfinv_f(float y) {
+  static const float a[4] = {0.886226899f, -1.645349621f, 0.914624893f, -0.140543331f};
+  static const float b[4] = {-2.118377725f, 1.442710462f, -0.329097515f, 0.012229801f};
+  static const float c[4] = {-1.970840454f, -1.624906493f, 3.429567803f, 1.641345311f};
+  static const float d[2] = {3.543889200f, 1.637067800f};
+  float ya = fabsf(y), x;
+  if (!(ya <= 1.0f)) return NAN;
+  if (ya == 1.0f) return copysignf(INFINITY, y);
+  if (ya <= 0.7f) {
+    float z = y * y;
+    float num = ((a[3] * z + a[2]) * z + a[1]) * z + a[0];
+    float dem = (((b[3] * z + b[2]) * z + b[1]) * z + b[0]) * z + 1.0f;
+    x = y * num / dem;
+  } else {
+    float z = sqrtf(-logf((1.0f - ya) / 2.0f));
+    float num = ((c[3] * z + c[2]) * z + c[1]) * z + c[0];
+    float dem = (d[1] * z + d[0]) * z + 1.0f;
+    x = copysignf(num, y) / dem;
+  }
+  const float k = 1.1283791670955126f;
+  x = x - (erff(x) - y) / (k * expf(-x * x));
+  x = x - (erff(x) - y) / (k * expf(-x * x));
+  return x;
+}
+
+/* digamma as PyTorch's calc_digamma (reflection for x < 0, recurrence up
+ * to x >= 10, asymptotic series). digamma(+-0) = -+inf. */
+static double digamma_d(double x) {
+  static const double PSI_10 = 2.25175258906672110764;
+  if (x == 0) return copysign(INFINITY, -x);
+  if (x < 0) {
+    if (x == trunc(x)) return NAN;
+    double q, r = modf(x, &q);
+    return digamma_d(1 - x) - M_PI / tan(M_PI * r);
+  }
+  double result = 0;
+  while (x < 10) {
+    result -= 1 / x;
+    x += 1;
+  }
+  if (x == 10) return result + PSI_10;
+  static const double A[] = {8.33333333333333333333E-2, -2.10927960927960927961E-2,
+                             7.57575757575757575758E-3, -4.16666666666666666667E-3,
+                             3.96825396825396825397E-3, -8.33333333333333333333E-3,
+                             8.33333333333333333333E-2};
+  double y = 0;
+  if (x < 1.0e17) {
+    double z = 1.0 / (x * x), p = 0;
+    for (int i = 0; i < 7; i++) p = p * z + A[i];
+    y = z * p;
+  }
+  return result + log(x) - (0.5 / x) - y;
+}
+static float digamma_f(float x) {
+  static const float PSI_10 = 2.25175258906672110764f;
+  if (x == 0) return copysignf(INFINITY, -x);
+  if (x < 0) {
+    if (x == truncf(x)) return NAN;
+    double q, r = modf((double)x, &q);
+    float pi_over_tan = (float)(M_PI / tan(M_PI * r));
+    return digamma_f(1 - x) - pi_over_tan;
+  }
+  float result = 0;
+  while (x < 10) {
+    result -= 1 / x;
+    x += 1;
+  }
+  if (x == 10) return result + PSI_10;
+  static const float A[] = {8.33333333333333333333E-2f, -2.10927960927960927961E-2f,
+                            7.57575757575757575758E-3f, -4.16666666666666666667E-3f,
+                            3.96825396825396825397E-3f, -8.33333333333333333333E-3f,
+                            8.33333333333333333333E-2f};
+  float y = 0;
+  if (x < 1.0e17f) {
+    float z = 1 / (x * x), p = 0;
+    for (int i = 0; i < 7; i++) p = p * z + A[i];
+    y = z * p;
+  }
+  return result + logf(x) - (0.5f / x) - y;
+}
+
+static double lgamma_d(double x) {
+  int s;
+  return lgamma_r(x, &s);
+}
+static float lgamma_f(float x) {
+  int s;
+  return lgammaf_r(x, &s);
+}
+
+/* Float-class kernel body: T = float/double, S = libm suffix (f or empty),
+ * X = suffix of the local helpers (_f / _d). */
+#define EW_FLOAT_BODY(T, S, X)                                                 \
+  const T *a = (const T *)va, *b = (const T *)vb;                              \
+  T *r = (T *)vr;                                                              \
+  int64_t *ri = (int64_t *)vr;                                                 \
+  switch (op) {                                                                \
+  UN(TPUIR_NEG, -x)                                                            \
+  UN(TPUIR_ABS, fabs##S(x))                                                    \
+  UN(TPUIR_SIGN, (T)((x > 0) - (x < 0))) /* torch: sign(NaN) = 0 */                           \
+  UN(TPUIR_EXP, fexp##X(x))                                                     \
+  UN(TPUIR_EXPM1, expm1##S(x))                                                 \
+  UN(TPUIR_LOG, flog##X(x))                                                     \
+  UN(TPUIR_LOG1P, log1p##S(x))                                                 \
+  case TPUIR_SQRT: vsqrt##X(n, r, a, 0); break;                                \
+  case TPUIR_RSQRT: vsqrt##X(n, r, a, 1); break;                               \
+  UN(TPUIR_SIN, sin##S(x))                                                     \
+  UN(TPUIR_COS, cos##S(x))                                                     \
+  UN(TPUIR_TAN, tan##S(x))                                                     \
+  UN(TPUIR_TANH, ftanh##X(x))                                                   \
+  UN(TPUIR_ASIN, asin##S(x))                                                   \
+  UN(TPUIR_ACOS, acos##S(x))                                                   \
+  UN(TPUIR_ATAN, atan##S(x))                                                   \
+  UN(TPUIR_SINH, sinh##S(x))                                                   \
+  UN(TPUIR_COSH, cosh##S(x))                                                   \
+  UN(TPUIR_ASINH, asinh##S(x))                                                 \
+  UN(TPUIR_ACOSH, acosh##S(x))                                                 \
+  UN(TPUIR_ATANH, atanh##S(x))                                                 \
+  UN(TPUIR_LOGISTIC, logistic##X(x))                                           \
+  UN(TPUIR_ERF, ferf##X(x))                                                     \
+  UN(TPUIR_ERFINV, erfinv##X(x))                                               \
+  UN(TPUIR_LGAMMA, lgamma##X(x))                                               \
+  UN(TPUIR_DIGAMMA, digamma##X(x))                                             \
+  UN(TPUIR_FLOOR, floor##S(x))                                                 \
+  UN(TPUIR_CEIL, ceil##S(x))                                                   \
+  UN(TPUIR_ROUND_EVEN, nearbyint##S(x))                                        \
+  UN(TPUIR_TRUNC, trunc##S(x))                                                 \
+  UNI(TPUIR_IS_FINITE, isfinite(x) ? 1 : 0)                                    \
+  UNI(TPUIR_IS_NAN, x != x)                                                    \
+  UNI(TPUIR_IS_INF, isinf(x) ? 1 : 0)                                          \
+  BIN(TPUIR_ADD, x + y)                                                        \
+  BIN(TPUIR_SUB, x - y)                                                        \
+  BIN(TPUIR_MUL, x * y)                                                        \
+  BIN(TPUIR_DIV, x / y)                                                        \
+  BIN(TPUIR_REM, fmod##S(x, y))                                                \
+  BIN(TPUIR_POW, pow##S(x, y))                                                 \
+  BIN(TPUIR_MAX, (x > y || x != x) ? x : y)                                    \
+  BIN(TPUIR_MIN, (x < y || x != x) ? x : y)                                    \
+  BIN(TPUIR_ATAN2, atan2##S(x, y))                                             \
+  CMP(TPUIR_EQ, x == y)                                                        \
+  CMP(TPUIR_NE, x != y)                                                        \
+  CMP(TPUIR_LT, x < y)                                                         \
+  CMP(TPUIR_LE, x <= y)                                                        \
+  CMP(TPUIR_GT, x > y)                                                         \
+  CMP(TPUIR_GE, x >= y)                                                        \
+  default: return TPU_E_INTERNAL;                                              \
+  }                                                                            \
+  return TPU_OK;
+
+#define UN(OPC, EXPR)                                                          \
+  case OPC:                                                                    \
+    for (int64_t i = 0; i < n; i++) {                                          \
+      __auto_type x = a[i];                                                    \
+      r[i] = (EXPR);                                                           \
+    }                                                                          \
+    break;
+#define UNI(OPC, EXPR)                                                         \
+  case OPC:                                                                    \
+    for (int64_t i = 0; i < n; i++) {                                          \
+      __auto_type x = a[i];                                                    \
+      ri[i] = (EXPR);                                                          \
+    }                                                                          \
+    break;
+#define BIN(OPC, EXPR)                                                         \
+  case OPC:                                                                    \
+    for (int64_t i = 0; i < n; i++) {                                          \
+      __auto_type x = a[i];                                                    \
+      __auto_type y = b[i];                                                    \
+      r[i] = (EXPR);                                                           \
+    }                                                                          \
+    break;
+#define CMP(OPC, EXPR)                                                         \
+  case OPC:                                                                    \
+    for (int64_t i = 0; i < n; i++) {                                          \
+      __auto_type x = a[i];                                                    \
+      __auto_type y = b[i];                                                    \
+      ri[i] = (EXPR);                                                          \
+    }                                                                          \
+    break;
+
+/* exp, log, erf, tanh: float32 runs through SLEEF (tpux__vmath_f32, before
+ * this portable body is reached); these are the libm references the
+ * portable body names. */
+static inline float fexp_f(float x) { return expf(x); }
+static inline double fexp_d(double x) { return exp(x); }
+static inline float flog_f(float x) { return logf(x); }
+static inline double flog_d(double x) { return log(x); }
+static inline float ferf_f(float x) { return erff(x); }
+static inline double ferf_d(double x) { return erf(x); }
+static inline float ftanh_f(float x) { return tanhf(x); }
+static inline double ftanh_d(double x) { return tanh(x); }
+
+/* sqrt / rsqrt without libm's errno path (which blocks vectorisation). */
+__attribute__((target("avx512f"))) static void vsqrt_f32_512(int64_t n, float *r,
+                                                            const float *a,
+                                                            int inv) {
+  int64_t i = 0;
+  const __m512 one = _mm512_set1_ps(1.0f);
+  for (; i + 16 <= n; i += 16) {
+    __m512 v = _mm512_sqrt_ps(_mm512_loadu_ps(a + i));
+    _mm512_storeu_ps(r + i, inv ? _mm512_div_ps(one, v) : v);
+  }
+  for (; i < n; i++) {
+    float v = _mm_cvtss_f32(_mm_sqrt_ss(_mm_set_ss(a[i])));
+    r[i] = inv ? 1.0f / v : v;
+  }
+}
+static void vsqrt_f(int64_t n, float *r, const float *a, int inv) {
+  if (__builtin_cpu_supports("avx512f")) {
+    vsqrt_f32_512(n, r, a, inv);
+    return;
+  }
+  int64_t i = 0;
+  const __m128 one = _mm_set1_ps(1.0f);
+  for (; i + 4 <= n; i += 4) {
+    __m128 v = _mm_sqrt_ps(_mm_loadu_ps(a + i));
+    _mm_storeu_ps(r + i, inv ? _mm_div_ps(one, v) : v);
+  }
+  for (; i < n; i++) {
+    float v = _mm_cvtss_f32(_mm_sqrt_ss(_mm_set_ss(a[i])));
+    r[i] = inv ? 1.0f / v : v;
+  }
+}
+static void vsqrt_d(int64_t n, double *r, const double *a, int inv) {
+  int64_t i = 0;
+  const __m128d one = _mm_set1_pd(1.0);
+  for (; i + 2 <= n; i += 2) {
+    __m128d v = _mm_sqrt_pd(_mm_loadu_pd(a + i));
+    _mm_storeu_pd(r + i, inv ? _mm_div_pd(one, v) : v);
+  }
+  for (; i < n; i++) {
+    __m128d v = _mm_sqrt_sd(_mm_setzero_pd(), _mm_set_sd(a[i]));
+    r[i] = inv ? 1.0 / _mm_cvtsd_f64(v) : _mm_cvtsd_f64(v);
+  }
+}
+
+static inline float logistic_f(float x) {
+  float e = fexp_f(-fabsf(x));
+  return x >= 0 ? 1.0f / (1.0f + e) : e / (1.0f + e);
+}
+static inline double logistic_d(double x) {
+  double e = exp(-fabs(x));
+  return x >= 0 ? 1.0 / (1.0 + e) : e / (1.0 + e);
+}
+
+CLONES static int ew_f32(int op, int64_t n, void *vr, const void *va,
+                         const void *vb) {
+  EW_FLOAT_BODY(float, f, _f)
+}
+
+CLONES static int ew_f64(int op, int64_t n, void *vr, const void *va,
+                         const void *vb) {
+  EW_FLOAT_BODY(double, , _d)
+}
+
+static int64_t ipow(int64_t base, int64_t e) {
+  uint64_t r = 1, b = (uint64_t)base;
+  while (e) {
+    if (e & 1) r *= b;
+    b *= b;
+    e >>= 1;
+  }
+  return (int64_t)r;
+}
+
+CLONES static int ew_i64(int op, int dt, int64_t n, void *vr, const void *va,
+                         const void *vb, int64_t *bad) {
+  const int64_t *a = va, *b = vb;
+  int64_t *r = vr, *ri = vr;
+  int bits = (int)tpu_dtype_size(dt) * 8;
+  switch (op) {
+  UN(TPUIR_NEG, (int64_t)(0ull - (uint64_t)x))
+  UN(TPUIR_ABS, x < 0 ? (int64_t)(0ull - (uint64_t)x) : x)
+  UN(TPUIR_SIGN, (int64_t)((x > 0) - (x < 0)))
+  case TPUIR_FLOOR: case TPUIR_CEIL: case TPUIR_ROUND_EVEN: case TPUIR_TRUNC:
+    if (r != a) memcpy(r, a, (size_t)n * 8);
+    break;
+  case TPUIR_NOT:
+    if (dt == TPU_BOOL)
+      for (int64_t i = 0; i < n; i++) r[i] = !a[i];
+    else
+      for (int64_t i = 0; i < n; i++) r[i] = ~a[i];
+    break;
+  UNI(TPUIR_IS_FINITE, (int64_t)1 + 0 * x)
+  UNI(TPUIR_IS_NAN, (int64_t)0 * x)
+  UNI(TPUIR_IS_INF, (int64_t)0 * x)
+  BIN(TPUIR_ADD, (int64_t)((uint64_t)x + (uint64_t)y))
+  BIN(TPUIR_SUB, (int64_t)((uint64_t)x - (uint64_t)y))
+  BIN(TPUIR_MUL, (int64_t)((uint64_t)x * (uint64_t)y))
+  case TPUIR_DIV:
+  case TPUIR_REM: {
+    int z = 0;
+    for (int64_t i = 0; i < n; i++) z |= b[i] == 0;
+    if (z) {
+      *bad = 0;
+      return TPU_E_INVALID;
+    }
+    if (op == TPUIR_DIV)
+      for (int64_t i = 0; i < n; i++)
+        r[i] = b[i] == -1 ? (int64_t)(0ull - (uint64_t)a[i]) : a[i] / b[i];
+    else
+      for (int64_t i = 0; i < n; i++) r[i] = b[i] == -1 ? 0 : a[i] % b[i];
+    break;
+  }
+  case TPUIR_POW:
+    for (int64_t i = 0; i < n; i++)
+      if (b[i] < 0) {
+        *bad = b[i];
+        return TPU_E_INVALID;
+      }
+    for (int64_t i = 0; i < n; i++) r[i] = ipow(a[i], b[i]);
+    break;
+  BIN(TPUIR_MAX, x > y ? x : y)
+  BIN(TPUIR_MIN, x < y ? x : y)
+  BIN(TPUIR_AND, x & y)
+  BIN(TPUIR_OR, x | y)
+  BIN(TPUIR_XOR, x ^ y)
+  BIN(TPUIR_SHL, (y < 0 || y >= bits) ? 0 : (int64_t)((uint64_t)x << y))
+  case TPUIR_SHR: {
+    int maxs = bits - (dt != TPU_U8);
+    for (int64_t i = 0; i < n; i++) {
+      int64_t x = a[i], y = b[i];
+      r[i] = (y < 0 || y >= maxs) ? x >> maxs : x >> y;
+    }
+    break;
+  }
+  CMP(TPUIR_EQ, x == y)
+  CMP(TPUIR_NE, x != y)
+  CMP(TPUIR_LT, x < y)
+  CMP(TPUIR_LE, x <= y)
+  CMP(TPUIR_GT, x > y)
+  CMP(TPUIR_GE, x >= y)
+  default: return TPU_E_INTERNAL;
+  }
+  return TPU_OK;
+}
+
+/* Class conversion for CONVERT (target dtype dt). */
+CLONES static void convert_buf(int from_dt, int dt, int64_t n, void *vr,
+                               const void *va) {
+  int fc = xk_cls(from_dt), tc = xk_cls(dt);
+  if (fc == XK_F32) {
+    const float *a = va;
+    if (tc == XK_F32) { if (vr != va) memcpy(vr, va, (size_t)n * 4); }
+    else if (tc == XK_F64) { double *r = vr; for (int64_t i = 0; i < n; i++) r[i] = a[i]; }
+    else {
+      int64_t *r = vr;
+      if (dt == TPU_BOOL) for (int64_t i = 0; i < n; i++) r[i] = a[i] != 0;
+      else if (dt == TPU_I64) for (int64_t i = 0; i < n; i++) r[i] = xk_f2i64(a[i]);
+      else for (int64_t i = 0; i < n; i++) r[i] = xk_f2i32(a[i]);
+    }
+  } else if (fc == XK_F64) {
+    const double *a = va;
+    if (tc == XK_F32) { float *r = vr; for (int64_t i = 0; i < n; i++) r[i] = (float)a[i]; }
+    else if (tc == XK_F64) { if (vr != va) memcpy(vr, va, (size_t)n * 8); }
+    else {
+      int64_t *r = vr;
+      if (dt == TPU_BOOL) for (int64_t i = 0; i < n; i++) r[i] = a[i] != 0;
+      else if (dt == TPU_I64) for (int64_t i = 0; i < n; i++) r[i] = xk_f2i64(a[i]);
+      else for (int64_t i = 0; i < n; i++) r[i] = xk_f2i32(a[i]);
+    }
+  } else {
+    const int64_t *a = va;
+    if (tc == XK_F32) { float *r = vr; for (int64_t i = 0; i < n; i++) r[i] = (float)a[i]; }
+    else if (tc == XK_F64) { double *r = vr; for (int64_t i = 0; i < n; i++) r[i] = (double)a[i]; }
+    else if (vr != va) memcpy(vr, va, (size_t)n * 8);
+  }
+}
+
+/* Round/wrap a class buffer to dtype dt in place. */
+CLONES static void norm_buf(int dt, int64_t n, void *buf) {
+  switch (dt) {
+  case TPU_BF16: { float *f = buf; for (int64_t i = 0; i < n; i++) f[i] = xk_round_bf16(f[i]); break; }
+  case TPU_F16: { float *f = buf; for (int64_t i = 0; i < n; i++) f[i] = (float)(_Float16)f[i]; break; }
+  case TPU_BOOL: case TPU_U8: case TPU_I8: case TPU_I16: case TPU_I32: {
+    int64_t *v = buf;
+    for (int64_t i = 0; i < n; i++) v[i] = xk_wrap(dt, v[i]);
+    break;
+  }
+  default: break;
+  }
+}
+
+CLONES static void select_buf(int cls, int64_t n, void *vr, const int64_t *p,
+                              const void *vb, const void *vc) {
+  if (cls == XK_F32) {
+    float *r = vr;
+    const float *b = vb, *c = vc;
+    for (int64_t i = 0; i < n; i++) r[i] = p[i] ? b[i] : c[i];
+  } else {
+    int64_t *r = vr; /* double and int64 move as bits */
+    const int64_t *b = vb, *c = vc;
+    for (int64_t i = 0; i < n; i++) r[i] = p[i] ? b[i] : c[i];
+  }
+}
+
+int tpux__ew_apply(const xk_ins *in, int64_t n, void *r, const void *a,
+                   const void *b, const void *c, int64_t *bad) {
+  int rc = TPU_OK;
+  if (in->op == TPUIR_CONVERT) {
+    convert_buf(in->in_dt, in->dt, n, r, a);
+  } else if (in->op == TPUIR_SELECT) {
+    select_buf(xk_cls(in->in_dt), n, r, a, b, c);
+  } else if (in->op >= TPUIR_SPECIAL_FIRST && in->op <= TPUIR_SPECIAL_LAST) {
+    rc = tpux__special_apply(in->op, in->in_dt, n, r, a, b);
+  } else {
+    switch (xk_cls(in->in_dt)) {
+    case XK_F32:
+      if (!tpux__vmath_f32(in->op, n, r, a, b)) rc = ew_f32(in->op, n, r, a, b);
+      break;
+    case XK_F64: rc = ew_f64(in->op, n, r, a, b); break;
+    default: rc = ew_i64(in->op, in->in_dt, n, r, a, b, bad); break;
+    }
+  }
+  if (rc == TPU_OK && in->norm) norm_buf(in->dt, n, r);
+  return rc;
+}
+
+int tpux__ew_can_fail(int op, int dt) {
+  return (op == TPUIR_DIV || op == TPUIR_REM || op == TPUIR_POW) &&
+         xk_cls(dt) == XK_I64;
+}
+
+/* ---- program runner ----------------------------------------------------- */
+
+typedef struct prog_job {
+  xk_prog *p;
+  int64_t row;   /* row length (innermost coalesced size) */
+  int64_t cpr;   /* tiles per row (row mode), 0 = linear mode */
+  int64_t total; /* elements */
+} prog_job;
+
+static void run_tile(xk_prog *p, const xk_space *s, int64_t L, int64_t n,
+                     int in_row, char *scratch) {
+  void *bp[XK_MAX_BUF], *dout[XK_MAX_INS];
+  char stored[XK_MAX_ARR] = {0};
+  for (int i = 0; i < p->nbuf; i++) bp[i] = scratch + (size_t)i * XK_TILE * 8;
+  for (int j = 0; j < p->nins; j++) dout[j] = NULL;
+  int64_t idx[TPU_MAX_DIMS];
+  /* loads */
+  for (int k = 0; k < p->nload; k++) {
+    int a = p->load[k].arr, bi = p->load[k].buf;
+    const xk_arr *ar = &s->arr[a];
+    if (p->load_const[k]) continue; /* filled once by prog_range */
+    if (in_row && ar->st[s->nd - 1] == 1 && ar->dt == xk_native(xk_cls(ar->dt))) {
+      int64_t off = space_offset(s, a, L, idx);
+      bp[bi] = ar->p + off * (int64_t)tpu_dtype_size(ar->dt);
+    } else {
+      space_xfer(s, a, L, n, bp[bi], 0);
+    }
+  }
+  /* results computed straight into a contiguous native destination. A
+   * stored value holds its buffer to the end of the program, so the
+   * instruction producing it is the last one writing that buffer (earlier
+   * writers of the same physical buffer keep using scratch). */
+  for (int k = 0; k < p->nstore; k++) {
+    int a = p->store[k].arr, bi = p->store[k].buf;
+    const xk_arr *ar = &s->arr[a];
+    int prod = -1;
+    for (int j = 0; j < p->nins; j++)
+      if (p->ins[j].r == bi) prod = j;
+    if (prod >= 0 && !dout[prod] && p->direct_ok[k] && in_row &&
+        ar->st[s->nd - 1] == 1 && ar->dt == xk_native(p->bufcls[bi])) {
+      int64_t off = space_offset(s, a, L, idx);
+      dout[prod] = ar->p + off * (int64_t)tpu_dtype_size(ar->dt);
+      stored[k] = 1;
+    }
+  }
+  for (int j = 0; j < p->nins; j++) {
+    const xk_ins *in = &p->ins[j];
+    int64_t bad = 0;
+    void *r = dout[j] ? dout[j] : scratch + (size_t)in->r * XK_TILE * 8;
+    int rc = tpux__ew_apply(in, n, r, in->a >= 0 ? bp[in->a] : NULL,
+                            in->b >= 0 ? bp[in->b] : NULL,
+                            in->c >= 0 ? bp[in->c] : NULL, &bad);
+    bp[in->r] = r;
+    if (rc != TPU_OK) {
+      int z = TPU_OK;
+      if (atomic_compare_exchange_strong(&p->err, &z, rc)) p->err_val = bad;
+      return;
+    }
+  }
+  for (int k = 0; k < p->nstore; k++) {
+    if (stored[k]) continue;
+    int a = p->store[k].arr, bi = p->store[k].buf;
+    const xk_arr *ar = &s->arr[a];
+    if (in_row) {
+      int64_t off = space_offset(s, a, L, idx);
+      tpux__store(ar->dt, ar->p + off * (int64_t)tpu_dtype_size(ar->dt),
+                  ar->st[s->nd - 1], n, bp[bi]);
+    } else {
+      space_xfer(s, a, L, n, bp[bi], 1);
+    }
+  }
+}
+
+static void prog_range(void *ctx, int64_t b, int64_t e) {
+  prog_job *j = ctx;
+  xk_prog *p = j->p;
+  char *scratch = tpux__alloc((size_t)(p->nbuf ? p->nbuf : 1) * XK_TILE * 8);
+  if (!scratch) {
+    int z = TPU_OK;
+    atomic_compare_exchange_strong(&p->err, &z, TPU_E_OOM);
+    return;
+  }
+  for (int k = 0; k < p->nload; k++) /* broadcast scalars: one fill */
+    if (p->load_const[k]) {
+      const xk_arr *ar = &p->sp.arr[p->load[k].arr];
+      tpux__load(ar->dt, ar->p, 0, XK_TILE,
+                 scratch + (size_t)p->load[k].buf * XK_TILE * 8);
+    }
+  for (int64_t t = b; t < e; t++) {
+    if (atomic_load_explicit(&p->err, memory_order_relaxed)) break;
+    if (j->cpr) {
+      int64_t row = t / j->cpr, ch = t - row * j->cpr;
+      int64_t L = row * j->row + ch * XK_TILE;
+      int64_t n = j->row - ch * XK_TILE;
+      if (n > XK_TILE) n = XK_TILE;
+      run_tile(p, &p->sp, L, n, 1, scratch);
+    } else {
+      int64_t L = t * XK_TILE, n = j->total - L;
+      if (n > XK_TILE) n = XK_TILE;
+      run_tile(p, &p->sp, L, n, p->sp.nd == 1, scratch);
+    }
+  }
+  tpux__free(scratch);
+}
+
+int tpux__prog_run(xk_prog *p) {
+  atomic_store(&p->err, TPU_OK);
+  p->err_val = 0;
+  tpux__space_coalesce(&p->sp);
+  int64_t total = tpux__space_numel(&p->sp);
+  if (total == 0) return TPU_OK;
+  prog_job j = {p, p->sp.sz[p->sp.nd - 1], 0, total};
+  int64_t ntiles, tile_len;
+  if (p->sp.nd > 1 && j.row >= 256) {
+    j.cpr = (j.row + XK_TILE - 1) / XK_TILE;
+    ntiles = (total / j.row) * j.cpr;
+    tile_len = j.row / j.cpr;
+  } else {
+    ntiles = (total + XK_TILE - 1) / XK_TILE;
+    tile_len = XK_TILE;
+  }
+  int64_t grain = XK_GRAIN / (tile_len > 0 ? tile_len : 1);
+  if (grain < 1) grain = 1;
+  if (ntiles <= grain) prog_range(&j, 0, ntiles);
+  else tpurt_parallel_for(ntiles, grain, prog_range, &j);
+  return tpux__prog_status(p);
+}
+
+/* Fill the tile buffers of p's broadcast-scalar loads (once per scratch). */
+void tpux__prog_fill_consts(const xk_prog *p, const xk_space *s, char *scratch) {
+  for (int k = 0; k < p->nload; k++)
+    if (p->load_const[k]) {
+      const xk_arr *ar = &s->arr[p->load[k].arr];
+      tpux__load(ar->dt, ar->p, 0, XK_TILE,
+                 scratch + (size_t)p->load[k].buf * XK_TILE * 8);
+    }
+}
+
+/* Run p serially over `s` with the caller's tile buffers (see
+ * exec/vtpu/internal.h). Errors go to p->err. */
+void tpux__prog_run_window(xk_prog *p, xk_space *s, char *scratch) {
+  tpux__space_coalesce(s);
+  int64_t total = tpux__space_numel(s);
+  if (total == 0) return;
+  int64_t row = s->sz[s->nd - 1];
+  if (s->nd > 1 && row >= 256) {
+    int64_t cpr = (row + XK_TILE - 1) / XK_TILE;
+    for (int64_t r = 0; r < total / row; r++)
+      for (int64_t ch = 0; ch < cpr; ch++) {
+        if (atomic_load_explicit(&p->err, memory_order_relaxed)) return;
+        int64_t n = row - ch * XK_TILE;
+        run_tile(p, s, r * row + ch * XK_TILE, n > XK_TILE ? XK_TILE : n, 1,
+                 scratch);
+      }
+  } else {
+    for (int64_t L = 0; L < total; L += XK_TILE) {
+      if (atomic_load_explicit(&p->err, memory_order_relaxed)) break;
+      int64_t n = total - L;
+      run_tile(p, s, L, n > XK_TILE ? XK_TILE : n, s->nd == 1, scratch);
+    }
+  }
+}
+
+/* Run a program serially over `s` (the program's arrays, re-based and
+ * re-shaped; see exec/vtpu/internal.h). Errors go to p->err. */
+void tpux__prog_run_serial(xk_prog *p, xk_space *s) {
+  /* tile buffers: kept per thread (GEMM epilogues call this once per block;
+   * a malloc/free pair of this size per block can trim and re-fault heap
+   * pages), at most XK_MAX_BUF tiles */
+  static _Thread_local char *tl_scratch;
+  static _Thread_local size_t tl_cap;
+  if (tpux__space_numel(s) == 0) return;
+  size_t need = (size_t)(p->nbuf ? p->nbuf : 1) * XK_TILE * 8;
+  if (tl_cap < need) {
+    char *nb = aligned_alloc(64, need);
+    if (!nb) {
+      int z = TPU_OK;
+      atomic_compare_exchange_strong(&p->err, &z, TPU_E_OOM);
+      return;
+    }
+    free(tl_scratch);
+    tl_scratch = nb;
+    tl_cap = need;
+  }
+  tpux__prog_fill_consts(p, s, tl_scratch);
+  tpux__prog_run_window(p, s, tl_scratch);
+}
+
+/* Status of a program's run: TPU_OK or an error with its message. */
+int tpux__prog_status(xk_prog *p) {
+  int err = atomic_load(&p->err);
+  if (err == TPU_OK) return TPU_OK;
+  if (err == TPU_E_OOM) return tpu_error(TPU_E_OOM, "out of host memory for tiles");
+  if (err == TPU_E_INVALID) {
+    for (int j2 = 0; j2 < p->nins; j2++)
+      if (p->ins[j2].op == TPUIR_POW && p->err_val < 0)
+        return tpu_error(TPU_E_INVALID,
+                         "Integers to negative integer powers are not allowed.");
+    return tpu_error(TPU_E_INVALID, "ZeroDivisionError");
+  }
+  return tpu_error(err, "elementwise kernel failed");
+}
+
+/* ---- node evaluation ---------------------------------------------------- */
+
+static int needs_norm(int dt) {
+  return dt == TPU_BF16 || dt == TPU_F16 || (xk_cls(dt) == XK_I64 && dt != TPU_I64);
+}
+
+/* Build the program of a fused elementwise region (see exec/vtpu/internal.h). */
+int tpux__region_prog(xctx *c, int n, const int32_t *members, const char *store,
+                      const tpu_view *const *dst, xk_prog **out) {
+  *out = NULL;
+  if (n < 1 || n > XK_MAX_INS)
+    return tpu_error(TPU_E_INTERNAL, "eval_region: bad region size %d", n);
+  const tpuir_graph *g = c->g;
+  int rc = TPU_OK;
+  for (int k = 0; k < n && rc == TPU_OK; k++) {
+    if (!store[k]) continue;
+    if (dst[k]) c->vals[members[k]].v = *dst[k];
+    else rc = tpux__alloc_value(c, members[k]);
+  }
+  if (rc) return rc;
+  xk_prog *p = calloc(1, sizeof *p);
+  if (!p) return tpu_error(TPU_E_OOM, "elementwise: out of host memory");
+  const tpuir_node *n0 = tpuir_get_node(g, members[0]);
+  tpux__space_init(&p->sp, n0->ndim, n0->sizes);
+  /* virtual registers in program order: member k's new loads (all loaded at
+   * the start of a tile), then its result */
+  int32_t vid[XK_MAX_BUF], vdef[XK_MAX_BUF], lastuse[XK_MAX_BUF];
+  int8_t vcls[XK_MAX_BUF], consumed[XK_MAX_BUF], vload[XK_MAX_BUF];
+  int16_t res_v[XK_MAX_INS], ops_v[XK_MAX_INS][3];
+  int nv = 0;
+  for (int k = 0; k < n; k++) {
+    const tpuir_node *m = tpuir_get_node(g, members[k]);
+    for (int q = 0; q < 3; q++) ops_v[k][q] = -1;
+    for (int q = 0; q < m->nin; q++) {
+      int o = m->in[q], v = -1;
+      for (int j = 0; j < nv; j++)
+        if (vid[j] == o) v = j;
+      if (v < 0) { /* a value from outside the region: load it */
+        if (nv >= XK_MAX_BUF - 1 || p->sp.narr >= XK_MAX_ARR - (n - k)) {
+          free(p);
+          return tpu_error(TPU_E_INTERNAL, "eval_region: too many inputs");
+        }
+        v = nv++;
+        vid[v] = o;
+        vdef[v] = 0; /* every load happens at the start of a tile */
+        lastuse[v] = k;
+        vcls[v] = (int8_t)xk_cls(c->vals[o].v.dtype);
+        consumed[v] = 0;
+        vload[v] = 1;
+        const tpu_view *lv = &c->vals[o].v;
+        int cst = 1;
+        for (int d = 0; d < lv->ndim; d++) cst &= lv->strides[d] == 0 || lv->sizes[d] == 1;
+        if (cst) lastuse[v] = n; /* its buffer is never reused */
+        p->load_const[p->nload] = (int8_t)cst;
+        p->load[p->nload].arr = (int16_t)tpux__space_add(&p->sp, &c->vals[o].v);
+        p->load[p->nload].buf = (int16_t)v; /* renamed to physical below */
+        p->nload++;
+      }
+      ops_v[k][q] = (int16_t)v;
+      if (lastuse[v] < k) lastuse[v] = k;
+      consumed[v] = 1;
+    }
+    int v = nv++;
+    vid[v] = members[k];
+    vdef[v] = k;
+    lastuse[v] = store[k] ? n : k; /* stored values are held to the end */
+    vcls[v] = (int8_t)xk_cls(m->dtype);
+    consumed[v] = 0;
+    vload[v] = 0;
+    res_v[k] = (int16_t)v;
+  }
+  /* linear-scan allocation: a physical buffer is free for a register
+   * defined at member k if its holder's last use is before k */
+  int16_t phys[XK_MAX_BUF];
+  int32_t busy[XK_MAX_BUF];
+  int np = 0;
+  for (int j = 0; j < nv; j++) {
+    int pick = -1;
+    for (int b = 0; b < np && pick < 0; b++)
+      if (busy[b] < vdef[j]) pick = b;
+    if (pick < 0) pick = np++;
+    busy[pick] = lastuse[j];
+    phys[j] = (int16_t)pick;
+    p->bufcls[pick] = vcls[j];
+  }
+  p->nbuf = np;
+  for (int l = 0; l < p->nload; l++) p->load[l].buf = phys[p->load[l].buf];
+  for (int k = 0; k < n; k++) {
+    const tpuir_node *m = tpuir_get_node(g, members[k]);
+    int in_dt = tpuir_get_node(g, m->in[m->op == TPUIR_SELECT ? 1 : 0])->dtype;
+    int rv = res_v[k];
+    p->ins[k] = (xk_ins){(int16_t)m->op, (int16_t)m->dtype, (int16_t)in_dt,
+                         phys[rv],
+                         ops_v[k][0] >= 0 ? phys[ops_v[k][0]] : -1,
+                         ops_v[k][1] >= 0 ? phys[ops_v[k][1]] : -1,
+                         ops_v[k][2] >= 0 ? phys[ops_v[k][2]] : -1,
+                         (int16_t)(consumed[rv] && needs_norm(m->dtype))};
+    if (!store[k]) continue;
+    int s = p->nstore++;
+    p->store[s].arr = (int16_t)tpux__space_add(&p->sp, &c->vals[members[k]].v);
+    p->store[s].buf = phys[rv];
+    /* caller memory that a load also reads: write only at the tile end */
+    p->direct_ok[s] = 1;
+    if (dst[k])
+      for (int j = 0; j < nv; j++)
+        if (vload[j] && tpux__views_overlap(&c->vals[vid[j]].v, dst[k]))
+          p->direct_ok[s] = 0;
+  }
+  p->nins = n;
+  *out = p;
+  return TPU_OK;
+}
+
+/* Evaluate a fused elementwise region (see exec/vtpu/internal.h). */
+int tpux__eval_region(xctx *c, int n, const int32_t *members, const char *store,
+                      const tpu_view *const *dst) {
+  xk_prog *p;
+  int rc = tpux__region_prog(c, n, members, store, dst, &p);
+  if (rc) return rc;
+  rc = tpux__prog_run(p);
+  free(p);
+  return rc;
+}

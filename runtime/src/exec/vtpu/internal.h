@@ -1,0 +1,314 @@
+/* exec/vtpu/internal.h - private interfaces of the vTPU executor (exec/vtpu/*.c).
+ *
+ * Values are strided views (tpu_view). Elementwise work runs as a small
+ * "program" over tiles of XK_TILE elements: operands are gathered into
+ * compute-class buffers (float for f16/bf16/f32, double for f64, int64 for
+ * ints and bool), instructions run on whole buffers, results are scattered
+ * to the destination with the final dtype conversion.
+ */
+#ifndef TPU_EXEC_INTERNAL_H
+#define TPU_EXEC_INTERNAL_H
+
+#include <stdatomic.h>
+#include <stdint.h>
+#include <string.h>
+
+#include "tpu_exec.h"
+#include "tpu_ir.h"
+#include "tpu_rt.h"
+
+/* ---- compute classes --------------------------------------------------- */
+enum { XK_F32 = 0, XK_F64 = 1, XK_I64 = 2 };
+/* Compute class of a dtype. */
+static inline int xk_cls(int dt) {
+  if (dt == TPU_F64) return XK_F64;
+  if (dt == TPU_F16 || dt == TPU_BF16 || dt == TPU_F32) return XK_F32;
+  return XK_I64;
+}
+/* The dtype stored natively by a class (no conversion on load/store). */
+static inline int xk_native(int cls) {
+  return cls == XK_F32 ? TPU_F32 : cls == XK_F64 ? TPU_F64 : TPU_I64;
+}
+
+#define XK_TILE 1024
+#define XK_GRAIN 32768 /* elements per parallel chunk (at least) */
+
+/* Element-wise loads/stores of n elements at p (stride in elements) between
+ * dtype `dt` and its compute class buffer. */
+void tpux__load(int dt, const char *p, int64_t stride, int64_t n, void *dst);
+void tpux__store(int dt, char *p, int64_t stride, int64_t n, const void *src);
+
+/* Float-class transcendental kernels through SLEEF (exec/vtpu/vmath.c): exp,
+ * expm1, log, log1p, sin, cos, tan, tanh, asin, acos, atan, sinh, cosh,
+ * asinh, acosh, atanh, erf, logistic (r = op(a)) and pow, atan2
+ * (r = op(a, b)) over [0, n); r may equal a or b. Returns 1 if done, 0 if
+ * the op is not covered (the caller uses the portable kernel). */
+int tpux__vmath_f32(int op, int64_t n, float *r, const float *a, const float *b);
+
+/* Round a float to bf16 / f16 precision (RNE), as stored. */
+static inline float xk_round_bf16(float f) {
+  uint32_t u;
+  memcpy(&u, &f, 4);
+  uint32_t r = (u + 0x7fffu + ((u >> 16) & 1u)) & 0xffff0000u;
+  uint32_t q = (u | 0x00400000u) & 0xffff0000u;
+  r = ((u & 0x7fffffffu) > 0x7f800000u) ? q : r;
+  float o;
+  memcpy(&o, &r, 4);
+  return o;
+}
+static inline uint16_t xk_f32_to_bf16(float f) {
+  uint32_t u;
+  memcpy(&u, &f, 4);
+  uint32_t r = (u + 0x7fffu + ((u >> 16) & 1u)) >> 16;
+  uint32_t q = (u >> 16) | 0x40u;
+  return (uint16_t)(((u & 0x7fffffffu) > 0x7f800000u) ? q : r);
+}
+static inline float xk_bf16_to_f32(uint16_t h) {
+  uint32_t u = (uint32_t)h << 16;
+  float f;
+  memcpy(&f, &u, 4);
+  return f;
+}
+/* float/double -> int64 with x86 semantics (out of range/NaN -> INT64_MIN). */
+static inline int64_t xk_f2i64(double v) {
+  return (v >= -9223372036854775808.0 && v < 9223372036854775808.0)
+             ? (int64_t)v
+             : INT64_MIN;
+}
+/* float/double -> int32 with x86 semantics (out of range/NaN -> INT32_MIN). */
+static inline int64_t xk_f2i32(double v) {
+  return (v > -2147483649.0 && v < 2147483648.0) ? (int64_t)(int32_t)v
+                                                  : (int64_t)INT32_MIN;
+}
+/* Wrap an int64 to dtype dt's range (bool: != 0). */
+static inline int64_t xk_wrap(int dt, int64_t v) {
+  switch (dt) {
+  case TPU_BOOL: return v != 0;
+  case TPU_U8: return (uint8_t)v;
+  case TPU_I8: return (int8_t)v;
+  case TPU_I16: return (int16_t)v;
+  case TPU_I32: return (int32_t)v;
+  default: return v;
+  }
+}
+
+/* ---- iteration space --------------------------------------------------- */
+#define XK_MAX_ARR 96
+
+typedef struct xk_arr {
+  char *p;                     /* element (0,...,0) */
+  int32_t dt;
+  int64_t st[TPU_MAX_DIMS];    /* element strides */
+} xk_arr;
+
+typedef struct xk_space {
+  int32_t nd;
+  int64_t sz[TPU_MAX_DIMS];
+  int32_t narr;
+  xk_arr arr[XK_MAX_ARR];
+} xk_space;
+
+/* Initialise a space of the given shape (no arrays yet). */
+void tpux__space_init(xk_space *s, int ndim, const int64_t *sizes);
+/* Add a view (its sizes must equal the space's); returns the array index. */
+int tpux__space_add(xk_space *s, const tpu_view *v);
+/* Merge adjacent dims where every array allows it, drop size-1 dims. */
+void tpux__space_coalesce(xk_space *s);
+int64_t tpux__space_numel(const xk_space *s);
+
+/* ---- elementwise programs --------------------------------------------- */
+#define XK_MAX_INS 32
+#define XK_MAX_BUF (XK_MAX_INS + XK_MAX_ARR)
+/* limits of a fused elementwise region (leave room for stores) */
+#define XK_REGION_MAX_NODES XK_MAX_INS
+#define XK_REGION_MAX_INPUTS 15
+/* one-element broadcast inputs (held in a buffer filled once per thread) */
+#define XK_REGION_MAX_SCALARS 32
+enum { XK_OP_COPY = TPUIR_NUM_OPS }; /* class conversion (CONVERT) */
+
+typedef struct xk_ins {
+  int16_t op;         /* tpuir_op (elementwise), TPUIR_CONVERT */
+  int16_t dt;         /* result dtype */
+  int16_t in_dt;      /* operand dtype (values of SELECT) */
+  int16_t r, a, b, c; /* buffers (-1: unused) */
+  int16_t norm;       /* round/wrap the result buffer to dt */
+} xk_ins;
+
+typedef struct xk_prog {
+  xk_space sp;
+  int32_t nload, nins, nstore, nbuf;
+  struct { int16_t arr, buf; } load[XK_MAX_ARR], store[XK_MAX_ARR];
+  xk_ins ins[XK_MAX_INS];
+  int8_t bufcls[XK_MAX_BUF];
+  int8_t direct_ok[XK_MAX_ARR]; /* store array may be written in place */
+  int8_t load_const[XK_MAX_ARR]; /* all strides 0: filled once per thread */
+  /* run-time error raised by a kernel (first wins) */
+  _Atomic int err;
+  int64_t err_val;
+} xk_prog;
+
+/* Run a program over its space (parallel). Returns TPU_OK or an error
+ * (message set on the calling thread). */
+int tpux__prog_run(xk_prog *p);
+/* Run a program on the calling thread only (no parallel_for) over space s:
+ * p's arrays re-based/re-shaped (same array order; s is coalesced in
+ * place). Errors are recorded in p->err (see tpux__prog_status). Used by
+ * GEMM epilogues on pool workers. */
+void tpux__prog_run_serial(xk_prog *p, xk_space *s);
+/* The two halves of tpux__prog_run_serial, for callers that run a program
+ * over many small windows with tile buffers of their own (fused
+ * reductions): fill the buffers of p's broadcast-scalar loads (their
+ * arrays taken from s) into scratch (p->nbuf * XK_TILE * 8 bytes, once per
+ * scratch), then run p serially over each window s (arrays re-based and
+ * re-shaped as for tpux__prog_run_serial; s is coalesced in place). Errors
+ * are recorded in p->err. */
+void tpux__prog_fill_consts(const xk_prog *p, const xk_space *s, char *scratch);
+void tpux__prog_run_window(xk_prog *p, xk_space *s, char *scratch);
+/* TPU_OK, or the error recorded in p->err with its message set. */
+int tpux__prog_status(xk_prog *p);
+/* Run one elementwise instruction on class buffers (n elements). Returns
+ * TPU_OK or an error code (TPU_E_INVALID for integer /0 and negative int
+ * powers); *bad receives the offending value. */
+int tpux__ew_apply(const xk_ins *in, int64_t n, void *r, const void *a,
+                   const void *b, const void *c, int64_t *bad);
+/* 1 if the op can fail at run time for this operand dtype. */
+int tpux__ew_can_fail(int op, int dt);
+/* Special-function ops (TPUIR_SPECIAL_FIRST .. TPUIR_SPECIAL_LAST) on class
+ * buffers: operands of dtype in_dt (float class for f16/bf16/f32, double,
+ * int64 for GCD/LCM), n elements, result in the class of the node's
+ * dtype (FREXP_EXP: int64). r may alias a. Defined in exec/vtpu/special.c. */
+int tpux__special_apply(int op, int in_dt, int64_t n, void *r, const void *a,
+                        const void *b);
+
+/* ---- copies ------------------------------------------------------------ */
+/* dst = convert(src) elementwise; views of equal sizes; no overlap check. */
+int tpux__copy_nocheck(const tpu_view *dst, const tpu_view *src);
+/* 1 if the memory spans of two views may overlap. */
+int tpux__views_overlap(const tpu_view *a, const tpu_view *b);
+/* 1 if identical element mapping (base, offset, dtype, sizes, strides). */
+int tpux__views_same(const tpu_view *a, const tpu_view *b);
+/* Fill a view with a value given as a one-element class buffer. */
+int tpux__fill(const tpu_view *dst, const void *cls_val);
+
+/* ---- executor context -------------------------------------------------- */
+typedef struct xv {
+  tpu_view v;   /* the value as a view */
+  void *mem;    /* owned temporary (freed at last use), or NULL */
+} xv;
+
+typedef struct xctx {
+  const tpuir_graph *g;
+  xv *vals;
+} xctx;
+
+/* Allocate a contiguous temporary for node t's result into c->vals[t]. */
+int tpux__alloc_value(xctx *c, int t);
+/* 64-byte aligned host allocation (never NULL for 0 bytes); release with
+ * tpux__free (large blocks are cached for reuse across runs). */
+void *tpux__alloc(size_t bytes);
+void tpux__free(void *p);
+
+/* Evaluate a fused elementwise region: members[0..n) (node ids in order,
+ * all unary/binary/select/convert of one shape). Member k's value is
+ * materialised when store[k] (into *dst[k] when non-NULL, else a new
+ * temporary); other members live only in tile buffers. */
+int tpux__eval_region(xctx *c, int n, const int32_t *members, const char *store,
+                      const tpu_view *const *dst);
+
+/* Build the program of a region without running it (same arguments as
+ * tpux__eval_region; stored members get their memory now). Its space is the
+ * region's shape, arrays in the order: loads, then stores. Caller frees
+ * *out (free). */
+int tpux__region_prog(xctx *c, int n, const int32_t *members, const char *store,
+                      const tpu_view *const *dst, xk_prog **out);
+
+/* ---- GEMM epilogues (exec/vtpu/epilogue.c) ---------------------------------- */
+/* 1 unless epilogue fusion is disabled (env TORCH_TPU_NO_EPILOGUE=1, read
+ * once, or tpux__set_epilogue(0)). */
+int tpux__epilogue_enabled(void);
+/* Override: 1 on, 0 off, -1 back to the environment. Process-wide; for
+ * tests. */
+void tpux__set_epilogue(int mode);
+/* Number of dots whose GEMM ran a region in its epilogue so far. */
+int64_t tpux__epilogue_runs(void);
+/* DOT_GENERAL node t followed by the region members[0..n) (same arguments
+ * as tpux__eval_region), which must read t's value only directly, have
+ * t's shape and cannot fail: runs the region on each finished GEMM block
+ * when possible, else right after the dot. */
+int tpux__eval_dot_fused(xctx *c, int t, int n, const int32_t *members,
+                         const char *store, const tpu_view *const *dst);
+/* tpux__eval_dot with a GEMM epilogue (fn may be NULL); *applied = 1 when
+ * fn ran on every block of the result, 0 when the dot took a path without
+ * epilogues (integers, converted results, empty). If c->vals[t].mem is
+ * already set, the result goes there. */
+int tpux__eval_dot_ex(xctx *c, int t, void (*fn)(void *, int64_t, int64_t,
+                                                 int64_t, int64_t, int64_t),
+                      void *ctx, int *applied);
+
+/* ---- reductions fused with their producer (exec/vtpu/reduce.c) ------------- */
+/* 1 unless reduction fusion is disabled (env TORCH_TPU_NO_REDUCE_FUSION=1,
+ * read once, or tpux__set_reduce_fusion(0)). */
+int tpux__reduce_fusion_enabled(void);
+/* Override: 1 on, 0 off, -1 back to the environment. Process-wide; for
+ * tests. */
+void tpux__set_reduce_fusion(int mode);
+/* Number of REDUCE nodes evaluated tile by tile from their region so far. */
+int64_t tpux__reduce_fusion_runs(void);
+/* The region members[0..n) (same arguments as tpux__eval_region) whose
+ * member k is the operand of REDUCE node t; the region cannot fail.
+ * Evaluates the region window by window inside the reduction's loops and
+ * t's value into c->vals[t]. store[k] == 0: member k has no other user and
+ * is never materialised (its windows go to a scratch); else it is stored
+ * (into *dst[k] when set) and folded from there while hot. Other members
+ * are stored as usual. Results are bit-identical to running the region and
+ * then t; falls back to exactly that when there is nothing to fuse (empty,
+ * nothing reduced) or the windows would be short (under 256 elements:
+ * runs split by broadcasts or strides, e.g. per-channel sums over 7x7). */
+int tpux__eval_region_reduce(xctx *c, int n, const int32_t *members,
+                             const char *store, const tpu_view *const *dst,
+                             int k, int t);
+
+/* Node evaluators (result into c->vals[t]). */
+int tpux__eval_const(xctx *c, int t);
+int tpux__eval_iota(xctx *c, int t);
+int tpux__eval_rng(xctx *c, int t);
+int tpux__eval_concat(xctx *c, int t);
+int tpux__eval_pad(xctx *c, int t);
+int tpux__eval_reduce(xctx *c, int t);
+int tpux__eval_argreduce(xctx *c, int t);
+int tpux__eval_dot(xctx *c, int t);
+int tpux__eval_gather(xctx *c, int t);
+int tpux__eval_index_select(xctx *c, int t);
+int tpux__eval_scatter_add(xctx *c, int t);
+int tpux__eval_index_add(xctx *c, int t);
+/* CONVOLUTION, REDUCE_WINDOW, WINDOW_ARGMAX (exec/vtpu/conv.c). */
+int tpux__eval_conv(xctx *c, int t);
+/* SORT (exec/vtpu/sort.c). */
+int tpux__eval_sort(xctx *c, int t);
+/* EIGH, SVD (exec/vtpu/spectral.c). */
+int tpux__eval_spectral(xctx *c, int t);
+/* CHOLESKY, TRIANGULAR_SOLVE, LU, LU_PIVOTS_TO_PERM, GEQRF,
+ * HOUSEHOLDER_PRODUCT (exec/vtpu/linalg.c). */
+int tpux__eval_linalg(xctx *c, int t);
+
+/* Complex values (exec/vtpu/complex.c). */
+/* 1 if node n has a complex operand or result (or is REAL/IMAG/COMPLEX/
+ * CONJ/FFT) and is not pure data movement: it runs through
+ * tpux__eval_complex, never in a fused region. */
+int tpux__is_complex_node(const tpuir_graph *g, const tpuir_node *n);
+int tpux__eval_complex(xctx *c, int t);
+/* dst = convert(src) when either dtype is complex (no overlap check). */
+int tpux__copy_complex(const tpu_view *dst, const tpu_view *src);
+/* Fill dst with re + im*i converted to its dtype. */
+int tpux__fill_complex(const tpu_view *dst, double re, double im);
+
+/* Philox4x32-10 block for a 128-bit counter (ctr[0] least significant). */
+void tpux__philox(const uint32_t ctr[4], uint64_t seed, uint32_t out[4]);
+
+/* Strides of a reshape of (sizes, strides) to new sizes without copying;
+ * returns 1 and fills new_strides if possible (torch computeStride). */
+int tpux__reshape_strides(int ndim, const int64_t *sizes,
+                          const int64_t *strides, int new_ndim,
+                          const int64_t *new_sizes, int64_t *new_strides);
+
+#endif /* TPU_EXEC_INTERNAL_H */

@@ -1,0 +1,1073 @@
+/* exec/vtpu/reduce.c - vTPU reductions (REDUCE, ARGREDUCE).
+ *
+ * REDUCE splits the operand's dims into kept and reduced sets (each
+ * coalesced; reduced dims ordered by decreasing stride). Floats accumulate
+ * in double (8 independent lanes, folded in a fixed order), ints and bool
+ * in int64 with wrap-around; the result is rounded once at the store.
+ * Two loop shapes:
+ *   inner: per output, stream the reduced elements (reduced innermost stride
+ *          is the smallest) - sum over rows;
+ *   outer: per block of up to XK_TILE consecutive outputs along a kept
+ *          innermost dim with the smaller stride, accumulate rows into a
+ *          vector of accumulators - sum over columns.
+ * Work is split over outputs; when there are few outputs and a long
+ * reduction, the reduction is also split into fixed-size chunks whose
+ * partial results are combined in chunk order, so results never depend on
+ * the number of threads.
+ *
+ * Fused producers (tpux__eval_region_reduce): when the operand is the value
+ * of an elementwise region used by nothing else, the plan is made for the
+ * operand as it would be materialised (contiguous), and each place where a
+ * loop reads a run of it instead runs the region's program over that
+ * window (a few outputs' rows in the inner shape, a few reduced rows of a
+ * block in the outer shape) into an L1 scratch in the operand's dtype,
+ * then folds the scratch with the same calls on the same runs: the results
+ * are bit-identical to materialising the operand first. Plain cases
+ * (empty, nothing reduced) materialise it.
+ */
+#include <math.h>
+#include <pthread.h>
+#include <stddef.h>
+#include <stdlib.h>
+
+#include "exec/vtpu/internal.h"
+
+#define LANES 8
+#define RED_CHUNK 65536
+
+typedef union acc_t {
+  double d;
+  int64_t i;
+} acc_t;
+
+struct red_fuse;
+
+typedef struct red_plan {
+  int kind, dt, cls, fl; /* fl: accumulate in double */
+  const char *x;         /* operand element 0 */
+  size_t es;
+  /* kept dims (coalesced), operand strides */
+  int nk;
+  int64_t ks[TPU_MAX_DIMS], kx[TPU_MAX_DIMS];
+  /* reduced dims (coalesced), operand strides */
+  int nr;
+  int64_t rs[TPU_MAX_DIMS], rx[TPU_MAX_DIMS];
+  int64_t nout, rcount;
+  int outer;            /* loop shape */
+  int64_t blk, nblk;    /* outer: block length, blocks per kept row */
+  int64_t ngroups, nchunks, chunk;
+  acc_t *part;          /* [ngroups][nchunks][glen] */
+  int64_t glen;         /* outputs per group (1 or blk) */
+  struct red_fuse *F;   /* operand computed by a region, or NULL */
+} red_plan;
+
+/* A fused producer: the operand x is not in memory; its elements come from
+ * a region's program, run over windows into a scratch array (the
+ * program's store array `sarr`), in x's dtype, then folded exactly as the
+ * plain loops fold x. Each coalesced dim of the plan is a list of
+ * super-dims (kzl/rzl): runs of x's dims that every program array
+ * coalesces as x does (one per coalesced dim in the usual case); windows
+ * are split into boxes where an array's strides break (broadcasts,
+ * transposed inputs), the folds are not. */
+typedef struct red_fuse {
+  xk_prog *prog;
+  int sarr, narr, batch; /* batch: inner shape, several outputs per window */
+  int stored; /* x is also materialised: the windows write it in place */
+  char *abase[XK_MAX_ARR];
+  int64_t aes[XK_MAX_ARR];
+  int nz;                               /* super-dim pool */
+  int64_t zs[TPU_MAX_DIMS];             /* sizes */
+  int64_t za[TPU_MAX_DIMS][XK_MAX_ARR]; /* strides of each array */
+  int64_t zero[XK_MAX_ARR];
+  int kzl[TPU_MAX_DIMS][TPU_MAX_DIMS], kzn[TPU_MAX_DIMS]; /* kept dims */
+  int rzl[TPU_MAX_DIMS][TPU_MAX_DIMS], rzn[TPU_MAX_DIMS]; /* reduced dims */
+} red_fuse;
+
+static acc_t identity(int kind, int dt) {
+  acc_t a;
+  int fl = xk_cls(dt) != XK_I64;
+  switch (kind) {
+  case TPUIR_RED_SUM: if (fl) a.d = 0; else a.i = 0; break;
+  case TPUIR_RED_PROD: if (fl) a.d = 1; else a.i = 1; break;
+  case TPUIR_RED_MAX:
+    if (fl) a.d = -INFINITY;
+    else a.i = dt == TPU_BOOL || dt == TPU_U8 ? 0 : dt == TPU_I8 ? INT8_MIN
+             : dt == TPU_I16 ? INT16_MIN : dt == TPU_I32 ? INT32_MIN : INT64_MIN;
+    break;
+  case TPUIR_RED_MIN:
+    if (fl) a.d = INFINITY;
+    else a.i = dt == TPU_BOOL ? 1 : dt == TPU_U8 ? UINT8_MAX : dt == TPU_I8 ? INT8_MAX
+             : dt == TPU_I16 ? INT16_MAX : dt == TPU_I32 ? INT32_MAX : INT64_MAX;
+    break;
+  case TPUIR_RED_AND: a.i = 1; break;
+  default: a.i = 0; break;
+  }
+  return a;
+}
+
+static inline double comb_d(int kind, double a, double v) {
+  switch (kind) {
+  case TPUIR_RED_SUM: return a + v;
+  case TPUIR_RED_PROD: return a * v;
+  case TPUIR_RED_MAX: return (v > a || v != v) ? v : a;
+  default: return (v < a || v != v) ? v : a;
+  }
+}
+static inline int64_t comb_i(int kind, int64_t a, int64_t v) {
+  switch (kind) {
+  case TPUIR_RED_SUM: return (int64_t)((uint64_t)a + (uint64_t)v);
+  case TPUIR_RED_PROD: return (int64_t)((uint64_t)a * (uint64_t)v);
+  case TPUIR_RED_MAX: return v > a ? v : a;
+  case TPUIR_RED_MIN: return v < a ? v : a;
+  case TPUIR_RED_AND: return a & v;
+  default: return a | v;
+  }
+}
+
+/* Fold a class buffer into LANES accumulators (lane = i % LANES). */
+#define FOLD_LANES(T, ACC, COMB)                                             \
+  do {                                                                       \
+    const T *b_ = (const T *)buf;                                            \
+    int64_t i_ = 0;                                                          \
+    for (; i_ + LANES <= n; i_ += LANES)                                     \
+      for (int l_ = 0; l_ < LANES; l_++)                                     \
+        lanes[l_].ACC = COMB(lanes[l_].ACC, b_[i_ + l_]);                    \
+    for (; i_ < n; i_++) lanes[0].ACC = COMB(lanes[0].ACC, b_[i_]);          \
+  } while (0)
+
+#define SUMD(a, v) ((a) + (double)(v))
+#define PRODD(a, v) ((a) * (double)(v))
+#define MAXD(a, v) (((double)(v) > (a) || (v) != (v)) ? (double)(v) : (a))
+#define MIND(a, v) (((double)(v) < (a) || (v) != (v)) ? (double)(v) : (a))
+#define SUMI(a, v) ((int64_t)((uint64_t)(a) + (uint64_t)(v)))
+#define PRODI(a, v) ((int64_t)((uint64_t)(a) * (uint64_t)(v)))
+#define MAXI(a, v) ((v) > (a) ? (v) : (a))
+#define MINI(a, v) ((v) < (a) ? (v) : (a))
+#define ANDI(a, v) ((a) & (v))
+#define ORI(a, v) ((a) | (v))
+
+__attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
+static void fold_lanes(int kind, int cls, int64_t n, const void *buf,
+                       acc_t *lanes) {
+  if (cls == XK_F32) {
+    switch (kind) {
+    case TPUIR_RED_SUM: FOLD_LANES(float, d, SUMD); break;
+    case TPUIR_RED_PROD: FOLD_LANES(float, d, PRODD); break;
+    case TPUIR_RED_MAX: FOLD_LANES(float, d, MAXD); break;
+    default: FOLD_LANES(float, d, MIND); break;
+    }
+  } else if (cls == XK_F64) {
+    switch (kind) {
+    case TPUIR_RED_SUM: FOLD_LANES(double, d, SUMD); break;
+    case TPUIR_RED_PROD: FOLD_LANES(double, d, PRODD); break;
+    case TPUIR_RED_MAX: FOLD_LANES(double, d, MAXD); break;
+    default: FOLD_LANES(double, d, MIND); break;
+    }
+  } else {
+    switch (kind) {
+    case TPUIR_RED_SUM: FOLD_LANES(int64_t, i, SUMI); break;
+    case TPUIR_RED_PROD: FOLD_LANES(int64_t, i, PRODI); break;
+    case TPUIR_RED_MAX: FOLD_LANES(int64_t, i, MAXI); break;
+    case TPUIR_RED_MIN: FOLD_LANES(int64_t, i, MINI); break;
+    case TPUIR_RED_AND: FOLD_LANES(int64_t, i, ANDI); break;
+    default: FOLD_LANES(int64_t, i, ORI); break;
+    }
+  }
+}
+
+/* acc[i] op= buf[i] */
+#define FOLD_VEC(T, ACC, COMB)                                               \
+  do {                                                                       \
+    const T *b_ = (const T *)buf;                                            \
+    for (int64_t i_ = 0; i_ < n; i_++) acc[i_].ACC = COMB(acc[i_].ACC, b_[i_]); \
+  } while (0)
+
+__attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
+static void fold_vec(int kind, int cls, int64_t n, const void *buf, acc_t *acc) {
+  if (cls == XK_F32) {
+    switch (kind) {
+    case TPUIR_RED_SUM: FOLD_VEC(float, d, SUMD); break;
+    case TPUIR_RED_PROD: FOLD_VEC(float, d, PRODD); break;
+    case TPUIR_RED_MAX: FOLD_VEC(float, d, MAXD); break;
+    default: FOLD_VEC(float, d, MIND); break;
+    }
+  } else if (cls == XK_F64) {
+    switch (kind) {
+    case TPUIR_RED_SUM: FOLD_VEC(double, d, SUMD); break;
+    case TPUIR_RED_PROD: FOLD_VEC(double, d, PRODD); break;
+    case TPUIR_RED_MAX: FOLD_VEC(double, d, MAXD); break;
+    default: FOLD_VEC(double, d, MIND); break;
+    }
+  } else {
+    switch (kind) {
+    case TPUIR_RED_SUM: FOLD_VEC(int64_t, i, SUMI); break;
+    case TPUIR_RED_PROD: FOLD_VEC(int64_t, i, PRODI); break;
+    case TPUIR_RED_MAX: FOLD_VEC(int64_t, i, MAXI); break;
+    case TPUIR_RED_MIN: FOLD_VEC(int64_t, i, MINI); break;
+    case TPUIR_RED_AND: FOLD_VEC(int64_t, i, ANDI); break;
+    default: FOLD_VEC(int64_t, i, ORI); break;
+    }
+  }
+}
+
+static acc_t comb(const red_plan *p, acc_t a, acc_t v) {
+  if (p->fl) a.d = comb_d(p->kind, a.d, v.d);
+  else a.i = comb_i(p->kind, a.i, v.i);
+  return a;
+}
+
+/* operand offset of kept linear index o (first `nk` kept dims) */
+static int64_t kept_offset(const red_plan *p, int nk, int64_t o) {
+  int64_t off = 0;
+  for (int d = nk - 1; d >= 0; d--) {
+    int64_t q = o / p->ks[d];
+    off += (o - q * p->ks[d]) * p->kx[d];
+    o = q;
+  }
+  return off;
+}
+
+/* Multi-index idx of linear position L of the reduced space; returns the
+ * operand's element offset of it. */
+static int64_t red_unravel(const red_plan *p, int64_t L, int64_t *idx) {
+  int64_t off = 0;
+  for (int d = p->nr - 1; d >= 0; d--) {
+    int64_t q = L / p->rs[d];
+    idx[d] = L - q * p->rs[d];
+    off += idx[d] * p->rx[d];
+    L = q;
+  }
+  return off;
+}
+
+/* Reduce elements [lo, hi) of the reduced space at operand offset base into
+ * a single accumulator (inner shape). */
+static acc_t reduce_inner(const red_plan *p, int64_t base, int64_t lo,
+                          int64_t hi, void *buf) {
+  acc_t lanes[LANES];
+  acc_t id = identity(p->kind, p->dt);
+  for (int l = 0; l < LANES; l++) lanes[l] = id;
+  int nr = p->nr;
+  int64_t idx[TPU_MAX_DIMS];
+  int64_t off = red_unravel(p, lo, idx);
+  int64_t left = hi - lo, inner = p->rs[nr - 1], ist = p->rx[nr - 1];
+  while (left > 0) {
+    int64_t seg = inner - idx[nr - 1];
+    if (seg > left) seg = left;
+    int64_t done = 0;
+    while (done < seg) {
+      int64_t m = seg - done > XK_TILE ? XK_TILE : seg - done;
+      const char *src = p->x + (base + off + done * ist) * (int64_t)p->es;
+      if (ist == 1 && p->dt == xk_native(p->cls)) {
+        fold_lanes(p->kind, p->cls, m, src, lanes); /* straight from memory */
+      } else {
+        tpux__load(p->dt, src, ist, m, buf);
+        fold_lanes(p->kind, p->cls, m, buf, lanes);
+      }
+      done += m;
+    }
+    left -= seg;
+    if (left == 0) break;
+    off -= idx[nr - 1] * ist;
+    idx[nr - 1] = 0;
+    for (int d = nr - 2; d >= 0; d--) {
+      idx[d]++;
+      off += p->rx[d];
+      if (idx[d] < p->rs[d]) break;
+      off -= p->rs[d] * p->rx[d];
+      idx[d] = 0;
+    }
+  }
+  acc_t r = lanes[0];
+  for (int l = 1; l < LANES; l++) r = comb(p, r, lanes[l]);
+  return r;
+}
+
+/* Outer shape: acc[0..len) op= rows of the reduced range [lo, hi). */
+static void reduce_outer(const red_plan *p, int64_t base, int64_t len,
+                         int64_t lo, int64_t hi, void *buf, acc_t *acc) {
+  acc_t id = identity(p->kind, p->dt);
+  for (int64_t i = 0; i < len; i++) acc[i] = id;
+  int nr = p->nr;
+  int64_t idx[TPU_MAX_DIMS];
+  int64_t off = red_unravel(p, lo, idx);
+  int64_t kst = p->kx[p->nk - 1];
+  for (int64_t r = lo; r < hi; r++) {
+    const char *src = p->x + (base + off) * (int64_t)p->es;
+    if (kst == 1 && p->dt == xk_native(p->cls)) {
+      fold_vec(p->kind, p->cls, len, src, acc);
+    } else {
+      tpux__load(p->dt, src, kst, len, buf);
+      fold_vec(p->kind, p->cls, len, buf, acc);
+    }
+    for (int d = nr - 1; d >= 0; d--) {
+      idx[d]++;
+      off += p->rx[d];
+      if (idx[d] < p->rs[d]) break;
+      off -= p->rs[d] * p->rx[d];
+      idx[d] = 0;
+    }
+  }
+}
+
+/* ---- fused producers ----------------------------------------------------- */
+
+/* Add to off[] the per-array offsets of index i along a coalesced dim
+ * (super-dims zl[0..nz)). Returns the number of elements from i on along
+ * which every array has one stride (*st: those strides), at most m. */
+static int64_t fuse_piece(const red_fuse *F, const int *zl, int nz, int64_t i,
+                          int64_t m, int64_t *off, const int64_t **st) {
+  if (nz == 0) { /* a size-1 dim */
+    *st = F->zero;
+    return m;
+  }
+  int64_t run = m;
+  for (int k = nz - 1; k >= 0; k--) {
+    int64_t Z = F->zs[zl[k]], q = i / Z, r = i - q * Z;
+    if (k == nz - 1 && Z - r < run) run = Z - r;
+    if (r)
+      for (int a = 0; a < F->narr; a++) off[a] += r * F->za[zl[k]][a];
+    i = q;
+  }
+  *st = F->za[zl[nz - 1]];
+  return run;
+}
+
+/* Per-array offsets of kept linear index o over the first nk kept dims. */
+static void fuse_kept_offsets(const red_plan *p, int nk, int64_t o, int64_t *aoff) {
+  const red_fuse *F = p->F;
+  const int64_t *st;
+  for (int a = 0; a < F->narr; a++) aoff[a] = 0;
+  for (int d = nk - 1; d >= 0; d--) {
+    int64_t q = o / p->ks[d], i = o - q * p->ks[d];
+    if (i) fuse_piece(F, F->kzl[d], F->kzn[d], i, 1, aoff, &st);
+    o = q;
+  }
+}
+
+/* out = aoff + offsets of the reduced multi-index idx over dims < nr1. */
+static void fuse_red_offsets(const red_plan *p, const int64_t *aoff,
+                             const int64_t *idx, int nr1, int64_t *out) {
+  const red_fuse *F = p->F;
+  const int64_t *st;
+  for (int a = 0; a < F->narr; a++) out[a] = aoff[a];
+  for (int d = 0; d < nr1; d++)
+    if (idx[d]) fuse_piece(F, F->rzl[d], F->rzn[d], idx[d], 1, out, &st);
+}
+
+/* One window of uniform strides: nd dims of sizes sz, array a at element
+ * offset off[a] with strides ast[j][a]; x's elements go to sbuf with
+ * strides sst. */
+static void fuse_box(const red_plan *p, const int64_t *off, int nd,
+                     const int64_t *sz, const int64_t *const *ast,
+                     const int64_t *sst, char *scr, char *sbuf) {
+  const red_fuse *F = p->F;
+  xk_space s;
+  s.nd = nd;
+  s.narr = F->narr;
+  for (int j = 0; j < nd; j++) s.sz[j] = sz[j];
+  for (int a = 0; a < F->narr; a++) {
+    xk_arr *x = &s.arr[a];
+    x->dt = F->prog->sp.arr[a].dt;
+    if (a == F->sarr) {
+      x->p = sbuf;
+      for (int j = 0; j < nd; j++) x->st[j] = sst[j];
+    } else {
+      x->p = F->abase[a] + off[a] * F->aes[a];
+      for (int j = 0; j < nd; j++) x->st[j] = ast[j][a];
+    }
+  }
+  tpux__prog_run_window(F->prog, &s, scr);
+}
+
+/* A window of x into sbuf: dim j (nd = 1 or 2) runs along the coalesced
+ * dim with super-dims (zl[j], zn[j]) from index i0[j] for m[j] elements,
+ * stored with sbuf strides sst[j]; aoff: per-array offsets of the rest.
+ * Split into boxes where an array's strides break. */
+static void fuse_window(const red_plan *p, const int64_t *aoff, int nd,
+                        const int *const *zl, const int *zn, const int64_t *i0,
+                        const int64_t *m, const int64_t *sst, char *scr,
+                        char *sbuf) {
+  const red_fuse *F = p->F;
+  int64_t o0[XK_MAX_ARR], o1[XK_MAX_ARR], off[XK_MAX_ARR];
+  const int64_t *st[2];
+  int64_t es = (int64_t)p->es;
+  if (nd == 1) {
+    for (int64_t pos = 0; pos < m[0];) {
+      for (int a = 0; a < F->narr; a++) o0[a] = aoff[a];
+      int64_t len = fuse_piece(F, zl[0], zn[0], i0[0] + pos, m[0] - pos, o0, &st[0]);
+      fuse_box(p, o0, 1, &len, st, sst, scr, sbuf + pos * sst[0] * es);
+      pos += len;
+    }
+    return;
+  }
+  for (int64_t p0 = 0; p0 < m[0];) {
+    for (int a = 0; a < F->narr; a++) o0[a] = aoff[a];
+    int64_t l0 = fuse_piece(F, zl[0], zn[0], i0[0] + p0, m[0] - p0, o0, &st[0]);
+    for (int64_t p1 = 0; p1 < m[1];) {
+      for (int a = 0; a < F->narr; a++) o1[a] = 0;
+      int64_t l1 = fuse_piece(F, zl[1], zn[1], i0[1] + p1, m[1] - p1, o1, &st[1]);
+      for (int a = 0; a < F->narr; a++) off[a] = o0[a] + o1[a];
+      int64_t sz[2] = {l0, l1};
+      fuse_box(p, off, 2, sz, st, sst, scr,
+               sbuf + (p0 * sst[0] + p1 * sst[1]) * es);
+      p1 += l1;
+    }
+    p0 += l0;
+  }
+}
+
+/* Fold m elements at src (stride st, x's dtype) as the plain loops do. */
+static void fold_run(const red_plan *p, const char *src, int64_t st, int64_t m,
+                     void *buf, acc_t *lanes) {
+  if (st == 1 && p->dt == xk_native(p->cls)) {
+    fold_lanes(p->kind, p->cls, m, src, lanes);
+  } else {
+    tpux__load(p->dt, src, st, m, buf);
+    fold_lanes(p->kind, p->cls, m, buf, lanes);
+  }
+}
+static void fold_row(const red_plan *p, const char *src, int64_t st, int64_t m,
+                     void *buf, acc_t *acc) {
+  if (st == 1 && p->dt == xk_native(p->cls)) {
+    fold_vec(p->kind, p->cls, m, src, acc);
+  } else {
+    tpux__load(p->dt, src, st, m, buf);
+    fold_vec(p->kind, p->cls, m, buf, acc);
+  }
+}
+
+/* x's element offset of the reduced multi-index idx. */
+static int64_t red_offset(const red_plan *p, const int64_t *idx) {
+  int64_t off = 0;
+  for (int d = 0; d < p->nr; d++) off += idx[d] * p->rx[d];
+  return off;
+}
+
+/* reduce_inner with the operand from the region (same segments, same
+ * folds). aoff: per-array offsets of the output's kept index, xk: x's
+ * offset of it (stored operand). */
+static acc_t fuse_inner(const red_plan *p, const int64_t *aoff, int64_t xk,
+                        int64_t lo, int64_t hi, void *buf, char *scr,
+                        char *sbuf) {
+  const red_fuse *F = p->F;
+  acc_t lanes[LANES];
+  acc_t id = identity(p->kind, p->dt);
+  for (int l = 0; l < LANES; l++) lanes[l] = id;
+  int nr = p->nr;
+  int64_t idx[TPU_MAX_DIMS], off[XK_MAX_ARR];
+  red_unravel(p, lo, idx);
+  const int *zl[1] = {F->rzl[nr - 1]};
+  int zn[1] = {F->rzn[nr - 1]};
+  int64_t sst[1] = {F->stored ? p->rx[nr - 1] : 1};
+  int64_t left = hi - lo, inner = p->rs[nr - 1];
+  while (left > 0) {
+    int64_t seg = inner - idx[nr - 1];
+    if (seg > left) seg = left;
+    fuse_red_offsets(p, aoff, idx, nr - 1, off);
+    int64_t done = 0;
+    while (done < seg) {
+      int64_t m = seg - done > XK_TILE ? XK_TILE : seg - done;
+      int64_t i0 = idx[nr - 1] + done;
+      char *tg = sbuf;
+      if (F->stored) {
+        idx[nr - 1] = i0;
+        tg = (char *)p->x + (xk + red_offset(p, idx)) * (int64_t)p->es;
+        idx[nr - 1] -= done;
+      }
+      fuse_window(p, off, 1, zl, zn, &i0, &m, sst, scr, tg);
+      fold_run(p, tg, sst[0], m, buf, lanes);
+      done += m;
+    }
+    left -= seg;
+    if (left == 0) break;
+    idx[nr - 1] = 0;
+    for (int d = nr - 2; d >= 0; d--) {
+      if (++idx[d] < p->rs[d]) break;
+      idx[d] = 0;
+    }
+  }
+  acc_t r = lanes[0];
+  for (int l = 1; l < LANES; l++) r = comb(p, r, lanes[l]);
+  return r;
+}
+
+/* Inner shape, one reduced dim of at most XK_TILE / 2 elements and no
+ * chunks: outputs [o, o + cnt) (within one innermost kept row) from one
+ * window; each output folds its row exactly as reduce_inner does. */
+static void fuse_inner_batch(const red_plan *p, int64_t o, int64_t cnt,
+                             void *buf, char *scr, char *sbuf) {
+  const red_fuse *F = p->F;
+  int64_t aoff[XK_MAX_ARR], rc = p->rcount, kin = p->ks[p->nk - 1];
+  fuse_kept_offsets(p, p->nk - 1, o / kin, aoff);
+  const int *zl[2] = {F->kzl[p->nk - 1], F->rzl[0]};
+  int zn[2] = {F->kzn[p->nk - 1], F->rzn[0]};
+  int64_t i0[2] = {o % kin, 0}, m[2] = {cnt, rc}, sst[2] = {rc, 1};
+  char *tg = sbuf;
+  if (F->stored) {
+    sst[0] = p->kx[p->nk - 1];
+    sst[1] = p->rx[0];
+    tg = (char *)p->x + kept_offset(p, p->nk, o) * (int64_t)p->es;
+  }
+  fuse_window(p, aoff, 2, zl, zn, i0, m, sst, scr, tg);
+  acc_t id = identity(p->kind, p->dt);
+  for (int64_t j = 0; j < cnt; j++) {
+    acc_t lanes[LANES];
+    for (int l = 0; l < LANES; l++) lanes[l] = id;
+    fold_run(p, tg + j * sst[0] * (int64_t)p->es, sst[1], rc, buf, lanes);
+    acc_t r = lanes[0];
+    for (int l = 1; l < LANES; l++) r = comb(p, r, lanes[l]);
+    p->part[o + j] = r;
+  }
+}
+
+/* reduce_outer with the operand from the region: windows of several
+ * reduced rows (along the innermost reduced dim) by len kept elements
+ * from kept column `start`, folded row by row in order. aoff: per-array
+ * offsets of the kept row; xb: x's offset of the block (stored operand). */
+static void fuse_outer(const red_plan *p, const int64_t *aoff, int64_t xb,
+                       int64_t start, int64_t len, int64_t lo, int64_t hi,
+                       void *buf, char *scr, char *sbuf, acc_t *acc) {
+  const red_fuse *F = p->F;
+  acc_t id = identity(p->kind, p->dt);
+  for (int64_t i = 0; i < len; i++) acc[i] = id;
+  int nr = p->nr;
+  int64_t idx[TPU_MAX_DIMS], off[XK_MAX_ARR];
+  red_unravel(p, lo, idx);
+  const int *zl[2] = {F->rzl[nr - 1], F->kzl[p->nk - 1]};
+  int zn[2] = {F->rzn[nr - 1], F->kzn[p->nk - 1]};
+  int64_t sst[2] = {len, 1};
+  if (F->stored) {
+    sst[0] = p->rx[nr - 1];
+    sst[1] = p->kx[p->nk - 1];
+  }
+  for (int64_t r = lo; r < hi;) {
+    int64_t R = XK_TILE / len, rl = p->rs[nr - 1] - idx[nr - 1];
+    if (R > rl) R = rl;
+    if (R > hi - r) R = hi - r;
+    fuse_red_offsets(p, aoff, idx, nr - 1, off);
+    int64_t i0[2] = {idx[nr - 1], start}, m[2] = {R, len};
+    char *tg = sbuf;
+    if (F->stored) tg = (char *)p->x + (xb + red_offset(p, idx)) * (int64_t)p->es;
+    fuse_window(p, off, 2, zl, zn, i0, m, sst, scr, tg);
+    for (int64_t i = 0; i < R; i++)
+      fold_row(p, tg + i * sst[0] * (int64_t)p->es, sst[1], len, buf, acc);
+    r += R;
+    idx[nr - 1] += R;
+    if (idx[nr - 1] < p->rs[nr - 1]) continue;
+    idx[nr - 1] = 0;
+    for (int d = nr - 2; d >= 0; d--) {
+      if (++idx[d] < p->rs[d]) break;
+      idx[d] = 0;
+    }
+  }
+}
+
+static void fuse_range(red_plan *p, int64_t b, int64_t e, void *buf) {
+  red_fuse *F = p->F;
+  xk_prog *prog = F->prog;
+  char *scr = tpux__alloc((size_t)(prog->nbuf ? prog->nbuf : 1) * XK_TILE * 8);
+  if (!scr) {
+    int z = TPU_OK;
+    atomic_compare_exchange_strong(&prog->err, &z, TPU_E_OOM);
+    return;
+  }
+  _Alignas(64) char sbuf[XK_TILE * 8];
+  tpux__prog_fill_consts(prog, &prog->sp, scr);
+  int64_t aoff[XK_MAX_ARR];
+  for (int64_t task = b; task < e;) {
+    if (atomic_load_explicit(&prog->err, memory_order_relaxed)) break;
+    if (F->batch) {
+      int64_t kin = p->ks[p->nk - 1], col = task % kin;
+      int64_t cnt = XK_TILE / p->rcount;
+      if (cnt > e - task) cnt = e - task;
+      if (cnt > kin - col) cnt = kin - col;
+      fuse_inner_batch(p, task, cnt, buf, scr, sbuf);
+      task += cnt;
+      continue;
+    }
+    int64_t g = task / p->nchunks, ch = task - g * p->nchunks;
+    int64_t lo = ch * p->chunk, hi = lo + p->chunk;
+    if (hi > p->rcount) hi = p->rcount;
+    acc_t *dst = p->part + (g * p->nchunks + ch) * p->glen;
+    if (!p->outer) {
+      fuse_kept_offsets(p, p->nk, g, aoff);
+      dst[0] = fuse_inner(p, aoff, kept_offset(p, p->nk, g), lo, hi, buf, scr, sbuf);
+    } else {
+      int64_t row = g / p->nblk, bi = g - row * p->nblk;
+      int64_t start = bi * p->blk, len = p->ks[p->nk - 1] - start;
+      if (len > p->blk) len = p->blk;
+      fuse_kept_offsets(p, p->nk - 1, row, aoff);
+      int64_t xb = kept_offset(p, p->nk - 1, row) + start * p->kx[p->nk - 1];
+      fuse_outer(p, aoff, xb, start, len, lo, hi, buf, scr, sbuf, dst);
+    }
+    task++;
+  }
+  tpux__free(scr);
+}
+
+static void red_range(void *ctx, int64_t b, int64_t e) {
+  red_plan *p = ctx;
+  union { float f[XK_TILE]; double d[XK_TILE]; int64_t i[XK_TILE]; } ubuf;
+  void *buf = &ubuf;
+  if (p->F) {
+    fuse_range(p, b, e, buf);
+    return;
+  }
+  for (int64_t task = b; task < e; task++) {
+    int64_t g = task / p->nchunks, ch = task - g * p->nchunks;
+    int64_t lo = ch * p->chunk, hi = lo + p->chunk;
+    if (hi > p->rcount) hi = p->rcount;
+    acc_t *dst = p->part + (g * p->nchunks + ch) * p->glen;
+    if (!p->outer) {
+      dst[0] = reduce_inner(p, kept_offset(p, p->nk, g), lo, hi, buf);
+    } else {
+      int64_t row = g / p->nblk, bi = g - row * p->nblk;
+      int64_t start = bi * p->blk, len = p->ks[p->nk - 1] - start;
+      if (len > p->blk) len = p->blk;
+      int64_t base = kept_offset(p, p->nk - 1, row) + start * p->kx[p->nk - 1];
+      reduce_outer(p, base, len, lo, hi, buf, dst);
+    }
+  }
+}
+
+/* Coalesce dims (sizes s, strides st, optional second strides st2 that
+ * must merge too). With F, each dim carries its super-dim list (zl, zn:
+ * one super-dim per input dim); a merged dim's lists join, and its
+ * super-dims merge where every program array allows it. */
+static void coalesce_dims(int *n, int64_t *s, int64_t *st, int64_t *st2,
+                          red_fuse *F, int (*zl)[TPU_MAX_DIMS], int *zn) {
+  int k = 0;
+  for (int i = 0; i < *n; i++) {
+    if (s[i] == 1) continue;
+    if (k > 0 && st[k - 1] == st[i] * s[i] &&
+        (!st2 || st2[k - 1] == st2[i] * s[i])) {
+      if (F) {
+        int last = zl[k - 1][zn[k - 1] - 1], z = zl[i][0], ok = 1;
+        for (int a = 0; a < F->narr && ok; a++)
+          ok = F->za[last][a] == F->za[z][a] * F->zs[z];
+        if (ok) {
+          F->zs[last] *= F->zs[z];
+          memcpy(F->za[last], F->za[z], (size_t)F->narr * sizeof(int64_t));
+        } else {
+          zl[k - 1][zn[k - 1]++] = z;
+        }
+      }
+      s[k - 1] *= s[i];
+      st[k - 1] = st[i];
+      if (st2) st2[k - 1] = st2[i];
+      continue;
+    }
+    s[k] = s[i];
+    st[k] = st[i];
+    if (st2) st2[k] = st2[i];
+    if (F) {
+      zn[k] = zn[i];
+      memcpy(zl[k], zl[i], sizeof zl[k]);
+    }
+    k++;
+  }
+  *n = k;
+}
+
+/* Plan a reduction of x by node n (F: a fused producer, whose program
+ * arrays' strides over x's dims are taken from F->prog->sp). Returns 1 for
+ * the plain cases (nothing to reduce over, empty output or reduction),
+ * which the caller handles, else 0 with the loop shape planned. */
+static int red_prepare(red_plan *p, const tpuir_node *n, const tpu_view *x,
+                       red_fuse *F, uint32_t *redp) {
+  memset(p, 0, offsetof(red_plan, F));
+  p->F = F;
+  p->kind = n->kind;
+  p->dt = x->dtype;
+  p->cls = xk_cls(p->dt);
+  p->fl = p->cls != XK_I64;
+  p->es = tpu_dtype_size(p->dt);
+  p->x = (const char *)x->base + x->offset * (int64_t)p->es;
+  uint32_t red = 0;
+  for (int i = 0; i < n->na; i++) red |= 1u << n->a[i];
+  *redp = red;
+  int64_t ko[TPU_MAX_DIMS]; /* output strides (contiguous) to keep order */
+  for (int i = 0; i < x->ndim; i++) {
+    if (F) { /* dim i: one super-dim of its own */
+      int z = F->nz++;
+      F->zs[z] = x->sizes[i];
+      for (int a = 0; a < F->narr; a++)
+        F->za[z][a] = a == F->sarr ? 0 : F->prog->sp.arr[a].st[i];
+      if (red & (1u << i)) {
+        F->rzl[p->nr][0] = z;
+        F->rzn[p->nr] = 1;
+      } else {
+        F->kzl[p->nk][0] = z;
+        F->kzn[p->nk] = 1;
+      }
+    }
+    if (red & (1u << i)) {
+      p->rs[p->nr] = x->sizes[i];
+      p->rx[p->nr++] = x->strides[i];
+    } else {
+      p->ks[p->nk] = x->sizes[i];
+      p->kx[p->nk++] = x->strides[i];
+    }
+  }
+  p->nout = 1;
+  for (int i = 0; i < p->nk; i++) p->nout *= p->ks[i];
+  p->rcount = 1;
+  for (int i = 0; i < p->nr; i++) p->rcount *= p->rs[i];
+  if (p->nout == 0) return 1;
+  {
+    int64_t s = 1;
+    for (int i = p->nk - 1; i >= 0; i--) {
+      ko[i] = s;
+      s *= p->ks[i];
+    }
+  }
+  coalesce_dims(&p->nk, p->ks, p->kx, ko, F, F ? F->kzl : NULL, F ? F->kzn : NULL);
+  /* reduced dims: decreasing |stride| (stable), then coalesce */
+  for (int i = 1; i < p->nr; i++)
+    for (int j = i; j > 0 && llabs(p->rx[j - 1]) < llabs(p->rx[j]); j--) {
+      int64_t ts = p->rs[j], tx = p->rx[j];
+      p->rs[j] = p->rs[j - 1];
+      p->rx[j] = p->rx[j - 1];
+      p->rs[j - 1] = ts;
+      p->rx[j - 1] = tx;
+      if (F) {
+        int tz = F->rzl[j][0];
+        F->rzl[j][0] = F->rzl[j - 1][0];
+        F->rzl[j - 1][0] = tz;
+      }
+    }
+  coalesce_dims(&p->nr, p->rs, p->rx, NULL, F, F ? F->rzl : NULL, F ? F->rzn : NULL);
+  if (p->nr == 0 || p->rcount == 0) return 1;
+  if (p->nk == 0) { /* full reduction */
+    p->nk = 1;
+    p->ks[0] = 1;
+    p->kx[0] = 0;
+    if (F) F->kzn[0] = 0;
+  }
+  p->outer = p->ks[p->nk - 1] > 1 &&
+             llabs(p->kx[p->nk - 1]) < llabs(p->rx[p->nr - 1]);
+  if (p->outer) {
+    p->blk = p->ks[p->nk - 1] < XK_TILE ? p->ks[p->nk - 1] : XK_TILE;
+    p->nblk = (p->ks[p->nk - 1] + p->blk - 1) / p->blk;
+    p->ngroups = (p->nout / p->ks[p->nk - 1]) * p->nblk;
+    p->glen = p->blk;
+  } else {
+    p->ngroups = p->nout;
+    p->glen = 1;
+  }
+  p->nchunks = 1;
+  p->chunk = p->rcount;
+  if (p->ngroups < 64 && p->rcount >= 2 * RED_CHUNK) {
+    p->chunk = RED_CHUNK;
+    p->nchunks = (p->rcount + RED_CHUNK - 1) / RED_CHUNK;
+  }
+  if (F)
+    F->batch = !p->outer && p->nr == 1 && p->nchunks == 1 &&
+               p->rcount * 2 <= XK_TILE;
+  return 0;
+}
+
+/* Run a planned reduction into out (contiguous, nout elements). */
+static int red_execute(red_plan *p, char *out) {
+  int64_t ntask = p->ngroups * p->nchunks;
+  p->part = malloc((size_t)(ntask * p->glen) * sizeof(acc_t));
+  if (!p->part) return tpu_error(TPU_E_OOM, "reduce: out of host memory");
+  int64_t work = p->rcount / p->nchunks * p->glen;
+  int64_t grain = XK_GRAIN / (work > 0 ? work : 1);
+  if (grain < 1) grain = 1;
+  if (ntask <= grain) red_range(p, 0, ntask);
+  else tpurt_parallel_for(ntask, grain, red_range, p);
+  if (p->F) {
+    int rc = tpux__prog_status(p->F->prog);
+    if (rc) {
+      free(p->part);
+      return rc;
+    }
+  }
+  /* combine chunks, convert to the class and store (outputs in order) */
+  union { float f[XK_TILE]; double d[XK_TILE]; int64_t i[XK_TILE]; } cb;
+  for (int64_t o0 = 0; o0 < p->nout; o0 += XK_TILE) {
+    int64_t m = p->nout - o0 > XK_TILE ? XK_TILE : p->nout - o0;
+    for (int64_t k = 0; k < m; k++) {
+      int64_t o = o0 + k, g, j;
+      if (p->outer) {
+        int64_t kin = p->ks[p->nk - 1], row = o / kin, col = o - row * kin;
+        g = row * p->nblk + col / p->blk;
+        j = col % p->blk;
+      } else {
+        g = o;
+        j = 0;
+      }
+      acc_t a = p->part[(g * p->nchunks) * p->glen + j];
+      for (int64_t ch = 1; ch < p->nchunks; ch++)
+        a = comb(p, a, p->part[(g * p->nchunks + ch) * p->glen + j]);
+      if (p->cls == XK_F32) cb.f[k] = (float)a.d;
+      else if (p->cls == XK_F64) cb.d[k] = a.d;
+      else cb.i[k] = a.i;
+    }
+    tpux__store(p->dt, out + o0 * (int64_t)p->es, 1, m, &cb);
+  }
+  free(p->part);
+  return TPU_OK;
+}
+
+/* The plain cases of red_prepare (returned 1): x in memory. */
+static int red_trivial(xctx *c, int t, const red_plan *p, const tpu_view *x,
+                       uint32_t red) {
+  if (p->nout == 0) return TPU_OK;
+  if (p->rcount == 0) { /* empty reduction: the identity */
+    acc_t id = identity(p->kind, p->dt);
+    union { float f; double d; int64_t i; } v;
+    if (p->cls == XK_F32) v.f = (float)id.d;
+    else if (p->cls == XK_F64) v.d = id.d;
+    else v.i = id.i;
+    return tpux__fill(&c->vals[t].v, &v);
+  }
+  /* nothing reduced (copy): reduced dims all have size 1 */
+  tpu_view src = *x, dst = c->vals[t].v;
+  int k = 0;
+  for (int i = 0; i < x->ndim; i++)
+    if (!(red & (1u << i))) {
+      src.sizes[k] = x->sizes[i];
+      src.strides[k++] = x->strides[i];
+    }
+  src.ndim = k;
+  return tpux__copy_nocheck(&dst, &src);
+}
+
+int tpux__eval_reduce(xctx *c, int t) {
+  const tpuir_node *n = tpuir_get_node(c->g, t);
+  const tpu_view *x = &c->vals[n->in[0]].v;
+  int rc = tpux__alloc_value(c, t);
+  if (rc) return rc;
+  red_plan p;
+  uint32_t red;
+  if (red_prepare(&p, n, x, NULL, &red)) return red_trivial(c, t, &p, x, red);
+  return red_execute(&p, c->vals[t].mem);
+}
+
+/* ---- reduction fusion switch and entry ----------------------------------- */
+
+static atomic_int g_fuse_mode = -1; /* -1: environment decides */
+static atomic_llong g_fuse_runs;
+static int g_fuse_env_on = 1;
+static pthread_once_t g_fuse_env_once = PTHREAD_ONCE_INIT;
+
+static void fuse_env_init(void) {
+  const char *s = getenv("TORCH_TPU_NO_REDUCE_FUSION");
+  g_fuse_env_on = !(s && *s && strcmp(s, "0") != 0);
+}
+
+/* Whether reduction fusion is on (see exec/vtpu/internal.h). */
+int tpux__reduce_fusion_enabled(void) {
+  int m = atomic_load(&g_fuse_mode);
+  if (m >= 0) return m;
+  pthread_once(&g_fuse_env_once, fuse_env_init);
+  return g_fuse_env_on;
+}
+
+/* Force reduction fusion on (1) / off (0), or back to the environment
+ * (-1). */
+void tpux__set_reduce_fusion(int mode) {
+  atomic_store(&g_fuse_mode, mode < 0 ? -1 : mode != 0);
+}
+
+/* Number of reductions evaluated from their region (process-wide). */
+int64_t tpux__reduce_fusion_runs(void) { return atomic_load(&g_fuse_runs); }
+
+/* Fusion pays only with windows of a useful size: each costs a program
+ * start (a few hundred cycles); the plain plan runs the region over whole
+ * tiles and folds short runs cheaply. */
+#define FUSE_MIN_WINDOW 256
+
+static int64_t zinner(const red_fuse *F, const int *zl, int zn) {
+  return zn ? F->zs[zl[zn - 1]] : 1;
+}
+static int64_t min64(int64_t a, int64_t b) { return a < b ? a : b; }
+
+/* Typical window size (elements per program start) of a fused plan. */
+static int64_t fuse_window_size(const red_plan *p) {
+  const red_fuse *F = p->F;
+  int nk = p->nk, nr = p->nr;
+  if (F->batch) {
+    int64_t rc = p->rcount, cnt = min64(XK_TILE / rc, p->ks[nk - 1]);
+    return min64(cnt, zinner(F, F->kzl[nk - 1], F->kzn[nk - 1])) *
+           min64(rc, zinner(F, F->rzl[0], F->rzn[0]));
+  }
+  if (!p->outer)
+    return min64(min64(p->rs[nr - 1], p->chunk),
+                 min64(XK_TILE, zinner(F, F->rzl[nr - 1], F->rzn[nr - 1])));
+  int64_t R = min64(XK_TILE / p->blk, p->rs[nr - 1]);
+  return min64(R, zinner(F, F->rzl[nr - 1], F->rzn[nr - 1])) *
+         min64(p->blk, zinner(F, F->kzl[nk - 1], F->kzn[nk - 1]));
+}
+
+/* Region + REDUCE t reading its member k (see exec/vtpu/internal.h). */
+int tpux__eval_region_reduce(xctx *c, int n, const int32_t *members,
+                             const char *store, const tpu_view *const *dst,
+                             int k, int t) {
+  static char dummy[64]; /* stands for the scratch until re-based */
+  const tpuir_node *rn = tpuir_get_node(c->g, t);
+  const tpuir_node *mn = tpuir_get_node(c->g, members[k]);
+  if (n > XK_REGION_MAX_NODES || k < 0 || k >= n || rn->in[0] != members[k])
+    return tpu_error(TPU_E_INTERNAL, "eval_region_reduce: bad arguments");
+  char st[XK_REGION_MAX_NODES];
+  const tpu_view *ds[XK_REGION_MAX_NODES];
+  int sidx = 0; /* index of member k among the stores */
+  for (int q = 0; q < n; q++) {
+    st[q] = q == k ? 1 : store[q];
+    ds[q] = dst[q];
+    if (q < k && st[q]) sidx++;
+  }
+  /* x stored for other users: the windows write it in place and the folds
+   * read it back while it is hot; else it goes to a scratch */
+  int stored = store[k] != 0;
+  tpu_view sv;
+  if (!stored) {
+    int64_t zero[TPU_MAX_DIMS] = {0};
+    tpu_view_init_contiguous(&sv, dummy, mn->dtype, mn->ndim, mn->sizes);
+    memcpy(sv.strides, zero, sizeof zero);
+    ds[k] = &sv;
+  }
+  xk_prog *prog;
+  int rc = tpux__region_prog(c, n, members, st, ds, &prog);
+  if (rc) return rc;
+  red_fuse *F = calloc(1, sizeof *F);
+  if (!F) {
+    free(prog);
+    return tpu_error(TPU_E_OOM, "reduce: out of host memory");
+  }
+  F->prog = prog;
+  F->stored = stored;
+  F->sarr = prog->store[sidx].arr;
+  F->narr = prog->sp.narr;
+  for (int a = 0; a < F->narr; a++) {
+    F->abase[a] = prog->sp.arr[a].p;
+    F->aes[a] = (int64_t)tpu_dtype_size(prog->sp.arr[a].dt);
+  }
+  /* x: the member's value as materialised (contiguous unless written
+   * straight into an output) */
+  tpu_view xv;
+  if (stored) xv = c->vals[members[k]].v;
+  else tpu_view_init_contiguous(&xv, dummy, mn->dtype, mn->ndim, mn->sizes);
+  red_plan p;
+  uint32_t red;
+  int plain = red_prepare(&p, rn, &xv, F, &red);
+  if (!plain)
+    plain = fuse_window_size(&p) < min64(FUSE_MIN_WINDOW, p.nout * p.rcount);
+  atomic_store(&prog->err, TPU_OK);
+  prog->err_val = 0;
+  if (plain) {
+    /* nothing to fuse (empty, nothing reduced, small windows): materialise
+     * x, run the region, then the reduce */
+    if (!stored) {
+      rc = tpux__alloc_value(c, members[k]);
+      if (!rc) {
+        const tpu_view *xm = &c->vals[members[k]].v;
+        xk_arr *sa = &prog->sp.arr[F->sarr];
+        sa->p = (char *)xm->base + xm->offset * F->aes[F->sarr];
+        for (int d = 0; d < xm->ndim; d++) sa->st[d] = xm->strides[d];
+      }
+    }
+    if (!rc) rc = tpux__prog_run(prog);
+    if (!rc) rc = tpux__eval_reduce(c, t);
+  } else {
+    rc = tpux__alloc_value(c, t);
+    if (!rc) rc = red_execute(&p, c->vals[t].mem);
+    if (!rc) atomic_fetch_add(&g_fuse_runs, 1);
+  }
+  free(F);
+  free(prog);
+  return rc;
+}
+
+/* ---- argmax / argmin ---------------------------------------------------- */
+
+typedef struct arg_plan {
+  int kind, dt, cls;
+  const char *x;
+  size_t es;
+  int nk;
+  int64_t ks[TPU_MAX_DIMS], kx[TPU_MAX_DIMS];
+  int64_t len, lst; /* reduced dim */
+  int64_t *out;
+} arg_plan;
+
+static void arg_range(void *ctx, int64_t b, int64_t e) {
+  arg_plan *p = ctx;
+  union { float f[XK_TILE]; double d[XK_TILE]; int64_t i[XK_TILE]; } buf;
+  int mx = p->kind == TPUIR_RED_MAX;
+  for (int64_t o = b; o < e; o++) {
+    int64_t off = 0, q = o;
+    for (int d = p->nk - 1; d >= 0; d--) {
+      int64_t r = q / p->ks[d];
+      off += (q - r * p->ks[d]) * p->kx[d];
+      q = r;
+    }
+    int64_t best_i = 0;
+    double bd = 0;
+    int64_t bi = 0;
+    int nan = 0;
+    for (int64_t s = 0; s < p->len && !nan; s += XK_TILE) {
+      int64_t m = p->len - s > XK_TILE ? XK_TILE : p->len - s;
+      tpux__load(p->dt, p->x + (off + s * p->lst) * (int64_t)p->es, p->lst, m, &buf);
+      for (int64_t k = 0; k < m; k++) {
+        int64_t pos = s + k;
+        if (p->cls == XK_I64) {
+          int64_t v = buf.i[k];
+          if (pos == 0 || (mx ? v > bi : v < bi)) {
+            bi = v;
+            best_i = pos;
+          }
+        } else {
+          double v = p->cls == XK_F32 ? (double)buf.f[k] : buf.d[k];
+          if (v != v) {
+            best_i = pos;
+            nan = 1;
+            break;
+          }
+          if (pos == 0 || (mx ? v > bd : v < bd)) {
+            bd = v;
+            best_i = pos;
+          }
+        }
+      }
+    }
+    p->out[o] = best_i;
+  }
+}
+
+int tpux__eval_argreduce(xctx *c, int t) {
+  const tpuir_node *n = tpuir_get_node(c->g, t);
+  const tpu_view *x = &c->vals[n->in[0]].v;
+  int rc = tpux__alloc_value(c, t);
+  if (rc) return rc;
+  arg_plan p;
+  memset(&p, 0, sizeof p);
+  p.kind = n->kind;
+  p.dt = x->dtype;
+  p.cls = xk_cls(p.dt);
+  p.es = tpu_dtype_size(p.dt);
+  p.x = (const char *)x->base + x->offset * (int64_t)p.es;
+  p.out = c->vals[t].mem;
+  if (x->ndim == 0) {
+    p.out[0] = 0;
+    return TPU_OK;
+  }
+  for (int i = 0; i < x->ndim; i++) {
+    if (i == n->dim) continue;
+    p.ks[p.nk] = x->sizes[i];
+    p.kx[p.nk++] = x->strides[i];
+  }
+  p.len = x->sizes[n->dim];
+  p.lst = x->strides[n->dim];
+  int64_t nout = 1;
+  for (int i = 0; i < p.nk; i++) nout *= p.ks[i];
+  if (nout == 0) return TPU_OK;
+  int64_t grain = XK_GRAIN / (p.len > 0 ? p.len : 1);
+  if (grain < 1) grain = 1;
+  if (nout <= grain) arg_range(&p, 0, nout);
+  else tpurt_parallel_for(nout, grain, arg_range, &p);
+  return TPU_OK;
+}

@@ -1,0 +1,40 @@
+/* ir/internal.h - private hooks between ir/ir.c and the builders that live in
+ * other ir/*.c files (ir/conv.c). Not installed. */
+#ifndef TPU_IR_INTERNAL_H
+#define TPU_IR_INTERNAL_H
+
+#include <stddef.h>
+
+#include "tpu_ir.h"
+
+/* Operand v of a builder named `what`: TPU_OK with *out (may be NULL) set
+ * to its node (borrowed, valid until the graph grows), v itself if v < 0
+ * (an earlier error), or TPU_E_INVALID if v is not in g. */
+int tpuir__operand(const tpuir_graph *g, tpuir_val v, const char *what,
+                   const tpuir_node **out);
+/* Append a zeroed node with op `op` (not yet a value: call tpuir__commit
+ * after filling it). NULL on OOM. May move every node: re-fetch operand
+ * nodes after calling it. Defined in ir/ir.c. */
+tpuir_node *tpuir__new_node(tpuir_graph *g, int op);
+/* Commit the node most recently returned by tpuir__new_node; returns its
+ * value id. Defined in ir/ir.c. */
+tpuir_val tpuir__commit(tpuir_graph *g);
+/* Attribute text of a CONVOLUTION / REDUCE_WINDOW / WINDOW_ARGMAX node for
+ * tpuir_dump ("stride=[..], ..."), NUL-terminated in buf. Defined in
+ * ir/conv.c. */
+void tpuir__window_attr_str(const tpuir_node *n, char *buf, size_t cap);
+
+/* Attribute text of a dense linear algebra node (CHOLESKY ... 
+ * HOUSEHOLDER_PRODUCT) for tpuir_dump. Defined in ir/linalg.c. */
+void tpuir__linalg_attr_str(const tpuir_node *n, char *buf, size_t cap);
+/* dot_general of two complex operands (same dtype) as four real
+ * dot_generals of their parts: (a+bi)(c+di) = (ac - bd) + (ad + bc)i.
+ * Result dtype out_dtype (complex). Defined in ir/complex.c. */
+tpuir_val tpuir__dot_complex(tpuir_graph *g, tpuir_val lhs, tpuir_val rhs,
+                             int nbatch, const int64_t *lhs_batch,
+                             const int64_t *rhs_batch, int ncontract,
+                             const int64_t *lhs_contract,
+                             const int64_t *rhs_contract, int precision,
+                             int out_dtype);
+
+#endif /* TPU_IR_INTERNAL_H */

@@ -1,0 +1,570 @@
+/* lower/args.c - argument access, type promotion (torch.result_type),
+ * broadcasting and small graph-building helpers shared by every lowering.
+ */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "lower/internal.h"
+
+/* ---- scalars ------------------------------------------------------------ */
+
+lw_scalar lw_scalar_f(double f) {
+  lw_scalar s = {LW_SK_FLOAT, 0, f, 0};
+  if (isfinite(f) && fabs(f) < 9.2e18) s.i = (int64_t)f;
+  return s;
+}
+
+lw_scalar lw_scalar_i(int64_t i) {
+  lw_scalar s = {LW_SK_INT, i, (double)i, 0};
+  return s;
+}
+
+static lw_scalar scalar_b(int v) {
+  lw_scalar s = {LW_SK_BOOL, v != 0, v != 0, 0};
+  return s;
+}
+
+/* ---- argument access ---------------------------------------------------- */
+
+const tpulw_arg *lw_arg(const lw_b *b, const char *name) {
+  for (int i = 0; i < b->nargs; i++)
+    if (b->args[i].name && strcmp(b->args[i].name, name) == 0)
+      return &b->args[i];
+  return NULL;
+}
+
+int lw_none(const lw_b *b, const char *name) {
+  const tpulw_arg *a = lw_arg(b, name);
+  if (!a || a->kind == TPULW_NONE) return 1;
+  if (a->kind == TPULW_TENSOR && !a->t.defined) return 1;
+  return 0;
+}
+
+lw_scalar lw_scalar_c(double re, double im) {
+  lw_scalar s = lw_scalar_f(re);
+  s.kind = LW_SK_COMPLEX;
+  s.im = im;
+  return s;
+}
+
+static int cpu_scalar(const tpulw_tensor *t, lw_scalar *out) {
+  if (t->device >= 0 || !t->defined) return 0;
+  if (tpu_dtype_is_complex(t->view.dtype)) *out = lw_scalar_c(t->cpu_f, t->cpu_im);
+  else if (tpu_dtype_is_float(t->view.dtype)) *out = lw_scalar_f(t->cpu_f);
+  else if (t->view.dtype == TPU_BOOL) *out = scalar_b(t->cpu_i != 0);
+  else *out = lw_scalar_i(t->cpu_i);
+  return 1;
+}
+
+int lw_scalar_arg(const lw_b *b, const char *name, lw_scalar *out) {
+  const tpulw_arg *a = lw_arg(b, name);
+  if (!a) return 0;
+  switch (a->kind) {
+  case TPULW_INT: *out = lw_scalar_i(a->i); return 1;
+  case TPULW_BOOL: *out = scalar_b(a->i != 0); return 1;
+  case TPULW_FLOAT: *out = lw_scalar_f(a->f); return 1;
+  case TPULW_COMPLEX: *out = lw_scalar_c(a->f, a->f_im); return 1;
+  case TPULW_TENSOR: return cpu_scalar(&a->t, out);
+  default: return 0;
+  }
+}
+
+int64_t lw_int(const lw_b *b, const char *name, int64_t def) {
+  lw_scalar s;
+  if (!lw_scalar_arg(b, name, &s)) return def;
+  return s.kind == LW_SK_FLOAT ? (int64_t)s.f : s.i;
+}
+
+double lw_float(const lw_b *b, const char *name, double def) {
+  lw_scalar s;
+  if (!lw_scalar_arg(b, name, &s)) return def;
+  return s.f;
+}
+
+const char *lw_str(const lw_b *b, const char *name) {
+  const tpulw_arg *a = lw_arg(b, name);
+  return (a && a->kind == TPULW_STR) ? a->s : NULL;
+}
+
+int lw_dtype_arg(const lw_b *b, const char *name, int def) {
+  const tpulw_arg *a = lw_arg(b, name);
+  return (a && a->kind == TPULW_DTYPE) ? (int)a->i : def;
+}
+
+const int64_t *lw_ints(const lw_b *b, const char *name, int *n,
+                       int64_t *scratch) {
+  const tpulw_arg *a = lw_arg(b, name);
+  if (!a || a->kind == TPULW_NONE) {
+    *n = -1;
+    return NULL;
+  }
+  if (a->kind == TPULW_INTS) {
+    *n = a->n;
+    return a->ints;
+  }
+  if (a->kind == TPULW_INT) {
+    *scratch = a->i;
+    *n = 1;
+    return scratch;
+  }
+  *n = -1;
+  return NULL;
+}
+
+const tpulw_tensor *lw_tensor_arg(const lw_b *b, const char *name) {
+  const tpulw_arg *a = lw_arg(b, name);
+  if (!a || a->kind != TPULW_TENSOR || !a->t.defined) return NULL;
+  return &a->t;
+}
+
+/* ---- operands ----------------------------------------------------------- */
+
+lw_opnd lw_opnd_scalar(lw_scalar s) {
+  lw_opnd o = {LW_OPND_SCALAR, NULL, s};
+  return o;
+}
+
+lw_opnd lw_opnd_tensor(const tpulw_tensor *t) {
+  lw_opnd o = {LW_OPND_TENSOR, t, {0, 0, 0, 0}};
+  return o;
+}
+
+lw_opnd lw_opnd_arg(const lw_b *b, const char *name) {
+  lw_opnd o = {LW_OPND_NONE, NULL, {0, 0, 0, 0}};
+  const tpulw_arg *a = lw_arg(b, name);
+  if (!a) return o;
+  if (a->kind == TPULW_TENSOR) {
+    if (a->t.defined) o = lw_opnd_tensor(&a->t);
+    return o;
+  }
+  lw_scalar s;
+  if (lw_scalar_arg(b, name, &s)) o = lw_opnd_scalar(s);
+  return o;
+}
+
+/* ---- dtypes ------------------------------------------------------------- */
+
+#define B TPU_BOOL
+#define U8 TPU_U8
+#define I8 TPU_I8
+#define I16 TPU_I16
+#define I32 TPU_I32
+#define I64 TPU_I64
+#define F16 TPU_F16
+#define BF TPU_BF16
+#define F32 TPU_F32
+#define F64 TPU_F64
+#define C64 TPU_C64
+#define C128 TPU_C128
+/* torch.promote_types over our dtypes (generated with PyTorch 2.13). */
+static const signed char k_promote[TPU_NUM_DTYPES][TPU_NUM_DTYPES] = {
+    {B, U8, I8, I16, I32, I64, F16, BF, F32, F64, C64, C128},
+    {U8, U8, I16, I16, I32, I64, F16, BF, F32, F64, C64, C128},
+    {I8, I16, I8, I16, I32, I64, F16, BF, F32, F64, C64, C128},
+    {I16, I16, I16, I16, I32, I64, F16, BF, F32, F64, C64, C128},
+    {I32, I32, I32, I32, I32, I64, F16, BF, F32, F64, C64, C128},
+    {I64, I64, I64, I64, I64, I64, F16, BF, F32, F64, C64, C128},
+    {F16, F16, F16, F16, F16, F16, F16, F32, F32, F64, C64, C128},
+    {BF, BF, BF, BF, BF, BF, F32, BF, F32, F64, C64, C128},
+    {F32, F32, F32, F32, F32, F32, F32, F32, F32, F64, C64, C128},
+    {F64, F64, F64, F64, F64, F64, F64, F64, F64, F64, C128, C128},
+    {C64, C64, C64, C64, C64, C64, C64, C64, C64, C128, C64, C128},
+    {C128, C128, C128, C128, C128, C128, C128, C128, C128, C128, C128, C128},
+};
+#undef B
+#undef U8
+#undef I8
+#undef I16
+#undef I32
+#undef I64
+#undef F16
+#undef BF
+#undef F32
+#undef F64
+#undef C64
+#undef C128
+
+int lw_promote(int a, int b) {
+  if (a < 0) return b;
+  if (b < 0) return a;
+  return k_promote[a][b];
+}
+
+static int category(int dt) {
+  if (dt == TPU_BOOL) return 0;
+  if (tpu_dtype_is_int(dt)) return 1;
+  if (tpu_dtype_is_complex(dt)) return 3;
+  return 2;
+}
+
+int lw_can_cast(int from, int to) { return category(from) <= category(to); }
+
+const char *lw_torch_name(int dt) {
+  static const char *const names[TPU_NUM_DTYPES] = {
+      "Bool", "Byte", "Char", "Short", "Int", "Long",
+      "Half", "BFloat16", "Float", "Double", "ComplexFloat", "ComplexDouble"};
+  return (dt >= 0 && dt < TPU_NUM_DTYPES) ? names[dt] : "?";
+}
+
+const char *lw_c_name(int dt) {
+  static const char *const names[TPU_NUM_DTYPES] = {
+      "bool", "unsigned char", "signed char", "short int", "int", "long int",
+      "c10::Half", "c10::BFloat16", "float", "double", "c10::complex<float>",
+      "c10::complex<double>"};
+  return (dt >= 0 && dt < TPU_NUM_DTYPES) ? names[dt] : "?";
+}
+
+int lw_out_dtype(const lw_b *b) {
+  for (int i = 0; i < b->nargs; i++) {
+    const tpulw_arg *a = &b->args[i];
+    if (a->is_output && a->kind == TPULW_TENSOR && a->t.defined) return a->t.view.dtype;
+  }
+  return -1;
+}
+
+/* c10 combine_categories(higher, lower). */
+static int combine(int higher, int lower) {
+  if (higher < 0) return lower;
+  if (tpu_dtype_is_complex(higher)) return higher;
+  if (lower >= 0 && tpu_dtype_is_complex(lower))
+    return tpu_dtype_is_float(higher) ? tpu_dtype_to_complex(higher) : lower;
+  if (tpu_dtype_is_float(higher)) return higher;
+  if (higher == TPU_BOOL || (lower >= 0 && tpu_dtype_is_float(lower)))
+    return lw_promote(higher, lower);
+  return higher;
+}
+
+int lw_result_type(int n, const lw_opnd *ops) {
+  int dim_r = -1, zero_r = -1, wrap_r = -1;
+  for (int i = 0; i < n; i++) {
+    const lw_opnd *o = &ops[i];
+    if (o->kind == LW_OPND_TENSOR) {
+      int dt = o->t->view.dtype;
+      if (o->t->wrapped_number) {
+        if (tpu_dtype_is_float(dt)) dt = LW_DEFAULT_FLOAT;
+        if (tpu_dtype_is_complex(dt)) dt = TPU_C64;
+        wrap_r = lw_promote(wrap_r, dt);
+      } else if (o->t->view.ndim == 0) {
+        zero_r = lw_promote(zero_r, dt);
+      } else {
+        dim_r = lw_promote(dim_r, dt);
+      }
+    } else if (o->kind == LW_OPND_SCALAR) {
+      int dt = o->s.kind == LW_SK_BOOL      ? TPU_BOOL
+               : o->s.kind == LW_SK_INT     ? TPU_I64
+               : o->s.kind == LW_SK_COMPLEX ? TPU_C64
+                                            : LW_DEFAULT_FLOAT;
+      wrap_r = lw_promote(wrap_r, dt);
+    }
+  }
+  return combine(dim_r, combine(zero_r, wrap_r));
+}
+
+int lw_opmath(int dt) {
+  return (dt == TPU_F16 || dt == TPU_BF16) ? TPU_F32 : dt;
+}
+
+int lw_float_or_default(int dt) {
+  return tpu_dtype_is_float(dt) || tpu_dtype_is_complex(dt) ? dt : LW_DEFAULT_FLOAT;
+}
+
+/* ---- graph values ------------------------------------------------------- */
+
+lw_shape lw_info(const lw_b *b, tpuir_val v) {
+  lw_shape s;
+  memset(&s, 0, sizeof s);
+  s.dtype = -1;
+  if (v >= 0) tpuir_value_info(b->g, v, &s.dtype, &s.ndim, s.sizes);
+  return s;
+}
+
+int64_t lw_numel(const lw_shape *s) {
+  int64_t n = 1;
+  for (int i = 0; i < s->ndim; i++) n *= s->sizes[i];
+  return n;
+}
+
+static int same_sizes(int nd, const int64_t *a, const int64_t *c) {
+  for (int i = 0; i < nd; i++)
+    if (a[i] != c[i]) return 0;
+  return 1;
+}
+
+static int same_view(const tpu_view *a, const tpu_view *c) {
+  if (a->base != c->base || a->offset != c->offset || a->dtype != c->dtype ||
+      a->ndim != c->ndim)
+    return 0;
+  for (int i = 0; i < a->ndim; i++)
+    if (a->sizes[i] != c->sizes[i] || a->strides[i] != c->strides[i])
+      return 0;
+  return 1;
+}
+
+static int64_t wrap_int(int dt, int64_t v) {
+  switch (dt) {
+  case TPU_BOOL: return v != 0;
+  case TPU_U8: return (uint8_t)v;
+  case TPU_I8: return (int8_t)v;
+  case TPU_I16: return (int16_t)v;
+  case TPU_I32: return (int32_t)v;
+  default: return v;
+  }
+}
+
+tpuir_val lw_const(lw_b *b, int dtype, double v) {
+  if (tpu_dtype_is_complex(dtype)) /* (v, 0): no complex constant nodes */
+    return tpuir_convert(b->g, tpuir_const_f(b->g, tpu_dtype_complex_part(dtype), v), dtype);
+  if (tpu_dtype_is_float(dtype)) return tpuir_const_f(b->g, dtype, v);
+  if (dtype == TPU_BOOL) return tpuir_const_i(b->g, dtype, v != 0);
+  int64_t i = 0;
+  if (isfinite(v) && fabs(v) < 9.2e18) i = (int64_t)v;
+  return tpuir_const_i(b->g, dtype, wrap_int(dtype, i));
+}
+
+tpuir_val lw_const_s(lw_b *b, int dtype, lw_scalar s) {
+  if (tpu_dtype_is_complex(dtype)) {
+    int pd = tpu_dtype_complex_part(dtype);
+    double re = s.kind == LW_SK_INT ? (double)s.i : s.f;
+    return tpuir_complex(b->g, tpuir_const_f(b->g, pd, re),
+                         tpuir_const_f(b->g, pd, s.kind == LW_SK_COMPLEX ? s.im : 0.0));
+  }
+  if (tpu_dtype_is_float(dtype)) return tpuir_const_f(b->g, dtype, s.f);
+  if (dtype == TPU_BOOL)
+    return tpuir_const_i(b->g, dtype, s.kind == LW_SK_FLOAT ? s.f != 0 : s.i != 0);
+  if (s.kind == LW_SK_FLOAT) return lw_const(b, dtype, s.f);
+  return tpuir_const_i(b->g, dtype, wrap_int(dtype, s.i));
+}
+
+tpuir_val lw_tensor(lw_b *b, const tpulw_tensor *t) {
+  if (!t || !t->defined)
+    return tpu_error(TPU_E_INTERNAL, "lowering: undefined tensor operand");
+  if (t->device < 0) {
+    lw_scalar s;
+    cpu_scalar(t, &s);
+    return lw_const_s(b, t->view.dtype, s);
+  }
+  for (int i = 0; i < b->nparams; i++)
+    if (same_view(&b->params[i], &t->view)) return b->param_vals[i];
+  if (b->nparams == b->capparams) {
+    int cap = b->capparams ? 2 * b->capparams : 8;
+    tpu_view *p = realloc(b->params, (size_t)cap * sizeof *p);
+    if (!p) return tpu_error(TPU_E_INTERNAL, "lowering: out of host memory");
+    b->params = p;
+    tpuir_val *pv = realloc(b->param_vals, (size_t)cap * sizeof *pv);
+    if (!pv) return tpu_error(TPU_E_INTERNAL, "lowering: out of host memory");
+    b->param_vals = pv;
+    b->capparams = cap;
+  }
+  tpuir_val v = tpuir_param(b->g, t->view.dtype, t->view.ndim, t->view.sizes);
+  if (v < 0) return v;
+  b->params[b->nparams] = t->view;
+  b->param_vals[b->nparams] = v;
+  b->nparams++;
+  return v;
+}
+
+tpuir_val lw_convert(lw_b *b, tpuir_val v, int dtype) {
+  if (v < 0) return v;
+  lw_shape s = lw_info(b, v);
+  if (s.dtype == dtype) return v;
+  return tpuir_convert(b->g, v, dtype);
+}
+
+tpuir_val lw_opnd_val(lw_b *b, const lw_opnd *o, int dtype) {
+  if (o->kind == LW_OPND_TENSOR) {
+    if (o->t->device < 0) { /* fold the conversion into the constant */
+      lw_scalar s;
+      cpu_scalar(o->t, &s);
+      return lw_const_s(b, dtype, s);
+    }
+    return lw_convert(b, lw_tensor(b, o->t), dtype);
+  }
+  if (o->kind == LW_OPND_SCALAR) return lw_const_s(b, dtype, o->s);
+  return tpu_error(TPU_E_INTERNAL, "lowering: missing operand");
+}
+
+tpuir_val lw_bcast(lw_b *b, tpuir_val v, int ndim, const int64_t *sizes) {
+  if (v < 0) return v;
+  lw_shape s = lw_info(b, v);
+  if (s.ndim == ndim && same_sizes(ndim, s.sizes, sizes)) return v;
+  if (s.ndim > ndim)
+    return tpu_error(TPU_E_INVALID, "cannot broadcast a %d-dim value to %d dims",
+                     s.ndim, ndim);
+  int64_t dims[TPU_MAX_DIMS];
+  for (int i = 0; i < s.ndim; i++) dims[i] = ndim - s.ndim + i;
+  return tpuir_broadcast_in_dim(b->g, v, ndim, sizes, dims);
+}
+
+tpuir_val lw_full(lw_b *b, int dtype, int ndim, const int64_t *sizes,
+                  double v) {
+  return lw_bcast(b, lw_const(b, dtype, v), ndim, sizes);
+}
+
+int lw_bcast_shape(const lw_b *b, int n, const tpuir_val *vs, int *ndim,
+                   int64_t *sizes) {
+  int nd = 0;
+  lw_shape sh[8];
+  if (n > 8) return tpu_error(TPU_E_INTERNAL, "lw_bcast_shape: too many operands");
+  for (int i = 0; i < n; i++) {
+    if (vs[i] < 0) return vs[i];
+    sh[i] = lw_info(b, vs[i]);
+    if (sh[i].ndim > nd) nd = sh[i].ndim;
+  }
+  for (int d = 0; d < nd; d++) sizes[d] = 1;
+  for (int d = 0; d < nd; d++) {
+    int have = -1; /* operand index that fixed a non-1 size */
+    for (int i = 0; i < n; i++) {
+      int k = d - (nd - sh[i].ndim);
+      if (k < 0) continue;
+      int64_t sz = sh[i].sizes[k];
+      if (sz == 1) continue;
+      if (have < 0 || sizes[d] == 1) {
+        sizes[d] = sz;
+        have = i;
+      } else if (sizes[d] != sz) {
+        return tpu_error(TPU_E_INVALID,
+                         "The size of tensor a (%lld) must match the size of "
+                         "tensor b (%lld) at non-singleton dimension %d",
+                         (long long)sizes[d], (long long)sz, d);
+      }
+    }
+  }
+  *ndim = nd;
+  return TPU_OK;
+}
+
+int lw_bcast_all(lw_b *b, int n, tpuir_val *vs) {
+  int nd;
+  int64_t sizes[TPU_MAX_DIMS];
+  int rc = lw_bcast_shape(b, n, vs, &nd, sizes);
+  if (rc < 0) return rc;
+  for (int i = 0; i < n; i++) {
+    vs[i] = lw_bcast(b, vs[i], nd, sizes);
+    if (vs[i] < 0) return vs[i];
+  }
+  return TPU_OK;
+}
+
+tpuir_val lw_bin(lw_b *b, int op, tpuir_val x, tpuir_val y) {
+  tpuir_val v[2] = {x, y};
+  int rc = lw_bcast_all(b, 2, v);
+  if (rc < 0) return rc;
+  return tpuir_binary(b->g, op, v[0], v[1]);
+}
+
+tpuir_val lw_un(lw_b *b, int op, tpuir_val x) {
+  if (x < 0) return x;
+  return tpuir_unary(b->g, op, x);
+}
+
+tpuir_val lw_bin_c(lw_b *b, int op, tpuir_val x, double c) {
+  if (x < 0) return x;
+  lw_shape s = lw_info(b, x);
+  return lw_bin(b, op, x, lw_const(b, s.dtype, c));
+}
+
+tpuir_val lw_sel(lw_b *b, tpuir_val p, tpuir_val t, tpuir_val f) {
+  tpuir_val v[3] = {p, t, f};
+  int rc = lw_bcast_all(b, 3, v);
+  if (rc < 0) return rc;
+  return tpuir_select(b->g, v[0], v[1], v[2]);
+}
+
+tpuir_val lw_reshape(lw_b *b, tpuir_val v, int ndim, const int64_t *sizes) {
+  if (v < 0) return v;
+  lw_shape s = lw_info(b, v);
+  if (s.ndim == ndim && same_sizes(ndim, s.sizes, sizes)) return v;
+  return tpuir_reshape(b->g, v, ndim, sizes);
+}
+
+int lw_result(lw_b *b, tpuir_val v) {
+  if (v < 0) return v;
+  if (b->nres >= LW_MAX_RES)
+    return tpu_error(TPU_E_INTERNAL, "lowering: too many results");
+  b->res_dest[b->nres] = -1;
+  b->res[b->nres++] = v;
+  return TPU_OK;
+}
+
+static int arg_index(const lw_b *b, const char *name) {
+  for (int i = 0; i < b->nargs; i++)
+    if (b->args[i].name && strcmp(b->args[i].name, name) == 0) return i;
+  return -1;
+}
+
+int lw_result_to(lw_b *b, tpuir_val v, const char *name) {
+  int idx = arg_index(b, name);
+  if (idx < 0 || idx >= 64 || b->args[idx].kind != TPULW_TENSOR ||
+      !b->args[idx].t.defined || b->args[idx].t.device < 0)
+    return tpu_error(TPU_E_UNSUPPORTED, "%s: '%s' is not a device tensor",
+                     b->base, name);
+  int rc = lw_result(b, v);
+  if (rc < 0) return rc;
+  b->res_dest[b->nres - 1] = idx;
+  b->not_out |= 1ull << idx;
+  return TPU_OK;
+}
+
+void lw_not_out(lw_b *b, const char *name) {
+  int idx = arg_index(b, name);
+  if (idx >= 0 && idx < 64) b->not_out |= 1ull << idx;
+}
+
+int lw_result_as(lw_b *b, tpuir_val v, int dtype) {
+  return lw_result(b, lw_convert(b, v, dtype));
+}
+
+int lw_wrap_dim(int64_t dim, int ndim, int *out) {
+  int64_t n = ndim > 0 ? ndim : 1;
+  if (dim < -n || dim >= n)
+    return tpu_error(TPU_E_INDEX,
+                     "Dimension out of range (expected to be in range of "
+                     "[%lld, %lld], but got %lld)",
+                     (long long)-n, (long long)(n - 1), (long long)dim);
+  if (dim < 0) dim += n;
+  *out = ndim > 0 ? (int)dim : 0;
+  return TPU_OK;
+}
+
+int lw_dim_mask(const lw_b *b, const char *name, int nd, uint32_t *mask) {
+  int n;
+  int64_t scratch;
+  const int64_t *dims = lw_ints(b, name, &n, &scratch);
+  *mask = 0;
+  if (n <= 0) {
+    *mask = nd > 0 ? (uint32_t)((1ull << nd) - 1) : 0;
+    return TPU_OK;
+  }
+  for (int i = 0; i < n; i++) {
+    int d;
+    int rc = lw_wrap_dim(dims[i], nd, &d);
+    if (rc < 0) return rc;
+    if (nd == 0) continue;
+    if (*mask & (1u << d))
+      return tpu_error(TPU_E_INVALID,
+                       "dim %d appears multiple times in the list of dims", d);
+    *mask |= 1u << d;
+  }
+  return TPU_OK;
+}
+
+tpuir_val lw_reduce_dims(lw_b *b, int kind, tpuir_val v, uint32_t mask,
+                         int keepdim) {
+  if (v < 0) return v;
+  lw_shape s = lw_info(b, v);
+  int64_t dims[TPU_MAX_DIMS];
+  int nr = 0;
+  int64_t keep[TPU_MAX_DIMS];
+  for (int d = 0; d < s.ndim; d++) {
+    if (mask & (1u << d)) {
+      dims[nr++] = d;
+      keep[d] = 1;
+    } else {
+      keep[d] = s.sizes[d];
+    }
+  }
+  tpuir_val r = tpuir_reduce(b->g, kind, v, nr, dims);
+  if (r < 0 || !keepdim) return r;
+  return lw_reshape(b, r, s.ndim, keep);
+}

@@ -1,0 +1,470 @@
+/* lower/reduce.c - reductions: sum/mean/prod/nansum, max/min/amax/amin/
+ * aminmax, argmax/argmin, var/std(_mean), all/any, logsumexp, vector
+ * norms, count_nonzero, cumsum/cumprod (log-step scans).
+ */
+#include <math.h>
+#include <string.h>
+
+#include "lower/internal.h"
+
+enum {
+  R_SUM = 1, R_PROD, R_MEAN, R_NANSUM, R_MAX_ALL, R_MIN_ALL, R_MAX_DIM,
+  R_MIN_DIM, R_AMAX, R_AMIN, R_AMINMAX, R_ARGMAX, R_ARGMIN, R_VAR, R_STD,
+  R_VAR_MEAN, R_STD_MEAN, R_ALL, R_ANY, R_LOGSUMEXP, R_VNORM, R_NORM,
+  R_COUNT_NZ, R_CUMSUM, R_CUMPROD
+};
+
+static int get_self(const lw_b *b, const tpulw_tensor **t) {
+  *t = lw_tensor_arg(b, "self");
+  if (!*t) return tpu_error(TPU_E_UNSUPPORTED, "%s: no tensor self", b->base);
+  return TPU_OK;
+}
+
+/* dtype of the out= tensor named `name`, or -1. */
+static int out_dtype(const lw_b *b, const char *name) {
+  const tpulw_arg *a = lw_arg(b, name);
+  if (!a || !a->is_output || a->kind != TPULW_TENSOR || !a->t.defined) return -1;
+  return a->t.view.dtype;
+}
+
+/* Check that every dim in mask has non-zero size (amax, max.dim ...). */
+static int check_nonempty(const char *nm, const lw_shape *s, uint32_t mask) {
+  for (int d = 0; d < s->ndim; d++)
+    if ((mask & (1u << d)) && s->sizes[d] == 0)
+      return tpu_error(TPU_E_INDEX,
+                       "%s(): Expected reduction dim %d to have non-zero size.",
+                       nm, d);
+  return TPU_OK;
+}
+
+static int64_t count_of(const lw_shape *s, uint32_t mask) {
+  int64_t n = 1;
+  for (int d = 0; d < s->ndim; d++)
+    if (mask & (1u << d)) n *= s->sizes[d];
+  return n;
+}
+
+/* sum / prod / nansum / mean / count_nonzero */
+static int sum_fn(lw_b *b) {
+  const tpulw_tensor *self;
+  int rc = get_self(b, &self);
+  if (rc < 0) return rc;
+  int in_dt = self->view.dtype;
+  int dt = lw_dtype_arg(b, "dtype", -1);
+  int od = out_dtype(b, "out");
+  if (b->op == R_MEAN) {
+    int chk = dt >= 0 ? dt : in_dt;
+    if (!tpu_dtype_is_float(chk))
+      return tpu_error(TPU_E_INVALID,
+                       "mean(): could not infer output dtype. Input dtype must "
+                       "be either a floating point or complex dtype. Got: %s",
+                       lw_torch_name(chk));
+  }
+  if (dt < 0) dt = od;
+  if (dt < 0) dt = tpu_dtype_is_float(in_dt) ? in_dt : TPU_I64;
+  if (b->op == R_COUNT_NZ) dt = TPU_I64;
+  tpuir_val x = lw_tensor(b, self);
+  lw_shape s = lw_info(b, x);
+  uint32_t mask;
+  rc = lw_dim_mask(b, "dim", s.ndim, &mask);
+  if (rc < 0) return rc;
+  int keepdim = (int)lw_int(b, "keepdim", 0);
+  switch (b->op) {
+  case R_SUM:
+    return lw_result(b, lw_reduce_dims(b, TPUIR_RED_SUM, lw_convert(b, x, dt), mask, keepdim));
+  case R_PROD:
+    return lw_result(b, lw_reduce_dims(b, TPUIR_RED_PROD, lw_convert(b, x, dt), mask, keepdim));
+  case R_NANSUM: {
+    x = lw_convert(b, x, dt);
+    if (tpu_dtype_is_float(dt))
+      x = lw_sel(b, lw_un(b, TPUIR_IS_NAN, x), lw_const(b, dt, 0), x);
+    return lw_result(b, lw_reduce_dims(b, TPUIR_RED_SUM, x, mask, keepdim));
+  }
+  case R_COUNT_NZ: {
+    tpuir_val nz = lw_bin(b, TPUIR_NE, x, lw_const(b, in_dt, 0));
+    return lw_result(b, lw_reduce_dims(b, TPUIR_RED_SUM, lw_convert(b, nz, TPU_I64), mask, 0));
+  }
+  case R_MEAN: {
+    int cdt = lw_opmath(dt);
+    tpuir_val sum = lw_reduce_dims(b, TPUIR_RED_SUM, lw_convert(b, x, cdt), mask, keepdim);
+    tpuir_val r = lw_bin_c(b, TPUIR_DIV, sum, (double)count_of(&s, mask));
+    return lw_result_as(b, r, dt);
+  }
+  default:
+    return tpu_error(TPU_E_INTERNAL, "sum_fn: bad op");
+  }
+}
+
+/* max()/min() over everything */
+static int extreme_all_fn(lw_b *b) {
+  const tpulw_tensor *self;
+  int rc = get_self(b, &self);
+  if (rc < 0) return rc;
+  int is_max = b->op == R_MAX_ALL;
+  if (tpu_view_numel(&self->view) == 0)
+    return tpu_error(TPU_E_INVALID,
+                     "%s(): Expected reduction dim to be specified for "
+                     "input.numel() == 0. Specify the reduction dim with the "
+                     "'dim' argument.", is_max ? "max" : "min");
+  tpuir_val x = lw_tensor(b, self);
+  lw_shape s = lw_info(b, x);
+  int kind = is_max ? TPUIR_RED_MAX : TPUIR_RED_MIN;
+  if (s.dtype == TPU_BOOL) kind = is_max ? TPUIR_RED_OR : TPUIR_RED_AND;
+  uint32_t mask = s.ndim ? (uint32_t)((1ull << s.ndim) - 1) : 0;
+  return lw_result(b, lw_reduce_dims(b, kind, x, mask, 0));
+}
+
+/* argreduce along dim (bool compared as uint8) */
+static tpuir_val argred(lw_b *b, int kind, tpuir_val x, int dim) {
+  lw_shape s = lw_info(b, x);
+  if (s.dtype == TPU_BOOL) x = lw_convert(b, x, TPU_U8);
+  return tpuir_argreduce(b->g, kind, x, dim);
+}
+
+static tpuir_val keep_dim(lw_b *b, tpuir_val r, const lw_shape *in, int dim) {
+  int64_t sizes[TPU_MAX_DIMS];
+  for (int d = 0; d < in->ndim; d++) sizes[d] = d == dim ? 1 : in->sizes[d];
+  return lw_reshape(b, r, in->ndim, sizes);
+}
+
+/* max.dim / min.dim -> (values, indices) */
+static int extreme_dim_fn(lw_b *b) {
+  const tpulw_tensor *self;
+  int rc = get_self(b, &self);
+  if (rc < 0) return rc;
+  int is_max = b->op == R_MAX_DIM;
+  b->out_rule = LW_OUT_SAME;
+  tpuir_val x = lw_tensor(b, self);
+  lw_shape s = lw_info(b, x);
+  int dim;
+  rc = lw_wrap_dim(lw_int(b, "dim", 0), s.ndim, &dim);
+  if (rc < 0) return rc;
+  int keepdim = (int)lw_int(b, "keepdim", 0);
+  if (s.ndim == 0) {
+    rc = lw_result(b, x);
+    if (rc < 0) return rc;
+    return lw_result(b, lw_const(b, TPU_I64, 0));
+  }
+  rc = check_nonempty(is_max ? "max" : "min", &s, 1u << dim);
+  if (rc < 0) return rc;
+  int kind = is_max ? TPUIR_RED_MAX : TPUIR_RED_MIN;
+  int vkind = kind;
+  if (s.dtype == TPU_BOOL) vkind = is_max ? TPUIR_RED_OR : TPUIR_RED_AND;
+  tpuir_val v = lw_reduce_dims(b, vkind, x, 1u << dim, keepdim);
+  tpuir_val i = argred(b, kind, x, dim);
+  if (keepdim) i = keep_dim(b, i, &s, dim);
+  rc = lw_result(b, v);
+  if (rc < 0) return rc;
+  return lw_result(b, i);
+}
+
+/* amax / amin / aminmax */
+static int amax_fn(lw_b *b) {
+  const tpulw_tensor *self;
+  int rc = get_self(b, &self);
+  if (rc < 0) return rc;
+  tpuir_val x = lw_tensor(b, self);
+  lw_shape s = lw_info(b, x);
+  uint32_t mask;
+  int keepdim = (int)lw_int(b, "keepdim", 0);
+  if (b->op == R_AMINMAX) {
+    if (lw_none(b, "dim")) {
+      if (lw_numel(&s) == 0)
+        return tpu_error(TPU_E_INVALID,
+                         "aminmax(): cannot compute aminmax over an empty "
+                         "dimension as the operation has no identity.");
+      mask = s.ndim ? (uint32_t)((1ull << s.ndim) - 1) : 0;
+    } else {
+      int d;
+      rc = lw_wrap_dim(lw_int(b, "dim", 0), s.ndim, &d);
+      if (rc < 0) return rc;
+      mask = s.ndim ? 1u << d : 0;
+      if (s.ndim && s.sizes[d] == 0)
+        return tpu_error(TPU_E_INDEX,
+                         "aminmax(): Expected reduction dim %d to have "
+                         "non-zero size.", d);
+    }
+  } else {
+    rc = lw_dim_mask(b, "dim", s.ndim, &mask);
+    if (rc < 0) return rc;
+    int nd_list;
+    int64_t scratch;
+    lw_ints(b, "dim", &nd_list, &scratch);
+    if (nd_list <= 0 && lw_numel(&s) == 0)
+      return tpu_error(TPU_E_INVALID,
+                       "%s(): Expected reduction dim to be specified for input.numel() "
+                       "== 0. Specify the reduction dim with the 'dim' argument.",
+                       b->op == R_AMAX ? "amax" : "amin");
+    if (s.ndim > 0 && lw_numel(&s) == 0) {
+      rc = check_nonempty(b->op == R_AMAX ? "amax" : "amin", &s, mask);
+      if (rc < 0) return rc;
+    }
+  }
+  int isb = s.dtype == TPU_BOOL;
+  int kmax = isb ? TPUIR_RED_OR : TPUIR_RED_MAX;
+  int kmin = isb ? TPUIR_RED_AND : TPUIR_RED_MIN;
+  if (b->op == R_AMAX) return lw_result(b, lw_reduce_dims(b, kmax, x, mask, keepdim));
+  if (b->op == R_AMIN) return lw_result(b, lw_reduce_dims(b, kmin, x, mask, keepdim));
+  rc = lw_result(b, lw_reduce_dims(b, kmin, x, mask, keepdim));
+  if (rc < 0) return rc;
+  return lw_result(b, lw_reduce_dims(b, kmax, x, mask, keepdim));
+}
+
+static int argmax_fn(lw_b *b) {
+  const tpulw_tensor *self;
+  int rc = get_self(b, &self);
+  if (rc < 0) return rc;
+  const char *nm = b->op == R_ARGMAX ? "argmax" : "argmin";
+  b->out_rule = LW_OUT_SAME;
+  if (self->view.dtype == TPU_BOOL)
+    return tpu_error(TPU_E_INVALID, "%s(): does not support bool input", nm);
+  int kind = b->op == R_ARGMAX ? TPUIR_RED_MAX : TPUIR_RED_MIN;
+  tpuir_val x = lw_tensor(b, self);
+  lw_shape s = lw_info(b, x);
+  int keepdim = (int)lw_int(b, "keepdim", 0);
+  if (lw_none(b, "dim")) {
+    int64_t n = lw_numel(&s);
+    if (n == 0)
+      return tpu_error(TPU_E_INDEX,
+                       "%s(): Expected reduction dim to be specified for "
+                       "input.numel() == 0.", nm);
+    tpuir_val r = argred(b, kind, lw_reshape(b, x, 1, &n), 0);
+    if (keepdim) {
+      int64_t ones[TPU_MAX_DIMS];
+      for (int d = 0; d < s.ndim; d++) ones[d] = 1;
+      r = lw_reshape(b, r, s.ndim, ones);
+    }
+    return lw_result(b, r);
+  }
+  int dim;
+  rc = lw_wrap_dim(lw_int(b, "dim", 0), s.ndim, &dim);
+  if (rc < 0) return rc;
+  if (s.ndim == 0) return lw_result(b, lw_const(b, TPU_I64, 0));
+  rc = check_nonempty(nm, &s, 1u << dim);
+  if (rc < 0) return rc;
+  tpuir_val r = argred(b, kind, x, dim);
+  if (keepdim) r = keep_dim(b, r, &s, dim);
+  return lw_result(b, r);
+}
+
+/* var / std / var_mean / std_mean (correction form) */
+static int var_fn(lw_b *b) {
+  const tpulw_tensor *self;
+  int rc = get_self(b, &self);
+  if (rc < 0) return rc;
+  int dt = self->view.dtype;
+  if (!tpu_dtype_is_float(dt))
+    return tpu_error(TPU_E_INVALID,
+                     "std and var only support floating point and complex dtypes");
+  tpuir_val x = lw_tensor(b, self);
+  lw_shape s = lw_info(b, x);
+  uint32_t mask;
+  rc = lw_dim_mask(b, "dim", s.ndim, &mask);
+  if (rc < 0) return rc;
+  int keepdim = (int)lw_int(b, "keepdim", 0);
+  double corr = lw_float(b, "correction", 1.0);
+  if (lw_arg(b, "unbiased") && lw_none(b, "correction"))
+    corr = lw_int(b, "unbiased", 1) ? 1.0 : 0.0;
+  int cdt = lw_opmath(dt);
+  x = lw_convert(b, x, cdt);
+  double n = (double)count_of(&s, mask);
+  tpuir_val mean_k = lw_bin_c(b, TPUIR_DIV, lw_reduce_dims(b, TPUIR_RED_SUM, x, mask, 1), n);
+  tpuir_val d = lw_bin(b, TPUIR_SUB, x, mean_k);
+  tpuir_val ss = lw_reduce_dims(b, TPUIR_RED_SUM, lw_bin(b, TPUIR_MUL, d, d), mask, keepdim);
+  double dof = n - corr;
+  if (dof < 0) dof = 0;
+  tpuir_val var = lw_bin_c(b, TPUIR_DIV, ss, dof);
+  if (b->op == R_STD || b->op == R_STD_MEAN) var = lw_un(b, TPUIR_SQRT, var);
+  rc = lw_result_as(b, var, dt);
+  if (rc < 0 || (b->op != R_VAR_MEAN && b->op != R_STD_MEAN)) return rc;
+  tpuir_val mean = mean_k;
+  if (!keepdim) {
+    lw_shape m = lw_info(b, var);
+    mean = lw_reshape(b, mean_k, m.ndim, m.sizes);
+  }
+  return lw_result_as(b, mean, dt);
+}
+
+/* all / any */
+static int all_any_fn(lw_b *b) {
+  const tpulw_tensor *self;
+  int rc = get_self(b, &self);
+  if (rc < 0) return rc;
+  int is_all = b->op == R_ALL;
+  int in_dt = self->view.dtype;
+  int rdt = in_dt == TPU_U8 ? TPU_U8 : TPU_BOOL;
+  int od = out_dtype(b, "out");
+  if (od >= 0 && od != TPU_BOOL && !(in_dt == TPU_U8 && od == TPU_U8))
+    return tpu_error(TPU_E_INVALID, "%s only supports bool tensor for result, got: %s",
+                     is_all ? "all" : "any", lw_torch_name(od));
+  tpuir_val x = lw_convert(b, lw_tensor(b, self), TPU_BOOL);
+  lw_shape s = lw_info(b, x);
+  uint32_t mask;
+  rc = lw_dim_mask(b, "dim", s.ndim, &mask);
+  if (rc < 0) return rc;
+  int keepdim = (int)lw_int(b, "keepdim", 0);
+  tpuir_val r = lw_reduce_dims(b, is_all ? TPUIR_RED_AND : TPUIR_RED_OR, x, mask, keepdim);
+  b->out_rule = LW_OUT_ANY;
+  return lw_result_as(b, r, rdt);
+}
+
+static int logsumexp_fn(lw_b *b) {
+  const tpulw_tensor *self;
+  int rc = get_self(b, &self);
+  if (rc < 0) return rc;
+  int dt = lw_float_or_default(self->view.dtype);
+  int cdt = lw_opmath(dt);
+  tpuir_val x = lw_convert(b, lw_tensor(b, self), cdt);
+  lw_shape s = lw_info(b, x);
+  uint32_t mask;
+  rc = lw_dim_mask(b, "dim", s.ndim, &mask);
+  if (rc < 0) return rc;
+  int keepdim = (int)lw_int(b, "keepdim", 0);
+  tpuir_val m = lw_reduce_dims(b, TPUIR_RED_MAX, x, mask, 1);
+  m = lw_sel(b, lw_un(b, TPUIR_IS_INF, m), lw_const(b, cdt, 0), m);
+  tpuir_val e = lw_un(b, TPUIR_EXP, lw_bin(b, TPUIR_SUB, x, m));
+  tpuir_val r = lw_un(b, TPUIR_LOG, lw_reduce_dims(b, TPUIR_RED_SUM, e, mask, keepdim));
+  lw_shape rs = lw_info(b, r);
+  r = lw_bin(b, TPUIR_ADD, r, lw_reshape(b, m, rs.ndim, rs.sizes));
+  return lw_result_as(b, r, dt);
+}
+
+/* p-norm of a (absolute values, float dtype; the result keeps it) over the
+ * dims in mask: max/min for +-inf, the count of non-zeros for 0, else
+ * (sum a^p)^(1/p) with the 1- and 2-norms special-cased like torch. */
+tpuir_val lw_pnorm_dims(lw_b *b, tpuir_val a, double p, uint32_t mask, int keepdim) {
+  int dt = lw_info(b, a).dtype;
+  if (isinf(p))
+    return lw_reduce_dims(b, p > 0 ? TPUIR_RED_MAX : TPUIR_RED_MIN, a, mask, keepdim);
+  if (p == 0) {
+    tpuir_val nz = lw_convert(b, lw_bin(b, TPUIR_NE, a, lw_const(b, dt, 0)), dt);
+    return lw_reduce_dims(b, TPUIR_RED_SUM, nz, mask, keepdim);
+  }
+  if (p == 1) return lw_reduce_dims(b, TPUIR_RED_SUM, a, mask, keepdim);
+  if (p == 2)
+    return lw_un(b, TPUIR_SQRT, lw_reduce_dims(b, TPUIR_RED_SUM, lw_bin(b, TPUIR_MUL, a, a),
+                                               mask, keepdim));
+  tpuir_val ap = lw_bin(b, TPUIR_POW, a, lw_const(b, dt, p));
+  return lw_bin(b, TPUIR_POW, lw_reduce_dims(b, TPUIR_RED_SUM, ap, mask, keepdim),
+                lw_const(b, dt, 1.0 / p));
+}
+
+/* linalg_vector_norm / norm.ScalarOpt_dim(_dtype) */
+static int norm_fn(lw_b *b) {
+  const tpulw_tensor *self;
+  int rc = get_self(b, &self);
+  if (rc < 0) return rc;
+  int in_dt = self->view.dtype;
+  int dt = lw_dtype_arg(b, "dtype", -1);
+  if (!tpu_dtype_is_float(in_dt))
+    return tpu_error(TPU_E_INVALID,
+                     "linalg.vector_norm: Expected a floating point or complex "
+                     "tensor as input. Got %s", lw_torch_name(in_dt));
+  if (dt < 0) dt = in_dt;
+  double p = lw_float(b, b->op == R_VNORM ? "ord" : "p", 2.0);
+  int cdt = lw_opmath(dt);
+  tpuir_val x = lw_un(b, TPUIR_ABS, lw_convert(b, lw_tensor(b, self), cdt));
+  lw_shape s = lw_info(b, x);
+  uint32_t mask;
+  rc = lw_dim_mask(b, "dim", s.ndim, &mask);
+  if (rc < 0) return rc;
+  int keepdim = (int)lw_int(b, "keepdim", 0);
+  if (isinf(p) && lw_numel(&s) == 0)
+    return tpu_error(TPU_E_INVALID,
+                     "linalg.vector_norm cannot compute the %s norm on an "
+                     "empty tensor because the operation does not have an "
+                     "identity", p > 0 ? "inf" : "-inf");
+  tpuir_val r = lw_pnorm_dims(b, x, p, mask, keepdim);
+  return lw_result_as(b, r, dt);
+}
+
+/* inclusive scan along dim by log-step doubling (Hillis-Steele) */
+static tpuir_val scan(lw_b *b, tpuir_val x, int dim, int op) {
+  lw_shape s = lw_info(b, x);
+  if (s.ndim == 0) return x;
+  int64_t n = s.sizes[dim];
+  tpuir_val ident = lw_const(b, s.dtype, op == TPUIR_MUL ? 1 : 0);
+  for (int64_t k = 1; k < n && x >= 0; k *= 2) {
+    int64_t lo[TPU_MAX_DIMS] = {0}, hi[TPU_MAX_DIMS] = {0}, in[TPU_MAX_DIMS] = {0};
+    lo[dim] = k;
+    hi[dim] = -k;
+    tpuir_val sh = tpuir_pad(b->g, x, ident, lo, hi, in);
+    x = lw_bin(b, op, x, sh);
+  }
+  return x;
+}
+
+static int cumsum_fn(lw_b *b) {
+  const tpulw_tensor *self;
+  int rc = get_self(b, &self);
+  if (rc < 0) return rc;
+  int in_dt = self->view.dtype;
+  int dt = lw_dtype_arg(b, "dtype", -1);
+  if (dt < 0) dt = out_dtype(b, "out");
+  if (dt < 0) dt = tpu_dtype_is_float(in_dt) ? in_dt : TPU_I64;
+  tpuir_val x = lw_tensor(b, self);
+  lw_shape s = lw_info(b, x);
+  int dim;
+  rc = lw_wrap_dim(lw_int(b, "dim", 0), s.ndim, &dim);
+  if (rc < 0) return rc;
+  int cdt = lw_opmath(dt);
+  tpuir_val r = scan(b, lw_convert(b, x, cdt), dim,
+                     b->op == R_CUMSUM ? TPUIR_ADD : TPUIR_MUL);
+  return lw_result_as(b, r, dt);
+}
+
+static int trace_fn(lw_b *b) {
+  const tpulw_tensor *self;
+  int rc = get_self(b, &self);
+  if (rc < 0) return rc;
+  if (self->view.ndim != 2) return tpu_error(TPU_E_INVALID, "trace: expected a matrix");
+  int in_dt = self->view.dtype;
+  int dt = tpu_dtype_is_float(in_dt) ? in_dt : TPU_I64;
+  tpuir_val x = lw_convert(b, lw_tensor(b, self), dt);
+  lw_shape s = lw_info(b, x);
+  tpuir_val diag = lw_bin(b, TPUIR_EQ, tpuir_iota(b->g, TPU_I64, 2, s.sizes, 0),
+                          tpuir_iota(b->g, TPU_I64, 2, s.sizes, 1));
+  x = lw_sel(b, diag, x, lw_const(b, dt, 0));
+  return lw_result(b, lw_reduce_dims(b, TPUIR_RED_SUM, x, 3u, 0));
+}
+
+#define RED3(n, fn, code) {n, fn, code}, {n ".out", fn, code}
+
+const lw_row lw_rows_reduce[] = {
+    {"sum", sum_fn, R_SUM}, {"sum.out", sum_fn, R_SUM},
+    {"sum.dim_IntList", sum_fn, R_SUM}, {"sum.IntList_out", sum_fn, R_SUM},
+    {"nansum", sum_fn, R_NANSUM}, {"nansum.out", sum_fn, R_NANSUM},
+    {"mean", sum_fn, R_MEAN}, {"mean.dtype_out", sum_fn, R_MEAN},
+    {"mean.dim", sum_fn, R_MEAN}, {"mean.out", sum_fn, R_MEAN},
+    {"prod", sum_fn, R_PROD}, {"prod.out", sum_fn, R_PROD},
+    {"prod.dim_int", sum_fn, R_PROD}, {"prod.int_out", sum_fn, R_PROD},
+    {"count_nonzero.dim_IntList", sum_fn, R_COUNT_NZ},
+    {"count_nonzero.dim_IntList_out", sum_fn, R_COUNT_NZ},
+    {"max", extreme_all_fn, R_MAX_ALL}, {"max.unary_out", extreme_all_fn, R_MAX_ALL},
+    {"min", extreme_all_fn, R_MIN_ALL}, {"min.unary_out", extreme_all_fn, R_MIN_ALL},
+    {"max.dim", extreme_dim_fn, R_MAX_DIM}, {"max.dim_max", extreme_dim_fn, R_MAX_DIM},
+    {"min.dim", extreme_dim_fn, R_MIN_DIM}, {"min.dim_min", extreme_dim_fn, R_MIN_DIM},
+    RED3("amax", amax_fn, R_AMAX), RED3("amin", amax_fn, R_AMIN),
+    RED3("aminmax", amax_fn, R_AMINMAX),
+    RED3("argmax", argmax_fn, R_ARGMAX), RED3("argmin", argmax_fn, R_ARGMIN),
+    {"var.correction", var_fn, R_VAR}, {"var.correction_out", var_fn, R_VAR},
+    {"std.correction", var_fn, R_STD}, {"std.correction_out", var_fn, R_STD},
+    {"var_mean.correction", var_fn, R_VAR_MEAN},
+    {"var_mean.correction_out", var_fn, R_VAR_MEAN},
+    {"std_mean.correction", var_fn, R_STD_MEAN},
+    {"std_mean.correction_out", var_fn, R_STD_MEAN},
+    {"all", all_any_fn, R_ALL}, {"all.all_out", all_any_fn, R_ALL},
+    {"all.dim", all_any_fn, R_ALL}, {"all.out", all_any_fn, R_ALL},
+    {"all.dims", all_any_fn, R_ALL}, {"all.dims_out", all_any_fn, R_ALL},
+    {"any", all_any_fn, R_ANY}, {"any.all_out", all_any_fn, R_ANY},
+    {"any.dim", all_any_fn, R_ANY}, {"any.out", all_any_fn, R_ANY},
+    {"any.dims", all_any_fn, R_ANY}, {"any.dims_out", all_any_fn, R_ANY},
+    RED3("logsumexp", logsumexp_fn, R_LOGSUMEXP),
+    RED3("trace", trace_fn, 0),
+    RED3("linalg_vector_norm", norm_fn, R_VNORM),
+    {"norm.ScalarOpt_dim", norm_fn, R_NORM}, {"norm.out", norm_fn, R_NORM},
+    {"norm.ScalarOpt_dim_dtype", norm_fn, R_NORM}, {"norm.dtype_out", norm_fn, R_NORM},
+    RED3("cumsum", cumsum_fn, R_CUMSUM), {"cumsum_", cumsum_fn, R_CUMSUM},
+    RED3("cumprod", cumsum_fn, R_CUMPROD), {"cumprod_", cumsum_fn, R_CUMPROD},
+};
+const int lw_nrows_reduce = sizeof lw_rows_reduce / sizeof lw_rows_reduce[0];

@@ -1,0 +1,368 @@
+/* lower/resize.c - interpolation: upsample_nearest{1,2,3}d,
+ * _upsample_nearest_exact{1,2,3}d, upsample_linear1d / bilinear2d /
+ * trilinear3d, and their backward ops.
+ *
+ * Interpolation is separable: each spatial dim is resampled in turn with
+ * index_select (and, for the linear modes, a two-tap blend); the backward
+ * ops scatter with index_add in the reverse order. Source indices and
+ * weights are computed in the graph with PyTorch's float formulas
+ * (UpSample.h: nearest in float32, linear in the op's accumulate type).
+ */
+#include <string.h>
+
+#include "lower/internal.h"
+
+enum { U_NEAREST = 1, U_NEAREST_EXACT, U_LINEAR };
+
+typedef struct up_dim {
+  tpuir_val i0, i1; /* int64 [out] source indices */
+  tpuir_val l0, l1; /* weights [out] (linear modes) */
+} up_dim;
+
+static const char *scale_name(int k, int j) {
+  static const char *const n3[3] = {"scales_d", "scales_h", "scales_w"};
+  if (k == 1) return "scales";
+  return n3[3 - k + j];
+}
+
+/* indices (and weights) of one spatial dim */
+static int up_indices(lw_b *b, int mode, int64_t in, int64_t out, int has_scale, double scale_arg,
+                      int align, int wdt, up_dim *u) {
+  int64_t n = out;
+  u->l0 = u->l1 = -1;
+  if (mode != U_LINEAR) {
+    if (out == in && mode == U_NEAREST) {
+      u->i0 = tpuir_iota(b->g, TPU_I64, 1, &n, 0);
+    } else if (out == 2 * in && mode == U_NEAREST) {
+      u->i0 = lw_bin_c(b, TPUIR_DIV, tpuir_iota(b->g, TPU_I64, 1, &n, 0), 2);
+    } else {
+      float scale = (has_scale && scale_arg > 0) ? (float)(1.0 / scale_arg) : (float)in / (float)out;
+      tpuir_val f = tpuir_iota(b->g, TPU_F32, 1, &n, 0);
+      if (mode == U_NEAREST_EXACT) f = lw_bin_c(b, TPUIR_ADD, f, 0.5);
+      f = lw_un(b, TPUIR_FLOOR, lw_bin_c(b, TPUIR_MUL, f, scale));
+      u->i0 = lw_bin_c(b, TPUIR_MIN, lw_convert(b, f, TPU_I64), (double)(in - 1));
+    }
+    return u->i0 < 0 ? u->i0 : TPU_OK;
+  }
+  /* linear: area_pixel_compute_scale / _source_index in wdt */
+  double scale;
+  if (align) scale = out > 1 ? (double)(in - 1) / (double)(out - 1) : 0;
+  else if (has_scale && scale_arg > 0) scale = 1.0 / scale_arg;
+  else scale = (double)in / (double)out;
+  if (wdt == TPU_F32) scale = (float)scale;
+  tpuir_val f = tpuir_iota(b->g, wdt, 1, &n, 0);
+  tpuir_val src;
+  if (align) {
+    src = lw_bin_c(b, TPUIR_MUL, f, scale);
+  } else {
+    src = lw_bin_c(b, TPUIR_SUB, lw_bin_c(b, TPUIR_MUL, lw_bin_c(b, TPUIR_ADD, f, 0.5), scale), 0.5);
+    src = lw_bin_c(b, TPUIR_MAX, src, 0);
+  }
+  tpuir_val i0 = lw_convert(b, src, TPU_I64);
+  tpuir_val l1 = lw_bin(b, TPUIR_SUB, src, lw_convert(b, i0, wdt));
+  l1 = lw_bin_c(b, TPUIR_MIN, lw_bin_c(b, TPUIR_MAX, l1, 0), 1);
+  u->l0 = lw_bin(b, TPUIR_SUB, lw_const(b, wdt, 1), l1);
+  u->l1 = l1;
+  u->i0 = i0;
+  u->i1 = lw_bin(b, TPUIR_ADD, i0, lw_convert(b, lw_bin_c(b, TPUIR_LT, i0, (double)(in - 1)), TPU_I64));
+  return u->i1 < 0 ? u->i1 : TPU_OK;
+}
+
+/* weight vector [n] -> shape broadcasting at `axis` of rank nd */
+static tpuir_val at_axis(lw_b *b, tpuir_val w, int nd, int axis, int64_t n) {
+  int64_t sz[TPU_MAX_DIMS];
+  for (int d = 0; d < nd; d++) sz[d] = d == axis ? n : 1;
+  return lw_reshape(b, w, nd, sz);
+}
+
+static int upsample_fn(lw_b *b) {
+  int mode = b->op;
+  int bw = strstr(b->base, "_backward") != NULL;
+  const tpulw_tensor *t = lw_tensor_arg(b, bw ? "grad_output" : "self");
+  if (!t) return tpu_error(TPU_E_UNSUPPORTED, "%s: no input", b->base);
+  int dt = t->view.dtype;
+  int no, ni = 0;
+  int64_t s1, s2;
+  const int64_t *osz = lw_ints(b, "output_size", &no, &s1);
+  const int64_t *isz = bw ? lw_ints(b, "input_size", &ni, &s2) : NULL;
+  int k = no;
+  int nd = bw ? ni : t->view.ndim;
+  if (k < 1 || k > 3 || nd != k + 2 || (bw && !isz))
+    return tpu_error(TPU_E_UNSUPPORTED, "%s: unexpected sizes", b->base);
+  const int64_t *in_sizes = bw ? isz : t->view.sizes;
+  if (mode == U_LINEAR && !tpu_dtype_is_float(dt))
+    return tpu_error(TPU_E_UNSUPPORTED, "\"%s\" not implemented for '%s'", b->base,
+                     lw_torch_name(dt));
+  if (dt == TPU_BOOL) return tpu_error(TPU_E_UNSUPPORTED, "%s: bool input", b->base);
+  for (int j = 0; j < k; j++)
+    if (osz[j] <= 0 || in_sizes[2 + j] <= 0)
+      return tpu_error(TPU_E_INVALID,
+                       "Input and output sizes should be greater than 0, but got input "
+                       "size %lld and output size %lld",
+                       (long long)in_sizes[2 + j], (long long)osz[j]);
+  if (bw)
+    for (int j = 0; j < k; j++)
+      if (t->view.sizes[2 + j] != osz[j] || t->view.sizes[0] != isz[0] || t->view.sizes[1] != isz[1])
+        return tpu_error(TPU_E_INVALID,
+                         "Expected grad_output to have the same shape as output; output.size(%d) "
+                         "= %lld but got grad_output.size(%d) = %lld",
+                         2 + j, (long long)osz[j], 2 + j, (long long)t->view.sizes[2 + j]);
+  int align = mode == U_LINEAR ? (int)lw_int(b, "align_corners", 0) : 0;
+  int cdt = tpu_dtype_is_float(dt) ? lw_opmath(dt) : dt;
+  int wdt = dt == TPU_F64 ? TPU_F64 : TPU_F32;
+  up_dim u[3];
+  for (int j = 0; j < k; j++) {
+    const char *sn = scale_name(k, j);
+    int has = !lw_none(b, sn);
+    int rc = up_indices(b, mode, in_sizes[2 + j], osz[j], has, lw_float(b, sn, 0), align, wdt, &u[j]);
+    if (rc < 0) return rc;
+  }
+  tpuir_val x = lw_convert(b, lw_tensor(b, t), cdt);
+  if (!bw) {
+    for (int j = 0; j < k; j++) {
+      int axis = 2 + j;
+      if (mode != U_LINEAR) {
+        x = tpuir_index_select(b->g, x, axis, u[j].i0);
+      } else {
+        tpuir_val a0 = tpuir_index_select(b->g, x, axis, u[j].i0);
+        tpuir_val a1 = tpuir_index_select(b->g, x, axis, u[j].i1);
+        tpuir_val w0 = at_axis(b, lw_convert(b, u[j].l0, cdt), nd, axis, osz[j]);
+        tpuir_val w1 = at_axis(b, lw_convert(b, u[j].l1, cdt), nd, axis, osz[j]);
+        x = lw_bin(b, TPUIR_ADD, lw_bin(b, TPUIR_MUL, a0, w0), lw_bin(b, TPUIR_MUL, a1, w1));
+      }
+      if (x < 0) return x;
+    }
+    return lw_result_as(b, x, dt);
+  }
+  /* backward: scatter along each spatial dim, last first */
+  int64_t cur[TPU_MAX_DIMS] = {in_sizes[0], in_sizes[1]};
+  for (int d = 2; d < nd; d++) cur[d] = osz[d - 2];
+  for (int j = k - 1; j >= 0; j--) {
+    int axis = 2 + j;
+    cur[axis] = in_sizes[axis];
+    tpuir_val zeros = lw_full(b, cdt, nd, cur, 0);
+    if (mode != U_LINEAR) {
+      x = tpuir_index_add(b->g, zeros, axis, u[j].i0, x);
+    } else {
+      tpuir_val w0 = at_axis(b, lw_convert(b, u[j].l0, cdt), nd, axis, osz[j]);
+      tpuir_val w1 = at_axis(b, lw_convert(b, u[j].l1, cdt), nd, axis, osz[j]);
+      tpuir_val g0 = lw_bin(b, TPUIR_MUL, x, w0), g1 = lw_bin(b, TPUIR_MUL, x, w1);
+      x = tpuir_index_add(b->g, tpuir_index_add(b->g, zeros, axis, u[j].i0, g0), axis, u[j].i1, g1);
+    }
+    if (x < 0) return x;
+  }
+  return lw_result_as(b, x, dt);
+}
+
+/* reflection_pad / replication_pad {1,2,3}d (+ backward): the last k dims
+ * are padded by index_select with reflected / clamped source indices;
+ * padding lists the last dim first: (left, right, top, bottom, ...) */
+enum { PAD_REFLECT = 1, PAD_REPLICATE };
+
+static int pad_fn(lw_b *b) {
+  int bw = strstr(b->base, "_backward") != NULL;
+  int k = b->base[strlen(b->base) - (bw ? 11 : 2)] - '0'; /* ...pad2d[_backward] */
+  const tpulw_tensor *t = lw_tensor_arg(b, bw ? "grad_output" : "self");
+  const tpulw_tensor *self = lw_tensor_arg(b, "self");
+  int np;
+  int64_t scratch;
+  const int64_t *pad = lw_ints(b, "padding", &np, &scratch);
+  if (!t || !self || k < 1 || k > 3 || np != 2 * k)
+    return tpu_error(TPU_E_UNSUPPORTED, "%s: unexpected arguments", b->base);
+  int dt = t->view.dtype;
+  if (dt == TPU_BOOL) return tpu_error(TPU_E_UNSUPPORTED, "%s: bool", b->base);
+  const tpu_view *iv = &self->view;
+  int nd = iv->ndim;
+  if (nd != k + 1 && nd != k + 2)
+    return tpu_error(TPU_E_INVALID, "Expected %dD or %dD (batch mode) tensor with possibly 0 "
+                     "batch size and other non-zero dimensions for input, but got: %dD", k + 1,
+                     k + 2, nd);
+  int reflect = b->op == PAD_REFLECT;
+  up_dim u[3];
+  int64_t osz[3];
+  for (int j = 0; j < k; j++) {
+    int axis = nd - k + j;
+    int64_t in = iv->sizes[axis];
+    int64_t lo = pad[2 * (k - 1 - j)], hi = pad[2 * (k - 1 - j) + 1];
+    /* replication with negative padding crops (the clamped index covers it) */
+    if (reflect && (lo < 0 || hi < 0))
+      return tpu_error(TPU_E_UNSUPPORTED, "%s: negative padding", b->base);
+    if (!reflect && in + lo + hi < 1)
+      return tpu_error(TPU_E_INVALID, "input (W: %lld) is too small. Calculated output W: %lld",
+                       (long long)in, (long long)(in + lo + hi));
+    if (reflect && (lo >= in || hi >= in))
+      return tpu_error(TPU_E_INVALID,
+                       "Argument #4: Padding size should be less than the corresponding input "
+                       "dimension, but got: padding (%lld, %lld) at dimension %d of input %d",
+                       (long long)lo, (long long)hi, axis, nd);
+    if (!reflect && in == 0)
+      return tpu_error(TPU_E_INVALID, "input tensor must have non-zero size in dim %d", axis);
+    int64_t out = in + lo + hi;
+    osz[j] = out;
+    tpuir_val i = lw_bin_c(b, TPUIR_SUB, tpuir_iota(b->g, TPU_I64, 1, &out, 0), (double)lo);
+    if (reflect) {
+      i = lw_un(b, TPUIR_ABS, i);
+      i = lw_sel(b, lw_bin_c(b, TPUIR_GE, i, (double)in),
+                 lw_bin(b, TPUIR_SUB, lw_const(b, TPU_I64, 2.0 * (double)(in - 1)), i), i);
+    } else {
+      i = lw_bin_c(b, TPUIR_MIN, lw_bin_c(b, TPUIR_MAX, i, 0), (double)(in - 1));
+    }
+    u[j].i0 = i;
+    if (i < 0) return i;
+  }
+  int cdt = tpu_dtype_is_float(dt) ? lw_opmath(dt) : dt;
+  tpuir_val x = lw_convert(b, lw_tensor(b, t), cdt);
+  if (!bw) {
+    for (int j = 0; j < k && x >= 0; j++) x = tpuir_index_select(b->g, x, nd - k + j, u[j].i0);
+    return lw_result_as(b, x, dt);
+  }
+  int64_t cur[TPU_MAX_DIMS];
+  for (int d = 0; d < nd; d++) cur[d] = d < nd - k ? iv->sizes[d] : osz[d - (nd - k)];
+  for (int d = 0; d < nd; d++)
+    if (t->view.sizes[d] != cur[d])
+      return tpu_error(TPU_E_INVALID, "grad_output has the wrong size at dimension %d", d);
+  for (int j = k - 1; j >= 0 && x >= 0; j--) {
+    int axis = nd - k + j;
+    cur[axis] = iv->sizes[axis];
+    x = tpuir_index_add(b->g, lw_full(b, cdt, nd, cur, 0), axis, u[j].i0, x);
+  }
+  return lw_result_as(b, x, dt);
+}
+
+/* im2col (nn.Unfold) and col2im (nn.Fold) with strided slices / interior
+ * padding, one kernel offset at a time */
+static int im2col_fn(lw_b *b) {
+  int fold = strncmp(b->base, "col2im", 6) == 0;
+  const tpulw_tensor *t = lw_tensor_arg(b, "self");
+  int n1, n2, n3, n4, n5 = 2;
+  int64_t sc[5];
+  const int64_t *ks = lw_ints(b, "kernel_size", &n1, &sc[0]);
+  const int64_t *dl = lw_ints(b, "dilation", &n2, &sc[1]);
+  const int64_t *pd = lw_ints(b, "padding", &n3, &sc[2]);
+  const int64_t *st = lw_ints(b, "stride", &n4, &sc[3]);
+  const int64_t *os = fold ? lw_ints(b, "output_size", &n5, &sc[4]) : NULL;
+  if (!t || n1 != 2 || n2 != 2 || n3 != 2 || n4 != 2 || n5 != 2)
+    return tpu_error(TPU_E_UNSUPPORTED, "%s: unexpected arguments", b->base);
+  for (int i = 0; i < 2; i++)
+    if (ks[i] <= 0 || dl[i] <= 0 || st[i] <= 0 || pd[i] < 0)
+      return tpu_error(TPU_E_INVALID,
+                       "%s: kernel size, dilation and stride should be greater than zero, "
+                       "padding non-negative", b->base);
+  int dt = t->view.dtype;
+  if (dt == TPU_BOOL) return tpu_error(TPU_E_UNSUPPORTED, "%s: bool", b->base);
+  int batched = t->view.ndim == 4 - fold;
+  if (t->view.ndim != 3 - fold && !batched)
+    return tpu_error(TPU_E_INVALID, "Expected %dD or %dD (batch mode) tensor for input, but got: %dD",
+                     3 - fold, 4 - fold, t->view.ndim);
+  tpuir_val x = lw_tensor(b, t);
+  int64_t nb = batched ? t->view.sizes[0] : 1, kk = ks[0] * ks[1];
+  int64_t h, w, c;
+  if (!fold) {
+    c = t->view.sizes[batched];
+    h = t->view.sizes[batched + 1];
+    w = t->view.sizes[batched + 2];
+  } else {
+    h = os[0];
+    w = os[1];
+    int64_t ckk = t->view.sizes[batched];
+    if (ckk % kk)
+      return tpu_error(TPU_E_INVALID,
+                       "Expected size of input's dimension 1 to be divisible by the product of "
+                       "kernel_size, but got input.size(1)=%lld and kernel_size=(%lld, %lld)",
+                       (long long)ckk, (long long)ks[0], (long long)ks[1]);
+    c = ckk / kk;
+  }
+  int64_t hp = h + 2 * pd[0], wp = w + 2 * pd[1];
+  int64_t oh = (hp - (dl[0] * (ks[0] - 1) + 1)) / st[0] + 1;
+  int64_t ow = (wp - (dl[1] * (ks[1] - 1) + 1)) / st[1] + 1;
+  if (oh <= 0 || ow <= 0)
+    return tpu_error(TPU_E_INVALID, "%s: the output would have no blocks", b->base);
+  int64_t L = oh * ow;
+  if (fold && t->view.sizes[batched + 1] != L)
+    return tpu_error(TPU_E_INVALID,
+                     "Given output_size=(%lld, %lld), kernel_size=(%lld, %lld), dilation=(%lld, "
+                     "%lld), padding=(%lld, %lld), stride=(%lld, %lld), expected size of input's "
+                     "dimension 2 to match the calculated number of sliding blocks %lld * %lld = "
+                     "%lld, but got input.size(2)=%lld.",
+                     (long long)h, (long long)w, (long long)ks[0], (long long)ks[1],
+                     (long long)dl[0], (long long)dl[1], (long long)pd[0], (long long)pd[1],
+                     (long long)st[0], (long long)st[1], (long long)oh, (long long)ow,
+                     (long long)L, (long long)t->view.sizes[batched + 1]);
+  if (kk > 256) return tpu_error(TPU_E_UNSUPPORTED, "%s: kernel too large", b->base);
+  tpuir_val zero = lw_const(b, dt, 0);
+  tpuir_val parts[256];
+  if (!fold) {
+    int64_t s4[4] = {nb, c, h, w};
+    x = lw_reshape(b, x, 4, s4);
+    int64_t lo[4] = {0, 0, pd[0], pd[1]}, hi[4] = {0, 0, pd[0], pd[1]}, in0[4] = {0};
+    if (pd[0] || pd[1]) x = tpuir_pad(b->g, x, zero, lo, hi, in0);
+    int64_t blk[4] = {nb, c, 1, L};
+    for (int64_t i = 0; i < ks[0]; i++)
+      for (int64_t j = 0; j < ks[1]; j++) {
+        int64_t s0[4] = {0, 0, i * dl[0], j * dl[1]};
+        int64_t l0[4] = {nb, c, s0[2] + (oh - 1) * st[0] + 1, s0[3] + (ow - 1) * st[1] + 1};
+        int64_t str[4] = {1, 1, st[0], st[1]};
+        tpuir_val v = lw_reshape(b, tpuir_slice(b->g, x, s0, l0, str), 4, blk);
+        if (v < 0) return v;
+        parts[i * ks[1] + j] = v;
+      }
+    tpuir_val r = kk == 1 ? parts[0] : tpuir_concat(b->g, (int)kk, parts, 2);
+    int64_t o3[3] = {nb, c * kk, L};
+    r = lw_reshape(b, r, batched ? 3 : 2, batched ? o3 : o3 + 1);
+    return lw_result(b, r);
+  }
+  int cdt = tpu_dtype_is_float(dt) ? lw_opmath(dt) : dt;
+  int64_t s5[5] = {nb, c, kk, oh, ow};
+  x = lw_reshape(b, lw_convert(b, x, cdt), 5, s5);
+  tpuir_val czero = lw_const(b, cdt, 0), acc = -1;
+  for (int64_t i = 0; i < ks[0]; i++)
+    for (int64_t j = 0; j < ks[1]; j++) {
+      int64_t k = i * ks[1] + j;
+      int64_t s0[5] = {0, 0, k, 0, 0}, l0[5] = {nb, c, k + 1, oh, ow}, one[5] = {1, 1, 1, 1, 1};
+      int64_t b4[4] = {nb, c, oh, ow};
+      tpuir_val v = lw_reshape(b, tpuir_slice(b->g, x, s0, l0, one), 4, b4);
+      int64_t r0 = i * dl[0], c0 = j * dl[1];
+      int64_t lo[4] = {0, 0, r0, c0};
+      int64_t hi[4] = {0, 0, hp - (r0 + (oh - 1) * st[0] + 1), wp - (c0 + (ow - 1) * st[1] + 1)};
+      int64_t in[4] = {0, 0, st[0] - 1, st[1] - 1};
+      v = tpuir_pad(b->g, v, czero, lo, hi, in);
+      acc = acc < 0 ? v : lw_bin(b, TPUIR_ADD, acc, v);
+      if (acc < 0) return acc;
+    }
+  if (pd[0] || pd[1]) {
+    int64_t s0[4] = {0, 0, pd[0], pd[1]}, l0[4] = {nb, c, pd[0] + h, pd[1] + w}, one[4] = {1, 1, 1, 1};
+    acc = tpuir_slice(b->g, acc, s0, l0, one);
+  }
+  int64_t o4[4] = {nb, c, h, w};
+  acc = lw_reshape(b, acc, batched ? 4 : 3, batched ? o4 : o4 + 1);
+  return lw_result_as(b, acc, dt);
+}
+
+#define PAD(n, mode)                                                           \
+  {n, pad_fn, mode}, {n ".out", pad_fn, mode}, {n "_backward", pad_fn, mode},  \
+      {n "_backward.grad_input", pad_fn, mode}
+
+#define UP(n, mode)                                                            \
+  {n, upsample_fn, mode}, {n ".out", upsample_fn, mode},                       \
+      {n "_backward", upsample_fn, mode}, {n "_backward.grad_input", upsample_fn, mode}
+
+const lw_row lw_rows_resize[] = {
+    UP("upsample_nearest1d", U_NEAREST),
+    UP("upsample_nearest2d", U_NEAREST),
+    UP("upsample_nearest3d", U_NEAREST),
+    UP("_upsample_nearest_exact1d", U_NEAREST_EXACT),
+    UP("_upsample_nearest_exact2d", U_NEAREST_EXACT),
+    UP("_upsample_nearest_exact3d", U_NEAREST_EXACT),
+    UP("upsample_linear1d", U_LINEAR),
+    UP("upsample_bilinear2d", U_LINEAR),
+    UP("upsample_trilinear3d", U_LINEAR),
+    {"im2col", im2col_fn, 0}, {"im2col.out", im2col_fn, 0},
+    {"col2im", im2col_fn, 0}, {"col2im.out", im2col_fn, 0},
+    PAD("reflection_pad1d", PAD_REFLECT),
+    PAD("reflection_pad2d", PAD_REFLECT),
+    PAD("reflection_pad3d", PAD_REFLECT),
+    PAD("replication_pad1d", PAD_REPLICATE),
+    PAD("replication_pad2d", PAD_REPLICATE),
+    PAD("replication_pad3d", PAD_REPLICATE),
+};
+const int lw_nrows_resize = sizeof lw_rows_resize / sizeof lw_rows_resize[0];

@@ -1,0 +1,482 @@
+/* mxu/dnnl.c - the vTPU matrix unit's multiply engine: oneDNN's matmul
+ * primitive (C API, oneDNN 2.x as packaged by Debian: libdnnl-dev), which
+ * dispatches AMX on Intel, AVX512-BF16 on Zen 4 and AVX2 elsewhere.
+ *
+ * One CPU engine for the process. Primitives are cached by problem (types,
+ * sizes, strides, accumulate) so eager dispatch does not re-create them:
+ * creating one costs tens of microseconds, a cache hit a mutex and a
+ * compare. Entries are reference-counted while executing, so eviction (when
+ * the cache is full) never destroys a primitive in use. Scratchpads are
+ * "user" mode, from the workspace cache below, so concurrent callers never
+ * share one.
+ *
+ * Small problems (m*n*k below SMALL_MACS) skip the shape-specialised
+ * kernels: one primitive per type combination with run-time sizes and
+ * strides (oneDNN's JIT GEMM, created once) runs them on the calling thread
+ * (OpenMP team of one), batch items in a loop. JIT-compiling a kernel per
+ * shape costs milliseconds, and waking a thread team for a few
+ * microseconds of work costs more than it saves; both dominated eager runs
+ * of many small distinct matmuls. */
+#include <oneapi/dnnl/dnnl.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "mxu/internal.h"
+
+/* OpenMP (oneDNN's threading runtime here): per-thread team size */
+int omp_get_max_threads(void);
+void omp_set_num_threads(int n);
+
+#define SMALL_MACS ((int64_t)1 << 21)
+
+/* ---- workspace cache --------------------------------------------------- */
+
+/* Packed operands, temporaries and scratchpads are large, short-lived
+ * buffers; fresh pages cost a fault and a clear per 4 KB, so a few freed
+ * buffers (at most WS_MAX_BYTES together) are kept for the next call. */
+#define WS_SLOTS 8
+#define WS_MAX_BYTES ((size_t)256 << 20)
+static pthread_mutex_t g_ws_mu = PTHREAD_MUTEX_INITIALIZER;
+static struct {
+  void *p;
+  size_t n;
+} g_ws[WS_SLOTS];
+static size_t g_ws_total;
+
+/* A 64-byte-aligned buffer of at least n bytes (*cap: its size), or NULL. */
+void *tpumxu_ws_get(size_t n, size_t *cap) {
+  void *p = NULL;
+  pthread_mutex_lock(&g_ws_mu);
+  int best = -1;
+  for (int i = 0; i < WS_SLOTS; i++)
+    if (g_ws[i].p && g_ws[i].n >= n && (best < 0 || g_ws[i].n < g_ws[best].n)) best = i;
+  if (best >= 0) {
+    p = g_ws[best].p;
+    *cap = g_ws[best].n;
+    g_ws_total -= *cap;
+    g_ws[best].p = NULL;
+  }
+  pthread_mutex_unlock(&g_ws_mu);
+  if (!p) {
+    *cap = (n + 4095) & ~(size_t)4095;
+    if (*cap == 0) *cap = 4096;
+    p = aligned_alloc(64, *cap);
+  }
+  return p;
+}
+
+/* Give back a buffer from tpumxu_ws_get: kept (evicting smaller ones) or
+ * freed. */
+void tpumxu_ws_put(void *p, size_t cap) {
+  if (!p) return;
+  pthread_mutex_lock(&g_ws_mu);
+  for (;;) {
+    int empty = -1, small = -1;
+    for (int i = 0; i < WS_SLOTS; i++) {
+      if (!g_ws[i].p) empty = i;
+      else if (small < 0 || g_ws[i].n < g_ws[small].n) small = i;
+    }
+    if (empty >= 0 && g_ws_total + cap <= WS_MAX_BYTES) {
+      g_ws[empty].p = p;
+      g_ws[empty].n = cap;
+      g_ws_total += cap;
+      p = NULL;
+      break;
+    }
+    if (small < 0 || g_ws[small].n >= cap || cap > WS_MAX_BYTES) break;
+    free(g_ws[small].p); /* evict a smaller buffer */
+    g_ws_total -= g_ws[small].n;
+    g_ws[small].p = NULL;
+  }
+  pthread_mutex_unlock(&g_ws_mu);
+  free(p);
+}
+
+/* ---- engine ------------------------------------------------------------ */
+
+static pthread_once_t g_once = PTHREAD_ONCE_INIT;
+static dnnl_engine_t g_eng;
+static int g_bf16_native;
+
+static int impl_of(int sdt, int ddt, int64_t m, int64_t n, int64_t k,
+                   char *buf, size_t cap);
+
+static void engine_init(void) {
+  if (dnnl_engine_create(&g_eng, dnnl_cpu, 0) != dnnl_success) {
+    g_eng = NULL;
+    return;
+  }
+  /* bf16 operands are native unless oneDNN would use its reference
+   * (scalar) kernel for them (CPUs without AVX-512) */
+  char impl[128];
+  g_bf16_native = impl_of(TPUMXU_DT_BF16, TPUMXU_DT_F32, 256, 256, 256, impl,
+                          sizeof impl) == TPU_OK &&
+                  strncmp(impl, "ref", 3) != 0;
+}
+
+static int engine(void) {
+  pthread_once(&g_once, engine_init);
+  return g_eng ? TPU_OK
+               : tpu_error(TPU_E_INTERNAL, "tpumxu: cannot create the oneDNN CPU engine");
+}
+
+int tpumxu_dnnl_bf16_native(void) {
+  return engine() == TPU_OK && g_bf16_native;
+}
+
+static dnnl_data_type_t ddt_of(int dt) { return dt == TPUMXU_DT_BF16 ? dnnl_bf16 : dnnl_f32; }
+
+/* ---- primitive cache --------------------------------------------------- */
+
+typedef struct key {
+  int sdt, wdt, ddt, acc;
+  int64_t bs, bw, bd, m, n, k;
+  int64_t ss[3], ws[3], ds[3];
+} key;
+
+typedef struct entry {
+  key k;
+  dnnl_primitive_t prim;
+  dnnl_memory_desc_t smd, wmd, dmd;
+  size_t scratch;
+  int refs, used;
+} entry;
+
+#define CACHE_N 128
+static pthread_mutex_t g_cache_mu = PTHREAD_MUTEX_INITIALIZER;
+static entry g_cache[CACHE_N];
+static int g_cache_next; /* round-robin eviction start */
+
+/* Memory descriptor of a batched matrix (dims b x r x c). */
+static dnnl_status_t md_init(dnnl_memory_desc_t *md, int dt, int64_t b,
+                             int64_t r, int64_t c, const int64_t st[3]) {
+  dnnl_dims_t dims = {b, r, c}, strides = {st[0], st[1], st[2]};
+  return dnnl_memory_desc_init_by_strides(md, 3, dims, ddt_of(dt), strides);
+}
+
+static const char *status_name(dnnl_status_t s) {
+  switch (s) {
+  case dnnl_out_of_memory: return "out of memory";
+  case dnnl_invalid_arguments: return "invalid arguments";
+  case dnnl_unimplemented: return "unimplemented";
+  default: return "failure";
+  }
+}
+
+/* Create the primitive of a key into e (not yet in the cache). */
+static int create(const key *k, entry *e) {
+  dnnl_memory_desc_t smd, wmd, dmd;
+  dnnl_matmul_desc_t desc;
+  dnnl_primitive_attr_t attr = NULL;
+  dnnl_post_ops_t po = NULL;
+  dnnl_primitive_desc_t pd = NULL;
+  dnnl_status_t s;
+  if ((s = md_init(&smd, k->sdt, k->bs, k->m, k->k, k->ss)) ||
+      (s = md_init(&wmd, k->wdt, k->bw, k->k, k->n, k->ws)) ||
+      (s = md_init(&dmd, k->ddt, k->bd, k->m, k->n, k->ds)) ||
+      (s = dnnl_matmul_desc_init(&desc, &smd, &wmd, NULL, &dmd)) ||
+      (s = dnnl_primitive_attr_create(&attr)) ||
+      (s = dnnl_primitive_attr_set_scratchpad_mode(attr, dnnl_scratchpad_mode_user)))
+    goto done;
+  if (k->acc) {
+    if ((s = dnnl_post_ops_create(&po)) || (s = dnnl_post_ops_append_sum(po, 1.0f)) ||
+        (s = dnnl_primitive_attr_set_post_ops(attr, po)))
+      goto done;
+  }
+  if ((s = dnnl_primitive_desc_create(&pd, &desc, attr, g_eng, NULL))) goto done;
+  const dnnl_memory_desc_t *sp = dnnl_primitive_desc_query_md(pd, dnnl_query_scratchpad_md, 0);
+  e->scratch = sp ? dnnl_memory_desc_get_size(sp) : 0;
+  e->smd = smd;
+  e->wmd = wmd;
+  e->dmd = dmd;
+  s = dnnl_primitive_create(&e->prim, pd);
+done:
+  if (pd) dnnl_primitive_desc_destroy(pd);
+  if (po) dnnl_post_ops_destroy(po);
+  if (attr) dnnl_primitive_attr_destroy(attr);
+  if (s == dnnl_out_of_memory)
+    return tpu_error(TPU_E_OOM, "tpumxu: oneDNN out of memory creating a matmul");
+  if (s)
+    return tpu_error(TPU_E_INTERNAL,
+                     "tpumxu: oneDNN matmul (m=%lld n=%lld k=%lld batch=%lld) "
+                     "not created: %s",
+                     (long long)k->m, (long long)k->n, (long long)k->k,
+                     (long long)k->bd, status_name(s));
+  return TPU_OK;
+}
+
+/* The cached entry for k (refs taken), creating it when missing. */
+static int acquire(const key *k, entry **out) {
+  pthread_mutex_lock(&g_cache_mu);
+  for (int i = 0; i < CACHE_N; i++)
+    if (g_cache[i].prim && !memcmp(&g_cache[i].k, k, sizeof *k)) {
+      g_cache[i].refs++;
+      g_cache[i].used = 1;
+      *out = &g_cache[i];
+      pthread_mutex_unlock(&g_cache_mu);
+      return TPU_OK;
+    }
+  pthread_mutex_unlock(&g_cache_mu);
+  entry fresh;
+  memset(&fresh, 0, sizeof fresh);
+  fresh.k = *k;
+  int rc = create(k, &fresh);
+  if (rc) return rc;
+  pthread_mutex_lock(&g_cache_mu);
+  /* another thread may have created the same primitive meanwhile */
+  for (int i = 0; i < CACHE_N; i++)
+    if (g_cache[i].prim && !memcmp(&g_cache[i].k, k, sizeof *k)) {
+      g_cache[i].refs++;
+      *out = &g_cache[i];
+      pthread_mutex_unlock(&g_cache_mu);
+      dnnl_primitive_destroy(fresh.prim);
+      return TPU_OK;
+    }
+  /* a free slot, else the next unused-since-last-sweep idle one (clock) */
+  int slot = -1;
+  for (int i = 0; i < CACHE_N && slot < 0; i++)
+    if (!g_cache[i].prim) slot = i;
+  for (int pass = 0; pass < 2 * CACHE_N && slot < 0; pass++) {
+    entry *e = &g_cache[g_cache_next];
+    g_cache_next = (g_cache_next + 1) % CACHE_N;
+    if (e->refs) continue;
+    if (e->used) e->used = 0;
+    else slot = (int)(e - g_cache);
+  }
+  if (slot < 0) { /* every entry busy: run uncached */
+    pthread_mutex_unlock(&g_cache_mu);
+    entry *e = malloc(sizeof *e);
+    if (!e) {
+      dnnl_primitive_destroy(fresh.prim);
+      return tpu_error(TPU_E_OOM, "tpumxu: out of host memory");
+    }
+    *e = fresh;
+    e->refs = -1; /* marks an uncached entry */
+    *out = e;
+    return TPU_OK;
+  }
+  if (g_cache[slot].prim) dnnl_primitive_destroy(g_cache[slot].prim);
+  g_cache[slot] = fresh;
+  g_cache[slot].refs = 1;
+  g_cache[slot].used = 1;
+  *out = &g_cache[slot];
+  pthread_mutex_unlock(&g_cache_mu);
+  return TPU_OK;
+}
+
+static void release(entry *e) {
+  if (e->refs < 0) {
+    dnnl_primitive_destroy(e->prim);
+    free(e);
+    return;
+  }
+  pthread_mutex_lock(&g_cache_mu);
+  e->refs--;
+  pthread_mutex_unlock(&g_cache_mu);
+}
+
+/* ---- small problems: run-time sizes ------------------------------------ */
+
+static pthread_mutex_t g_rt_mu = PTHREAD_MUTEX_INITIALIZER;
+static dnnl_primitive_t g_rt[2][2][2][2]; /* [sdt][wdt][ddt][acc] */
+
+static int rt_prim(int sdt, int wdt, int ddt, int acc, dnnl_primitive_t *out) {
+  pthread_mutex_lock(&g_rt_mu);
+  dnnl_primitive_t *slot = &g_rt[sdt][wdt][ddt][acc];
+  dnnl_status_t s = dnnl_success;
+  if (!*slot) {
+    dnnl_dims_t d = {DNNL_RUNTIME_DIM_VAL, DNNL_RUNTIME_DIM_VAL};
+    dnnl_dims_t st = {DNNL_RUNTIME_DIM_VAL, 1}; /* row-major (else ref:any) */
+    dnnl_memory_desc_t smd, wmd, dmd;
+    dnnl_matmul_desc_t desc;
+    dnnl_primitive_attr_t attr = NULL;
+    dnnl_post_ops_t po = NULL;
+    dnnl_primitive_desc_t pd = NULL;
+    if (!(s = dnnl_memory_desc_init_by_strides(&smd, 2, d, ddt_of(sdt), st)) &&
+        !(s = dnnl_memory_desc_init_by_strides(&wmd, 2, d, ddt_of(wdt), st)) &&
+        !(s = dnnl_memory_desc_init_by_strides(&dmd, 2, d, ddt_of(ddt), st)) &&
+        !(s = dnnl_matmul_desc_init(&desc, &smd, &wmd, NULL, &dmd)) &&
+        !(s = dnnl_primitive_attr_create(&attr)) &&
+        (!acc || (!(s = dnnl_post_ops_create(&po)) && !(s = dnnl_post_ops_append_sum(po, 1.0f)) &&
+                  !(s = dnnl_primitive_attr_set_post_ops(attr, po)))) &&
+        !(s = dnnl_primitive_desc_create(&pd, &desc, attr, g_eng, NULL)))
+      s = dnnl_primitive_create(slot, pd);
+    if (pd) dnnl_primitive_desc_destroy(pd);
+    if (po) dnnl_post_ops_destroy(po);
+    if (attr) dnnl_primitive_attr_destroy(attr);
+  }
+  *out = *slot;
+  pthread_mutex_unlock(&g_rt_mu);
+  if (s)
+    return tpu_error(TPU_E_INTERNAL, "tpumxu: oneDNN run-time-size matmul not created: %s",
+                     status_name(s));
+  return TPU_OK;
+}
+
+/* A small problem with row-major operands (unit column strides) on the
+ * calling thread, one batch item at a time. */
+static int small_matmul(int64_t batch, int64_t m, int64_t n, int64_t k,
+                        const tpumxu_mat *src, const tpumxu_mat *wei,
+                        const tpumxu_mat *dst, int accumulate) {
+  dnnl_primitive_t prim;
+  int rc = rt_prim(src->dt, wei->dt, dst->dt, accumulate, &prim);
+  if (rc) return rc;
+  dnnl_memory_desc_t smd, wmd, dmd;
+  dnnl_dims_t ds = {m, k}, ss = {src->s0, src->s1};
+  dnnl_dims_t dw = {k, n}, sw = {wei->s0, wei->s1};
+  dnnl_dims_t dd = {m, n}, sd = {dst->s0, dst->s1};
+  dnnl_stream_t st = NULL;
+  dnnl_status_t s;
+  int nthr = omp_get_max_threads();
+  omp_set_num_threads(1);
+  if (!(s = dnnl_memory_desc_init_by_strides(&smd, 2, ds, ddt_of(src->dt), ss)) &&
+      !(s = dnnl_memory_desc_init_by_strides(&wmd, 2, dw, ddt_of(wei->dt), sw)) &&
+      !(s = dnnl_memory_desc_init_by_strides(&dmd, 2, dd, ddt_of(dst->dt), sd)) &&
+      !(s = dnnl_stream_create(&st, g_eng, dnnl_stream_default_flags))) {
+    int64_t es = src->dt == TPUMXU_DT_BF16 ? 2 : 4, ew = wei->dt == TPUMXU_DT_BF16 ? 2 : 4,
+            ed = dst->dt == TPUMXU_DT_BF16 ? 2 : 4;
+    for (int64_t b = 0; b < batch && !s; b++) {
+      dnnl_memory_t ms = NULL, mw = NULL, md = NULL;
+      if (!(s = dnnl_memory_create(&ms, &smd, g_eng, (char *)src->ptr + b * src->sb * es)) &&
+          !(s = dnnl_memory_create(&mw, &wmd, g_eng, (char *)wei->ptr + b * wei->sb * ew)) &&
+          !(s = dnnl_memory_create(&md, &dmd, g_eng, (char *)dst->ptr + b * dst->sb * ed))) {
+        dnnl_exec_arg_t args[3] = {{DNNL_ARG_SRC, ms}, {DNNL_ARG_WEIGHTS, mw}, {DNNL_ARG_DST, md}};
+        if (!(s = dnnl_primitive_execute(prim, st, 3, args))) s = dnnl_stream_wait(st);
+      }
+      if (md) dnnl_memory_destroy(md);
+      if (mw) dnnl_memory_destroy(mw);
+      if (ms) dnnl_memory_destroy(ms);
+    }
+  }
+  if (st) dnnl_stream_destroy(st);
+  omp_set_num_threads(nthr);
+  if (s)
+    return tpu_error(s == dnnl_out_of_memory ? TPU_E_OOM : TPU_E_INTERNAL,
+                     "tpumxu: oneDNN matmul (m=%lld n=%lld k=%lld) failed: %s",
+                     (long long)m, (long long)n, (long long)k, status_name(s));
+  return TPU_OK;
+}
+
+/* ---- matmul ------------------------------------------------------------ */
+
+/* Strides of a matrix as oneDNN sees it: a single (broadcast) batch item
+ * gets a dense batch stride. */
+static void strides_of(const tpumxu_mat *x, int64_t nb, int64_t r, int64_t c,
+                       int64_t st[3]) {
+  st[0] = x->sb;
+  st[1] = x->s0;
+  st[2] = x->s1;
+  if (nb == 1) {
+    int64_t a = x->s0 * r, b = x->s1 * c;
+    st[0] = a > b ? a : b;
+    if (st[0] == 0) st[0] = 1;
+  }
+}
+
+int tpumxu_dnnl_matmul(int64_t batch, int64_t m, int64_t n, int64_t k,
+                       const tpumxu_mat *src, const tpumxu_mat *wei,
+                       const tpumxu_mat *dst, int accumulate) {
+  int rc = engine();
+  if (rc) return rc;
+  if (m * n * k <= SMALL_MACS && src->s1 == 1 && wei->s1 == 1 && dst->s1 == 1)
+    return small_matmul(batch, m, n, k, src, wei, dst, accumulate);
+  key kk;
+  memset(&kk, 0, sizeof kk);
+  kk.sdt = src->dt;
+  kk.wdt = wei->dt;
+  kk.ddt = dst->dt;
+  kk.acc = accumulate;
+  kk.bs = batch > 1 && src->sb == 0 ? 1 : batch;
+  kk.bw = batch > 1 && wei->sb == 0 ? 1 : batch;
+  kk.bd = batch;
+  kk.m = m;
+  kk.n = n;
+  kk.k = k;
+  strides_of(src, kk.bs, m, k, kk.ss);
+  strides_of(wei, kk.bw, k, n, kk.ws);
+  strides_of(dst, kk.bd, m, n, kk.ds);
+  entry *e = NULL;
+  if ((rc = acquire(&kk, &e))) return rc;
+  size_t scap = 0;
+  void *scratch = e->scratch ? tpumxu_ws_get(e->scratch, &scap) : NULL;
+  dnnl_memory_t ms = NULL, mw = NULL, md = NULL, mp = NULL;
+  dnnl_stream_t st = NULL;
+  dnnl_status_t s = dnnl_success;
+  if (e->scratch && !scratch) {
+    rc = tpu_error(TPU_E_OOM, "tpumxu: out of host memory (scratchpad)");
+    goto done;
+  }
+  if ((s = dnnl_memory_create(&ms, &e->smd, g_eng, src->ptr)) ||
+      (s = dnnl_memory_create(&mw, &e->wmd, g_eng, wei->ptr)) ||
+      (s = dnnl_memory_create(&md, &e->dmd, g_eng, dst->ptr)))
+    goto done;
+  dnnl_exec_arg_t args[4] = {{DNNL_ARG_SRC, ms}, {DNNL_ARG_WEIGHTS, mw}, {DNNL_ARG_DST, md}};
+  int nargs = 3;
+  if (e->scratch) {
+    const dnnl_memory_desc_t *spd = NULL;
+    dnnl_memory_desc_t flat;
+    dnnl_dims_t d1 = {(dnnl_dim_t)e->scratch};
+    if ((s = dnnl_memory_desc_init_by_tag(&flat, 1, d1, dnnl_u8, dnnl_a))) goto done;
+    spd = &flat;
+    if ((s = dnnl_memory_create(&mp, spd, g_eng, scratch))) goto done;
+    args[nargs++] = (dnnl_exec_arg_t){DNNL_ARG_SCRATCHPAD, mp};
+  }
+  if ((s = dnnl_stream_create(&st, g_eng, dnnl_stream_default_flags)) ||
+      (s = dnnl_primitive_execute(e->prim, st, nargs, args)) ||
+      (s = dnnl_stream_wait(st)))
+    goto done;
+done:
+  if (st) dnnl_stream_destroy(st);
+  if (mp) dnnl_memory_destroy(mp);
+  if (md) dnnl_memory_destroy(md);
+  if (mw) dnnl_memory_destroy(mw);
+  if (ms) dnnl_memory_destroy(ms);
+  tpumxu_ws_put(scratch, scap);
+  release(e);
+  if (!rc && s)
+    rc = tpu_error(s == dnnl_out_of_memory ? TPU_E_OOM : TPU_E_INTERNAL,
+                   "tpumxu: oneDNN matmul (m=%lld n=%lld k=%lld) failed: %s",
+                   (long long)m, (long long)n, (long long)k, status_name(s));
+  return rc;
+}
+
+/* Implementation name for a dense problem (no cache). */
+static int impl_of(int sdt, int ddt, int64_t m, int64_t n, int64_t k,
+                   char *buf, size_t cap) {
+  key kk;
+  memset(&kk, 0, sizeof kk);
+  kk.sdt = kk.wdt = sdt;
+  kk.ddt = ddt;
+  kk.bs = kk.bw = kk.bd = 1;
+  kk.m = m;
+  kk.n = n;
+  kk.k = k;
+  int64_t ss[3] = {m * k, k, 1}, ws[3] = {k * n, n, 1}, ds[3] = {m * n, n, 1};
+  memcpy(kk.ss, ss, sizeof ss);
+  memcpy(kk.ws, ws, sizeof ws);
+  memcpy(kk.ds, ds, sizeof ds);
+  dnnl_memory_desc_t smd, wmd, dmd;
+  dnnl_matmul_desc_t desc;
+  dnnl_primitive_desc_t pd = NULL;
+  const char *impl = NULL;
+  dnnl_status_t s;
+  if ((s = md_init(&smd, kk.sdt, 1, m, k, kk.ss)) || (s = md_init(&wmd, kk.wdt, 1, k, n, kk.ws)) ||
+      (s = md_init(&dmd, kk.ddt, 1, m, n, kk.ds)) ||
+      (s = dnnl_matmul_desc_init(&desc, &smd, &wmd, NULL, &dmd)) ||
+      (s = dnnl_primitive_desc_create(&pd, &desc, NULL, g_eng, NULL)) ||
+      (s = dnnl_primitive_desc_query(pd, dnnl_query_impl_info_str, 0, &impl))) {
+    if (pd) dnnl_primitive_desc_destroy(pd);
+    return tpu_error(TPU_E_INTERNAL, "tpumxu: oneDNN matmul not available: %s", status_name(s));
+  }
+  snprintf(buf, cap, "%s", impl);
+  dnnl_primitive_desc_destroy(pd);
+  return TPU_OK;
+}
+
+int tpumxu_dnnl_impl(int src_dt, int dst_dt, int64_t m, int64_t n, int64_t k,
+                     char *buf, size_t cap) {
+  int rc = engine();
+  return rc ? rc : impl_of(src_dt, dst_dt, m, n, k, buf, cap);
+}

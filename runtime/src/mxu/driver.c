@@ -1,0 +1,326 @@
+/* mxu/driver.c - vTPU matrix unit driver: TPU numerics on top of oneDNN's
+ * matmul (mxu/dnnl.c).
+ *
+ * f32 operands under DEFAULT/HIGH/HIGHEST are split into bf16 parts
+ * (hi = bf16(x), r1 = bf16(x - hi), r2 = bf16(x - hi - r1), RNE) while
+ * being copied into row-major operand buffers whose K holds the parts of
+ * every product side by side, so one bf16 GEMM over the concatenated K
+ * computes the small terms of ARCHITECTURE §4 with fp32 accumulation:
+ *   HIGH:    A' = [hi r1]          B' = [r1; hi]             (2k)
+ *   HIGHEST: A' = [r1 r2 hi r1 hi] B' = [r1; hi; r2; hi; r1] (5k)
+ * (smallest terms first along K). That sum S is zeroed where non-finite,
+ * then the hi*hi GEMM (a view of the same buffers: A' part hi x B' part
+ * hi) is added to it with oneDNN's sum post-op: C = hi*hi + S. DEFAULT is
+ * the hi*hi GEMM alone. bf16 storage multiplies as is; f16 storage and
+ * FP32 precision multiply f32 values (f16 x f16 products are exact in
+ * f32). Where oneDNN has no native bf16 kernel (no AVX-512) the parts are
+ * stored widened to f32: the products stay exact, so the result only
+ * differs by accumulation order.
+ *
+ * C is written by oneDNN directly when it can be (f32 or bf16 C with unit
+ * column stride, alpha 1, beta 0 - or beta 1 without small terms, as a sum
+ * post-op); otherwise the GEMM goes to an f32 buffer and a parallel pass
+ * applies alpha/beta and rounds once into C. The user epilogue runs on
+ * finished blocks of rows, in parallel, after the GEMM. */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "mxu/internal.h"
+#include "tpu_rt.h"
+
+/* operand parts: bf16 parts of the split, or the raw value */
+enum { P_HI = 0, P_R1 = 1, P_R2 = 2, P_RAW = 3 };
+
+static const int8_t k_a_high[2] = {P_HI, P_R1}, k_b_high[2] = {P_R1, P_HI};
+static const int8_t k_a_highest[5] = {P_R1, P_R2, P_HI, P_R1, P_HI};
+static const int8_t k_b_highest[5] = {P_R1, P_HI, P_R2, P_HI, P_R1};
+static const int8_t k_hi[1] = {P_HI}, k_raw[1] = {P_RAW};
+
+static int64_t cdiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+/* ---- operand packing --------------------------------------------------- */
+
+/* Copy a strided source (rows x cols, element (r, c) of item b at
+ * base + b*sb + r*sr + c*sc elements of sdt) into np row-major parts: part
+ * p of element (b, r, c) at dst + b*db + poff[p] + r*ld + c elements of
+ * the output type (bf16 or f32). */
+typedef struct pack_job {
+  const char *base;
+  int sdt, odt, np;
+  const int8_t *parts;
+  int64_t sb, sr, sc, rows, cols, ld, db, poff[5];
+  char *dst;
+  int64_t rblocks;
+} pack_job;
+
+#define PACK_ROWS 16
+
+static inline float ld_src(int dt, const char *base, int64_t off) {
+  switch (dt) {
+  case TPU_F32: return ((const float *)base)[off];
+  case TPU_BF16: return tpu_bf16_to_f32(((const uint16_t *)base)[off]);
+  default: return tpu_f16_to_f32(((const uint16_t *)base)[off]);
+  }
+}
+
+/* The parts of x (bit patterns; bf16 ones with the low 16 bits clear). */
+static inline void split(float x, uint32_t out[4]) {
+  uint32_t hi = tpumxu_rne_bits(tpumxu_f2u(x));
+  float rem = x - tpumxu_u2f(hi);
+  uint32_t r1 = tpumxu_rne_bits(tpumxu_f2u(rem));
+  float rem2 = rem - tpumxu_u2f(r1);
+  out[P_HI] = hi;
+  out[P_R1] = r1;
+  out[P_R2] = tpumxu_rne_bits(tpumxu_f2u(rem2));
+  out[P_RAW] = tpumxu_f2u(x);
+}
+
+static inline void put(const pack_job *J, char *d, int64_t idx, const uint32_t v[4]) {
+  for (int p = 0; p < J->np; p++) {
+    uint32_t u = v[J->parts[p]];
+    if (J->odt == TPUMXU_DT_BF16) ((uint16_t *)d)[J->poff[p] + idx] = (uint16_t)(u >> 16);
+    else ((uint32_t *)d)[J->poff[p] + idx] = u;
+  }
+}
+
+/* Branch-free tpumxu_rne_bits (so gcc vectorises the loops below). */
+static inline uint32_t rne_bits_v(uint32_t u) {
+  uint32_t r = (u + 0x7fffu + ((u >> 16) & 1u)) & 0xffff0000u;
+  uint32_t q = (u | 0x00400000u) & 0xffff0000u;
+  return (u & 0x7fffffffu) > 0x7f800000u ? q : r;
+}
+
+/* Part `part` of a contiguous f32 row, as bf16 (o16) or f32 bits (o32):
+ * the hot loops (vectorised by gcc; same bits as split()). */
+static inline __attribute__((always_inline)) void
+part_row(const float *s, int part, uint16_t *o16, uint32_t *o32, int64_t n) {
+  for (int64_t c = 0; c < n; c++) {
+    float x = s[c];
+    uint32_t h = rne_bits_v(tpumxu_f2u(x)), v = h;
+    if (part != P_HI) {
+      float rem = x - tpumxu_u2f(h);
+      v = rne_bits_v(tpumxu_f2u(rem));
+      if (part == P_R2) v = rne_bits_v(tpumxu_f2u(rem - tpumxu_u2f(v)));
+      if (part == P_RAW) v = tpumxu_f2u(x);
+    }
+    if (o16) o16[c] = (uint16_t)(v >> 16);
+    else o32[c] = v;
+  }
+}
+
+/* Contiguous f32 row into the parts (one clone per vector width). */
+__attribute__((target_clones("avx512f", "avx2", "default"))) static void pack_row_f32(const pack_job *J, const float *s, char *d, int64_t n) {
+  for (int p = 0; p < J->np; p++) {
+    uint16_t *o16 = (uint16_t *)d + J->poff[p];
+    uint32_t *o32 = (uint32_t *)d + J->poff[p];
+    /* constant part and output type per instance (inlined, vectorised) */
+#define PART_CASE(P)                                                       \
+  case P:                                                                  \
+    if (J->odt == TPUMXU_DT_BF16) part_row(s, P, o16, NULL, n);            \
+    else part_row(s, P, NULL, o32, n);                                     \
+    break;
+    switch (J->parts[p]) {
+      PART_CASE(P_HI)
+      PART_CASE(P_R1)
+      PART_CASE(P_R2)
+      PART_CASE(P_RAW)
+    }
+#undef PART_CASE
+  }
+}
+
+static void pack_fn(void *ctx, int64_t t0, int64_t t1) {
+  const pack_job *J = ctx;
+  int64_t es = (int64_t)tpu_dtype_size(J->sdt), oes = J->odt == TPUMXU_DT_BF16 ? 2 : 4;
+  for (int64_t t = t0; t < t1; t++) {
+    int64_t b = t / J->rblocks, r0 = (t % J->rblocks) * PACK_ROWS;
+    int64_t r1 = r0 + PACK_ROWS < J->rows ? r0 + PACK_ROWS : J->rows;
+    const char *src = J->base + b * J->sb * es;
+    char *dst = J->dst + b * J->db * oes;
+    if (J->sc == 1 && J->sdt == TPU_F32) {
+      for (int64_t r = r0; r < r1; r++)
+        pack_row_f32(J, (const float *)src + r * J->sr, dst + r * J->ld * oes, J->cols);
+    } else if (J->sc == 1 || llabs(J->sc) <= llabs(J->sr)) {
+      for (int64_t r = r0; r < r1; r++)
+        for (int64_t c = 0; c < J->cols; c++) {
+          uint32_t v[4];
+          split(ld_src(J->sdt, src, r * J->sr + c * J->sc), v);
+          put(J, dst, r * J->ld + c, v);
+        }
+    } else { /* rows closer in memory: walk the rows of the block inside */
+      for (int64_t c = 0; c < J->cols; c++)
+        for (int64_t r = r0; r < r1; r++) {
+          uint32_t v[4];
+          split(ld_src(J->sdt, src, r * J->sr + c * J->sc), v);
+          put(J, dst, r * J->ld + c, v);
+        }
+    }
+  }
+}
+
+static void pack(pack_job *J, int64_t nb) {
+  J->rblocks = cdiv(J->rows, PACK_ROWS);
+  int64_t per = PACK_ROWS * J->cols * J->np;
+  tpurt_parallel_for(nb * J->rblocks, 1 + (1 << 15) / (per + 1), pack_fn, J);
+}
+
+/* ---- finishing C ------------------------------------------------------- */
+
+typedef struct fin_job {
+  const tpumxu_problem *p;
+  float *t;         /* f32 result (NULL: C already final) */
+  int zero_nonfin;  /* zero the non-finite entries of t (small terms) */
+  int64_t rb, nrb;  /* rows per block, blocks per item */
+} fin_job;
+
+static void zero_fn(void *ctx, int64_t t0, int64_t t1) {
+  float *s = ctx;
+  for (int64_t i = t0; i < t1; i++)
+    if (!isfinite(s[i])) s[i] = 0.f;
+}
+
+/* Zero the non-finite entries of a row-major (or unit-column-stride) f32
+ * matrix batch. */
+static void zero_nonfinite(float *s, int64_t batch, int64_t m, int64_t n,
+                           int64_t sb, int64_t sm) {
+  if (sb == m * n && sm == n) {
+    tpurt_parallel_for(batch * m * n, 1 << 15, zero_fn, s);
+    return;
+  }
+  for (int64_t b = 0; b < batch; b++)
+    for (int64_t i = 0; i < m; i++)
+      tpurt_parallel_for(n, 1 << 15, zero_fn, s + b * sb + i * sm);
+}
+
+static void fin_fn(void *ctx, int64_t t0, int64_t t1) {
+  const fin_job *J = ctx;
+  const tpumxu_problem *p = J->p;
+  int64_t es = (int64_t)tpu_dtype_size(p->dtype);
+  for (int64_t t = t0; t < t1; t++) {
+    int64_t b = t / J->nrb, i0 = (t % J->nrb) * J->rb;
+    int64_t i1 = i0 + J->rb < p->m ? i0 + J->rb : p->m;
+    if (J->t) {
+      const float *tb = J->t + b * p->m * p->n;
+      char *cb = p->c + b * p->sbc * es;
+      for (int64_t i = i0; i < i1; i++)
+        for (int64_t j = 0; j < p->n; j++) {
+          float v = p->alpha * tb[i * p->n + j];
+          char *cp = cb + (i * p->scm + j * p->scn) * es;
+          switch (p->dtype) {
+          case TPU_F32:
+            *(float *)cp = p->beta != 0.f ? v + p->beta * *(float *)cp : v;
+            break;
+          case TPU_BF16:
+            if (p->beta != 0.f) v += p->beta * tpu_bf16_to_f32(*(uint16_t *)cp);
+            *(uint16_t *)cp = tpu_f32_to_bf16(v);
+            break;
+          default:
+            if (p->beta != 0.f) v += p->beta * tpu_f16_to_f32(*(uint16_t *)cp);
+            *(uint16_t *)cp = tpu_f32_to_f16(v);
+            break;
+          }
+        }
+    }
+    if (p->epi) p->epi(p->epi_ctx, b, i0, i1, 0, p->n);
+  }
+}
+
+/* ---- driver ------------------------------------------------------------ */
+
+int tpumxu_run(const tpumxu_problem *p) {
+  const int split_f32 = p->dtype == TPU_F32 && p->prec != TPU_PREC_FP32;
+  const int nsmall = !split_f32 ? 0 : p->prec == TPU_PREC_HIGHEST ? 5
+                                   : p->prec == TPU_PREC_HIGH     ? 2 : 0;
+  const int native = tpumxu_dnnl_bf16_native();
+  /* operand element type handed to oneDNN */
+  int odt = (split_f32 || p->dtype == TPU_BF16) && native ? TPUMXU_DT_BF16 : TPUMXU_DT_F32;
+  const int8_t *ap = k_hi, *bp = k_hi;
+  int np = 1;
+  if (nsmall == 2) ap = k_a_high, bp = k_b_high, np = 2;
+  if (nsmall == 5) ap = k_a_highest, bp = k_b_highest, np = 5;
+  if (!split_f32 && p->dtype != TPU_BF16) ap = bp = k_raw; /* f16, FP32 */
+  int64_t m = p->m, n = p->n, k = p->k, kk = np * k;
+  int64_t ba = p->batch > 1 && p->sab == 0 ? 1 : p->batch;
+  int64_t bb = p->batch > 1 && p->sbb == 0 ? 1 : p->batch;
+
+  /* operands: used in place when oneDNN can read them as they are */
+  int same_dt = (p->dtype == TPU_F32 && odt == TPUMXU_DT_F32 && !split_f32) ||
+                (p->dtype == TPU_BF16 && odt == TPUMXU_DT_BF16);
+  int a_direct = same_dt && p->sak == 1 && p->sam >= 0 && p->sab >= 0;
+  int b_direct = same_dt && p->sbn == 1 && p->sbk >= 0 && p->sbb >= 0;
+  int64_t oes = odt == TPUMXU_DT_BF16 ? 2 : 4;
+  size_t acap = 0, bcap = 0, tcap = 0;
+  char *abuf = NULL, *bbuf = NULL;
+  float *tbuf = NULL;
+  int rc = TPU_OK;
+  tpumxu_mat A, B, Ahi, Bhi, D;
+  if (a_direct) {
+    A = (tpumxu_mat){(void *)p->a, odt, p->sab, p->sam, 1};
+  } else {
+    abuf = tpumxu_ws_get((size_t)(ba * m * kk * oes), &acap);
+    if (!abuf) goto oom;
+    pack_job J = {p->a, p->dtype, odt, np, ap, p->sab, p->sam, p->sak, m, k,
+                  kk, m * kk, {0}, abuf, 0};
+    for (int q = 0; q < np; q++) J.poff[q] = q * k; /* parts side by side in a row */
+    pack(&J, ba);
+    A = (tpumxu_mat){abuf, odt, m * kk, kk, 1};
+  }
+  if (b_direct) {
+    B = (tpumxu_mat){(void *)p->b, odt, p->sbb, p->sbk, 1};
+  } else {
+    bbuf = tpumxu_ws_get((size_t)(bb * kk * n * oes), &bcap);
+    if (!bbuf) goto oom;
+    pack_job J = {p->b, p->dtype, odt, np, bp, p->sbb, p->sbk, p->sbn, k, n,
+                  n, kk * n, {0}, bbuf, 0};
+    for (int q = 0; q < np; q++) J.poff[q] = q * k * n; /* parts stacked */
+    pack(&J, bb);
+    B = (tpumxu_mat){bbuf, odt, kk * n, n, 1};
+  }
+  if (ba == 1) A.sb = 0;
+  if (bb == 1) B.sb = 0;
+
+  /* result: C itself, or an f32 buffer finished below */
+  int cdt_ok = p->dtype == TPU_F32 || (p->dtype == TPU_BF16 && nsmall == 0);
+  int direct = cdt_ok && p->alpha == 1.f && p->scn == 1 && p->scm >= 0 &&
+               p->sbc >= 0 && (p->beta == 0.f || (p->beta == 1.f && nsmall == 0));
+  if (direct) {
+    D = (tpumxu_mat){p->c, p->dtype == TPU_BF16 ? TPUMXU_DT_BF16 : TPUMXU_DT_F32,
+                     p->sbc, p->scm, 1};
+  } else {
+    tbuf = tpumxu_ws_get((size_t)(p->batch * m * n * 4), &tcap);
+    if (!tbuf) goto oom;
+    D = (tpumxu_mat){tbuf, TPUMXU_DT_F32, m * n, n, 1};
+  }
+  if (nsmall) {
+    /* small terms over the concatenated K, zeroed where non-finite */
+    if ((rc = tpumxu_dnnl_matmul(p->batch, m, n, (nsmall == 2 ? 2 : 5) * k, &A, &B, &D, 0)))
+      goto done;
+    zero_nonfinite((float *)D.ptr, p->batch, m, n, D.sb, D.s0);
+    /* hi parts: A' part at K offset ia, B' part at row offset ib */
+    int64_t ia = nsmall == 2 ? 0 : 4 * k, ib = nsmall == 2 ? k : 3 * k;
+    Ahi = A;
+    Ahi.ptr = (char *)A.ptr + ia * oes;
+    Bhi = B;
+    Bhi.ptr = (char *)B.ptr + ib * n * oes;
+    rc = tpumxu_dnnl_matmul(p->batch, m, n, k, &Ahi, &Bhi, &D, 1);
+  } else {
+    rc = tpumxu_dnnl_matmul(p->batch, m, n, k, &A, &B, &D, direct && p->beta == 1.f);
+  }
+  if (rc) goto done;
+  if (!direct || p->epi) {
+    fin_job F = {p, direct ? NULL : tbuf, 0, 0, 0};
+    F.rb = 1 + (1 << 14) / (n + 1);
+    if (F.rb > m) F.rb = m;
+    F.nrb = cdiv(m, F.rb);
+    tpurt_parallel_for(p->batch * F.nrb, 1, fin_fn, &F);
+  }
+  goto done;
+oom:
+  rc = tpu_error(TPU_E_OOM, "tpumxu_gemm: out of host memory (workspace)");
+done:
+  tpumxu_ws_put(abuf, acap);
+  tpumxu_ws_put(bbuf, bcap);
+  tpumxu_ws_put(tbuf, tcap);
+  return rc;
+}
