@@ -1,5 +1,5 @@
 /* ir/internal.h - private hooks between ir/ir.c and the builders that live in
- * other ir/*.c files (ir/conv.c). Not installed. */
+ * other ir/ files (ir/conv.c). Not installed. */
 #ifndef TPU_IR_INTERNAL_H
 #define TPU_IR_INTERNAL_H
 

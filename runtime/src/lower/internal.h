@@ -1,5 +1,5 @@
 /* lower/internal.h - private interface of the ATen -> IR lowering layer
- * (runtime/src/lower/*.c). Not installed; the public contract is
+ * (runtime/src/lower/). Not installed; the public contract is
  * include/tpu_lower.h.
  *
  * A lowering function receives a builder `lw_b` holding the call's

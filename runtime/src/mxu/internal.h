@@ -1,4 +1,4 @@
-/* mxu/internal.h - private interface of the vTPU matrix unit (mxu/*.c):
+/* mxu/internal.h - private interface of the vTPU matrix unit (mxu/):
  * the oneDNN matmul wrapper (mxu/dnnl.c) and the driver that splits f32
  * operands into bf16 parts and finishes C (mxu/driver.c). */
 #ifndef TPU_MXU_INTERNAL_H

@@ -1,4 +1,4 @@
-/* exec/vtpu/internal.h - private interfaces of the vTPU executor (exec/vtpu/*.c).
+/* exec/vtpu/internal.h - private interfaces of the vTPU executor (exec/vtpu/).
  *
  * Values are strided views (tpu_view). Elementwise work runs as a small
  * "program" over tiles of XK_TILE elements: operands are gathered into
