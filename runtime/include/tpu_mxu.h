@@ -75,6 +75,42 @@ int tpumxu_gemm_ex(int dtype, int precision, int64_t batch, int64_t m,
                    int64_t sbc, int64_t scm, int64_t scn,
                    tpumxu_epilogue_fn epi, void *epi_ctx);
 
+
+/* ---- convolution ----------------------------------------------------- */
+
+/* Which operand of tpumxu_conv is computed (the other two are read):
+ *   FWD:         y = conv(x, w)
+ *   BWD_DATA:    x = conv_backward_data(y, w)       (y holds dL/dy)
+ *   BWD_WEIGHTS: w = conv_backward_weights(x, y)    (y holds dL/dy) */
+enum { TPUMXU_CONV_FWD = 0, TPUMXU_CONV_BWD_DATA = 1, TPUMXU_CONV_BWD_WEIGHTS = 2 };
+
+/* A convolution y[n, o, q] = sum_{c in group(o), t} x[n, c, q*stride +
+ * t*dil - pad_l] * w[o, c, t] (x zero outside [0, in)), nsp spatial dims
+ * (1..3; entries past nsp ignored), G groups (C = G*Cg, O = G*Og).
+ * Element strides: x [N, C, in..] and y [N, O, out..] positive (or any for
+ * a size-1 dim); w as [G, Og, Cg, k..], any sign when w is read (so a
+ * reversed or transposed view needs no copy), positive when written. The
+ * written operand is overwritten (all its elements, also positions no
+ * window reaches). */
+typedef struct tpumxu_conv_args {
+  int kind, dtype, precision, nsp;
+  int64_t N, C, O, G;
+  int64_t in[3], k[3], out[3], stride[3], dil[3], pad_l[3];
+  void *x, *w, *y;
+  int64_t xs[5], ws[6], ys[5];
+} tpumxu_conv_args;
+
+/* Run a convolution with TPU numerics on oneDNN's convolution primitives
+ * (forward, backward-data, backward-weights; blocked layouts chosen by
+ * oneDNN, reorders and primitives cached by shape). Handles dtype TPU_F32
+ * at TPU_PREC_DEFAULT (bf16 operands, fp32 accumulation and result) and
+ * TPU_PREC_FP32, and TPU_BF16 (fp32 accumulation, rounded once). Returns
+ * TPU_OK, TPU_E_OOM, TPU_E_INTERNAL, or TPU_E_UNSUPPORTED (no error
+ * message set) for problems it does not take (other dtypes/precisions,
+ * negative padding, a CPU without a native bf16 kernel): the caller then
+ * computes the convolution another way. Borrowed: all pointers. */
+int tpumxu_conv(const tpumxu_conv_args *a);
+
 #ifdef __cplusplus
 }
 #endif

@@ -267,6 +267,19 @@ TPU_TEST(conv_strided_and_flipped_views) {
   }
 }
 
+/* DEFAULT and FP32 run on oneDNN (forward, weight- and input-gradient
+ * forms) where it takes the case: plain, channels-last and flipped views. */
+TPU_TEST(conv_f32_default_fp32_views) {
+  for (int layout = 0; layout < 3; layout++)
+    for (int i = 0; i < NCASES; i++) {
+      char lab[32];
+      snprintf(lab, sizeof lab, "case %d", i);
+      CHECK(run_case(&k_cases[i], TPU_F32, TPU_PREC_DEFAULT, layout, 700 + (uint64_t)i, lab) == 0);
+      CHECK(run_case(&k_cases[i], TPU_F32, TPU_PREC_FP32, layout, 800 + (uint64_t)i, lab) == 0);
+      if (layout) CHECK(run_case(&k_cases[i], TPU_BF16, TPU_PREC_DEFAULT, layout, 900 + (uint64_t)i, lab) == 0);
+    }
+}
+
 /* A reference check that can fail: a wrong stride must be caught. */
 TPU_TEST(conv_reference_detects_errors) {
   ccase c = k_cases[1];

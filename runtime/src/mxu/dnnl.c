@@ -122,6 +122,8 @@ static int engine(void) {
                : tpu_error(TPU_E_INTERNAL, "tpumxu: cannot create the oneDNN CPU engine");
 }
 
+void *tpumxu_dnnl_engine(void) { return engine() == TPU_OK ? (void *)g_eng : NULL; }
+
 int tpumxu_dnnl_bf16_native(void) {
   return engine() == TPU_OK && g_bf16_native;
 }

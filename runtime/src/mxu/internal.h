@@ -59,6 +59,10 @@ int tpumxu_dnnl_bf16_native(void);
 int tpumxu_dnnl_impl(int src_dt, int dst_dt, int64_t m, int64_t n, int64_t k,
                      char *buf, size_t cap);
 
+/* The process's oneDNN CPU engine (a dnnl_engine_t), created on first
+ * use; NULL (error set) when oneDNN is unusable. */
+void *tpumxu_dnnl_engine(void);
+
 /* Reusable 64-byte-aligned workspace (a few freed buffers are kept so big
  * GEMMs do not page-fault per call). ws_get: at least n bytes, *cap its
  * size, NULL when out of memory; ws_put: give it back (NULL is fine). */

@@ -618,6 +618,118 @@ static int conv_direct(const cgeo *g, int prec, char *out) {
   return J.oom ? tpu_error(TPU_E_OOM, "convolution: out of host memory") : TPU_OK;
 }
 
+/* The convolution on oneDNN (tpumxu_conv), recognising the three forms the
+ * lowering emits: a forward conv; a weight gradient (lhs = x as
+ * [C, N, I], rhs = dy as [O, N, Q], result [C, O, k]: a "kernel" larger
+ * than the result, feature groups 1); an input gradient (lhs dilated by
+ * the stride, window stride 1, rhs = the weights transposed and reversed).
+ * TPU_E_UNSUPPORTED: not taken (the caller's loops run it). */
+static int conv_onednn(const tpuir_node *n, const tpu_view *x, const tpu_view *w, char *out,
+                       int prec) {
+  const int nsp = n->na, nd = 2 + nsp;
+  const int64_t es = (int64_t)tpu_dtype_size(x->dtype);
+  tpumxu_conv_args A;
+  memset(&A, 0, sizeof A);
+  A.dtype = x->dtype;
+  A.precision = prec;
+  A.nsp = nsp;
+  int64_t os[5], acc = 1, Kn = 1, Qn = 1;
+  for (int i = nd - 1; i >= 0; i--) {
+    os[i] = acc;
+    acc *= n->sizes[i];
+  }
+  int ld = 0;
+  for (int i = 0; i < nsp; i++) {
+    ld |= n->d[i] != 1;
+    Kn *= w->sizes[2 + i];
+    Qn *= n->sizes[2 + i];
+  }
+  char *xb = (char *)x->base + x->offset * es, *wb = (char *)w->base + w->offset * es;
+  if (!ld && Kn <= Qn) { /* forward */
+    A.kind = TPUMXU_CONV_FWD;
+    A.N = x->sizes[0];
+    A.C = x->sizes[1];
+    A.O = w->sizes[0];
+    A.G = n->dim;
+    A.x = xb;
+    A.w = wb;
+    A.y = out;
+    A.ws[0] = (A.O / A.G) * w->strides[0];
+    A.ws[1] = w->strides[0];
+    A.ws[2] = w->strides[1];
+    for (int i = 0; i < nd; i++) {
+      A.xs[i] = x->strides[i];
+      A.ys[i] = os[i];
+    }
+    for (int i = 0; i < nsp; i++) {
+      A.in[i] = x->sizes[2 + i];
+      A.k[i] = w->sizes[2 + i];
+      A.out[i] = n->sizes[2 + i];
+      A.stride[i] = n->a[i];
+      A.dil[i] = n->d[8 + i];
+      A.pad_l[i] = n->b[i];
+      A.ws[3 + i] = w->strides[2 + i];
+    }
+  } else if (!ld) { /* weight gradient: result[c, o, t] = dw[o, c, t] */
+    if (n->dim != 1) return TPU_E_UNSUPPORTED;
+    A.kind = TPUMXU_CONV_BWD_WEIGHTS;
+    A.N = x->sizes[1];
+    A.C = x->sizes[0];
+    A.O = w->sizes[0];
+    A.G = 1;
+    A.x = xb;
+    A.y = wb;
+    A.w = out;
+    A.xs[0] = x->strides[1];
+    A.xs[1] = x->strides[0];
+    A.ys[0] = w->strides[1];
+    A.ys[1] = w->strides[0];
+    A.ws[0] = acc;
+    A.ws[1] = os[1];
+    A.ws[2] = os[0];
+    for (int i = 0; i < nsp; i++) {
+      A.in[i] = x->sizes[2 + i];
+      A.out[i] = w->sizes[2 + i];
+      A.k[i] = n->sizes[2 + i];
+      A.stride[i] = n->d[8 + i];
+      A.dil[i] = n->a[i];
+      A.pad_l[i] = n->b[i];
+      A.xs[2 + i] = x->strides[2 + i];
+      A.ys[2 + i] = w->strides[2 + i];
+      A.ws[3 + i] = os[2 + i];
+    }
+  } else { /* input gradient: rhs[g*Og + c, o, t] = w[g*Fg + o, c, k-1-t] */
+    A.kind = TPUMXU_CONV_BWD_DATA;
+    A.N = x->sizes[0];
+    A.O = x->sizes[1];
+    A.C = w->sizes[0];
+    A.G = n->dim;
+    A.y = xb;
+    A.x = out;
+    A.ws[0] = (A.C / A.G) * w->strides[0];
+    A.ws[1] = w->strides[1];
+    A.ws[2] = w->strides[0];
+    for (int i = 0; i < nd; i++) {
+      A.ys[i] = x->strides[i];
+      A.xs[i] = os[i];
+    }
+    for (int i = 0; i < nsp; i++) {
+      if (n->a[i] != 1) return TPU_E_UNSUPPORTED;
+      int64_t kk = w->sizes[2 + i];
+      A.in[i] = n->sizes[2 + i];
+      A.out[i] = x->sizes[2 + i];
+      A.k[i] = kk;
+      A.stride[i] = n->d[i];
+      A.dil[i] = n->d[8 + i];
+      A.pad_l[i] = n->d[8 + i] * (kk - 1) - n->b[i];
+      A.ws[3 + i] = -w->strides[2 + i];
+      wb += (kk - 1) * w->strides[2 + i] * es;
+    }
+    A.w = wb;
+  }
+  return tpumxu_conv(&A);
+}
+
 static int eval_convolution(xctx *c, int t) {
   const tpuir_node *n = tpuir_get_node(c->g, t);
   const tpu_view *x = &c->vals[n->in[0]].v, *w = &c->vals[n->in[1]].v;
@@ -634,6 +746,8 @@ static int eval_convolution(xctx *c, int t) {
   int dil = 0;
   for (int d = 0; d < CV_SP; d++) dil |= g.ld[d] != 1;
   int prec = g.dt == TPU_F32 ? n->kind : TPU_PREC_DEFAULT;
+  rc = conv_onednn(n, x, w, out, prec);
+  if (rc != TPU_E_UNSUPPORTED) return rc;
   if (dil) return conv_scatter(&g, prec, out);
   if (g.G > 1 && g.Og * g.Fg <= 4 && g.out[2] >= g.k[2])
     return conv_direct(&g, prec, out);
