@@ -1,6 +1,7 @@
 /* mxu/internal.h - private interface of the vTPU matrix unit (mxu/):
  * the oneDNN matmul wrapper (mxu/dnnl.c) and the driver that splits f32
- * operands into bf16 parts and finishes C (mxu/driver.c). */
+ * operands into bf16 parts and finishes C (mxu/driver.c); convolutions on
+ * oneDNN's convolution primitives (mxu/conv.c). */
 #ifndef TPU_MXU_INTERNAL_H
 #define TPU_MXU_INTERNAL_H
 

@@ -1,4 +1,4 @@
-/* mxu_conv.c - vTPU convolutions on oneDNN's convolution primitives
+/* mxu/conv.c - vTPU convolutions on oneDNN's convolution primitives
  * (forward, backward-data, backward-weights) with TPU numerics.
  *
  * Operands the primitive reads are in the compute type: bf16 (RNE) for
@@ -25,7 +25,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "mxu_internal.h"
+#include "mxu/internal.h"
 
 #define SP 3
 
