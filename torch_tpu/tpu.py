@@ -433,20 +433,28 @@ def _get_cache_stats():
     and ``flushes`` by reason; ``captures``/``broken_captures``/
     ``compiled_runs`` count whole programs of ``torch.compile`` graphs, and
     ``compile`` holds the compiled path's own counters (FX graphs,
-    replays, Fused Eager runs, Dynamo recompiles)."""
+    replays, Fused Eager runs, Dynamo recompiles); ``c_kernels`` the user C
+    kernels' (``compiles``, ``disk_hits``, ``loads``, ``compile_time_s``,
+    ``runs``)."""
     from . import _compile
 
     d = _C._cache_stats()
     d["compile"] = _compile.stats()
     d["recompiles"] = d["compile"].get("recompiles", 0)
+    from .kernels import _c_kernel
+
+    d["c_kernels"] = _c_kernel.stats()
     return d
 
 
 def _reset_cache_stats():
     from . import _compile
 
+    from .kernels import _c_kernel
+
     _C._reset_cache_stats()
     _compile._reset_stats()
+    _c_kernel._reset_stats()
 
 
 _FUSIONS = {"epilogue": 0, "reduce": 1}  # tpu_exec.h TPUX_FUSE_*

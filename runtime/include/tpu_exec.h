@@ -121,6 +121,81 @@ void tpux_pjrt_get_stats(tpux_pjrt_stats *out);
  * an output has no StableHLO expression (exec/pjrt/emit.c lists them). */
 int tpux_emit_stablehlo(const tpuir_graph *g, char **text, size_t *len);
 
+
+/* ---- user kernels (exec_kernel.c) ----------------------------------------
+ * A user kernel is a C function compiled into a shared object by the
+ * Python layer (torch_tpu.kernels.c_kernel) and run by the vTPU as the
+ * TPUIR_CUSTOM_CALL node of a program. Its entry point has the uniform ABI
+ *     void entry(void *const *in, void *const *out, const int64_t *sym);
+ * in[k]: argument k in signature order (a tensor: its contiguous row-major
+ * data; a scalar: a pointer to its value in its dtype), out[o]: output o
+ * (contiguous, written by the kernel), sym[s]: the value of size symbol s.
+ * The entry runs on one executor thread; it must not keep the pointers.
+ *
+ * Argument dims: in_dim[k][d] >= 0 is a fixed size, < 0 is symbol
+ * -(in_dim + 1). Output dims are small programs over the symbols (RPN,
+ * pairs (opcode, operand) in `code`, one program per output dim in order,
+ * each ending with TPUX_KOP_END). */
+#define TPUX_KERNEL_MAX_ARGS 16
+#define TPUX_KERNEL_MAX_OUTS 8
+#define TPUX_KERNEL_MAX_SYMS 16
+#define TPUX_KERNEL_MAX_CODE 512
+enum { /* output-size programs: (opcode, operand) pairs */
+  TPUX_KOP_END = 0, TPUX_KOP_LIT, /* push operand */
+  TPUX_KOP_SYM,                   /* push symbol[operand] */
+  TPUX_KOP_ADD, TPUX_KOP_SUB, TPUX_KOP_MUL,
+  TPUX_KOP_DIV,                   /* floor division (x // y, y > 0) */
+  TPUX_KOP_MOD                    /* x % y (y > 0) */
+};
+typedef void (*tpux_kernel_fn)(void *const *in, void *const *out, const int64_t *sym);
+typedef struct tpux_kernel_desc {
+  const char *name;      /* the kernel's name (messages, PJRT error) */
+  const char *signature; /* its signature text (messages) */
+  const char *path;      /* shared object to dlopen */
+  const char *symbol;    /* entry point in it (ABI above) */
+  tpux_kernel_fn fn;     /* or the entry itself (path and symbol unused) */
+  uint64_t key;          /* identity: hash of source, signature, compiler */
+  int32_t nin;           /* arguments (tensors and scalars) */
+  int32_t in_dtype[TPUX_KERNEL_MAX_ARGS];
+  int32_t in_ndim[TPUX_KERNEL_MAX_ARGS];  /* -1: a scalar */
+  int64_t in_dim[TPUX_KERNEL_MAX_ARGS][TPU_MAX_DIMS];
+  const char *in_name[TPUX_KERNEL_MAX_ARGS];
+  int32_t nsym;
+  const char *sym_name[TPUX_KERNEL_MAX_SYMS];
+  int32_t nout;
+  int32_t out_dtype[TPUX_KERNEL_MAX_OUTS], out_ndim[TPUX_KERNEL_MAX_OUTS];
+  int32_t ncode;         /* int64 words in code (pairs) */
+  int64_t code[TPUX_KERNEL_MAX_CODE];
+} tpux_kernel_desc;
+
+/* Load d->path (dlopen, RTLD_NOW | RTLD_LOCAL), resolve d->symbol (or take
+ * d->fn when set: a kernel linked into the program) and register the kernel under d->key (the descriptor and its strings are
+ * copied). Registering a key again is a no-op (TPU_OK). Errors:
+ * TPU_E_INVALID (bad descriptor, dlopen/dlsym message). Thread-safe;
+ * kernels stay loaded for the life of the process. */
+int tpux_kernel_register(const tpux_kernel_desc *d);
+/* Name of the registered kernel `key` (static while the process lives),
+ * or NULL when no such kernel is registered. */
+const char *tpux_kernel_name(uint64_t key);
+/* Argument kinds of kernel `key` in signature order: ndim[k] (-1 for a
+ * scalar) and dtype[k], for up to cap arguments. Returns the argument
+ * count, or TPU_E_INVALID for an unknown key. */
+int tpux_kernel_args(uint64_t key, int cap, int32_t *ndim, int32_t *dtype);
+/* Check one call against kernel `key`'s signature and infer its outputs:
+ * nin arguments with dtype[k] and shape (ndim[k], sizes[k]); a scalar
+ * argument is passed with ndim -1 (its dtype is not checked). Fills
+ * sym[0..nsym) (may be NULL) and, per output o, out_dtype[o], out_ndim[o],
+ * out_sizes[o] (any may be NULL); *nout (may be NULL) = the output count.
+ * Errors (the message names the kernel, the argument and the signature):
+ * TPU_E_INVALID (unknown key, wrong argument count, dtype, rank, size, or
+ * conflicting sizes for one symbol; a negative output size). */
+int tpux_kernel_infer(uint64_t key, int nin, const int32_t *dtype, const int32_t *ndim,
+                      const int64_t (*sizes)[TPU_MAX_DIMS], int64_t *sym, int *nout,
+                      int32_t *out_dtype, int32_t *out_ndim,
+                      int64_t (*out_sizes)[TPU_MAX_DIMS]);
+/* How many times user kernels have run in the vTPU executor (process-wide). */
+uint64_t tpux_kernel_runs(void);
+
 #ifdef __cplusplus
 }
 #endif

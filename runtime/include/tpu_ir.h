@@ -106,6 +106,9 @@ typedef enum tpuir_op {
   /* dense linear algebra, continued (ir/linalg.c) */
   TPUIR_LDL,               /* custom call: sytrf (one node per result) */
   TPUIR_LDL_SOLVE,         /* custom call: sytrs */
+  /* user kernels (ir_custom.c): a C function registered with the executor
+   * (tpux_kernel_register), see tpuir_custom_call */
+  TPUIR_CUSTOM_CALL,
   TPUIR_NUM_OPS
 } tpuir_op;
 
@@ -497,6 +500,21 @@ tpuir_val tpuir_special_unary(tpuir_graph *g, int op, tpuir_val x);
  * TPU_E_TYPE); result has that shape and dtype. */
 tpuir_val tpuir_special_binary(tpuir_graph *g, int op, tpuir_val a,
                                tpuir_val b);
+
+/* ---- user kernels (ir_custom.c) --------------------------------------- */
+/* Result `result` (0 <= result < nresults) of the user kernel identified by
+ * `key` (tpux_kernel_register; the key is a content hash, stable across
+ * processes, so it is part of the program's cache key) applied to
+ * ops[0..nops) (tensors and rank-0 scalars, in the kernel's signature
+ * order), with the result's dtype and shape. A multi-result kernel is one
+ * node per result; the executor runs the kernel once per live result node.
+ * The builder checks the operands exist; the kernel's own signature checks
+ * happen at registration / lowering (tpux_kernel_infer).
+ * Node attributes: list/nlist = ops (in[0..4) the first four as well),
+ * a[0] = key (as int64), dim = result, kind = nresults. */
+tpuir_val tpuir_custom_call(tpuir_graph *g, uint64_t key, int nops,
+                            const tpuir_val *ops, int result, int nresults,
+                            int dtype, int ndim, const int64_t *sizes);
 
 /* ---- outputs and inspection ------------------------------------------ */
 /* Declare the graph's results (in order). A value may appear twice and may

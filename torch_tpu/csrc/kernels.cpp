@@ -580,10 +580,13 @@ bool overlap_write_ok(const char* name, const char* overload) {
 void native_boxed(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   const auto& schema = op.schema();
   const std::string& qual = schema.name();
-  if (qual.rfind("aten::", 0) != 0) return cpu_fallback(op, stack, "not an aten op");
-  const char* name = qual.c_str() + 6;
+  // torch_tpu::c_kernel (a user C kernel, torch_tpu/kernels) lowers natively
+  // under its qualified name and never falls back
+  const bool user_kernel = qual == "torch_tpu::c_kernel";
+  if (!user_kernel && qual.rfind("aten::", 0) != 0) return cpu_fallback(op, stack, "not an aten op");
+  const char* name = user_kernel ? qual.c_str() : qual.c_str() + 6;
   const char* overload = schema.overload_name().c_str();
-  if (!tpulw_has(name, overload)) return cpu_fallback(op, stack, "");
+  if (!user_kernel && !tpulw_has(name, overload)) return cpu_fallback(op, stack, "");
 
   // In-place writes into a tensor whose elements share memory (expand
   // views) are refused, as on CPU, except where CPU allows them.
@@ -630,7 +633,7 @@ void native_boxed(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   int rc = tpulw_prepare(&ctx, name, overload, m.args.data(),
                          static_cast<int>(m.args.size()), &plan);
   locks.clear();
-  if (rc == TPU_E_UNSUPPORTED) return cpu_fallback(op, stack, tpu_last_error());
+  if (rc == TPU_E_UNSUPPORTED && !user_kernel) return cpu_fallback(op, stack, tpu_last_error());
   check(rc);
 
   // Destinations.
@@ -817,6 +820,15 @@ TORCH_LIBRARY_IMPL(aten, Conjugate, m) {
 TORCH_LIBRARY_IMPL(aten, Negative, m) {
   m.impl("_copy_from", torch::CppFunction::makeFallthrough());
   m.impl("_copy_from_and_resize", torch::CppFunction::makeFallthrough());
+}
+
+// User C kernels (torch_tpu/kernels): one generic op; each kernel's own
+// torch.library op (with its fake implementation) calls it on tpu tensors.
+TORCH_LIBRARY_FRAGMENT(torch_tpu, m) {
+  m.def("c_kernel(int key, Tensor[] inputs, float[] fscalars, int[] iscalars) -> Tensor[]");
+}
+TORCH_LIBRARY_IMPL(torch_tpu, PrivateUse1, m) {
+  m.impl("c_kernel", torch::CppFunction::makeFromBoxedFunction<&native_boxed>());
 }
 
 TORCH_LIBRARY_IMPL(_, PrivateUse1, m) {

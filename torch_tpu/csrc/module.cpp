@@ -9,6 +9,7 @@
 #include <pybind11/stl.h>
 #include <torch/csrc/Generator.h>
 
+#include <cstring>
 #include <vector>
 
 namespace py = pybind11;
@@ -148,6 +149,50 @@ PYBIND11_MODULE(_C, m) {
     return d;
   });
   m.def("_reset_cache_stats", [] { tpug_reset_stats(); });
+  // user C kernels (torch_tpu/kernels): register a compiled kernel with the
+  // executor; the descriptor fields come from the parsed signature
+  m.def("_c_kernel_register", [](const std::string& name, const std::string& sig,
+                                 const std::string& path, const std::string& symbol, uint64_t key,
+                                 const std::vector<int>& in_dtype, const std::vector<int>& in_ndim,
+                                 const std::vector<std::vector<int64_t>>& in_dim,
+                                 const std::vector<std::string>& in_name,
+                                 const std::vector<std::string>& sym_name,
+                                 const std::vector<int>& out_dtype, const std::vector<int>& out_ndim,
+                                 const std::vector<int64_t>& code) {
+    tpux_kernel_desc d;
+    std::memset(&d, 0, sizeof d);
+    TORCH_CHECK(in_dtype.size() <= TPUX_KERNEL_MAX_ARGS && in_ndim.size() == in_dtype.size() &&
+                    in_dim.size() == in_dtype.size() && in_name.size() == in_dtype.size() &&
+                    sym_name.size() <= TPUX_KERNEL_MAX_SYMS &&
+                    out_dtype.size() <= TPUX_KERNEL_MAX_OUTS && out_ndim.size() == out_dtype.size() &&
+                    code.size() <= TPUX_KERNEL_MAX_CODE,
+                "c_kernel ", name, ": signature too large (at most ", TPUX_KERNEL_MAX_ARGS,
+                " arguments, ", TPUX_KERNEL_MAX_OUTS, " outputs, ", TPUX_KERNEL_MAX_SYMS, " size symbols)");
+    d.name = name.c_str();
+    d.signature = sig.c_str();
+    d.path = path.c_str();
+    d.symbol = symbol.c_str();
+    d.key = key;
+    d.nin = static_cast<int32_t>(in_dtype.size());
+    for (size_t k = 0; k < in_dtype.size(); k++) {
+      d.in_dtype[k] = in_dtype[k];
+      d.in_ndim[k] = in_ndim[k];
+      TORCH_CHECK(in_dim[k].size() <= TPU_MAX_DIMS, "c_kernel ", name, ": too many dims");
+      for (size_t a = 0; a < in_dim[k].size(); a++) d.in_dim[k][a] = in_dim[k][a];
+      d.in_name[k] = in_name[k].c_str();
+    }
+    d.nsym = static_cast<int32_t>(sym_name.size());
+    for (size_t k = 0; k < sym_name.size(); k++) d.sym_name[k] = sym_name[k].c_str();
+    d.nout = static_cast<int32_t>(out_dtype.size());
+    for (size_t o = 0; o < out_dtype.size(); o++) {
+      d.out_dtype[o] = out_dtype[o];
+      d.out_ndim[o] = out_ndim[o];
+    }
+    d.ncode = static_cast<int32_t>(code.size());
+    for (size_t i = 0; i < code.size(); i++) d.code[i] = code[i];
+    check(tpux_kernel_register(&d));
+  });
+  m.def("_c_kernel_runs", [] { return tpux_kernel_runs(); });
   m.def("_fusion_runs", [](int kind) { return tpux_fusion_runs(kind); });
   m.def("_set_fusion", [](int kind, int mode) { check(tpux_set_fusion(kind, mode)); });
   m.def("_cache_clear", [] { tpug_cache_clear(); });

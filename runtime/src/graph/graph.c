@@ -1285,8 +1285,8 @@ size_t tpug_dump(int dev, int format, char *buf, size_t cap) {
       const tpuir_node *n = tpuir_get_node(g, t);
       DOT("  n%d [label=\"%%%d %s %s\"];\n", t, t, tpuir_op_name(n->op),
           tpu_dtype_name(n->dtype));
-      const tpuir_val *ops = n->op == TPUIR_CONCAT ? n->list : n->in;
-      int no = n->op == TPUIR_CONCAT ? n->nlist : n->nin;
+      const tpuir_val *ops = n->nlist ? n->list : n->in; /* CONCAT, CUSTOM_CALL */
+      int no = n->nlist ? n->nlist : n->nin;
       for (int k = 0; k < no; k++) DOT("  n%d -> n%d;\n", (int)ops[k], t);
     }
     for (int i = 0; i < tpuir_num_outputs(g); i++)

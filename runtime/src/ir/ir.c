@@ -139,6 +139,7 @@ static const char *const k_op_names[TPUIR_NUM_OPS] = {
     [TPUIR_LAGUERRE_L] = "laguerre_l", [TPUIR_LEGENDRE_P] = "legendre_p",
     [TPUIR_GCD] = "gcd", [TPUIR_LCM] = "lcm",
     [TPUIR_LDL] = "ldl", [TPUIR_LDL_SOLVE] = "ldl_solve",
+    [TPUIR_CUSTOM_CALL] = "custom_call",
 };
 
 /* Static name of an op ("add", "dot_general", ...); "?" if invalid. */
@@ -1211,7 +1212,7 @@ size_t tpuir_dump(const tpuir_graph *g, char *buf, size_t cap) {
   for (int32_t v = 0; v < g->n; v++) {
     const tpuir_node *n = &g->nodes[v];
     sb_printf(&s, "%%%d = %s(", (int)v, tpuir_op_name(n->op));
-    if (n->op == TPUIR_CONCAT) {
+    if (n->nlist) { /* CONCAT, CUSTOM_CALL */
       for (int i = 0; i < n->nlist; i++)
         sb_printf(&s, i ? ", %%%d" : "%%%d", (int)n->list[i]);
     } else {
@@ -1324,6 +1325,10 @@ size_t tpuir_dump(const tpuir_graph *g, char *buf, size_t cap) {
       sb_printf(&s, " {%s}", at);
       break;
     }
+    case TPUIR_CUSTOM_CALL:
+      sb_printf(&s, " {kernel=%016llx, result=%d of %d}", (unsigned long long)n->a[0],
+                (int)n->dim, (int)n->kind);
+      break;
     default: break;
     }
     char ts[200];

@@ -1548,7 +1548,7 @@ int tpux__emit_stablehlo(const tpuir_graph *g, char **text, size_t *len, tpux__c
   for (int v = nn - 1; v >= 0; v--) {
     if (!live[v]) continue;
     const tpuir_node *n = tpuir_get_node(g, v);
-    if (n->op == TPUIR_CONCAT)
+    if (n->nlist) /* CONCAT, CUSTOM_CALL */
       for (int i = 0; i < n->nlist; i++) live[n->list[i]] = 1;
     else
       for (int i = 0; i < n->nin; i++) live[n->in[i]] = 1;
@@ -1566,6 +1566,12 @@ int tpux__emit_stablehlo(const tpuir_graph *g, char **text, size_t *len, tpux__c
     if (!live[v]) continue;
     nm r;
     if (node(&e, v, &r) < 0) {
+      if (e.bad_op == TPUIR_CUSTOM_CALL) { /* a user C kernel: vTPU only */
+        const char *kn = tpux_kernel_name((uint64_t)n->a[0]);
+        rc = tpu_error(TPU_E_UNSUPPORTED, "unsupported on PJRT: C kernel '%s' (user C kernels "
+                       "run on the vTPU executor only)", kn ? kn : "?");
+        goto done;
+      }
       rc = tpu_error(TPU_E_UNSUPPORTED, "unsupported on PJRT: %s", tpuir_op_name(e.bad_op));
       goto done;
     }

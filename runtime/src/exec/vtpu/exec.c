@@ -98,7 +98,7 @@ static int node_can_fail(const tpuir_graph *g, const tpuir_node *n) {
 
 /* operand list of a node */
 static int node_operands(const tpuir_node *n, const tpuir_val **ops) {
-  if (n->op == TPUIR_CONCAT) {
+  if (n->nlist) { /* CONCAT, CUSTOM_CALL */
     *ops = n->list;
     return n->nlist;
   }
@@ -201,6 +201,7 @@ static int eval_node(xctx *c, int t, const tpu_view *ins) {
   case TPUIR_LU_PIVOTS_TO_PERM: case TPUIR_GEQRF: case TPUIR_HOUSEHOLDER_PRODUCT:
   case TPUIR_LDL: case TPUIR_LDL_SOLVE:
     return tpux__eval_linalg(c, t);
+  case TPUIR_CUSTOM_CALL: return tpux__eval_custom(c, t);
   default:
     if (is_view_op(n->op)) return eval_view(c, t, n);
     return tpu_error(TPU_E_UNSUPPORTED, "vTPU executor: op %s not supported",
