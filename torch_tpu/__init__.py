@@ -74,6 +74,9 @@ def _init():
     from . import distributed as _distributed  # registers the c10d backend "tpu_dist"
 
     _tpu_module.distributed = _distributed
+    from .kernels import helion as _helion
+
+    _helion.install_import_hook()  # @helion.kernel on tpu tensors: reference mode
 
 
 def _install_print_hook():

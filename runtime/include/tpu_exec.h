@@ -122,7 +122,7 @@ void tpux_pjrt_get_stats(tpux_pjrt_stats *out);
 int tpux_emit_stablehlo(const tpuir_graph *g, char **text, size_t *len);
 
 
-/* ---- user kernels (exec_kernel.c) ----------------------------------------
+/* ---- user kernels (exec/vtpu/kernel.c) ----------------------------------------
  * A user kernel is a C function compiled into a shared object by the
  * Python layer (torch_tpu.kernels.c_kernel) and run by the vTPU as the
  * TPUIR_CUSTOM_CALL node of a program. Its entry point has the uniform ABI

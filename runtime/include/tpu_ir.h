@@ -106,7 +106,7 @@ typedef enum tpuir_op {
   /* dense linear algebra, continued (ir/linalg.c) */
   TPUIR_LDL,               /* custom call: sytrf (one node per result) */
   TPUIR_LDL_SOLVE,         /* custom call: sytrs */
-  /* user kernels (ir_custom.c): a C function registered with the executor
+  /* user kernels (ir/custom.c): a C function registered with the executor
    * (tpux_kernel_register), see tpuir_custom_call */
   TPUIR_CUSTOM_CALL,
   TPUIR_NUM_OPS
@@ -501,7 +501,7 @@ tpuir_val tpuir_special_unary(tpuir_graph *g, int op, tpuir_val x);
 tpuir_val tpuir_special_binary(tpuir_graph *g, int op, tpuir_val a,
                                tpuir_val b);
 
-/* ---- user kernels (ir_custom.c) --------------------------------------- */
+/* ---- user kernels (ir/custom.c) --------------------------------------- */
 /* Result `result` (0 <= result < nresults) of the user kernel identified by
  * `key` (tpux_kernel_register; the key is a content hash, stable across
  * processes, so it is part of the program's cache key) applied to

@@ -111,7 +111,7 @@ extern const int lw_nrows_fft;
 int lw_call_is_complex(const tpulw_arg *args, int nargs);
 const lw_row *lw_complex_row(const char *key, const lw_row *row);
 extern const lw_row lw_rows_special[];
-/* torch_tpu::c_kernel (lower_kernel.c), found by name outside the table */
+/* torch_tpu::c_kernel (lower/kernel.c), found by name outside the table */
 extern const lw_row lw_row_c_kernel;
 extern const int lw_nrows_special;
 

@@ -385,7 +385,7 @@ int tpulw_prepare(const tpulw_ctx *ctx, const char *name, const char *overload,
   *out = NULL;
   if (!ctx || !name || (nargs > 0 && !args))
     return tpu_error(TPU_E_INVALID, "tpulw_prepare: bad arguments");
-  /* user C kernels (lower_kernel.c) are not ATen ops: not in the table */
+  /* user C kernels (lower/kernel.c) are not ATen ops: not in the table */
   const lw_row *row = strcmp(name, lw_row_c_kernel.name) == 0 ? &lw_row_c_kernel
                                                                : find_row(name, overload);
   if (!row) {

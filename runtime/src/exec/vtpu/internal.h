@@ -270,7 +270,7 @@ int tpux__eval_region_reduce(xctx *c, int n, const int32_t *members,
 
 /* Node evaluators (result into c->vals[t]). */
 int tpux__eval_const(xctx *c, int t);
-/* A user kernel call node (exec_kernel.c). */
+/* A user kernel call node (exec/vtpu/kernel.c). */
 int tpux__eval_custom(xctx *c, int t);
 int tpux__eval_iota(xctx *c, int t);
 int tpux__eval_rng(xctx *c, int t);

@@ -1,4 +1,4 @@
-/* ir_custom.c - IR builder of user-kernel calls (TPUIR_CUSTOM_CALL): one
+/* ir/custom.c - IR builder of user-kernel calls (TPUIR_CUSTOM_CALL): one
  * node per result of a C kernel registered with the executor
  * (tpux_kernel_register). The node holds the kernel's content key, so a
  * program's structural hash (and its cache key) covers the kernel's
@@ -6,7 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "ir_internal.h"
+#include "ir/internal.h"
 
 tpuir_val tpuir_custom_call(tpuir_graph *g, uint64_t key, int nops,
                             const tpuir_val *ops, int result, int nresults,

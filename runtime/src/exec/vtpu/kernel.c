@@ -1,4 +1,4 @@
-/* exec_kernel.c - user C kernels in the vTPU executor (prefix tpux_kernel_,
+/* exec/vtpu/kernel.c - user C kernels in the vTPU executor (prefix tpux_kernel_,
  * see tpu_exec.h): the process-wide registry of loaded kernels (dlopen'ed
  * shared objects, keyed by a content hash), the signature check and
  * output-shape inference used by the lowering, and the evaluation of
@@ -17,7 +17,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "exec_internal.h"
+#include "exec/vtpu/internal.h"
 
 typedef struct kreg {
   tpux_kernel_desc d; /* strings below point into owned copies */

@@ -1,4 +1,4 @@
-/* lower_kernel.c - lowering of torch_tpu::c_kernel (a user C kernel call,
+/* lower/kernel.c - lowering of torch_tpu::c_kernel (a user C kernel call,
  * see torch_tpu/kernels): checks the call against the kernel's signature
  * (tpux_kernel_infer), makes its tensors parameters and its scalars
  * constants (Fused Eager lifts constants into run-time parameters, so a
@@ -13,7 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "lower_internal.h"
+#include "lower/internal.h"
 #include "tpu_exec.h"
 
 static int lower_c_kernel(lw_b *b) {

@@ -1,0 +1,109 @@
+"""User C kernels (torch_tpu.kernels.c_kernel): compile time on first use vs
+a cached load, and the C fused RMSNorm of examples/c_kernel_rmsnorm.py vs
+the same RMSNorm as composite tpu ops (Strict and Fused Eager) vs PyTorch
+CPU eager, in one process.
+Usage: PYTHONPATH=. python3 benchmarks/c_kernel.py [--rows 4096] [--dim 1024] [--iters 20]
+"""
+import argparse
+import os
+import platform
+import shutil
+import sys
+import tempfile
+import time
+
+import torch
+
+import torch_tpu  # noqa: F401
+from torch_tpu.execution_mode import EagerMode, eager_mode
+from torch_tpu.kernels import _c_kernel
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "examples"))
+import c_kernel_rmsnorm as ex  # noqa: E402
+
+
+def cpu_info():
+    model, flags = platform.processor(), ""
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    model = line.split(":", 1)[1].strip()
+                elif line.startswith("flags"):
+                    fl = line.split()
+                    flags = " ".join(x for x in ("avx2", "avx512f", "avx512_bf16", "amx_bf16")
+                                     if x in fl)
+                    break
+    except OSError:
+        pass
+    return f"{model} ({flags}; {os.cpu_count()} cpus)"
+
+
+def timeit(fn, iters):
+    fn()
+    torch.tpu.synchronize()
+    t0 = time.perf_counter()
+    for _ in range(iters):
+        out = fn()
+    if isinstance(out, torch.Tensor) and out.device.type == "tpu":
+        torch.tpu.synchronize()
+    return (time.perf_counter() - t0) / iters
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--rows", type=int, default=4096)
+    ap.add_argument("--dim", type=int, default=1024)
+    ap.add_argument("--iters", type=int, default=20)
+    a = ap.parse_args()
+    print("host:", cpu_info())
+
+    # compile time: a fresh cache directory, then the same kernel from disk
+    d = tempfile.mkdtemp(prefix="ck_bench_")
+    old = os.environ.get("TORCH_TPU_COMPILATION_CACHE_DIR")
+    os.environ["TORCH_TPU_COMPILATION_CACHE_DIR"] = d
+    try:
+        src = ex.RMSNORM_SRC.replace("rmsnorm", "rmsnorm_b")
+        t0 = time.perf_counter()
+        _c_kernel.c_kernel("rmsnorm_b", src, ex.RMSNORM_SIG)
+        first = time.perf_counter() - t0
+        _c_kernel._kernels.clear()  # forget the in-process copy: load from disk
+        _c_kernel._toolchain = None  # and the compiler probe, as a new process
+        t0 = time.perf_counter()
+        _c_kernel.c_kernel("rmsnorm_b", src, ex.RMSNORM_SIG)
+        cached = time.perf_counter() - t0
+    finally:
+        if old is None:
+            os.environ.pop("TORCH_TPU_COMPILATION_CACHE_DIR", None)
+        else:
+            os.environ["TORCH_TPU_COMPILATION_CACHE_DIR"] = old
+        shutil.rmtree(d, ignore_errors=True)
+    s = _c_kernel.stats()
+    print(f"c_kernel first use (cc -O2 -march=native): {first * 1e3:.1f} ms "
+          f"(compiler {s['compile_time_s'] * 1e3:.1f} ms); cached on disk: {cached * 1e3:.2f} ms "
+          f"({first / cached:.0f}x)")
+
+    k = ex.rmsnorm_kernel()
+    torch.manual_seed(0)
+    x, w, eps = torch.randn(a.rows, a.dim), torch.randn(a.dim), 1e-6
+    xd, wd = x.to("tpu"), w.to("tpu")
+
+    def composite(x, w):
+        return w * (x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps))
+
+    res = {}
+    res["cpu composite (PyTorch eager)"] = timeit(lambda: composite(x, w), a.iters)
+    res["tpu composite, Strict"] = timeit(lambda: composite(xd, wd), a.iters)
+    with eager_mode(EagerMode.DEFER_AND_FUSE):
+        res["tpu composite, Fused"] = timeit(lambda: composite(xd, wd), a.iters)
+        res["tpu C kernel, Fused"] = timeit(lambda: k(xd, wd, eps), a.iters)
+    res["tpu C kernel, Strict"] = timeit(lambda: k(xd, wd, eps), a.iters)
+    torch.testing.assert_close(k(xd, wd, eps).cpu(), composite(x, w), rtol=1e-4, atol=1e-4)
+    base = res["cpu composite (PyTorch eager)"]
+    print(f"RMSNorm [{a.rows}, {a.dim}] float32, {a.iters} iterations, per call:")
+    for name, t in res.items():
+        print(f"  {name:32s} {t * 1e3:8.3f} ms   {base / t:5.2f}x PyTorch CPU")
+
+
+if __name__ == "__main__":
+    main()
