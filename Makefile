@@ -31,6 +31,10 @@ deps:
 	  $(PY) -m pip install -q torch==2.13.0
 	@$(PY) -c "import pytest,numpy,transformers,expecttest" 2>/dev/null || \
 	  $(PY) -m pip install -q pytest numpy transformers expecttest
+	@# Helion: @helion.kernel on tpu tensors (reference mode); helion declares no torch
+	@# dependency, so this never replaces torch 2.13.0
+	@$(PY) -c "import importlib.util as u,sys;sys.exit(u.find_spec('helion') is None)" 2>/dev/null || \
+	  $(PY) -m pip install -q helion==1.5.1
 	@# XLA:CPU PJRT plugin + the official pjrt_c_api.h the runtime builds against
 	@$(PY) -c "import xla_plugins.xla_cpu_pjrt" 2>/dev/null || \
 	  $(PY) -m pip install -q xla-cpu-pjrt
@@ -72,6 +76,7 @@ bench: build
 	$(PY) benchmarks/mxu.py --quick
 	$(PY) benchmarks/conv.py
 	$(PY) benchmarks/fused_eager.py --steps 3
+	$(PY) benchmarks/c_kernel.py
 
 # Full-dtype OpInfo sweep (CI runs the float32 form inside test-py).
 opinfo-full: build
