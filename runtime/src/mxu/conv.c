@@ -26,6 +26,7 @@
 #include <string.h>
 
 #include "mxu/internal.h"
+#include "tpu_rt.h"
 
 #define SP 3
 
@@ -289,35 +290,49 @@ static void release(centry *e) {
 /* ---- execution ---------------------------------------------------------- */
 
 /* Dense plain copy of the read weights [G, Og, Cg, k0, k1, k2] in the
- * compute type (bf16 RNE bits or f32). */
-static void gather_w(const tpumxu_conv_args *a, const ckey *k, int cbf, void *dst) {
-  const int64_t Og = a->O / a->G, Cg = a->C / a->G;
-  const int64_t *w = a->ws;
-  int64_t i = 0;
-  for (int64_t g = 0; g < a->G; g++)
-    for (int64_t o = 0; o < Og; o++)
-      for (int64_t c = 0; c < Cg; c++) {
-        int64_t base = g * w[0] + o * w[1] + c * w[2];
-        for (int64_t t0 = 0; t0 < k->k[0]; t0++)
-          for (int64_t t1 = 0; t1 < k->k[1]; t1++) {
-            int64_t off = base + t0 * w[3] + t1 * w[4];
-            if (a->dtype == TPU_BF16) {
-              const uint16_t *s = (const uint16_t *)a->w + off;
-              uint16_t *d = (uint16_t *)dst + i;
-              for (int64_t t2 = 0; t2 < k->k[2]; t2++) d[t2] = s[t2 * w[5]];
-            } else if (cbf) {
-              const float *s = (const float *)a->w + off;
-              uint16_t *d = (uint16_t *)dst + i;
-              for (int64_t t2 = 0; t2 < k->k[2]; t2++)
-                d[t2] = (uint16_t)(tpumxu_rne_bits(tpumxu_f2u(s[t2 * w[5]])) >> 16);
-            } else {
-              const float *s = (const float *)a->w + off;
-              float *d = (float *)dst + i;
-              for (int64_t t2 = 0; t2 < k->k[2]; t2++) d[t2] = s[t2 * w[5]];
-            }
-            i += k->k[2];
-          }
+ * compute type (bf16 RNE bits or f32), rows (g, o, c) in parallel. */
+typedef struct gather_job {
+  const tpumxu_conv_args *a;
+  const ckey *k;
+  int cbf;
+  void *dst;
+} gather_job;
+
+static void gather_rows(void *ctx, int64_t r0, int64_t r1) {
+  const gather_job *J = ctx;
+  const tpumxu_conv_args *a = J->a;
+  const ckey *k = J->k;
+  const int64_t Og = a->O / a->G, Cg = a->C / a->G, *w = a->ws;
+  const int64_t K = k->k[0] * k->k[1] * k->k[2];
+  for (int64_t r = r0; r < r1; r++) {
+    int64_t c = r % Cg, o = (r / Cg) % Og, g = r / (Cg * Og);
+    int64_t base = g * w[0] + o * w[1] + c * w[2], i = r * K;
+    for (int64_t t0 = 0; t0 < k->k[0]; t0++)
+      for (int64_t t1 = 0; t1 < k->k[1]; t1++) {
+        int64_t off = base + t0 * w[3] + t1 * w[4];
+        if (a->dtype == TPU_BF16) {
+          const uint16_t *s = (const uint16_t *)a->w + off;
+          uint16_t *d = (uint16_t *)J->dst + i;
+          for (int64_t t2 = 0; t2 < k->k[2]; t2++) d[t2] = s[t2 * w[5]];
+        } else if (J->cbf) {
+          const float *s = (const float *)a->w + off;
+          uint16_t *d = (uint16_t *)J->dst + i;
+          for (int64_t t2 = 0; t2 < k->k[2]; t2++)
+            d[t2] = (uint16_t)(tpumxu_rne_bits(tpumxu_f2u(s[t2 * w[5]])) >> 16);
+        } else {
+          const float *s = (const float *)a->w + off;
+          float *d = (float *)J->dst + i;
+          for (int64_t t2 = 0; t2 < k->k[2]; t2++) d[t2] = s[t2 * w[5]];
+        }
+        i += k->k[2];
       }
+  }
+}
+
+static void gather_w(const tpumxu_conv_args *a, const ckey *k, int cbf, void *dst) {
+  gather_job J = {a, k, cbf, dst};
+  int64_t K = k->k[0] * k->k[1] * k->k[2];
+  tpurt_parallel_for(a->O * (a->C / a->G), 1 + 16384 / K, gather_rows, &J);
 }
 
 /* Zero the part of the (written) input gradient past the reached input. */
