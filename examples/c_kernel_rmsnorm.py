@@ -44,7 +44,7 @@ RMSNORM_SIG = "(float32[N,D] x, float32[D] w, float eps) -> float32[N,D]"
 def rmsnorm_kernel():
     """The compiled kernel (compiles on first use in a process that has no
     cached copy on disk)."""
-    return c_kernel("rmsnorm", RMSNORM_SRC, RMSNORM_SIG)
+    return c_kernel("rmsnorm", RMSNORM_SRC, RMSNORM_SIG, parallel="N")  # rows independent
 
 
 def use_c_rmsnorm(model):

@@ -152,6 +152,19 @@ def test_compiler_errors_are_clear():
                  "(float32[N] x) -> float32[N]")
 
 
+def test_parallel_rows_match_one_call():
+    src = ex.RMSNORM_SRC.replace("rmsnorm", "rms_serial")
+    serial = c_kernel("rms_serial", src, ex.RMSNORM_SIG)
+    x, w = torch.randn(301, 64, device=DEV), torch.randn(64, device=DEV)
+    par = ex.rmsnorm_kernel()  # parallel="N"
+    assert torch.equal(par(x, w, 1e-6).cpu(), serial(x, w, 1e-6).cpu())
+    with pytest.raises(ValueError, match="must be dimension 0 only"):
+        c_kernel("rms_bad", src, "(float32[N,D] x, float32[D] w, float eps) -> float32[N,D]",
+                 parallel="D")
+    with pytest.raises(ValueError, match="not a size symbol"):
+        c_kernel("rms_bad", src, ex.RMSNORM_SIG, parallel="K")
+
+
 @pytest.mark.parametrize("sig, match", [
     ("float32[N] x -> float32[N]", "parentheses"),
     ("(float32[N] x)", "inputs"),

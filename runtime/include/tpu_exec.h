@@ -166,6 +166,13 @@ typedef struct tpux_kernel_desc {
   int32_t out_dtype[TPUX_KERNEL_MAX_OUTS], out_ndim[TPUX_KERNEL_MAX_OUTS];
   int32_t ncode;         /* int64 words in code (pairs) */
   int64_t code[TPUX_KERNEL_MAX_CODE];
+  /* 1 + s: the kernel may run on blocks of rows of size symbol s, in
+   * parallel on the executor's threads: s must be dimension 0 of every
+   * output (exactly) and appear in no other dimension of any argument or
+   * output; each block call gets the arguments that have s at dimension 0
+   * (and the outputs) offset to its first row, sym[s] = its row count, and
+   * every other argument whole. 0: one call on one thread. */
+  int32_t parallel;
 } tpux_kernel_desc;
 
 /* Load d->path (dlopen, RTLD_NOW | RTLD_LOCAL), resolve d->symbol (or take

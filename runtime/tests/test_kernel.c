@@ -32,7 +32,8 @@ static void dup(void *const *in, void *const *out, const int64_t *sym) {
   o[2 * k] = (int32_t)k;
 }
 
-static const uint64_t KEY_AXPB = 0x1234567890abcdefull, KEY_DUP = 0xfedcba0987654321ull;
+static const uint64_t KEY_AXPB = 0x1234567890abcdefull, KEY_DUP = 0xfedcba0987654321ull,
+                      KEY_AXPB_PAR = 0x1234567890abcdeeull;
 
 static int register_all(void) {
   tpux_kernel_desc d;
@@ -54,6 +55,13 @@ static int register_all(void) {
   d.ncode = (int)(sizeof code / sizeof code[0]);
   memcpy(d.code, code, sizeof code);
   int rc = tpux_kernel_register(&d);
+  if (rc) return rc;
+  /* the same kernel on blocks of rows of N (symbol 0) */
+  d.key = KEY_AXPB_PAR;
+  d.parallel = 2; /* M: not dimension 0 of the outputs */
+  if (tpux_kernel_register(&d) != TPU_E_INVALID) return TPU_E_INTERNAL;
+  d.parallel = 1;
+  rc = tpux_kernel_register(&d);
   if (rc) return rc;
   memset(&d, 0, sizeof d);
   d.name = "dup";
@@ -189,4 +197,36 @@ TPU_TEST(kernel_custom_call_runs_in_a_program) {
   tpuir_graph_free(g);
   tpuir_graph_free(g2);
   tpuir_graph_free(g3);
+}
+
+TPU_TEST(kernel_parallel_rows) {
+  CHECK_OK(register_all());
+  enum { N = 203, M = 37 };
+  tpuir_graph *g = tpuir_graph_new();
+  int64_t xs[2] = {N, M}, bs[1] = {M}, ss[1] = {N};
+  tpuir_val ops[3] = {tpuir_param(g, TPU_F32, 2, xs), tpuir_param(g, TPU_F32, 1, bs),
+                      tpuir_const_f(g, TPU_F32, -0.5)};
+  tpuir_val outs[2] = {tpuir_custom_call(g, KEY_AXPB_PAR, 3, ops, 0, 2, TPU_F32, 2, xs),
+                       tpuir_custom_call(g, KEY_AXPB_PAR, 3, ops, 1, 2, TPU_F32, 1, ss)};
+  CHECK_OK(tpuir_set_outputs(g, 2, outs));
+  static float xv[N * M], yv[N * M], sv[N];
+  float bv[M];
+  for (int i = 0; i < N * M; i++) xv[i] = (float)((i * 7) % 13) - 6.0f;
+  for (int j = 0; j < M; j++) bv[j] = 0.5f * (float)j;
+  tpu_view in[2], out[2];
+  tpu_view_init_contiguous(&in[0], xv, TPU_F32, 2, xs);
+  tpu_view_init_contiguous(&in[1], bv, TPU_F32, 1, bs);
+  tpu_view_init_contiguous(&out[0], yv, TPU_F32, 2, xs);
+  tpu_view_init_contiguous(&out[1], sv, TPU_F32, 1, ss);
+  CHECK_OK(tpux_run(g, 2, in, 2, out));
+  for (int i = 0; i < N; i++) {
+    float acc = 0;
+    for (int j = 0; j < M; j++) {
+      float want = -0.5f * xv[i * M + j] + bv[j];
+      acc += want;
+      CHECK(yv[i * M + j] == want);
+    }
+    CHECK(sv[i] == acc);
+  }
+  tpuir_graph_free(g);
 }

@@ -158,7 +158,7 @@ PYBIND11_MODULE(_C, m) {
                                  const std::vector<std::string>& in_name,
                                  const std::vector<std::string>& sym_name,
                                  const std::vector<int>& out_dtype, const std::vector<int>& out_ndim,
-                                 const std::vector<int64_t>& code) {
+                                 const std::vector<int64_t>& code, int parallel) {
     tpux_kernel_desc d;
     std::memset(&d, 0, sizeof d);
     TORCH_CHECK(in_dtype.size() <= TPUX_KERNEL_MAX_ARGS && in_ndim.size() == in_dtype.size() &&
@@ -190,6 +190,7 @@ PYBIND11_MODULE(_C, m) {
     }
     d.ncode = static_cast<int32_t>(code.size());
     for (size_t i = 0; i < code.size(); i++) d.code[i] = code[i];
+    d.parallel = parallel;
     check(tpux_kernel_register(&d));
   });
   m.def("_c_kernel_runs", [] { return tpux_kernel_runs(); });

@@ -27,6 +27,9 @@ int8/uint8/int16/int32/int64 ``int8_t``..``int64_t``, bool ``_Bool``.
 Scalar argument types: ``float`` (C float), ``double``, ``int`` (int64_t),
 ``bool``, or any of the dtype names above without brackets.
 
+``parallel="N"`` declares the rows of size symbol N independent: the vTPU
+then runs the function on blocks of rows on its threads.
+
 Each kernel is also a ``torch.library`` custom op (``torch.ops.tpu_kernels.
 <name>``) with a fake implementation, so ``torch.compile`` traces it.
 """
@@ -472,11 +475,19 @@ def _schema(opname, sig):
     return f"{opname}({args}) -> {ret}"
 
 
-def c_kernel(name, source, signature):
+def c_kernel(name, source, signature, *, parallel=None):
     """Compile (once, cached on disk) and load the C function ``name`` from
     ``source``; returns a :class:`CKernel` callable on tpu tensors. See the
     module docstring for the signature and the C calling convention.
-    Raises ``ValueError`` for a bad name or signature and
+
+    ``parallel``: the name of a size symbol whose rows are independent (it
+    must be dimension 0 of every output, exactly, and nowhere but dimension
+    0 of the inputs): the vTPU then calls the function on blocks of rows on
+    its threads (arguments with the symbol at dimension 0 and the outputs
+    offset to the block's first row, the symbol = the block's row count,
+    the other arguments whole). Default: one call on one thread.
+
+    Raises ``ValueError`` for a bad name, signature or ``parallel`` and
     :class:`CKernelCompileError` (a ``RuntimeError``) with the compiler's
     message when the source does not compile."""
     if not isinstance(name, str) or not _IDENT.match(name):
@@ -487,8 +498,25 @@ def c_kernel(name, source, signature):
     for a in sig.args:
         if a.name in ("in", "out", "sym") or not _IDENT.match(a.name):
             raise _bad(signature, f"argument name {a.name!r} is reserved")
+    par = 0
+    if parallel is not None:
+        if parallel not in sig.syms:
+            raise _bad(signature, f"parallel={parallel!r} is not a size symbol "
+                       f"(known: {', '.join(sig.syms) or 'none'})")
+        for a in sig.args:
+            if not a.scalar and parallel in a.dims[1:]:
+                raise _bad(signature, f"parallel symbol {parallel!r} must be dimension 0 only "
+                           f"(argument {a.name!r})")
+        for dt, es in sig.outs:
+            if not es or not (isinstance(es[0], ast.Name) and es[0].id == parallel) or any(
+                    isinstance(n, ast.Name) and n.id == parallel
+                    for e in es[1:] for n in ast.walk(e)):
+                raise _bad(signature, f"parallel symbol {parallel!r} must be exactly dimension "
+                           "0 of every output")
+        par = sig.syms.index(parallel) + 1
     _, ident = _compiler()
-    material = "\0".join([_ABI, name, source, sig.canonical(), ident, " ".join(_FLAGS)])
+    material = "\0".join([_ABI, name, source, sig.canonical(), ident, " ".join(_FLAGS),
+                          f"parallel={parallel}"])
     hexkey = hashlib.sha256(material.encode()).hexdigest()
     key = int(hexkey[:16], 16)
     with _lock:
@@ -508,7 +536,7 @@ def c_kernel(name, source, signature):
                                   for d in a.dims] for a in sig.args],
             [a.name for a in sig.args], list(sig.syms),
             [_TPU_DTYPE[dt] for dt, _ in sig.outs], [len(es) for _, es in sig.outs],
-            _program(sig))
+            _program(sig), par)
         _stats["loads"] += 1
         k = CKernel(name, source, sig, key, hexkey, path)
         opname = name if name not in _op_names else f"{name}_{hexkey[:8]}"

@@ -83,13 +83,46 @@ static int check_desc(const tpux_kernel_desc *d) {
   int ends = 0;
   for (int i = 0; i < d->ncode; i += 2) {
     int64_t op = d->code[i], v = d->code[i + 1];
-    if (op < TPUX_KOP_END || op > TPUX_KOP_MOD || (op == TPUX_KOP_SYM && (v < 0 || v >= d->nsym)))
+    if (op < TPUX_KOP_END || op > TPUX_KOP_MOD ||
+        (op == TPUX_KOP_SYM && (v < 0 || v >= d->nsym)))
       return tpu_error(TPU_E_INVALID, "%s: bad output size program", d->name);
     ends += op == TPUX_KOP_END;
   }
   if (ends != dims)
     return tpu_error(TPU_E_INVALID, "%s: %d output size programs for %d output dims",
                      d->name, ends, dims);
+  if (d->parallel) { /* the row symbol: dim 0 of every output, nowhere else */
+    int64_t ps = d->parallel - 1;
+    if (ps < 0 || ps >= d->nsym)
+      return tpu_error(TPU_E_INVALID, "%s: parallel symbol %lld of %d", d->name,
+                       (long long)ps, (int)d->nsym);
+    for (int k = 0; k < d->nin; k++)
+      for (int a = 1; a < d->in_ndim[k]; a++)
+        if (d->in_dim[k][a] == -ps - 1)
+          return tpu_error(TPU_E_INVALID, "%s: parallel symbol %s must be dimension 0 only "
+                           "(argument %s has it at dimension %d)", d->name, d->sym_name[ps],
+                           d->in_name[k], a);
+    int pc = 0;
+    for (int o = 0; o < d->nout; o++)
+      for (int a = 0; a < d->out_ndim[o]; a++) {
+        int start = pc;
+        while (d->code[pc] != TPUX_KOP_END) {
+          if (d->code[pc] == TPUX_KOP_SYM && d->code[pc + 1] == ps && a != 0)
+            return tpu_error(TPU_E_INVALID, "%s: parallel symbol %s in output %d dimension %d",
+                             d->name, d->sym_name[ps], o, a);
+          pc += 2;
+        }
+        if (a == 0 && !(pc - start == 2 && d->code[start] == TPUX_KOP_SYM &&
+                        d->code[start + 1] == ps))
+          return tpu_error(TPU_E_INVALID, "%s: dimension 0 of output %d must be the parallel "
+                           "symbol %s", d->name, o, d->sym_name[ps]);
+        pc += 2;
+      }
+    for (int o = 0; o < d->nout; o++)
+      if (d->out_ndim[o] < 1)
+        return tpu_error(TPU_E_INVALID, "%s: output %d has no dimension 0 for the parallel "
+                         "symbol", d->name, o);
+  }
   return TPU_OK;
 }
 
@@ -325,6 +358,29 @@ int tpux_kernel_infer(uint64_t key, int nin, const int32_t *dtype, const int32_t
 
 /* ---- evaluation (exec.c: eval_node) -------------------------------------- */
 
+/* a parallel kernel's blocks of rows (tpux_kernel_desc.parallel) */
+typedef struct kpar {
+  const tpux_kernel_desc *d;
+  tpux_kernel_fn entry;
+  void *const *in, *const *out;
+  const int64_t *sym;
+  int64_t in_row[TPUX_KERNEL_MAX_ARGS];  /* bytes per row, 0: passed whole */
+  int64_t out_row[TPUX_KERNEL_MAX_OUTS];
+} kpar;
+
+static void run_rows(void *ctx, int64_t begin, int64_t end) {
+  const kpar *P = ctx;
+  const tpux_kernel_desc *d = P->d;
+  void *in[TPUX_KERNEL_MAX_ARGS], *out[TPUX_KERNEL_MAX_OUTS];
+  int64_t sym[TPUX_KERNEL_MAX_SYMS];
+  for (int k = 0; k < d->nin; k++)
+    in[k] = P->in_row[k] ? (char *)P->in[k] + begin * P->in_row[k] : P->in[k];
+  for (int o = 0; o < d->nout; o++) out[o] = (char *)P->out[o] + begin * P->out_row[o];
+  for (int s = 0; s < d->nsym; s++) sym[s] = P->sym[s];
+  sym[d->parallel - 1] = end - begin;
+  P->entry(in, out, sym);
+}
+
 int tpux__eval_custom(xctx *c, int t) {
   const tpuir_node *n = tpuir_get_node(c->g, t);
   uint64_t key = (uint64_t)n->a[0];
@@ -388,7 +444,24 @@ int tpux__eval_custom(xctx *c, int t) {
       goto done;
     }
   }
-  r->entry(in, out, sym);
+  if (d->parallel && sym[d->parallel - 1] > 1) {
+    kpar P = {d, r->entry, in, out, sym, {0}, {0}};
+    int s = d->parallel - 1;
+    for (int k = 0; k < nin; k++) {
+      if (d->in_ndim[k] < 1 || d->in_dim[k][0] != -s - 1) continue;
+      int64_t row = (int64_t)tpu_dtype_size(dt[k]);
+      for (int a = 1; a < nd[k]; a++) row *= sz[k][a];
+      P.in_row[k] = row;
+    }
+    for (int o = 0; o < d->nout; o++) {
+      int64_t row = (int64_t)tpu_dtype_size(odt[o]);
+      for (int a = 1; a < ond[o]; a++) row *= osz[o][a];
+      P.out_row[o] = row;
+    }
+    tpurt_parallel_for(sym[s], 1, run_rows, &P);
+  } else {
+    r->entry(in, out, sym);
+  }
   atomic_fetch_add(&g_runs, 1);
 done:
   for (int i = 0; i < ntmp; i++) tpux__free(tmp[i]);
