@@ -88,7 +88,9 @@ def main():
           f"(compiler {s['compile_time_s'] * 1e3:.1f} ms); cached on disk: {cached * 1e3:.2f} ms "
           f"({first / cached:.0f}x)")
 
-    k = ex.rmsnorm_kernel()
+    k = ex.rmsnorm_kernel()  # parallel="N": blocks of rows on the vTPU's threads
+    k1 = _c_kernel.c_kernel("rms_serial", ex.RMSNORM_SRC.replace("rmsnorm", "rms_serial"),
+                            ex.RMSNORM_SIG)  # one call, one thread
     torch.manual_seed(0)
     x, w, eps = torch.randn(a.rows, a.dim), torch.randn(a.dim), 1e-6
     xd, wd = x.to("tpu"), w.to("tpu")
@@ -102,6 +104,7 @@ def main():
         ("tpu composite, Fused", EagerMode.DEFER_AND_FUSE, lambda: composite(xd, wd)),
         ("tpu C kernel, Strict", EagerMode.DEFER_NEVER, lambda: k(xd, wd, eps)),
         ("tpu C kernel, Fused", EagerMode.DEFER_AND_FUSE, lambda: k(xd, wd, eps)),
+        ("tpu C kernel 1 thread, Strict", EagerMode.DEFER_NEVER, lambda: k1(xd, wd, eps)),
     ]
     # interleaved rounds, best of each (the dev host is shared and noisy)
     res = {name: [] for name, _, _ in cases}
