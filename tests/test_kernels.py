@@ -202,6 +202,8 @@ def test_bad_inputs_raise_like_pytorch():
     # the op itself (what torch.compile calls) checks in C with the same words
     with pytest.raises(RuntimeError, match=r"argument 'x' to have dtype float32"):
         k.op(x.double(), w, 1e-6)
+    with pytest.raises(RuntimeError, match="same device"):
+        k.op(x, w.cpu(), 1e-6)
 
 
 MULTI_SRC = r"""

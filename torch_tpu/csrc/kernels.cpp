@@ -599,7 +599,11 @@ void native_boxed(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
 
   Marshal m;
   m.cpu_indices_ok = std::strncmp(name, "index", 5) == 0 || std::strncmp(name, "_index", 6) == 0;
-  if (!marshal(m, schema, stack)) return cpu_fallback(op, stack, m.why);
+  if (!marshal(m, schema, stack)) {
+    TORCH_CHECK(!user_kernel, "C kernel call: ", m.why,
+                " (C kernels take tpu tensors, all on one device)");
+    return cpu_fallback(op, stack, m.why);
+  }
   c10::DeviceGuard guard(c10::Device(c10::DeviceType::PrivateUse1, m.device));
 
   // Generators: None -> the device's default; lock each while preparing.
