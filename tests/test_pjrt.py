@@ -128,6 +128,138 @@ def test_torch_compile_runs_through_pjrt():
     assert rc == 0 and "OK" in out, out
 
 
+_CACHE_WORKLOAD = """
+    import json, torch, torch_tpu, torch.nn as nn
+    from torch_tpu import execution_mode as em
+    torch.manual_seed(0)
+    m = nn.Sequential(nn.Linear(16, 32), nn.GELU(), nn.Linear(32, 4)).to("tpu")
+    opt = torch.optim.AdamW(m.parameters(), lr=0.01)
+    x, y = torch.randn(32, 16).to("tpu"), torch.randn(32, 4).to("tpu")
+    losses = []
+    for mode in ("DEFER_NEVER", "DEFER_AND_FUSE"):
+        with em.eager_mode(mode):
+            for _ in range(3):
+                opt.zero_grad()
+                loss = nn.functional.mse_loss(m(x), y)
+                loss.backward()
+                opt.step()
+                losses.append(loss.item())
+    s = torch.tpu._get_cache_stats()["pjrt"]
+    print("STATS", json.dumps({"losses": losses, "pjrt": s}))
+"""
+
+
+def _stats(out):
+    import json
+    line = [l for l in out.splitlines() if l.startswith("STATS ")]
+    assert line, out
+    return json.loads(line[-1][6:])
+
+
+@needs_plugin
+def test_executables_come_from_the_disk_tier_in_a_second_process(tmp_path):
+    """Compile once, run many: the first process compiles every program once
+    (a program seen again reuses its loaded executable) and stores the
+    serialized executables beside the graph cache; a second process with the
+    same TORCH_TPU_COMPILATION_CACHE_DIR compiles nothing (0 XLA compiles,
+    no StableHLO emitted) and computes the same losses bit for bit."""
+    env = dict(TORCH_TPU_BACKEND="pjrt", TORCH_TPU_COMPILATION_CACHE_DIR=str(tmp_path))
+    rc, out = run_child(_CACHE_WORKLOAD, **env)
+    assert rc == 0, out
+    cold = _stats(out)
+    c = cold["pjrt"]
+    assert c["compiles"] > 0 and c["disk_loads"] == 0, c
+    assert c["disk_stores"] == c["compiles"] == c["emits"], c
+    # 6 training steps, but a step's programs are compiled once, not per step
+    assert c["executions"] > 2 * c["compiles"], c
+    assert len(list(tmp_path.glob("*.pjrtx"))) == c["disk_stores"]
+    rc, out = run_child(_CACHE_WORKLOAD, **env)
+    assert rc == 0, out
+    warm = _stats(out)
+    w = warm["pjrt"]
+    assert w["compiles"] == 0 and w["emits"] == 0, w
+    assert w["disk_loads"] == c["compiles"], (c, w)
+    assert warm["losses"] == cold["losses"]
+    # a damaged file is compiled afresh (and rewritten), never trusted
+    for f in tmp_path.glob("*.pjrtx"):
+        f.write_bytes(f.read_bytes()[:40])
+    rc, out = run_child(_CACHE_WORKLOAD, **env)
+    assert rc == 0, out
+    bad = _stats(out)
+    assert bad["pjrt"]["compiles"] == c["compiles"], bad
+    assert bad["losses"] == cold["losses"]
+
+
+_ALIAS_WORKLOAD = """
+    import json, torch, torch_tpu, torch.nn as nn
+    from torch_tpu import execution_mode as em
+    def work(dev):
+        torch.manual_seed(0)
+        x = torch.randn(4096).to(dev)
+        r = {}
+        with em.eager_mode("DEFER_NEVER"):
+            a = x.clone(); a.add_(1.5)                      # donated: out == in
+            r["inplace"] = a
+            b = x.clone(); b[1:] = b[:-1] * 2                # overlapping views
+            r["overlap"] = b
+            c = x.clone(); c.copy_(c.flip(0))                # reads all, writes all
+            r["flip"] = c
+            d = x.clone(); d[:2048].mul_(d[2048:])           # disjoint halves
+            r["halves"] = d
+            e, f, h = x.clone(), x.clone(), x.clone()        # materialized
+        with em.eager_mode("DEFER_AND_FUSE"):
+            z = e * 2                      # reads e before the in-place update
+            e.add_(1)
+            w = e + z                      # reads the updated e
+            v = e.view(64, 64).t().contiguous()
+            r["fused_e"], r["fused_z"], r["fused_w"], r["fused_v"] = e, z, w, v
+            g = f[::2]                     # strided view of a donated input
+            f.mul_(3)
+            r["fused_f"], r["fused_g"] = f, g.clone()
+            h[1:] = h[:-1] * 2 + h[1:]     # output overlaps an input it is not
+            r["fused_h"] = h
+        torch.manual_seed(1)
+        m = nn.Linear(64, 64).to(dev)
+        opt = torch.optim.AdamW(m.parameters(), lr=0.1)
+        inp = torch.randn(16, 64).to(dev)
+        for mode in ("DEFER_NEVER", "DEFER_AND_FUSE"):
+            with em.eager_mode(mode):
+                for _ in range(3):
+                    opt.zero_grad()
+                    m(inp).square().mean().backward()
+                    opt.step()
+        r["weight"], r["bias"] = m.weight, m.bias
+        return {k: v.detach().cpu() for k, v in r.items()}
+    got, ref = work("tpu"), work("cpu")
+    for k in ref:
+        torch.testing.assert_close(got[k], ref[k], rtol=1e-5, atol=1e-6, msg=k)
+    print("STATS", json.dumps({"pjrt": torch.tpu._get_cache_stats()["pjrt"],
+                               "sums": {k: float(v.double().sum()) for k, v in got.items()}}))
+"""
+
+
+@needs_plugin
+def test_donation_and_in_place_outputs_keep_aliasing_semantics():
+    """On XLA:CPU the runtime's memory is the device's: inputs go zero-copy,
+    an input an output overwrites is donated, other outputs are written
+    straight into their storage. Overlapping views, inputs read after an
+    in-place update, flips and strided views of donated inputs must give
+    CPU's results, and the same as with every output copied back
+    (TORCH_TPU_PJRT_COPY=1)."""
+    rc, out = run_child(_ALIAS_WORKLOAD, TORCH_TPU_BACKEND="pjrt")
+    assert rc == 0, out
+    zc = _stats(out)
+    s = zc["pjrt"]
+    assert s["donated_inputs"] > 0 and s["direct_outputs"] > 0, s
+    rc, out = run_child(_ALIAS_WORKLOAD, TORCH_TPU_BACKEND="pjrt", TORCH_TPU_PJRT_COPY="1")
+    assert rc == 0, out
+    cp = _stats(out)
+    assert cp["pjrt"]["donated_inputs"] == 0 and cp["pjrt"]["direct_outputs"] == 0, cp
+    assert cp["sums"] == zc["sums"]
+    # zero-copy moved fewer bytes through the plugin than copying everything
+    assert s["bytes_h2d"] + s["bytes_d2h"] < cp["pjrt"]["bytes_h2d"] + cp["pjrt"]["bytes_d2h"]
+
+
 @needs_plugin
 def test_unsupported_op_is_a_clear_error_or_a_counted_fallback():
     code = """

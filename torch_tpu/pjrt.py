@@ -76,9 +76,14 @@ def configure(environ=os.environ):
 
 
 def stats():
-    """PJRT executor counters: compiles, executions, fallbacks (programs that
-    ran on the vTPU because StableHLO lacks one of their ops; only with
-    TORCH_TPU_PJRT_FALLBACK=vtpu), compile_time_s."""
+    """PJRT executor counters: compiles (executables XLA compiled),
+    executions, fallbacks (programs that ran on the vTPU because StableHLO
+    lacks one of their ops; only with TORCH_TPU_PJRT_FALLBACK=vtpu),
+    compile_time_s, emits (StableHLO programs emitted), disk_loads /
+    disk_stores (serialized executables read from / written to
+    TORCH_TPU_COMPILATION_CACHE_DIR), donated_inputs (inputs an output
+    overwrote in place), direct_outputs (outputs written straight into
+    their storage), bytes_h2d / bytes_d2h (bytes the plugin copied)."""
     from . import _C
 
     return _C._pjrt_stats()

@@ -435,11 +435,15 @@ def _get_cache_stats():
     ``compile`` holds the compiled path's own counters (FX graphs,
     replays, Fused Eager runs, Dynamo recompiles); ``c_kernels`` the user C
     kernels' (``compiles``, ``disk_hits``, ``loads``, ``compile_time_s``,
-    ``runs``)."""
+    ``runs``); ``pjrt`` the PJRT executor's (``compiles``: executables XLA
+    compiled, ``disk_loads``: executables deserialized from the cache
+    directory instead, ``emits``, ``executions``, ``donated_inputs``,
+    ``direct_outputs``, ``bytes_h2d``/``bytes_d2h``; all 0 on the vTPU)."""
     from . import _compile
 
     d = _C._cache_stats()
     d["compile"] = _compile.stats()
+    d["pjrt"] = _C._pjrt_stats()
     d["recompiles"] = d["compile"].get("recompiles", 0)
     from .kernels import _c_kernel
 

@@ -50,21 +50,35 @@ int tpux_set_fusion(int kind, int mode);
  * through the active executor: the vTPU (this file's tpux_run, the
  * default) or PJRT (exec/pjrt/client.c: the graph is emitted as StableHLO, compiled
  * once by a PJRT plugin and executed there; XLA:CPU, CUDA or libtpu).
- * Memory model: device storage stays runtime-owned host memory; the PJRT
- * executor copies a program's inputs host -> PJRT device, executes and
- * copies the outputs back (a device-resident buffer model is future work).
+ * Memory model: device storage stays runtime-owned host memory. On a host
+ * platform (XLA:CPU) that memory is the device's: the PJRT executor hands
+ * inputs to the plugin zero-copy, donates an input an output overwrites in
+ * place and has other outputs written straight into their storage (each
+ * checked, else copied). On an accelerator it copies inputs host -> device
+ * and outputs back per program (device-resident storage is future work).
  *
  * Selection (first use, process-wide): TORCH_TPU_BACKEND=vtpu|pjrt|auto
  * (unset or "vtpu": the vTPU; "auto": PJRT when its plugin starts, else
  * the vTPU), TORCH_TPU_PJRT_PLUGIN=/path/plugin.so (the PJRT
  * plugin; torch_tpu's Python package fills it in from the installed
  * plugins: libtpu, the jax CUDA plugin, xla-cpu-pjrt). */
+/* Identity of a program for an executor's own disk cache: the graph
+ * cache's 128-bit structural key and its disk directory (NULL or "": no
+ * disk tier). */
+typedef struct tpux_key {
+  uint64_t k1, k2;
+  const char *dir;
+} tpux_key;
+
 typedef struct tpux_executor {
   const char *name; /* "vtpu" or "pjrt" (static) */
-  /* Compile g once into *exe (NULL when the executor needs no executable).
-   * g is borrowed and outlives *exe. Errors: TPU_E_UNSUPPORTED ("unsupported
-   * on PJRT: <op>"), the plugin's message otherwise. */
-  int (*compile)(const tpuir_graph *g, void **exe);
+  /* Prepare g for execution into *exe (NULL when the executor needs no
+   * executable). g is borrowed and outlives *exe; key (may be NULL: no disk
+   * tier) is copied. PJRT compiles lazily at the first execute per binding
+   * pattern (which outputs overwrite which inputs), from its disk tier when
+   * the key's file is there. Errors: TPU_E_UNSUPPORTED ("unsupported on
+   * PJRT: <op>"), the plugin's message otherwise. */
+  int (*compile)(const tpuir_graph *g, const tpux_key *key, void **exe);
   /* Run a compiled program: bindings as tpux_run. Synchronous (events are
    * awaited inside). Borrowed: everything. */
   int (*execute)(void *exe, const tpuir_graph *g, int nin, const tpu_view *ins, int nout,
@@ -94,8 +108,8 @@ const tpux_executor *tpux_executor_pjrt(void);
  * into *slot (a per-program cache slot, initially NULL, owned by the
  * caller: release it with tpux_exec_release). Thread-safe: concurrent first
  * runs compile once each and keep one. Borrowed: g, ins, outs. */
-int tpux_exec_program(const tpuir_graph *g, void **slot, int nin, const tpu_view *ins, int nout,
-                      const tpu_view *outs);
+int tpux_exec_program(const tpuir_graph *g, const tpux_key *key, void **slot, int nin,
+                      const tpu_view *ins, int nout, const tpu_view *outs);
 /* Release a slot filled by tpux_exec_program (NULL is fine). */
 void tpux_exec_release(void *slot);
 
@@ -104,13 +118,19 @@ void tpux_exec_release(void *slot);
  * PJRT)"). Static string; "" before/without a working executor. */
 const char *tpux_device_name(void);
 
-/* Counters of the PJRT executor (process-wide): programs compiled,
- * executed, and programs that ran on the vTPU instead because StableHLO
- * has no expression for one of their ops (only with
- * TORCH_TPU_PJRT_FALLBACK=vtpu; counted, never silent). */
+/* Counters of the PJRT executor (process-wide): programs compiled by the
+ * plugin, executed, and programs that ran on the vTPU instead because
+ * StableHLO has no expression for one of their ops (only with
+ * TORCH_TPU_PJRT_FALLBACK=vtpu; counted, never silent); StableHLO
+ * emissions; executables loaded from / stored to the disk tier (loads are
+ * not compiles); inputs donated to an output that overwrites them, outputs
+ * written straight into their storage; bytes the plugin copied host ->
+ * device and device -> host. */
 typedef struct tpux_pjrt_stats {
   uint64_t compiles, executions, fallbacks;
   double compile_seconds;
+  uint64_t emits, disk_loads, disk_stores;
+  uint64_t donated_inputs, direct_outputs, bytes_h2d, bytes_d2h;
 } tpux_pjrt_stats;
 void tpux_pjrt_get_stats(tpux_pjrt_stats *out);
 

@@ -146,6 +146,13 @@ PYBIND11_MODULE(_C, m) {
     d["executions"] = s.executions;
     d["fallbacks"] = s.fallbacks;
     d["compile_time_s"] = s.compile_seconds;
+    d["emits"] = s.emits;
+    d["disk_loads"] = s.disk_loads;
+    d["disk_stores"] = s.disk_stores;
+    d["donated_inputs"] = s.donated_inputs;
+    d["direct_outputs"] = s.direct_outputs;
+    d["bytes_h2d"] = s.bytes_h2d;
+    d["bytes_d2h"] = s.bytes_d2h;
     return d;
   });
   m.def("_reset_cache_stats", [] { tpug_reset_stats(); });

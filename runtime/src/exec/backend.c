@@ -10,8 +10,9 @@
 
 /* ---- vTPU ----------------------------------------------------------------- */
 
-static int vtpu_compile(const tpuir_graph *g, void **exe) {
+static int vtpu_compile(const tpuir_graph *g, const tpux_key *key, void **exe) {
   (void)g;
+  (void)key;
   *exe = NULL; /* the vTPU plans each run from the graph itself */
   return TPU_OK;
 }
@@ -112,8 +113,8 @@ static void slot_free(slot *s) {
   free(s);
 }
 
-int tpux_exec_program(const tpuir_graph *g, void **slotp, int nin, const tpu_view *ins, int nout,
-                      const tpu_view *outs) {
+int tpux_exec_program(const tpuir_graph *g, const tpux_key *key, void **slotp, int nin,
+                      const tpu_view *ins, int nout, const tpu_view *outs) {
   const tpux_executor *ex = tpux_executor_active();
   if (!ex) return tpu_last_error_code();
   if (ex == &g_vtpu) return tpux_run(g, nin, ins, nout, outs); /* no executable: no slot */
@@ -122,7 +123,7 @@ int tpux_exec_program(const tpuir_graph *g, void **slotp, int nin, const tpu_vie
     slot *n = calloc(1, sizeof *n);
     if (!n) return tpu_error(TPU_E_OOM, "executor: out of host memory");
     n->ex = ex;
-    int rc = ex->compile(g, &n->exe);
+    int rc = ex->compile(g, key, &n->exe);
     if (rc != TPU_OK) {
       free(n);
       return rc;

@@ -142,6 +142,14 @@ tpug_prog *tpug__cache_put(uint64_t k1, uint64_t k2, tpuir_graph *g) {
   return p;
 }
 
+const char *tpug__cache_dir(char *buf, size_t cap) {
+  pthread_mutex_lock(&g_mu);
+  env_init();
+  snprintf(buf, cap, "%s", g_dir);
+  pthread_mutex_unlock(&g_mu);
+  return buf;
+}
+
 void tpug__cache_count(uint64_t *hits, uint64_t *disk_hits, uint64_t *entries) {
   pthread_mutex_lock(&g_mu);
   *hits = g_hits;

@@ -572,7 +572,9 @@ typedef struct gtask {
 static int task_run(void *ctx) {
   gtask *t = ctx;
   if (t->ev) t->ev->start_ns = tpug__trace_now_ns();
-  int rc = tpux_exec_program(t->prog->g, &t->prog->exe, t->nin, t->ins, t->nout, t->outs);
+  char dir[1024];
+  tpux_key key = {t->prog->k1, t->prog->k2, tpug__cache_dir(dir, sizeof dir)};
+  int rc = tpux_exec_program(t->prog->g, &key, &t->prog->exe, t->nin, t->ins, t->nout, t->outs);
   if (t->ev) {
     t->ev->end_ns = tpug__trace_now_ns();
     tpug__trace_push(t->ev);

@@ -3,6 +3,7 @@
 #ifndef TPU_GRAPH_INTERNAL_H
 #define TPU_GRAPH_INTERNAL_H
 
+#include <stddef.h>
 #include <stdint.h>
 
 #include "tpu_graph.h"
@@ -26,6 +27,9 @@ tpug_prog *tpug__cache_get(uint64_t k1, uint64_t k2, int *from_disk);
 tpug_prog *tpug__cache_put(uint64_t k1, uint64_t k2, tpuir_graph *g);
 /* Drop one reference. */
 void tpug__prog_unref(tpug_prog *p);
+/* The disk tier's directory copied into buf (cap bytes); "" when off.
+ * Returns buf. */
+const char *tpug__cache_dir(char *buf, size_t cap);
 /* Counters kept by the cache. */
 void tpug__cache_count(uint64_t *hits, uint64_t *disk_hits, uint64_t *entries);
 void tpug__cache_reset_counts(void);

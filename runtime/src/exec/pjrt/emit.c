@@ -1514,15 +1514,15 @@ bad:
 int tpux_emit_stablehlo(const tpuir_graph *g, char **text, size_t *len) {
   tpux__check *c = NULL;
   int nc = 0;
-  int rc = tpux__emit_stablehlo(g, text, len, &c, &nc);
+  int rc = tpux__emit_stablehlo(g, NULL, text, len, &c, &nc);
   free(c);
   return rc;
 }
 
 /* The function body is emitted first (into a separate buffer), because the
  * checks it collects are results of @main too. */
-int tpux__emit_stablehlo(const tpuir_graph *g, char **text, size_t *len, tpux__check **checks,
-                         int *nchecks) {
+int tpux__emit_stablehlo(const tpuir_graph *g, int *alias, char **text, size_t *len,
+                         tpux__check **checks, int *nchecks) {
   if (!g || !text || !checks || !nchecks)
     return tpu_error(TPU_E_INVALID, "tpux_emit_stablehlo: NULL argument");
   *text = NULL;
@@ -1585,9 +1585,31 @@ int tpux__emit_stablehlo(const tpuir_graph *g, char **text, size_t *len, tpux__c
     goto done;
   }
   h.p[0] = 0;
+  /* donation (tf.aliasing_output): not with checks, which must raise
+   * before any output is written */
+  for (int i = 0; alias && i < no; i++) {
+    int k = alias[i];
+    if (e.nchk || k >= np || k < -2) alias[i] = -1;
+    if (alias[i] < 0) continue;
+    ty tp = tyof(&h, params[k]), to = tyof(&h, tpuir_output(g, i));
+    int same = tp.dt == to.dt && tp.nd == to.nd &&
+               !memcmp(tp.sz, to.sz, sizeof(int64_t) * (size_t)tp.nd);
+    for (int j = 0; j < i; j++) same &= alias[j] != k; /* one output per donated input */
+    if (!same) alias[i] = -1;
+  }
   out(&h, "module @tpu_program {\n  func.func public @main(");
-  for (int k = 0; k < np; k++)
+  for (int k = 0; k < np; k++) {
     out(&h, "%s%s: %s", k ? ", " : "", V(params[k]).s, ts(&h, tyof(&h, params[k])));
+    for (int i = 0; alias && i < no; i++)
+      if (alias[i] == k) {
+        out(&h, " {tf.aliasing_output = %d : i32}", i);
+        break;
+      }
+  }
+  for (int i = 0, nd = 0; alias && i < no; i++)
+    if (alias[i] == -2)
+      out(&h, "%s%%dst%d: %s {tf.aliasing_output = %d : i32}", np + nd++ ? ", " : "", i,
+          ts(&h, tyof(&h, tpuir_output(g, i))), i);
   out(&h, ") -> (");
   for (int i = 0; i < no + e.nchk; i++) {
     const char *t = i < no ? ts(&h, tyof(&h, tpuir_output(g, i))) : "tensor<i64>";

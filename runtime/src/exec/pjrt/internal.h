@@ -25,8 +25,14 @@ typedef struct tpux__check {
 } tpux__check;
 
 /* tpux_emit_stablehlo plus the checks (*checks malloc'd, caller frees;
- * NULL when *nchecks == 0). */
-int tpux__emit_stablehlo(const tpuir_graph *g, char **text, size_t *len, tpux__check **checks,
-                         int *nchecks);
+ * NULL when *nchecks == 0) and donation. alias (NULL: none) has one entry
+ * per output: -1 a plain result; -2 the output gets an extra argument of
+ * its type, donated to it (appended after the parameters, in output
+ * order: the executor passes the output's own storage there); k >= 0
+ * parameter k is donated to it (tf.aliasing_output). Entries are reset to
+ * -1 when the program has checks (they raise before any output is
+ * written) or are out of range. */
+int tpux__emit_stablehlo(const tpuir_graph *g, int *alias, char **text, size_t *len,
+                         tpux__check **checks, int *nchecks);
 
 #endif /* TPU_EXEC_PJRT_INTERNAL_H */
