@@ -4,20 +4,29 @@ torch_tpu.pjrt.set_executor; compiled programs are cached per executor):
 
   (a) per-op overhead of Strict Eager: a small add (64 elements) launched
       and synchronised, PJRT vs vTPU (vs the same op in PyTorch CPU eager);
-  (b) a GPT-2-style training step (2 blocks d=256, 4 heads, seq 128,
-      batch 4, vocab 2048, AdamW) in Fused Eager on PJRT vs vTPU vs
-      PyTorch CPU eager. Steps are timed after warm-up, so compiles (XLA:CPU
-      ~0.1-0.5 s per program) are excluded and reported separately.
-
-Memory model of the PJRT executor today: tensors stay in runtime-owned host
-memory and every program copies its inputs to the PJRT device and its
-outputs back (see README), so (b) includes those copies.
+  (b) a GPT-2-style training step (2 of fused_eager.py's GPT blocks at
+      d=256, 4 heads, seq 128, batch 4, vocab 2048, AdamW) in Strict Eager,
+      Fused Eager and torch.compile(backend="tpu") on PJRT vs vTPU, with
+      ratios vs PyTorch CPU eager. Steps are timed after warm-up, so
+      compiles are excluded (counted separately);
+  (c) a fresh process's first Fused Eager step on PJRT,
+      cold (empty TORCH_TPU_COMPILATION_CACHE_DIR) vs warm (executables
+      deserialized from it): first-step time and XLA compiles; and the
+      steady step with the XLA:CPU zero-copy/donation path vs every
+      program copying in and out (TORCH_TPU_PJRT_COPY=1).
 
 Usage: PYTHONPATH=. python3 benchmarks/pjrt.py [--steps N] [--ops N]
+       [--no-strict] [--no-fresh]
 (uses TORCH_TPU_PJRT_PLUGIN, else the installed plugin: libtpu, CUDA,
 XLA:CPU in that order).
 """
 import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
 import time
 
 import torch
@@ -25,40 +34,20 @@ import torch
 import torch_tpu
 from torch_tpu.execution_mode import EagerMode, eager_mode
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from fused_eager import Block  # noqa: E402  the Fused Eager benchmark's GPT block
 
-class Block(torch.nn.Module):
-    def __init__(self, d, heads):
-        super().__init__()
-        self.h = heads
-        self.ln1 = torch.nn.LayerNorm(d)
-        self.qkv = torch.nn.Linear(d, 3 * d)
-        self.proj = torch.nn.Linear(d, d)
-        self.ln2 = torch.nn.LayerNorm(d)
-        self.fc1 = torch.nn.Linear(d, 4 * d)
-        self.fc2 = torch.nn.Linear(4 * d, d)
-
-    def forward(self, x):
-        B, T, C = x.shape
-        q, k, v = self.qkv(self.ln1(x)).split(C, dim=2)
-        q = q.view(B, T, self.h, C // self.h).transpose(1, 2)
-        k = k.view(B, T, self.h, C // self.h).transpose(1, 2)
-        v = v.view(B, T, self.h, C // self.h).transpose(1, 2)
-        att = (q @ k.transpose(-2, -1)) * (1.0 / (C // self.h) ** 0.5)
-        mask = torch.ones(T, T, device=x.device, dtype=torch.bool).tril()
-        att = att.masked_fill(~mask, float("-inf")).softmax(-1)
-        y = (att @ v).transpose(1, 2).contiguous().view(B, T, C)
-        x = x + self.proj(y)
-        return x + self.fc2(torch.nn.functional.gelu(self.fc1(self.ln2(x))))
+VOCAB, D, HEADS, LAYERS, SEQ, BATCH = 2048, 256, 4, 2, 128, 4
 
 
 class GPT(torch.nn.Module):
-    def __init__(self, vocab=2048, d=256, heads=4, layers=2, seq=128):
+    def __init__(self):
         super().__init__()
-        self.tok = torch.nn.Embedding(vocab, d)
-        self.pos = torch.nn.Embedding(seq, d)
-        self.blocks = torch.nn.ModuleList(Block(d, heads) for _ in range(layers))
-        self.ln = torch.nn.LayerNorm(d)
-        self.head = torch.nn.Linear(d, vocab, bias=False)
+        self.tok = torch.nn.Embedding(VOCAB, D)
+        self.pos = torch.nn.Embedding(SEQ, D)
+        self.blocks = torch.nn.ModuleList(Block(D, HEADS) for _ in range(LAYERS))
+        self.ln = torch.nn.LayerNorm(D)
+        self.head = torch.nn.Linear(D, VOCAB, bias=False)
 
     def forward(self, idx):
         T = idx.shape[1]
@@ -68,35 +57,46 @@ class GPT(torch.nn.Module):
         return self.head(self.ln(x))
 
 
-def make_gpt_step(dev):
+def make_gpt_step(dev, compiled=False):
     torch.manual_seed(0)
     model = GPT().to(dev)
     opt = torch.optim.AdamW(model.parameters(), lr=3e-4)
     g = torch.Generator().manual_seed(1)
-    idx = torch.randint(0, 2048, (4, 128), generator=g).to(dev)
-    tgt = torch.randint(0, 2048, (4, 128), generator=g).to(dev)
+    idx = torch.randint(0, VOCAB, (BATCH, SEQ), generator=g).to(dev)
+    tgt = torch.randint(0, VOCAB, (BATCH, SEQ), generator=g).to(dev)
 
-    def step():
-        opt.zero_grad()
+    def fwd_bwd():
         logits = model(idx)
         loss = torch.nn.functional.cross_entropy(logits.view(-1, logits.shape[-1]), tgt.view(-1))
         loss.backward()
-        opt.step()
+        return loss
+
+    fb, st = fwd_bwd, opt.step
+    if compiled:
+        fb, st = torch.compile(fwd_bwd, backend="tpu"), torch.compile(opt.step, backend="tpu")
+
+    def step():
+        loss = fb()
+        st()
+        opt.zero_grad(set_to_none=True)
         return loss
     return step
 
 
 def timeit(fn, sync, steps, warmup=2):
+    """Median seconds per step (each step synchronised), after warm-up."""
     out = None
     for _ in range(warmup):
         out = fn()
     sync()
-    t0 = time.perf_counter()
+    times = []
     for _ in range(steps):
+        t0 = time.perf_counter()
         out = fn()
-    sync()
+        sync()
+        times.append(time.perf_counter() - t0)
     del out
-    return (time.perf_counter() - t0) / steps
+    return statistics.median(times)
 
 
 def per_op(n):
@@ -115,40 +115,115 @@ def per_op(n):
     return res
 
 
-def gpt(steps):
-    res = {}
-    res["cpu"] = timeit(make_gpt_step("cpu"), lambda: None, steps)
-    losses = {}
-    for ex in ("vtpu", "pjrt"):
-        torch_tpu.pjrt.set_executor(ex)
-        with eager_mode(EagerMode.DEFER_AND_FUSE):
-            fn = make_gpt_step("tpu")
-            s0 = torch_tpu.pjrt.stats()
-            res[ex] = timeit(fn, torch.tpu.synchronize, steps)
-            losses[ex] = fn().item()
-            s1 = torch_tpu.pjrt.stats()
-        if ex == "pjrt":
-            res["pjrt_compiles"] = s1["compiles"] - s0["compiles"]
-            res["pjrt_compile_s"] = s1["compile_time_s"] - s0["compile_time_s"]
-    print(f"(b) GPT-2-ish step, Fused Eager     pjrt {res['pjrt']*1e3:8.1f} ms  "
-          f"vtpu {res['vtpu']*1e3:8.1f} ms  cpu {res['cpu']*1e3:8.1f} ms  | "
-          f"pjrt/vtpu {res['pjrt']/res['vtpu']:5.2f}x  pjrt vs cpu {res['cpu']/res['pjrt']:5.2f}x  "
-          f"(PJRT compiles {res['pjrt_compiles']}, {res['pjrt_compile_s']:.1f} s)", flush=True)
-    print(f"    loss after {steps + 3} steps: pjrt {losses['pjrt']:.4f} vtpu {losses['vtpu']:.4f}")
+KINDS = (("strict", EagerMode.DEFER_NEVER, False), ("fused", EagerMode.DEFER_AND_FUSE, False),
+         ("compiled", None, True))
+
+
+def gpt(steps, strict=True):
+    cpu = timeit(make_gpt_step("cpu"), lambda: None, steps)
+    print(f"(b) GPT-2-ish training step (ms; x = PyTorch CPU eager time / this time)\n"
+          f"    PyTorch CPU eager {cpu*1e3:8.1f} ms", flush=True)
+    res = {"cpu": cpu}
+    for kind, mode, compiled in KINDS:
+        if kind == "strict" and not strict:
+            continue
+        row = {}
+        for ex in ("vtpu", "pjrt"):
+            torch_tpu.pjrt.set_executor(ex)
+            torch._dynamo.reset()
+            with eager_mode(mode if mode is not None else EagerMode.DEFER_AND_FUSE):
+                fn = make_gpt_step("tpu", compiled)
+                s0 = torch_tpu.pjrt.stats()
+                row[ex] = timeit(fn, torch.tpu.synchronize, steps)
+                loss = fn().item()
+                s1 = torch_tpu.pjrt.stats()
+            row[ex + "_loss"] = loss
+            if ex == "pjrt":
+                row["compiles"] = s1["compiles"] - s0["compiles"]
+                row["compile_s"] = s1["compile_time_s"] - s0["compile_time_s"]
+        res[kind] = row
+        print(f"    {kind:9s} vtpu {row['vtpu']*1e3:8.1f} ms ({cpu/row['vtpu']:5.2f}x)  "
+              f"pjrt {row['pjrt']*1e3:8.1f} ms ({cpu/row['pjrt']:5.2f}x)  "
+              f"pjrt/vtpu time {row['pjrt']/row['vtpu']:5.2f}x  | loss vtpu "
+              f"{row['vtpu_loss']:.4f} pjrt {row['pjrt_loss']:.4f}  "
+              f"(XLA compiles {row['compiles']}, {row['compile_s']:.1f} s)", flush=True)
     return res
+
+
+CHILD = r"""
+import json, sys, time
+t0 = time.perf_counter()
+import torch, torch_tpu
+from torch_tpu.execution_mode import EagerMode, eager_mode
+sys.path.insert(0, {bench_dir!r})
+import pjrt as b
+t1 = time.perf_counter()
+with eager_mode(EagerMode.DEFER_AND_FUSE):
+    fn = b.make_gpt_step("tpu", {compiled!r})
+    t2 = time.perf_counter()
+    fn().item()
+    first = time.perf_counter() - t2
+    steady = b.timeit(fn, torch.tpu.synchronize, {steps!r}, warmup=1)
+s = torch.tpu._get_cache_stats()["pjrt"]
+print("CHILD", json.dumps(dict(first=first, imp=t1 - t0, steady=steady, **s)))
+"""
+
+
+def fresh(cache_dir, steps, compiled=False, copy=False):
+    env = dict(os.environ, TORCH_TPU_COMPILATION_CACHE_DIR=cache_dir, TORCH_TPU_BACKEND="pjrt",
+               TPU_VISIBLE_CHIPS="1", TORCH_TPU_PJRT_COPY="1" if copy else "0")
+    code = CHILD.format(bench_dir=os.path.dirname(os.path.abspath(__file__)), steps=steps,
+                        compiled=compiled)
+    r = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True)
+    if r.returncode != 0:
+        raise RuntimeError(r.stderr[-3000:])
+    return json.loads([x for x in r.stdout.splitlines() if x.startswith("CHILD")][-1][6:])
+
+
+def fresh_processes(steps):
+    print("(c) fresh process on PJRT, Fused Eager GPT step (TORCH_TPU_COMPILATION_CACHE_DIR)",
+          flush=True)
+    with tempfile.TemporaryDirectory() as d:
+        for label, kw in (("cold", {}), ("warm", {}), ("warm, copy in/out", {"copy": True}),
+                          ("warm, copy in/out again", {"copy": True})):
+            r = fresh(d, steps, **kw)
+            mb = (r["bytes_h2d"] + r["bytes_d2h"]) / 2**20
+            print(f"    {label:24s} first step {r['first']:6.2f} s  XLA compiles "
+                  f"{r['compiles']:3d}  executables from disk {r['disk_loads']:3d}  "
+                  f"steady step {r['steady']*1e3:7.1f} ms  plugin copies {mb:7.1f} MiB  "
+                  f"(import {r['imp']:.1f} s)", flush=True)
+
+
+def cpu_model():
+    name, flags = "?", set()
+    try:
+        for line in open("/proc/cpuinfo"):
+            if line.startswith("model name") and name == "?":
+                name = line.split(":", 1)[1].strip()
+            elif line.startswith("flags") and not flags:
+                flags = set(line.split(":", 1)[1].split())
+    except OSError:
+        pass
+    isa = [f for f in ("avx512f", "avx512_bf16", "amx_bf16") if f in flags]
+    return f"{name} ({os.cpu_count()} CPUs; {', '.join(isa) or 'no AVX-512'})"
 
 
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--steps", type=int, default=3)
     ap.add_argument("--ops", type=int, default=300)
+    ap.add_argument("--no-strict", action="store_true")
+    ap.add_argument("--no-fresh", action="store_true")
     a = ap.parse_args()
     torch_tpu.pjrt.set_executor("pjrt")
+    print("host CPU:", cpu_model())
     print("PJRT device:", torch.tpu.get_device_name())
     per_op(a.ops)
-    gpt(a.steps)
+    gpt(a.steps, strict=not a.no_strict)
     torch_tpu.pjrt.set_executor("vtpu")
-    print("pjrt stats:", torch_tpu.pjrt.stats())
+    print("pjrt stats:", torch_tpu.pjrt.stats(), flush=True)
+    if not a.no_fresh:
+        fresh_processes(a.steps)
 
 
 if __name__ == "__main__":

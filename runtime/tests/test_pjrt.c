@@ -3,7 +3,7 @@
  * passes the xla-cpu-pjrt plugin when it is installed). */
 #include <string.h>
 
-#include "../src/exec_pjrt_internal.h"
+#include "exec/pjrt/internal.h"
 #include "test_exec_util.h"
 #include "tpu_test.h"
 

@@ -567,15 +567,23 @@ static void pjrt_release(void *vp) {
 }
 
 /* The compiled form of g for binding pattern want: from memory, the disk
- * tier, or emitted and compiled now (then stored). */
-static int get_variant(pexe *p, const tpuir_graph *g, int nout, const int *want, variant **out) {
+ * tier, or emitted and compiled now (then stored). At most MAX_VARIANTS
+ * patterns per program; past that want becomes all -1 (copy in and out). */
+#define MAX_VARIANTS 8
+
+static int get_variant(pexe *p, const tpuir_graph *g, int nout, int *want, variant **out) {
   pthread_mutex_lock(&p->mu);
-  for (variant *v = p->vars; v; v = v->next)
-    if (!memcmp(v->want, want, sizeof(int) * (size_t)nout)) {
-      pthread_mutex_unlock(&p->mu);
-      *out = v;
-      return TPU_OK;
-    }
+  for (int pass = 0; pass < 2; pass++) {
+    int nv = 0;
+    for (variant *v = p->vars; v; v = v->next, nv++)
+      if (!memcmp(v->want, want, sizeof(int) * (size_t)nout)) {
+        pthread_mutex_unlock(&p->mu);
+        *out = v;
+        return TPU_OK;
+      }
+    if (nv < MAX_VARIANTS) break;
+    for (int i = 0; i < nout; i++) want[i] = -1; /* too many patterns: copy in and out */
+  }
   int rc = TPU_OK;
   variant *v = calloc(1, sizeof *v);
   if (v) {

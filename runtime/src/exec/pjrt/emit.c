@@ -333,26 +333,38 @@ static int acc_dtype(int dt, int kind) {
   return dt;
 }
 
+/* Open stablehlo.<op> ("reduce", "reduce_window") of *x converted to acc
+ * (*tx updated) with init the identity of kind (its value taken at
+ * init_dt) and the scalar combiner of kind as region. Returns the result's
+ * name, *s the scalar type; the caller emits attributes and signature. */
+static nm reduce_open(em *e, const char *op, nm *x, ty *tx, int kind, int acc, int init_dt,
+                      ty *s) {
+  *x = conv(e, *x, *tx, acc);
+  tx->dt = acc;
+  double f;
+  int64_t iv;
+  reduce_init(kind, init_dt, &f, &iv);
+  *s = scalar(acc);
+  nm init = cst(e, *s, f, iv);
+  nm r = fresh(e);
+  out(e, "    %s = \"stablehlo.%s\"(%s, %s) ({\n", r.s, op, x->s, init.s);
+  ty rt[2] = {*s, *s};
+  nm a[2];
+  region_open(e, 2, rt, a);
+  nm c = bin(e, combiner(kind, acc), a[0], a[1], *s, *s);
+  region_ret(e, 1, &c, s);
+  return r;
+}
+
 /* reduce x (type tx) over dims with a single scalar combiner. */
 static nm reduce1(em *e, nm x, ty tx, int kind, int nd, const int64_t *dims, ty tr) {
   int acc = acc_dtype(tx.dt, kind);
-  x = conv(e, x, tx, acc);
-  tx.dt = acc;
-  double f;
-  int64_t iv;
-  reduce_init(kind, tx.dt == TPU_I64 && acc != tr.dt ? tr.dt : tx.dt, &f, &iv);
-  nm init = cst(e, scalar(acc), f, iv);
-  nm r = fresh(e);
-  ty ts1 = scalar(acc);
-  out(e, "    %s = \"stablehlo.reduce\"(%s, %s) ({\n", r.s, x.s, init.s);
-  ty rt[2] = {ts1, ts1};
-  nm a[2];
-  region_open(e, 2, rt, a);
-  nm c = bin(e, combiner(kind, acc), a[0], a[1], ts1, ts1);
-  region_ret(e, 1, &c, &ts1);
+  ty s;
+  nm r = reduce_open(e, "reduce", &x, &tx, kind, acc, acc == TPU_I64 && acc != tr.dt ? tr.dt : acc,
+                     &s);
   out(e, "    }) {");
   arr(e, "dimensions", nd, dims);
-  out(e, "} : (%s, %s) -> %s\n", ts(e, tx), ts(e, ts1), ts(e, tyd(tr, acc)));
+  out(e, "} : (%s, %s) -> %s\n", ts(e, tx), ts(e, s), ts(e, tyd(tr, acc)));
   return conv(e, r, tyd(tr, acc), tr.dt);
 }
 
@@ -403,8 +415,8 @@ static void check_index(em *e, nm idx, ty tidx, int dim, int64_t size, int selec
 /* ---- indexing helpers ------------------------------------------------- */
 
 /* Full index tensor [S..., r] (i64) for torch.gather/scatter along dim:
- * component d is idx at dim and iota(d) elsewhere. */
-static nm full_index(em *e, nm idx, ty tidx, int dim) {
+ * component d is idx at dim and iota(d) elsewhere; *tfull its type. */
+static nm full_index(em *e, nm idx, ty tidx, int dim, ty *tfull) {
   int r = tidx.nd;
   ty t1 = tidx;
   t1.nd = r + 1;
@@ -419,6 +431,7 @@ static nm full_index(em *e, nm idx, ty tidx, int dim) {
   }
   ty tf = t1;
   tf.sz[r] = r;
+  *tfull = tf;
   char at[64];
   snprintf(at, sizeof at, "dimension = %d : i64", r);
   return gen(e, "stablehlo.concatenate", r, parts, pt, tf, at);
@@ -433,10 +446,8 @@ static void dims_attr(char *buf, size_t cap, const char *name, int r) {
 /* torch.gather(x, dim, idx) with idx of x's rank (r >= 1). */
 static nm torch_gather(em *e, nm x, ty tx, nm idx, ty tidx, int dim, ty tr) {
   int r = tx.nd;
-  nm fi = full_index(e, idx, tidx, dim);
-  ty tf = tyd(tidx, TPU_I64);
-  tf.nd = r + 1;
-  tf.sz[r] = r;
+  ty tf;
+  nm fi = full_index(e, idx, tidx, dim, &tf);
   char d1[160], d2[160], at[600];
   dims_attr(d1, sizeof d1, "collapsed_slice_dims", r);
   dims_attr(d2, sizeof d2, "start_index_map", r);
@@ -454,10 +465,8 @@ static nm torch_gather(em *e, nm x, ty tx, nm idx, ty tidx, int dim, ty tr) {
 /* torch.scatter_add(base, dim, idx, src) with src already idx's shape. */
 static nm torch_scatter_add(em *e, nm base, ty tb, nm idx, ty tidx, nm src, int dim) {
   int r = tb.nd;
-  nm fi = full_index(e, idx, tidx, dim);
-  ty tf = tyd(tidx, TPU_I64);
-  tf.nd = r + 1;
-  tf.sz[r] = r;
+  ty tf;
+  nm fi = full_index(e, idx, tidx, dim, &tf);
   ty tsrc = tyd(tidx, tb.dt);
   nm res = fresh(e);
   out(e, "    %s = \"stablehlo.scatter\"(%s, %s, %s) ({\n", res.s, base.s, fi.s, src.s);
@@ -753,20 +762,8 @@ static void window_attrs(em *e, const tpuir_node *n) {
 static nm reduce_window(em *e, const tpuir_node *n, nm x, ty tx, ty tr) {
   int kind = n->kind, acc = (kind == TPUIR_RED_SUM) ? acc_dtype(tx.dt, kind) : tx.dt;
   if (acc == TPU_I64 && tx.dt != TPU_I64) acc = tx.dt; /* windows are small */
-  x = conv(e, x, tx, acc);
-  tx.dt = acc;
-  double f;
-  int64_t iv;
-  reduce_init(kind, acc, &f, &iv);
-  ty s = scalar(acc);
-  nm init = cst(e, s, f, iv);
-  nm r = fresh(e);
-  out(e, "    %s = \"stablehlo.reduce_window\"(%s, %s) ({\n", r.s, x.s, init.s);
-  ty rt[2] = {s, s};
-  nm a[2];
-  region_open(e, 2, rt, a);
-  nm c = bin(e, combiner(kind, acc), a[0], a[1], s, s);
-  region_ret(e, 1, &c, &s);
+  ty s;
+  nm r = reduce_open(e, "reduce_window", &x, &tx, kind, acc, acc, &s);
   out(e, "    ");
   window_attrs(e, n);
   out(e, " : (%s, %s) -> %s\n", ts(e, tx), ts(e, s), ts(e, tyd(tr, acc)));
