@@ -8,6 +8,7 @@
  */
 #include <immintrin.h>
 #include <math.h>
+#include <stddef.h>
 #include <stdlib.h>
 
 #include "exec/vtpu/internal.h"
@@ -861,8 +862,12 @@ int tpux__region_prog(xctx *c, int n, const int32_t *members, const char *store,
     else rc = tpux__alloc_value(c, members[k]);
   }
   if (rc) return rc;
-  xk_prog *p = calloc(1, sizeof *p);
+  /* not calloc: the space's array table (~14 KB, filled as arrays are
+   * added) would be cleared on every op for nothing */
+  xk_prog *p = malloc(sizeof *p);
   if (!p) return tpu_error(TPU_E_OOM, "elementwise: out of host memory");
+  memset(p, 0, offsetof(xk_prog, sp.arr));
+  memset(&p->nload, 0, sizeof *p - offsetof(xk_prog, nload));
   const tpuir_node *n0 = tpuir_get_node(g, members[0]);
   tpux__space_init(&p->sp, n0->ndim, n0->sizes);
   /* virtual registers in program order: member k's new loads (all loaded at
