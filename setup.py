@@ -25,10 +25,13 @@ ext = CppExtension(
     sources=sorted(glob.glob(os.path.join("torch_tpu", "csrc", "*.cpp"))),
     include_dirs=[os.path.join(RUNTIME, "include")],
     extra_objects=[os.path.join(RUNTIME, "build", "libtpurt.a")],
-    extra_compile_args=["-O2", "-Wall", "-Wextra", "-Werror", "-Wno-unused-parameter"],
+    extra_compile_args=["-O2", "-Wall", "-Wextra", "-Werror", "-Wno-unused-parameter",
+                        # export only PyInit__C and the runtime's TPU_API functions
+                        "-fvisibility=hidden", "-fvisibility-inlines-hidden"],
     # oneDNN: the matrix unit (runtime/src/mxu/dnnl.c); SLEEF: vector math
     # (runtime/src/exec/vtpu/vmath.c)
     libraries=["dnnl", "sleef", "gomp", "m"],  # gomp: oneDNN's OpenMP
+    extra_link_args=["-Wl,--version-script=" + os.path.join("torch_tpu", "csrc", "exports.map")],
 )
 
 setup(

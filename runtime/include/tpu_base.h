@@ -6,6 +6,11 @@
 #ifndef TPU_BASE_H
 #define TPU_BASE_H
 
+/* Marks the runtime's public API: the only symbols the extension exports
+ * (the runtime is built with -fvisibility=hidden; library-private functions
+ * use the double-underscore prefix of their layer and stay hidden). */
+#define TPU_API __attribute__((visibility("default")))
+
 #include <stddef.h>
 #include <stdint.h>
 
@@ -30,17 +35,17 @@ typedef enum tpu_status {
 
 /* Record an error for the calling thread and return `code` (convenience for
  * `return tpu_error(TPU_E_INVALID, "...%d", x);`). printf-style. */
-int tpu_error(int code, const char *fmt, ...)
+TPU_API int tpu_error(int code, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)));
 /* Message of the last error recorded on this thread ("" if none).
  * Borrowed: valid until the next tpu_error on this thread. */
-const char *tpu_last_error(void);
+TPU_API const char *tpu_last_error(void);
 /* Code of the last error recorded on this thread (TPU_OK if none). */
-int tpu_last_error_code(void);
+TPU_API int tpu_last_error_code(void);
 /* Clear this thread's error. */
-void tpu_clear_error(void);
+TPU_API void tpu_clear_error(void);
 /* Static name of a status code ("TPU_E_INDEX"...). */
-const char *tpu_status_name(int code);
+TPU_API const char *tpu_status_name(int code);
 
 /* ---- dtypes ---------------------------------------------------------- */
 typedef enum tpu_dtype {
@@ -60,24 +65,24 @@ typedef enum tpu_dtype {
 } tpu_dtype;
 
 /* Size in bytes of one element (0 for an invalid dtype). */
-size_t tpu_dtype_size(int dt);
+TPU_API size_t tpu_dtype_size(int dt);
 /* Static lower-case name ("float32", "bfloat16", ...); "?" if invalid. */
-const char *tpu_dtype_name(int dt);
-int tpu_dtype_is_float(int dt); /* f16, bf16, f32, f64 */
-int tpu_dtype_is_int(int dt);   /* u8..i64 (not bool) */
-int tpu_dtype_is_complex(int dt); /* c64, c128 */
+TPU_API const char *tpu_dtype_name(int dt);
+TPU_API int tpu_dtype_is_float(int dt); /* f16, bf16, f32, f64 */
+TPU_API int tpu_dtype_is_int(int dt);   /* u8..i64 (not bool) */
+TPU_API int tpu_dtype_is_complex(int dt); /* c64, c128 */
 /* Real dtype of a complex dtype's parts (c64 -> f32, c128 -> f64); any
  * other dtype is returned unchanged. */
-int tpu_dtype_complex_part(int dt);
+TPU_API int tpu_dtype_complex_part(int dt);
 /* Complex dtype whose parts have dtype dt (f64 -> c128; f16/bf16/f32 and
  * ints -> c64; complex dtypes unchanged). */
-int tpu_dtype_to_complex(int dt);
+TPU_API int tpu_dtype_to_complex(int dt);
 
 /* Scalar conversions with PyTorch/TPU rounding (round-to-nearest-even). */
-float tpu_bf16_to_f32(uint16_t h);
-uint16_t tpu_f32_to_bf16(float f);
-float tpu_f16_to_f32(uint16_t h);
-uint16_t tpu_f32_to_f16(float f);
+TPU_API float tpu_bf16_to_f32(uint16_t h);
+TPU_API uint16_t tpu_f32_to_bf16(float f);
+TPU_API float tpu_f16_to_f32(uint16_t h);
+TPU_API uint16_t tpu_f32_to_f16(float f);
 
 /* ---- strided views --------------------------------------------------- */
 #define TPU_MAX_DIMS 16
@@ -95,11 +100,11 @@ typedef struct tpu_view {
 } tpu_view;
 
 /* Number of elements of a view (1 for ndim == 0). */
-int64_t tpu_view_numel(const tpu_view *v);
+TPU_API int64_t tpu_view_numel(const tpu_view *v);
 /* 1 if the view is C-contiguous (size-1 dims ignored). */
-int tpu_view_is_contiguous(const tpu_view *v);
+TPU_API int tpu_view_is_contiguous(const tpu_view *v);
 /* Fill `v` as a contiguous view of `base` (strides computed). */
-void tpu_view_init_contiguous(tpu_view *v, void *base, int dtype, int ndim,
+TPU_API void tpu_view_init_contiguous(tpu_view *v, void *base, int dtype, int ndim,
                               const int64_t *sizes);
 
 /* ---- precision of matrix-unit ops (ARCHITECTURE §4) ------------------ */
@@ -109,6 +114,37 @@ typedef enum tpu_precision {
   TPU_PREC_HIGHEST = 2, /* 6 bf16 passes */
   TPU_PREC_FP32 = 3     /* true fp32 (internal use only) */
 } tpu_precision;
+
+/* ---- 128-bit hashing of keys ------------------------------------------- */
+/* Two independent 64-bit lanes over 8-byte words (the tail zero-padded,
+ * the length mixed in). Cache keys of recorded ops are hashed on the
+ * dispatch path, so this costs a few cycles per word. Not cryptographic. */
+typedef struct tpu_hash { uint64_t a, b; } tpu_hash;
+
+static inline tpu_hash tpu_hash_init(void) {
+  tpu_hash h = {14695981039346656037ull, 0x243f6a8885a308d3ull};
+  return h;
+}
+static inline void tpu_hash_word(tpu_hash *h, uint64_t w) {
+  h->a = (h->a ^ w) * 0x9e3779b97f4a7c15ull;
+  h->a ^= h->a >> 32;
+  h->b = (h->b + w + 0x632be59bd9b4e019ull) * 0xff51afd7ed558ccdull;
+  h->b ^= h->b >> 29;
+}
+static inline void tpu_hash_bytes(tpu_hash *h, const void *p, size_t n) {
+  const unsigned char *c = (const unsigned char *)p;
+  size_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    uint64_t w;
+    __builtin_memcpy(&w, c + i, 8);
+    tpu_hash_word(h, w);
+  }
+  if (i < n) {
+    uint64_t w = 0;
+    __builtin_memcpy(&w, c + i, n - i);
+    tpu_hash_word(h, w ^ ((uint64_t)(n - i) << 56));
+  }
+}
 
 #ifdef __cplusplus
 }

@@ -82,45 +82,45 @@ typedef struct tpucoll_comm tpucoll_comm;
  * `timeout_ms`. Rank 0 then unlinks the name. `slot_bytes` (0: default 1
  * MiB, or TORCH_TPU_COLL_SLOT_BYTES) is the per-rank chunk size and must
  * agree across ranks. Caller frees *out with tpucoll_comm_destroy. */
-int tpucoll_comm_init(const char *name, int rank, int size, size_t slot_bytes,
+TPU_API int tpucoll_comm_init(const char *name, int rank, int size, size_t slot_bytes,
                       int64_t timeout_ms, tpucoll_comm **out);
 /* Unmap (and unlink if still linked). NULL is a no-op. Pending enqueued
  * work must have finished (tpucoll_comm_drain). */
-void tpucoll_comm_destroy(tpucoll_comm *c);
+TPU_API void tpucoll_comm_destroy(tpucoll_comm *c);
 /* Mark the communicator aborted here and in shared memory (peers waiting
  * in a collective fail at once with `reason`). */
-void tpucoll_comm_abort(tpucoll_comm *c, const char *reason);
-int tpucoll_comm_rank(const tpucoll_comm *c);
-int tpucoll_comm_size(const tpucoll_comm *c);
+TPU_API void tpucoll_comm_abort(tpucoll_comm *c, const char *reason);
+TPU_API int tpucoll_comm_rank(const tpucoll_comm *c);
+TPU_API int tpucoll_comm_size(const tpucoll_comm *c);
 /* Change the per-wait timeout (milliseconds, > 0). */
-void tpucoll_comm_set_timeout(tpucoll_comm *c, int64_t timeout_ms);
+TPU_API void tpucoll_comm_set_timeout(tpucoll_comm *c, int64_t timeout_ms);
 
 /* ---- blocking collectives (calling thread) ---------------------------
  * Buffers are borrowed; `count` is in elements of `dtype`; in == out is
  * allowed where the kind has both. */
-int tpucoll_barrier(tpucoll_comm *c);
-int tpucoll_all_reduce(tpucoll_comm *c, const void *in, void *out,
+TPU_API int tpucoll_barrier(tpucoll_comm *c);
+TPU_API int tpucoll_all_reduce(tpucoll_comm *c, const void *in, void *out,
                        size_t count, int dtype, int op);
-int tpucoll_broadcast(tpucoll_comm *c, void *buf, size_t count, int dtype,
+TPU_API int tpucoll_broadcast(tpucoll_comm *c, void *buf, size_t count, int dtype,
                       int root);
 /* out is written on `root` only (may be NULL elsewhere). */
-int tpucoll_reduce(tpucoll_comm *c, const void *in, void *out, size_t count,
+TPU_API int tpucoll_reduce(tpucoll_comm *c, const void *in, void *out, size_t count,
                    int dtype, int op, int root);
 /* in: count elements; out: size*count, rank order. */
-int tpucoll_all_gather(tpucoll_comm *c, const void *in, void *out,
+TPU_API int tpucoll_all_gather(tpucoll_comm *c, const void *in, void *out,
                        size_t count, int dtype);
 /* in: size*count elements (slice r goes to rank r); out: count. */
-int tpucoll_reduce_scatter(tpucoll_comm *c, const void *in, void *out,
+TPU_API int tpucoll_reduce_scatter(tpucoll_comm *c, const void *in, void *out,
                            size_t count, int dtype, int op);
 /* in: pieces for ranks 0..size-1 back to back, send_counts[k] elements for
  * rank k; out: pieces from ranks 0..size-1 back to back, recv_counts[k]
  * elements. recv_counts[k] must equal rank k's send_counts[rank]. */
-int tpucoll_all_to_all(tpucoll_comm *c, const void *in,
+TPU_API int tpucoll_all_to_all(tpucoll_comm *c, const void *in,
                        const size_t *send_counts, void *out,
                        const size_t *recv_counts, int dtype);
 /* Point to point, matched in order per (src, dst) pair; sizes must agree. */
-int tpucoll_send(tpucoll_comm *c, const void *buf, size_t nbytes, int peer);
-int tpucoll_recv(tpucoll_comm *c, void *buf, size_t nbytes, int peer);
+TPU_API int tpucoll_send(tpucoll_comm *c, const void *buf, size_t nbytes, int peer);
+TPU_API int tpucoll_recv(tpucoll_comm *c, void *buf, size_t nbytes, int peer);
 
 /* ---- asynchronous collectives on a stream ---------------------------- */
 
@@ -139,7 +139,7 @@ typedef struct tpucoll_desc {
 
 /* Run `d` now on the calling thread (blocking). Work enqueued earlier must
  * have finished first (tpucoll_comm_drain), or the order breaks. */
-int tpucoll_run(tpucoll_comm *c, const tpucoll_desc *d);
+TPU_API int tpucoll_run(tpucoll_comm *c, const tpucoll_desc *d);
 
 typedef struct tpucoll_work tpucoll_work;
 typedef void (*tpucoll_done_fn)(void *ctx, int status, const char *msg);
@@ -149,25 +149,25 @@ typedef void (*tpucoll_done_fn)(void *ctx, int status, const char *msg);
  * completion thread, after the collective finished (status + message);
  * it must not block on other collectives of this communicator. Caller owns
  * *out (may be NULL if not wanted): release it with tpucoll_work_release. */
-int tpucoll_enqueue(tpucoll_comm *c, tpurt_stream *s, const tpucoll_desc *d,
+TPU_API int tpucoll_enqueue(tpucoll_comm *c, tpurt_stream *s, const tpucoll_desc *d,
                     tpucoll_done_fn done, void *done_ctx,
                     tpucoll_work **out);
 /* Block until the work finished; returns its status (message set on the
  * calling thread on error). */
-int tpucoll_work_wait(tpucoll_work *w);
+TPU_API int tpucoll_work_wait(tpucoll_work *w);
 /* 1 if finished, else 0. */
-int tpucoll_work_query(tpucoll_work *w);
+TPU_API int tpucoll_work_query(tpucoll_work *w);
 /* Drop the caller's reference (safe before completion). */
-void tpucoll_work_release(tpucoll_work *w);
+TPU_API void tpucoll_work_release(tpucoll_work *w);
 /* Block until every work enqueued on `c` has finished and its callback ran. */
-void tpucoll_comm_drain(tpucoll_comm *c);
+TPU_API void tpucoll_comm_drain(tpucoll_comm *c);
 
 /* ---- reductions (exposed for tests) ---------------------------------- */
 
 /* dst[i] = op(srcs[0][i], ..., srcs[n-1][i]) in source order (AVG divides
  * the sum by `avg_div`). dst may alias a source. TPU_E_TYPE/TPU_E_INVALID
  * for combinations the op lacks (bool/int AVG, complex MIN/MAX/PROD). */
-int tpucoll_reduce_buffers(void *dst, const void *const *srcs, int n,
+TPU_API int tpucoll_reduce_buffers(void *dst, const void *const *srcs, int n,
                            size_t count, int dtype, int op, int avg_div);
 
 #ifdef __cplusplus

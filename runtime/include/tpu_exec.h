@@ -22,12 +22,12 @@ extern "C" {
  * repeated runs do not fault in fresh pages). On error nothing has been
  * written to any output when the error is an input check (e.g. an index
  * out of range -> TPU_E_INDEX). Borrowed: g, ins, outs. */
-int tpux_run(const tpuir_graph *g, int nin, const tpu_view *ins, int nout,
+TPU_API int tpux_run(const tpuir_graph *g, int nin, const tpu_view *ins, int nout,
              const tpu_view *outs);
 
 /* Copy/convert: dst[i] = convert(src[i]) for views of equal sizes (any
  * strides/dtypes). Used for device<->device and host<->device copies. */
-int tpux_copy(const tpu_view *dst, const tpu_view *src);
+TPU_API int tpux_copy(const tpu_view *dst, const tpu_view *src);
 
 /* ---- fusion counters and switches ---------------------------------------
  * Kinds: TPUX_FUSE_EPILOGUE (a matmul's elementwise consumers run on each
@@ -38,11 +38,11 @@ int tpux_copy(const tpu_view *dst, const tpu_view *src);
 enum { TPUX_FUSE_EPILOGUE = 0, TPUX_FUSE_REDUCE = 1 };
 /* How many times fusion `kind` has run since the process started (dots with
  * an epilogue / fused reductions); -1 for an unknown kind. */
-int64_t tpux_fusion_runs(int kind);
+TPU_API int64_t tpux_fusion_runs(int kind);
 /* Turn fusion `kind` on (mode 1), off (0) or back to its environment
  * default (-1), for every later program (A/B comparisons, tests). Returns
  * TPU_OK, or TPU_E_INVALID for an unknown kind or mode. */
-int tpux_set_fusion(int kind, int mode);
+TPU_API int tpux_set_fusion(int kind, int mode);
 
 
 /* ---- executors: one table per way of running a program ------------------
@@ -92,31 +92,31 @@ typedef struct tpux_executor {
 /* The executor chosen by the environment (see above), initialising it on
  * first use. NULL on error (message via tpu_last_error: e.g. a PJRT plugin
  * that cannot be loaded, libtpu without a TPU). Static, thread-safe. */
-const tpux_executor *tpux_executor_active(void);
+TPU_API const tpux_executor *tpux_executor_active(void);
 /* Switch the active executor to "vtpu" or "pjrt" (A/B benchmarks and
  * tests). The caller makes sure no program is queued (synchronize first);
  * cached programs keep their executable and can run on either. TPU_OK, or
  * the PJRT plugin's error (the active executor is then unchanged). */
-int tpux_executor_select(const char *name);
+TPU_API int tpux_executor_select(const char *name);
 /* The built-in executors (static). tpux_executor_pjrt() exists in every
  * build; without the PJRT header at build time its compile fails with
  * TPU_E_UNSUPPORTED. */
-const tpux_executor *tpux_executor_vtpu(void);
-const tpux_executor *tpux_executor_pjrt(void);
+TPU_API const tpux_executor *tpux_executor_vtpu(void);
+TPU_API const tpux_executor *tpux_executor_pjrt(void);
 
 /* Run program g through the active executor, compiling it on first use
  * into *slot (a per-program cache slot, initially NULL, owned by the
  * caller: release it with tpux_exec_release). Thread-safe: concurrent first
  * runs compile once each and keep one. Borrowed: g, ins, outs. */
-int tpux_exec_program(const tpuir_graph *g, const tpux_key *key, void **slot, int nin,
+TPU_API int tpux_exec_program(const tpuir_graph *g, const tpux_key *key, void **slot, int nin,
                       const tpu_view *ins, int nout, const tpu_view *outs);
 /* Release a slot filled by tpux_exec_program (NULL is fine). */
-void tpux_exec_release(void *slot);
+TPU_API void tpux_exec_release(void *slot);
 
 /* Human-readable name of the device programs run on ("vTPU (host CPU
  * executor)", or the PJRT platform and device kind, e.g. "cpu (XLA:CPU via
  * PJRT)"). Static string; "" before/without a working executor. */
-const char *tpux_device_name(void);
+TPU_API const char *tpux_device_name(void);
 
 /* Counters of the PJRT executor (process-wide): programs compiled by the
  * plugin, executed, and programs that ran on the vTPU instead because
@@ -132,14 +132,14 @@ typedef struct tpux_pjrt_stats {
   uint64_t emits, disk_loads, disk_stores;
   uint64_t donated_inputs, direct_outputs, bytes_h2d, bytes_d2h;
 } tpux_pjrt_stats;
-void tpux_pjrt_get_stats(tpux_pjrt_stats *out);
+TPU_API void tpux_pjrt_get_stats(tpux_pjrt_stats *out);
 
 /* StableHLO text (MLIR, generic op form) of graph g: func.func @main with
  * g's parameters as arguments and its outputs as results. *text is
  * malloc'd (caller frees), NUL-terminated; *len (may be NULL) its length.
  * TPU_E_UNSUPPORTED "unsupported on PJRT: <op>" when an op reachable from
  * an output has no StableHLO expression (exec/pjrt/emit.c lists them). */
-int tpux_emit_stablehlo(const tpuir_graph *g, char **text, size_t *len);
+TPU_API int tpux_emit_stablehlo(const tpuir_graph *g, char **text, size_t *len);
 
 
 /* ---- user kernels (exec/vtpu/kernel.c) ----------------------------------------
@@ -200,14 +200,14 @@ typedef struct tpux_kernel_desc {
  * copied). Registering a key again is a no-op (TPU_OK). Errors:
  * TPU_E_INVALID (bad descriptor, dlopen/dlsym message). Thread-safe;
  * kernels stay loaded for the life of the process. */
-int tpux_kernel_register(const tpux_kernel_desc *d);
+TPU_API int tpux_kernel_register(const tpux_kernel_desc *d);
 /* Name of the registered kernel `key` (static while the process lives),
  * or NULL when no such kernel is registered. */
-const char *tpux_kernel_name(uint64_t key);
+TPU_API const char *tpux_kernel_name(uint64_t key);
 /* Argument kinds of kernel `key` in signature order: ndim[k] (-1 for a
  * scalar) and dtype[k], for up to cap arguments. Returns the argument
  * count, or TPU_E_INVALID for an unknown key. */
-int tpux_kernel_args(uint64_t key, int cap, int32_t *ndim, int32_t *dtype);
+TPU_API int tpux_kernel_args(uint64_t key, int cap, int32_t *ndim, int32_t *dtype);
 /* Check one call against kernel `key`'s signature and infer its outputs:
  * nin arguments with dtype[k] and shape (ndim[k], sizes[k]); a scalar
  * argument is passed with ndim -1 (its dtype is not checked). Fills
@@ -216,12 +216,12 @@ int tpux_kernel_args(uint64_t key, int cap, int32_t *ndim, int32_t *dtype);
  * Errors (the message names the kernel, the argument and the signature):
  * TPU_E_INVALID (unknown key, wrong argument count, dtype, rank, size, or
  * conflicting sizes for one symbol; a negative output size). */
-int tpux_kernel_infer(uint64_t key, int nin, const int32_t *dtype, const int32_t *ndim,
+TPU_API int tpux_kernel_infer(uint64_t key, int nin, const int32_t *dtype, const int32_t *ndim,
                       const int64_t (*sizes)[TPU_MAX_DIMS], int64_t *sym, int *nout,
                       int32_t *out_dtype, int32_t *out_ndim,
                       int64_t (*out_sizes)[TPU_MAX_DIMS]);
 /* How many times user kernels have run in the vTPU executor (process-wide). */
-uint64_t tpux_kernel_runs(void);
+TPU_API uint64_t tpux_kernel_runs(void);
 
 #ifdef __cplusplus
 }

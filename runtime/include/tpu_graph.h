@@ -62,8 +62,8 @@ typedef enum tpug_reason {
 } tpug_reason;
 
 /* Select the mode for the process (leaving Fuse flushes every device). */
-int tpug_set_mode(int mode);
-int tpug_get_mode(void);
+TPU_API int tpug_set_mode(int mode);
+TPU_API int tpug_get_mode(void);
 
 /* Returned (> 0) by tpug_submit for a sync op that was deferred anyway,
  * because its device is capturing (tpug_capture_begin): the caller must not
@@ -77,25 +77,25 @@ int tpug_get_mode(void);
  * the caller then synchronizes the stream). A host thread blocks here while
  * the stream has more than 1024 programs pending (launch-queue back-pressure,
  * tpurt_stream_throttle). */
-int tpug_submit(tpurt_stream *s, const tpuir_graph *g, int nin,
+TPU_API int tpug_submit(tpurt_stream *s, const tpuir_graph *g, int nin,
                 const tpu_view *ins, int nout, const tpu_view *outs, int sync,
                 tpurt_cleanup_fn release, void *owner);
 
 /* Enqueue `dev`'s pending ops (dev < 0: every device) as one program. */
-int tpug_flush(int dev, int reason);
+TPU_API int tpug_flush(int dev, int reason);
 /* Flush `dev` if its pending ops read or write memory of block `base`. */
-int tpug_flush_if_uses(int dev, const void *base, int reason);
+TPU_API int tpug_flush_if_uses(int dev, const void *base, int reason);
 /* Free a device block (tpurt_malloc'd): deferred while pending ops use it;
  * pending outputs into it become dead (never written). */
-int tpug_free(void *ptr);
+TPU_API int tpug_free(void *ptr);
 /* 1 if block `base` is the destination of a pending (unflushed) output. */
-int tpug_is_pending(const void *base);
+TPU_API int tpug_is_pending(const void *base);
 /* Pending op count of `dev`. */
-int tpug_pending_ops(int dev);
+TPU_API int tpug_pending_ops(int dev);
 
 /* Dump `dev`'s pending graph (merged, without flushing): format 0 = text
  * (tpuir_dump), 1 = graphviz dot. Returns the length needed (excl. NUL). */
-size_t tpug_dump(int dev, int format, char *buf, size_t cap);
+TPU_API size_t tpug_dump(int dev, int format, char *buf, size_t cap);
 
 typedef struct tpug_stats {
   uint64_t hits;            /* in-memory cache hits */
@@ -129,40 +129,40 @@ typedef struct tpug_capture tpug_capture;
  * detection do not cut it. A flush forced meanwhile (host copy, alias,
  * stream switch, memory pressure) breaks the capture: everything still runs
  * in order, but tpug_capture_end then returns no program. */
-int tpug_capture_begin(int dev);
+TPU_API int tpug_capture_begin(int dev);
 /* End the capture: enqueue the recorded ops as one program (its first run;
  * compiled through the shared cache) and return it in *out (caller frees
  * with tpug_capture_free), or *out = NULL when the capture was broken or
  * recorded nothing observable. *cut (may be NULL): the tpug_reason of the
  * flush that broke the capture, -1 if none did. */
-int tpug_capture_end(int dev, tpug_capture **out, int *cut);
+TPU_API int tpug_capture_end(int dev, tpug_capture **out, int *cut);
 /* 1 while `dev` is capturing (2 once a forced flush has cut the capture). */
-int tpug_capturing(int dev);
-void tpug_capture_free(tpug_capture *c);
+TPU_API int tpug_capturing(int dev);
+TPU_API void tpug_capture_free(tpug_capture *c);
 /* Distinct device blocks the program reads or writes (the bases of its
  * parameter and output views): writes up to `cap` into bases (borrowed
  * pointers, may be NULL with cap 0) and returns the count. */
-int tpug_capture_bases(const tpug_capture *c, const void **bases, int cap);
+TPU_API int tpug_capture_bases(const tpug_capture *c, const void **bases, int cap);
 /* Number of rng keys (one per random node) and the (seed, offset) pair
  * each had during the capture (keys: 2 * count int64s, caller's array). */
-int tpug_capture_rng(const tpug_capture *c, int64_t *keys, int cap);
+TPU_API int tpug_capture_rng(const tpug_capture *c, int64_t *keys, int cap);
 /* Run the captured program again on stream `s` (its device's pending ops
  * are flushed first). Every view whose base is from[k] is moved to to[k]
  * (same offsets, sizes, strides); every base the program uses must be in
  * from[] (else TPU_E_INVALID, nothing runs). rng_keys: 2 * count new
  * (seed, offset) pairs, or NULL to reuse the captured ones. Asynchronous. */
-int tpug_capture_run(tpug_capture *c, tpurt_stream *s, int nreloc,
+TPU_API int tpug_capture_run(tpug_capture *c, tpurt_stream *s, int nreloc,
                      const void *const *from, void *const *to,
                      const int64_t *rng_keys);
 
 /* Snapshot of the counters. */
-void tpug_get_stats(tpug_stats *out);
+TPU_API void tpug_get_stats(tpug_stats *out);
 /* Zero the counters (not the cache). */
-void tpug_reset_stats(void);
+TPU_API void tpug_reset_stats(void);
 /* Drop the in-memory cache (the disk tier stays). */
-void tpug_cache_clear(void);
+TPU_API void tpug_cache_clear(void);
 /* Set the disk-tier directory (NULL or "" disables it). */
-int tpug_cache_set_dir(const char *dir);
+TPU_API int tpug_cache_set_dir(const char *dir);
 
 /* ---- program trace (profiler) ------------------------------------------
  * While tracing is on, every program the recorder enqueues (a fused graph,
@@ -182,12 +182,12 @@ typedef struct tpug_trace_event {
 } tpug_trace_event;
 
 /* Turn tracing on (1) or off (0); turning it on clears the buffer. */
-void tpug_trace_enable(int on);
-int tpug_trace_enabled(void);
+TPU_API void tpug_trace_enable(int on);
+TPU_API int tpug_trace_enabled(void);
 /* Move up to `max` events (oldest first) into `out` (caller-owned array);
  * returns how many. *dropped (if not NULL) gets the number of events lost
  * to a full buffer since tracing was enabled. */
-int tpug_trace_drain(tpug_trace_event *out, int max, uint64_t *dropped);
+TPU_API int tpug_trace_drain(tpug_trace_event *out, int max, uint64_t *dropped);
 
 #ifdef __cplusplus
 }

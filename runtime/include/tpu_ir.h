@@ -14,6 +14,8 @@
 #ifndef TPU_IR_H
 #define TPU_IR_H
 
+#include <stdio.h>
+
 #include "tpu_base.h"
 
 #ifdef __cplusplus
@@ -23,94 +25,217 @@ extern "C" {
 typedef struct tpuir_graph tpuir_graph;
 typedef int32_t tpuir_val; /* >= 0: value id; < 0: tpu_status error */
 
+/* Every IR op, defined once:
+ *   X(ID, name, arity, class, fails, attrs)
+ *   ID     the enum is TPUIR_<ID> (the order here is the enum order)
+ *   name   StableHLO-style name (dump, errors, traces)
+ *   arity  operand count (-1: a list in `list`/`nlist`, the first four also
+ *          in `in`), checked when a node is committed
+ *   class  TPUIR_CLASS_<class>: what passes and executors may assume of it
+ *   fails  NEVER / ALWAYS (may report an error when it runs: out-of-range
+ *          indices) / DEPENDS (decided per node: tpuir_node_can_fail)
+ *   attrs  which attribute printer tpuir_dump uses (ir/dump.c attr_<attrs>)
+ * Adding an op: a line here, its builder (ir/), its evaluation in each
+ * executor (exec/vtpu/exec.c eval_node, exec/pjrt/emit.c node()) and a
+ * lowering. Each executor has a _Static_assert on TPUIR_NUM_OPS, so a
+ * line added here fails the build until every executor was visited. */
+#define TPUIR_OPS(X) \
+  /* leaves */ \
+  X(PARAM, "param", 0, LEAF, NEVER, param) \
+  X(CONST, "constant", 0, LEAF, NEVER, const) \
+  X(IOTA, "iota", 0, LEAF, NEVER, dim) \
+  X(RNG, "rng", 0, LEAF, NEVER, rng) \
+  /* unary elementwise (result dtype = operand dtype unless noted) */ \
+  X(NEG, "negate", 1, UNARY, NEVER, none) \
+  X(ABS, "abs", 1, UNARY, NEVER, none) \
+  X(SIGN, "sign", 1, UNARY, NEVER, none)                                 /* -1/0/+1; sign(NaN) = 0 like torch.sign */ \
+  X(EXP, "exponential", 1, UNARY, NEVER, none) \
+  X(EXPM1, "exponential_minus_one", 1, UNARY, NEVER, none) \
+  X(LOG, "log", 1, UNARY, NEVER, none) \
+  X(LOG1P, "log_plus_one", 1, UNARY, NEVER, none) \
+  X(SQRT, "sqrt", 1, UNARY, NEVER, none) \
+  X(RSQRT, "rsqrt", 1, UNARY, NEVER, none) \
+  X(SIN, "sine", 1, UNARY, NEVER, none) \
+  X(COS, "cosine", 1, UNARY, NEVER, none) \
+  X(TAN, "tan", 1, UNARY, NEVER, none) \
+  X(TANH, "tanh", 1, UNARY, NEVER, none) \
+  X(ASIN, "asin", 1, UNARY, NEVER, none) \
+  X(ACOS, "acos", 1, UNARY, NEVER, none) \
+  X(ATAN, "atan", 1, UNARY, NEVER, none) \
+  X(SINH, "sinh", 1, UNARY, NEVER, none) \
+  X(COSH, "cosh", 1, UNARY, NEVER, none) \
+  X(ASINH, "asinh", 1, UNARY, NEVER, none) \
+  X(ACOSH, "acosh", 1, UNARY, NEVER, none) \
+  X(ATANH, "atanh", 1, UNARY, NEVER, none) \
+  X(LOGISTIC, "logistic", 1, UNARY, NEVER, none) \
+  X(ERF, "erf", 1, UNARY, NEVER, none) \
+  X(ERFINV, "erf_inv", 1, UNARY, NEVER, none) \
+  X(LGAMMA, "lgamma", 1, UNARY, NEVER, none) \
+  X(DIGAMMA, "digamma", 1, UNARY, NEVER, none) \
+  X(FLOOR, "floor", 1, UNARY, NEVER, none) \
+  X(CEIL, "ceil", 1, UNARY, NEVER, none) \
+  X(ROUND_EVEN, "round_nearest_even", 1, UNARY, NEVER, none)             /* round half to even (torch.round) */ \
+  X(TRUNC, "trunc", 1, UNARY, NEVER, none) \
+  X(NOT, "not", 1, UNARY, NEVER, none)                                   /* bool: logical not; ints: bitwise not */ \
+  X(IS_FINITE, "is_finite", 1, PREDICATE, NEVER, none) \
+  X(IS_NAN, "is_nan", 1, PREDICATE, NEVER, none) \
+  X(IS_INF, "is_inf", 1, PREDICATE, NEVER, none)                         /* -> bool */ \
+  /* binary elementwise */ \
+  X(ADD, "add", 2, BINARY, NEVER, none) \
+  X(SUB, "subtract", 2, BINARY, NEVER, none) \
+  X(MUL, "multiply", 2, BINARY, NEVER, none) \
+  X(DIV, "divide", 2, BINARY, DEPENDS, none)                             /* floats: IEEE; ints: truncating (C), /0 fails (ZeroDivisionError) */ \
+  X(REM, "remainder", 2, BINARY, DEPENDS, none)                          /* floats: fmod; ints: C % (sign of dividend) */ \
+  X(POW, "power", 2, BINARY, DEPENDS, none)                              /* ints: a negative exponent fails ("Integers to negative integer powers ...") */ \
+  X(MAX, "maximum", 2, BINARY, NEVER, none) \
+  X(MIN, "minimum", 2, BINARY, NEVER, none)                              /* max/min propagate NaN (torch.maximum) */ \
+  X(ATAN2, "atan2", 2, BINARY, NEVER, none) \
+  X(AND, "and", 2, BINARY, NEVER, none) \
+  X(OR, "or", 2, BINARY, NEVER, none) \
+  X(XOR, "xor", 2, BINARY, NEVER, none)                                  /* bool: logical; ints: bitwise */ \
+  X(SHL, "shift_left", 2, BINARY, NEVER, none) \
+  X(SHR, "shift_right", 2, BINARY, NEVER, none)                          /* ints; SHR arithmetic for signed */ \
+  /* comparisons: operands same dtype, result bool */ \
+  X(EQ, "compare_eq", 2, COMPARE, NEVER, none) \
+  X(NE, "compare_ne", 2, COMPARE, NEVER, none) \
+  X(LT, "compare_lt", 2, COMPARE, NEVER, none) \
+  X(LE, "compare_le", 2, COMPARE, NEVER, none) \
+  X(GT, "compare_gt", 2, COMPARE, NEVER, none) \
+  X(GE, "compare_ge", 2, COMPARE, NEVER, none) \
+  /* (pred bool, on_true, on_false), same shapes; dtype conversion */ \
+  X(SELECT, "select", 3, SELECT, NEVER, none)                            /* (pred bool, on_true, on_false), same shapes */ \
+  X(CONVERT, "convert", 1, CONVERT, NEVER, none) \
+  /* views and data movement */ \
+  X(BROADCAST_IN_DIM, "broadcast_in_dim", 1, VIEW, NEVER, dims) \
+  X(RESHAPE, "reshape", 1, VIEW, NEVER, none) \
+  X(TRANSPOSE, "transpose", 1, VIEW, NEVER, perm) \
+  X(SLICE, "slice", 1, VIEW, NEVER, slice) \
+  X(CONCAT, "concatenate", -1, DATA, NEVER, dim) \
+  X(PAD, "pad", 2, DATA, NEVER, pad) \
+  X(REVERSE, "reverse", 1, VIEW, NEVER, dims) \
+  /* reductions, the matrix unit, indexing, windows, sort */ \
+  X(REDUCE, "reduce", 1, REDUCE, NEVER, reduce)                          /* attr: reduce kind */ \
+  X(ARGREDUCE, "argreduce", 1, REDUCE, NEVER, argreduce)                 /* attr: TPUIR_RED_MAX / TPUIR_RED_MIN */ \
+  X(DOT_GENERAL, "dot_general", 2, DOT, NEVER, dot) \
+  X(GATHER, "gather", 2, INDEX, ALWAYS, dim)                             /* torch.gather along a dim */ \
+  X(INDEX_SELECT, "index_select", 2, INDEX, ALWAYS, dim) \
+  X(SCATTER_ADD, "scatter_add", 3, INDEX, ALWAYS, dim)                   /* torch.scatter_add along a dim */ \
+  X(INDEX_ADD, "index_add", 3, INDEX, ALWAYS, dim) \
+  X(CONVOLUTION, "convolution", 2, WINDOW, NEVER, window)                /* see tpuir_convolution */ \
+  X(REDUCE_WINDOW, "reduce_window", 1, WINDOW, NEVER, window)            /* attr: reduce kind (SUM / MAX) */ \
+  X(WINDOW_ARGMAX, "window_argmax", 1, WINDOW, NEVER, window)            /* max-pool indices */ \
+  X(SORT, "sort", 1, SORT, NEVER, sort)                                  /* stable sort along a dim (ir/sort.c) */ \
+  /* decompositions (ir/spectral.c, ir/linalg.c) */ \
+  X(EIGH, "eigh", 1, SPECTRAL, DEPENDS, eigh)                            /* symmetric eigendecomposition, packed (ir/spectral.c) */ \
+  X(SVD, "svd", 1, SPECTRAL, DEPENDS, svd)                               /* singular value decomposition, packed (ir/spectral.c) */ \
+  X(CHOLESKY, "cholesky", 1, LINALG, DEPENDS, linalg)                    /* StableHLO cholesky (+ info result) */ \
+  X(TRIANGULAR_SOLVE, "triangular_solve", 2, LINALG, NEVER, linalg)      /* StableHLO triangular_solve */ \
+  X(LU, "lu", 1, LINALG, NEVER, linalg)                                  /* custom call: getrf (one node per result) */ \
+  X(LU_PIVOTS_TO_PERM, "lu_pivots_to_permutation", 1, LINALG, ALWAYS, linalg) /* custom call: LAPACK pivots -> permutation */ \
+  X(GEQRF, "geqrf", 1, LINALG, NEVER, linalg)                            /* custom call: Householder QR (one per result) */ \
+  X(HOUSEHOLDER_PRODUCT, "householder_product", 2, LINALG, NEVER, linalg) /* custom call: orgqr */ \
+  /* complex numbers and FFT (ir/complex.c) */ \
+  X(REAL, "real", 1, COMPLEX, NEVER, none) \
+  X(IMAG, "imag", 1, COMPLEX, NEVER, none) \
+  X(COMPLEX, "complex", 2, COMPLEX, NEVER, none) \
+  X(CONJ, "conj", 1, COMPLEX, NEVER, none) \
+  X(FFT, "fft", 1, FFT, NEVER, fft)                                      /* attr: kind = tpuir_fft_type, a = fft_length (na) */ \
+  /* special functions (ir/special.c), elementwise and fused; unary, float operand, result in its dtype */ \
+  X(BESSEL_J0, "bessel_j0", 1, SPECIAL1, NEVER, none) \
+  X(BESSEL_J1, "bessel_j1", 1, SPECIAL1, NEVER, none) \
+  X(BESSEL_Y0, "bessel_y0", 1, SPECIAL1, NEVER, none) \
+  X(BESSEL_Y1, "bessel_y1", 1, SPECIAL1, NEVER, none) \
+  X(MBESSEL_I0, "modified_bessel_i0", 1, SPECIAL1, NEVER, none) \
+  X(MBESSEL_I1, "modified_bessel_i1", 1, SPECIAL1, NEVER, none) \
+  X(MBESSEL_K0, "modified_bessel_k0", 1, SPECIAL1, NEVER, none) \
+  X(MBESSEL_K1, "modified_bessel_k1", 1, SPECIAL1, NEVER, none) \
+  X(SMBESSEL_K0, "scaled_modified_bessel_k0", 1, SPECIAL1, NEVER, none) \
+  X(SMBESSEL_K1, "scaled_modified_bessel_k1", 1, SPECIAL1, NEVER, none)  /* exp(x) * K0(x), exp(x) * K1(x) */ \
+  X(AIRY_AI, "airy_ai", 1, SPECIAL1, NEVER, none) \
+  X(SPH_BESSEL_J0, "spherical_bessel_j0", 1, SPECIAL1, NEVER, none) \
+  X(ENTR, "entr", 1, SPECIAL1, NEVER, none)                              /* -x ln x (0 at 0, -inf for x < 0) */ \
+  X(ERFCX, "erfcx", 1, SPECIAL1, NEVER, none)                            /* exp(x^2) erfc(x) */ \
+  X(I0, "i0", 1, SPECIAL1, NEVER, none) \
+  X(I0E, "i0e", 1, SPECIAL1, NEVER, none) \
+  X(I1, "i1", 1, SPECIAL1, NEVER, none) \
+  X(I1E, "i1e", 1, SPECIAL1, NEVER, none)                                /* torch.i0 family (Cephes) */ \
+  X(LOG_NDTR, "log_ndtr", 1, SPECIAL1, NEVER, none) \
+  X(NDTRI, "ndtri", 1, SPECIAL1, NEVER, none) \
+  X(SINC, "sinc", 1, SPECIAL1, NEVER, none)                              /* sin(pi x) / (pi x), 1 at 0 */ \
+  X(FREXP_MANT, "frexp_mantissa", 1, SPECIAL1, NEVER, none)              /* frexp mantissa in [0.5, 1) (x itself for 0/inf/nan) */ \
+  X(FREXP_EXP, "frexp_exponent", 1, SPECIAL1, NEVER, none)               /* frexp exponent -> int32 (0 for 0/inf/nan) */ \
+  /* binary (a, b), same float dtype, result in that dtype */ \
+  X(ZETA, "zeta", 2, SPECIAL2, NEVER, none)                              /* Hurwitz zeta(x = a, q = b) */ \
+  X(XLOG1PY, "xlog1py", 2, SPECIAL2, NEVER, none)                        /* a * log1p(b), 0 where a == 0 unless b is NaN */ \
+  X(IGAMMA, "igamma", 2, SPECIAL2, NEVER, none) \
+  X(IGAMMAC, "igammac", 2, SPECIAL2, NEVER, none)                        /* regularized incomplete gamma P(a, x), Q */ \
+  X(NEXTAFTER, "nextafter", 2, SPECIAL2, NEVER, none) \
+  /* orthogonal polynomials p_n(x) with (a = x, b = n); n truncated like PyTorch's (int64_t) cast */ \
+  X(CHEB_T, "chebyshev_t", 2, SPECIAL2, NEVER, none) \
+  X(CHEB_U, "chebyshev_u", 2, SPECIAL2, NEVER, none) \
+  X(CHEB_V, "chebyshev_v", 2, SPECIAL2, NEVER, none) \
+  X(CHEB_W, "chebyshev_w", 2, SPECIAL2, NEVER, none) \
+  X(SCHEB_T, "shifted_chebyshev_t", 2, SPECIAL2, NEVER, none) \
+  X(SCHEB_U, "shifted_chebyshev_u", 2, SPECIAL2, NEVER, none) \
+  X(SCHEB_V, "shifted_chebyshev_v", 2, SPECIAL2, NEVER, none) \
+  X(SCHEB_W, "shifted_chebyshev_w", 2, SPECIAL2, NEVER, none)            /* shifted */ \
+  X(HERMITE_H, "hermite_h", 2, SPECIAL2, NEVER, none) \
+  X(HERMITE_HE, "hermite_he", 2, SPECIAL2, NEVER, none) \
+  X(LAGUERRE_L, "laguerre_l", 2, SPECIAL2, NEVER, none) \
+  X(LEGENDRE_P, "legendre_p", 2, SPECIAL2, NEVER, none) \
+  /* binary, same integer dtype (not bool) */ \
+  X(GCD, "gcd", 2, SPECIAL2, NEVER, none) \
+  X(LCM, "lcm", 2, SPECIAL2, NEVER, none)                                /* non-negative like std::gcd / torch.lcm (|a*b|/g) */ \
+  /* dense linear algebra, continued (ir/linalg.c) */ \
+  X(LDL, "ldl", 1, LINALG, NEVER, linalg)                                /* custom call: sytrf (one node per result) */ \
+  X(LDL_SOLVE, "ldl_solve", 3, LINALG, NEVER, linalg)                    /* custom call: sytrs */ \
+  /* user kernels (ir/custom.c): a C function registered with the executor \
+   * (tpux_kernel_register), see tpuir_custom_call */ \
+  X(CUSTOM_CALL, "custom_call", -1, CUSTOM, NEVER, custom)
+
 typedef enum tpuir_op {
-  /* leaves */
-  TPUIR_PARAM = 0, TPUIR_CONST, TPUIR_IOTA, TPUIR_RNG,
-  /* unary elementwise (result dtype = operand dtype unless noted) */
-  TPUIR_NEG, TPUIR_ABS,
-  TPUIR_SIGN,       /* -1/0/+1; sign(NaN) = 0 like torch.sign */
-  TPUIR_EXP, TPUIR_EXPM1, TPUIR_LOG,
-  TPUIR_LOG1P, TPUIR_SQRT, TPUIR_RSQRT, TPUIR_SIN, TPUIR_COS, TPUIR_TAN,
-  TPUIR_TANH, TPUIR_ASIN, TPUIR_ACOS, TPUIR_ATAN, TPUIR_SINH, TPUIR_COSH,
-  TPUIR_ASINH, TPUIR_ACOSH, TPUIR_ATANH, TPUIR_LOGISTIC, TPUIR_ERF,
-  TPUIR_ERFINV, TPUIR_LGAMMA, TPUIR_DIGAMMA, TPUIR_FLOOR, TPUIR_CEIL,
-  TPUIR_ROUND_EVEN, /* round half to even (torch.round) */
-  TPUIR_TRUNC,
-  TPUIR_NOT,        /* bool: logical not; ints: bitwise not */
-  TPUIR_IS_FINITE, TPUIR_IS_NAN, TPUIR_IS_INF, /* -> bool */
-  /* binary elementwise */
-  TPUIR_ADD, TPUIR_SUB, TPUIR_MUL,
-  TPUIR_DIV,        /* floats: IEEE; ints: truncating (C), /0 -> TPU_E_INVALID
-                       "ZeroDivisionError" at run time */
-  TPUIR_REM,        /* floats: fmod; ints: C % (sign of dividend) */
-  TPUIR_POW,        /* ints: a negative exponent -> TPU_E_INVALID "Integers
-                       to negative integer powers are not allowed." */
-  TPUIR_MAX, TPUIR_MIN, /* max/min propagate NaN (torch.maximum) */
-  TPUIR_ATAN2,
-  TPUIR_AND, TPUIR_OR, TPUIR_XOR, /* bool: logical; ints: bitwise */
-  TPUIR_SHL, TPUIR_SHR,           /* ints; SHR arithmetic for signed */
-  /* comparisons: operands same dtype, result bool */
-  TPUIR_EQ, TPUIR_NE, TPUIR_LT, TPUIR_LE, TPUIR_GT, TPUIR_GE,
-  /* other */
-  TPUIR_SELECT,     /* (pred bool, on_true, on_false), same shapes */
-  TPUIR_CONVERT, TPUIR_BROADCAST_IN_DIM, TPUIR_RESHAPE, TPUIR_TRANSPOSE,
-  TPUIR_SLICE, TPUIR_CONCAT, TPUIR_PAD, TPUIR_REVERSE,
-  TPUIR_REDUCE,     /* attr: reduce kind */
-  TPUIR_ARGREDUCE,  /* attr: TPUIR_RED_MAX / TPUIR_RED_MIN */
-  TPUIR_DOT_GENERAL,
-  TPUIR_GATHER,     /* torch.gather along a dim */
-  TPUIR_INDEX_SELECT,
-  TPUIR_SCATTER_ADD,/* torch.scatter_add along a dim */
-  TPUIR_INDEX_ADD,
-  TPUIR_CONVOLUTION,   /* see tpuir_convolution */
-  TPUIR_REDUCE_WINDOW, /* attr: reduce kind (SUM / MAX) */
-  TPUIR_WINDOW_ARGMAX, /* max-pool indices */
-  TPUIR_SORT,          /* stable sort along a dim (ir/sort.c) */
-  TPUIR_EIGH,       /* symmetric eigendecomposition, packed (ir/spectral.c) */
-  TPUIR_SVD,        /* singular value decomposition, packed (ir/spectral.c) */
-  /* dense linear algebra (ir/linalg.c / exec/vtpu/linalg.c; see that section) */
-  TPUIR_CHOLESKY,          /* StableHLO cholesky (+ info result) */
-  TPUIR_TRIANGULAR_SOLVE,  /* StableHLO triangular_solve */
-  TPUIR_LU,                /* custom call: getrf (one node per result) */
-  TPUIR_LU_PIVOTS_TO_PERM, /* custom call: LAPACK pivots -> permutation */
-  TPUIR_GEQRF,             /* custom call: Householder QR (one per result) */
-  TPUIR_HOUSEHOLDER_PRODUCT, /* custom call: orgqr */
-  /* complex numbers and FFT (ir/complex.c) */
-  TPUIR_REAL, TPUIR_IMAG, TPUIR_COMPLEX, TPUIR_CONJ,
-  TPUIR_FFT,        /* attr: kind = tpuir_fft_type, a = fft_length (na) */
-  /* special functions (ir/special.c / exec/vtpu/special.c), elementwise and
-   * fused like the ops above. Unary, float operand, result in its dtype: */
-  TPUIR_BESSEL_J0, TPUIR_BESSEL_J1, TPUIR_BESSEL_Y0, TPUIR_BESSEL_Y1,
-  TPUIR_MBESSEL_I0, TPUIR_MBESSEL_I1, TPUIR_MBESSEL_K0, TPUIR_MBESSEL_K1,
-  TPUIR_SMBESSEL_K0, TPUIR_SMBESSEL_K1, /* exp(x) * K0(x), exp(x) * K1(x) */
-  TPUIR_AIRY_AI, TPUIR_SPH_BESSEL_J0,
-  TPUIR_ENTR,       /* -x ln x (0 at 0, -inf for x < 0) */
-  TPUIR_ERFCX,      /* exp(x^2) erfc(x) */
-  TPUIR_I0, TPUIR_I0E, TPUIR_I1, TPUIR_I1E, /* torch.i0 family (Cephes) */
-  TPUIR_LOG_NDTR, TPUIR_NDTRI,
-  TPUIR_SINC,       /* sin(pi x) / (pi x), 1 at 0 */
-  TPUIR_FREXP_MANT, /* frexp mantissa in [0.5, 1) (x itself for 0/inf/nan) */
-  TPUIR_FREXP_EXP,  /* frexp exponent -> int32 (0 for 0/inf/nan) */
-  /* binary (a, b), same float dtype, result in that dtype: */
-  TPUIR_ZETA,       /* Hurwitz zeta(x = a, q = b) */
-  TPUIR_XLOG1PY,    /* a * log1p(b), 0 where a == 0 unless b is NaN */
-  TPUIR_IGAMMA, TPUIR_IGAMMAC, /* regularized incomplete gamma P(a, x), Q */
-  TPUIR_NEXTAFTER,
-  /* orthogonal polynomials p_n(x) with (a = x, b = n); n is truncated to
-   * an integer like PyTorch's (int64_t) cast: */
-  TPUIR_CHEB_T, TPUIR_CHEB_U, TPUIR_CHEB_V, TPUIR_CHEB_W,
-  TPUIR_SCHEB_T, TPUIR_SCHEB_U, TPUIR_SCHEB_V, TPUIR_SCHEB_W, /* shifted */
-  TPUIR_HERMITE_H, TPUIR_HERMITE_HE, TPUIR_LAGUERRE_L, TPUIR_LEGENDRE_P,
-  /* binary, same integer dtype (not bool): */
-  TPUIR_GCD, TPUIR_LCM, /* non-negative like std::gcd / torch.lcm (|a*b|/g) */
-  /* dense linear algebra, continued (ir/linalg.c) */
-  TPUIR_LDL,               /* custom call: sytrf (one node per result) */
-  TPUIR_LDL_SOLVE,         /* custom call: sytrs */
-  /* user kernels (ir/custom.c): a C function registered with the executor
-   * (tpux_kernel_register), see tpuir_custom_call */
-  TPUIR_CUSTOM_CALL,
+#define TPUIR_ENUM_(id, name, arity, cls, fails, attrs) TPUIR_##id,
+  TPUIR_OPS(TPUIR_ENUM_)
+#undef TPUIR_ENUM_
   TPUIR_NUM_OPS
 } tpuir_op;
+
+/* What an op is, for passes and executors (tpuir_op_info). */
+typedef enum tpuir_op_class {
+  TPUIR_CLASS_LEAF,      /* PARAM, CONST, IOTA, RNG: no operands */
+  TPUIR_CLASS_UNARY,     /* elementwise, result dtype = operand dtype */
+  TPUIR_CLASS_PREDICATE, /* elementwise unary -> bool (is_finite, ...) */
+  TPUIR_CLASS_BINARY,    /* elementwise, same dtypes in and out */
+  TPUIR_CLASS_COMPARE,   /* elementwise, result bool */
+  TPUIR_CLASS_SELECT,    /* elementwise (pred, on_true, on_false) */
+  TPUIR_CLASS_CONVERT,   /* elementwise dtype conversion */
+  TPUIR_CLASS_VIEW,      /* a strided view of the operand (no arithmetic) */
+  TPUIR_CLASS_DATA,      /* data movement into a new array (concat, pad) */
+  TPUIR_CLASS_REDUCE, TPUIR_CLASS_DOT, TPUIR_CLASS_INDEX, TPUIR_CLASS_WINDOW,
+  TPUIR_CLASS_SORT, TPUIR_CLASS_SPECTRAL, TPUIR_CLASS_LINALG,
+  TPUIR_CLASS_COMPLEX,   /* elementwise parts of complex values */
+  TPUIR_CLASS_FFT,
+  TPUIR_CLASS_SPECIAL1,  /* elementwise special function of one operand */
+  TPUIR_CLASS_SPECIAL2,  /* elementwise special function of two operands */
+  TPUIR_CLASS_CUSTOM     /* a user kernel (operands in `list`) */
+} tpuir_op_class;
+
+typedef enum tpuir_fails {
+  TPUIR_FAILS_NEVER, TPUIR_FAILS_ALWAYS, TPUIR_FAILS_DEPENDS
+} tpuir_fails;
+
+typedef struct tpuir_op_info_t {
+  const char *name;   /* static */
+  int8_t arity;       /* -1: operand list */
+  uint8_t cls;        /* tpuir_op_class */
+  uint8_t fails;      /* tpuir_fails */
+} tpuir_op_info_t;
+
+/* Facts of op `op` (borrowed, static); NULL if op is not an IR op. */
+TPU_API const tpuir_op_info_t *tpuir_op_info(int op);
+/* Elementwise ops (classes UNARY .. CONVERT, COMPLEX, SPECIAL1/2): one
+ * result element from the operands' elements at the same position. */
+TPU_API int tpuir_op_is_elementwise(int op);
 
 typedef enum tpuir_reduce_kind {
   TPUIR_RED_SUM = 0, TPUIR_RED_PROD, TPUIR_RED_MAX, TPUIR_RED_MIN,
@@ -124,20 +249,20 @@ typedef enum tpuir_rng_kind {
 } tpuir_rng_kind;
 
 /* Create an empty graph. Caller frees with tpuir_graph_free. NULL on OOM. */
-tpuir_graph *tpuir_graph_new(void);
-void tpuir_graph_free(tpuir_graph *g);
+TPU_API tpuir_graph *tpuir_graph_new(void);
+TPU_API void tpuir_graph_free(tpuir_graph *g);
 
 /* ---- leaves ---------------------------------------------------------- */
 /* Parameter number k (k = count of earlier params). Bound to a strided view
  * with exactly this dtype/shape at run time. */
-tpuir_val tpuir_param(tpuir_graph *g, int dtype, int ndim,
+TPU_API tpuir_val tpuir_param(tpuir_graph *g, int dtype, int ndim,
                       const int64_t *sizes);
 /* Rank-0 constant. The double form is exact for every float dtype value
  * and for ints up to 2^53; use the int64 form for integers. */
-tpuir_val tpuir_const_f(tpuir_graph *g, int dtype, double v);
-tpuir_val tpuir_const_i(tpuir_graph *g, int dtype, int64_t v);
+TPU_API tpuir_val tpuir_const_f(tpuir_graph *g, int dtype, double v);
+TPU_API tpuir_val tpuir_const_i(tpuir_graph *g, int dtype, int64_t v);
 /* Array whose element at index i is i[dim] (converted to dtype). */
-tpuir_val tpuir_iota(tpuir_graph *g, int dtype, int ndim, const int64_t *sizes,
+TPU_API tpuir_val tpuir_iota(tpuir_graph *g, int dtype, int ndim, const int64_t *sizes,
                      int dim);
 /* Counter-based random numbers (Philox4x32-10): the element with linear
  * (row-major) index i uses the 128-bit block at counter (offset + i) under
@@ -146,45 +271,45 @@ tpuir_val tpuir_iota(tpuir_graph *g, int dtype, int ndim, const int64_t *sizes,
  * words 0-1 (f32) or 0-3 (f64); BITS: words 0-1). The result depends only
  * on (seed, offset, shape), never on threading; a lowering advances the
  * generator's offset by numel. */
-tpuir_val tpuir_rng(tpuir_graph *g, int kind, int dtype, int ndim,
+TPU_API tpuir_val tpuir_rng(tpuir_graph *g, int kind, int dtype, int ndim,
                     const int64_t *sizes, uint64_t seed, uint64_t offset);
 /* Same, with (seed, offset) read at run time from `key`: a rank-1 int64
  * value of 2 elements (the u64 bit patterns of seed and offset). The node
  * has one operand; its seed/offset attributes are unused. Fused Eager binds
  * the key to host memory so one compiled program serves every step. */
-tpuir_val tpuir_rng_dyn(tpuir_graph *g, int kind, int dtype, int ndim,
+TPU_API tpuir_val tpuir_rng_dyn(tpuir_graph *g, int kind, int dtype, int ndim,
                         const int64_t *sizes, tpuir_val key);
 
 /* ---- elementwise ----------------------------------------------------- */
-tpuir_val tpuir_unary(tpuir_graph *g, int op, tpuir_val x);
-tpuir_val tpuir_binary(tpuir_graph *g, int op, tpuir_val a, tpuir_val b);
-tpuir_val tpuir_select(tpuir_graph *g, tpuir_val pred, tpuir_val on_true,
+TPU_API tpuir_val tpuir_unary(tpuir_graph *g, int op, tpuir_val x);
+TPU_API tpuir_val tpuir_binary(tpuir_graph *g, int op, tpuir_val a, tpuir_val b);
+TPU_API tpuir_val tpuir_select(tpuir_graph *g, tpuir_val pred, tpuir_val on_true,
                        tpuir_val on_false);
 /* dtype conversion with PyTorch semantics (float->int truncates, ->bool is
  * != 0, float narrowing rounds to nearest even). */
-tpuir_val tpuir_convert(tpuir_graph *g, tpuir_val x, int dtype);
+TPU_API tpuir_val tpuir_convert(tpuir_graph *g, tpuir_val x, int dtype);
 
 /* ---- shape ----------------------------------------------------------- */
 /* StableHLO broadcast_in_dim: operand dim i maps to result dim dims[i];
  * operand size must be 1 or equal to the result size there. */
-tpuir_val tpuir_broadcast_in_dim(tpuir_graph *g, tpuir_val x, int ndim,
+TPU_API tpuir_val tpuir_broadcast_in_dim(tpuir_graph *g, tpuir_val x, int ndim,
                                  const int64_t *sizes, const int64_t *dims);
 /* Row-major reshape (same numel). */
-tpuir_val tpuir_reshape(tpuir_graph *g, tpuir_val x, int ndim,
+TPU_API tpuir_val tpuir_reshape(tpuir_graph *g, tpuir_val x, int ndim,
                         const int64_t *sizes);
 /* Result dim i = operand dim perm[i]. */
-tpuir_val tpuir_transpose(tpuir_graph *g, tpuir_val x, const int64_t *perm);
+TPU_API tpuir_val tpuir_transpose(tpuir_graph *g, tpuir_val x, const int64_t *perm);
 /* StableHLO slice: per dim [start, limit) with step stride (> 0). */
-tpuir_val tpuir_slice(tpuir_graph *g, tpuir_val x, const int64_t *start,
+TPU_API tpuir_val tpuir_slice(tpuir_graph *g, tpuir_val x, const int64_t *start,
                       const int64_t *limit, const int64_t *stride);
 /* Concatenate n values (same dtype; equal sizes except along dim). */
-tpuir_val tpuir_concat(tpuir_graph *g, int n, const tpuir_val *xs, int dim);
+TPU_API tpuir_val tpuir_concat(tpuir_graph *g, int n, const tpuir_val *xs, int dim);
 /* Pad with a rank-0 value: lo/hi (may be negative = crop), interior >= 0. */
-tpuir_val tpuir_pad(tpuir_graph *g, tpuir_val x, tpuir_val padval,
+TPU_API tpuir_val tpuir_pad(tpuir_graph *g, tpuir_val x, tpuir_val padval,
                     const int64_t *lo, const int64_t *hi,
                     const int64_t *interior);
 /* Reverse the listed dims. */
-tpuir_val tpuir_reverse(tpuir_graph *g, tpuir_val x, int ndims,
+TPU_API tpuir_val tpuir_reverse(tpuir_graph *g, tpuir_val x, int ndims,
                         const int64_t *dims);
 
 /* ---- reductions ------------------------------------------------------ */
@@ -193,12 +318,12 @@ tpuir_val tpuir_reverse(tpuir_graph *g, tpuir_val x, int ndims,
  * f32 in f32 with pairwise/blocked summation (f64 allowed), ints in i64.
  * MAX/MIN propagate NaN. Empty reductions give the identity (0, 1, -inf/
  * lowest, +inf/highest, true, false). */
-tpuir_val tpuir_reduce(tpuir_graph *g, int kind, tpuir_val x, int ndims,
+TPU_API tpuir_val tpuir_reduce(tpuir_graph *g, int kind, tpuir_val x, int ndims,
                        const int64_t *dims);
 /* Index (int64) of the max/min along `dim` (dim removed); first occurrence
  * wins; a NaN counts as the max (and as the min), like torch.argmax. A
  * zero-size dim is TPU_E_INDEX at build time. */
-tpuir_val tpuir_argreduce(tpuir_graph *g, int kind, tpuir_val x, int dim);
+TPU_API tpuir_val tpuir_argreduce(tpuir_graph *g, int kind, tpuir_val x, int dim);
 
 /* ---- matrix unit ----------------------------------------------------- */
 /* StableHLO dot_general. Result dims: batch dims (in lhs_batch order), then
@@ -206,7 +331,7 @@ tpuir_val tpuir_argreduce(tpuir_graph *g, int kind, tpuir_val x, int dim);
  * dtype; result dtype `out_dtype` (usually the operand dtype; accumulation
  * is always >= fp32). `precision` (tpu_precision) applies to f32 operands;
  * bf16/f16 use one pass; f64 and ints compute exactly. */
-tpuir_val tpuir_dot_general(tpuir_graph *g, tpuir_val lhs, tpuir_val rhs,
+TPU_API tpuir_val tpuir_dot_general(tpuir_graph *g, tpuir_val lhs, tpuir_val rhs,
                             int nbatch, const int64_t *lhs_batch,
                             const int64_t *rhs_batch, int ncontract,
                             const int64_t *lhs_contract,
@@ -218,18 +343,18 @@ tpuir_val tpuir_dot_general(tpuir_graph *g, tpuir_val lhs, tpuir_val rhs,
  * x's rank, out has idx's shape (idx sizes <= x sizes off dim). Negative or
  * out-of-range index -> TPU_E_INDEX at run time, before anything is
  * written. */
-tpuir_val tpuir_gather(tpuir_graph *g, tpuir_val x, int dim, tpuir_val idx);
+TPU_API tpuir_val tpuir_gather(tpuir_graph *g, tpuir_val x, int dim, tpuir_val idx);
 /* torch.index_select(x, dim, idx): idx rank 1 (or 0); out has x's shape
  * with size(dim) = numel(idx). Range checked like gather. */
-tpuir_val tpuir_index_select(tpuir_graph *g, tpuir_val x, int dim,
+TPU_API tpuir_val tpuir_index_select(tpuir_graph *g, tpuir_val x, int dim,
                              tpuir_val idx);
 /* torch.scatter_add(base, dim, idx, src): a copy of base with src[i..]
  * added at position idx[i..] along dim. idx and src same shape. */
-tpuir_val tpuir_scatter_add(tpuir_graph *g, tpuir_val base, int dim,
+TPU_API tpuir_val tpuir_scatter_add(tpuir_graph *g, tpuir_val base, int dim,
                             tpuir_val idx, tpuir_val src);
 /* torch.index_add(base, dim, idx, src): idx rank 1; src = base's shape with
  * size(dim) = numel(idx). */
-tpuir_val tpuir_index_add(tpuir_graph *g, tpuir_val base, int dim,
+TPU_API tpuir_val tpuir_index_add(tpuir_graph *g, tpuir_val base, int dim,
                           tpuir_val idx, tpuir_val src);
 
 /* ---- convolution and windows (ir/conv.c) ----------------------------- */
@@ -248,7 +373,7 @@ tpuir_val tpuir_index_add(tpuir_graph *g, tpuir_val base, int dim,
  * sees input group j only. Operands: same float dtype (f16, bf16, f32,
  * f64); result in that dtype; accumulation >= fp32; `precision`
  * (tpu_precision) applies to f32 like dot_general. */
-tpuir_val tpuir_convolution(tpuir_graph *g, tpuir_val lhs, tpuir_val rhs,
+TPU_API tpuir_val tpuir_convolution(tpuir_graph *g, tpuir_val lhs, tpuir_val rhs,
                             const int64_t *window_strides,
                             const int64_t *pad_lo, const int64_t *pad_hi,
                             const int64_t *lhs_dilation,
@@ -260,7 +385,7 @@ tpuir_val tpuir_convolution(tpuir_graph *g, tpuir_val lhs, tpuir_val rhs,
  * TPUIR_RED_MAX (padding never wins; NaN propagates). Result dim
  *   (pad_lo + s + pad_hi - ((w - 1) * dil + 1)) / stride + 1   (or 0).
  * Result dtype = x's dtype (float or int; not bool). */
-tpuir_val tpuir_reduce_window(tpuir_graph *g, int kind, tpuir_val x,
+TPU_API tpuir_val tpuir_reduce_window(tpuir_graph *g, int kind, tpuir_val x,
                               const int64_t *window, const int64_t *strides,
                               const int64_t *pad_lo, const int64_t *pad_hi,
                               const int64_t *dilation);
@@ -270,7 +395,7 @@ tpuir_val tpuir_reduce_window(tpuir_graph *g, int kind, tpuir_val x,
  * index_dims = number of spatial dims). Padding positions are never
  * chosen; ties keep the first; a NaN is taken as the max (the last NaN of
  * the window wins, like PyTorch CPU). An all-padding window gives -1. */
-tpuir_val tpuir_window_argmax(tpuir_graph *g, tpuir_val x,
+TPU_API tpuir_val tpuir_window_argmax(tpuir_graph *g, tpuir_val x,
                               const int64_t *window, const int64_t *strides,
                               const int64_t *pad_lo, const int64_t *pad_hi,
                               const int64_t *dilation, int index_dims);
@@ -301,13 +426,13 @@ typedef enum tpuir_sort_result {
  * needs both should build the INDICES node and gather the values.
  * Node attributes: dim, kind = result, a[0] = descending (0/1), na = 0;
  * sizes[dim] = the number of entries kept (tpuir_sort_head). */
-tpuir_val tpuir_sort(tpuir_graph *g, tpuir_val x, int dim, int descending,
+TPU_API tpuir_val tpuir_sort(tpuir_graph *g, tpuir_val x, int dim, int descending,
                      int result);
 /* The first k entries along dim of tpuir_sort's result (0 <= k <= size of
  * dim; k < 0 = all): the result has size k at dim. topk is a sort head;
  * the executor selects a short head in O(n log k) instead of sorting.
  * k > size -> TPU_E_INVALID. */
-tpuir_val tpuir_sort_head(tpuir_graph *g, tpuir_val x, int dim, int descending,
+TPU_API tpuir_val tpuir_sort_head(tpuir_graph *g, tpuir_val x, int dim, int descending,
                           int result, int64_t k);
 /* ---- dense linear algebra (ir/linalg.c, executor exec/vtpu/linalg.c) ------ */
 /* Matrix operands are float32 or float64 arrays [..., rows, cols] (rank >=
@@ -350,7 +475,7 @@ enum {
  * completed ..." text) and always runs, even when unused (the deprecated
  * torch.cholesky raises). kind = lower | check. */
 #define TPUIR_CHOL_CHECK 2
-tpuir_val tpuir_cholesky(tpuir_graph *g, tpuir_val x, int lower, int result);
+TPU_API tpuir_val tpuir_cholesky(tpuir_graph *g, tpuir_val x, int lower, int result);
 /* StableHLO triangular_solve: a [..., k, k] triangular (only the `lower` or
  * upper triangle is read; unit_diagonal: its diagonal is taken as 1), b
  * [..., m, n] with the same batch dims and dtype. left_side: solves
@@ -358,30 +483,30 @@ tpuir_val tpuir_cholesky(tpuir_graph *g, tpuir_val x, int lower, int result);
  * transpose_a. Result [..., m, n]. A zero diagonal gives inf/nan (IEEE),
  * like BLAS trsm. kind = left_side | lower << 1 | unit_diagonal << 2 |
  * transpose_a << 3. */
-tpuir_val tpuir_triangular_solve(tpuir_graph *g, tpuir_val a, tpuir_val b,
+TPU_API tpuir_val tpuir_triangular_solve(tpuir_graph *g, tpuir_val a, tpuir_val b,
                                  int left_side, int lower, int unit_diagonal,
                                  int transpose_a);
 /* LU with partial pivoting of x [..., m, n] (LAPACK getrf: the pivot is the
  * first entry of largest |a| in the column; a zero pivot column is left as
  * is and sets info once, the factorization continues). `result` one of
  * TPUIR_LU_*. */
-tpuir_val tpuir_lu(tpuir_graph *g, tpuir_val x, int result);
+TPU_API tpuir_val tpuir_lu(tpuir_graph *g, tpuir_val x, int result);
 /* Row permutation (int32 [..., m], 0-based, as TPUIR_LU_PERM) of LAPACK
  * pivots (int32/int64 [..., k], 1-based, applied as swaps i <-> piv[i]-1 in
  * order). A pivot outside [1, m] fails at run time with TPU_E_INVALID
  * "pivots passed to lu_unpack must be between 1 and LU.size(-2)
  * inclusive.". kind = 0, dim = m. */
-tpuir_val tpuir_lu_pivots_to_perm(tpuir_graph *g, tpuir_val pivots,
+TPU_API tpuir_val tpuir_lu_pivots_to_perm(tpuir_graph *g, tpuir_val pivots,
                                   int64_t m);
 /* Householder QR of x [..., m, n] (LAPACK geqrf/dlarfg: beta = -sign(alpha)
  * * norm, tau = (beta - alpha) / beta, tau = 0 when the column below the
  * diagonal is already zero). `result` TPUIR_QR_PACKED / TPUIR_QR_TAU. */
-tpuir_val tpuir_geqrf(tpuir_graph *g, tpuir_val x, int result);
+TPU_API tpuir_val tpuir_geqrf(tpuir_graph *g, tpuir_val x, int result);
 /* First n columns of H_1 ... H_k (LAPACK orgqr), H_i = I - tau_i v_i v_i^T
  * with v_i stored below the diagonal of column i of a (unit head): a
  * [..., m, n] with m >= n, tau [..., k] with k <= n, same batch dims and
  * dtype. Result [..., m, n]. */
-tpuir_val tpuir_householder_product(tpuir_graph *g, tpuir_val a,
+TPU_API tpuir_val tpuir_householder_product(tpuir_graph *g, tpuir_val a,
                                     tpuir_val tau);
 enum {
   TPUIR_LDL_LD = 0,     /* [..., n, n]: D (1x1 / 2x2 blocks) and unit L below,
@@ -394,12 +519,12 @@ enum {
  * uplo = 'L': only the lower triangle is read; alpha = (1 + sqrt(17)) / 8;
  * a zero column sets info and the factorization continues). `result` one
  * of TPUIR_LDL_*. */
-tpuir_val tpuir_ldl(tpuir_graph *g, tpuir_val x, int result);
+TPU_API tpuir_val tpuir_ldl(tpuir_graph *g, tpuir_val x, int result);
 /* Solve A X = B from the LDL^T factors of A (LAPACK sytrs, uplo = 'L'): ld
  * [..., n, n] (TPUIR_LDL_LD), pivots int32 [..., n] (TPUIR_LDL_PIVOTS), b
  * [..., n, k]; equal batch dims, ld and b of one float dtype. Result
  * [..., n, k]. A pivot outside [1, n] gives unspecified values. */
-tpuir_val tpuir_ldl_solve(tpuir_graph *g, tpuir_val ld, tpuir_val pivots,
+TPU_API tpuir_val tpuir_ldl_solve(tpuir_graph *g, tpuir_val ld, tpuir_val pivots,
                           tpuir_val b);
 
 /* ---- spectral decompositions (ir/spectral.c) -------------------------- */
@@ -443,9 +568,9 @@ tpuir_val tpuir_ldl_solve(tpuir_graph *g, tpuir_val ld, tpuir_val pivots,
  * Node attributes: EIGH kind = lower, dim = compute_v; SVD kind =
  * compute_uv, dim = full_matrices; both: a[0] = check_nan (not ival:
  * the Fused Eager cache key skips ival, which holds constant values). */
-tpuir_val tpuir_eigh(tpuir_graph *g, tpuir_val x, int lower, int compute_v,
+TPU_API tpuir_val tpuir_eigh(tpuir_graph *g, tpuir_val x, int lower, int compute_v,
                      int check_nan);
-tpuir_val tpuir_svd(tpuir_graph *g, tpuir_val x, int full_matrices,
+TPU_API tpuir_val tpuir_svd(tpuir_graph *g, tpuir_val x, int full_matrices,
                     int compute_uv, int check_nan);
 /* ---- complex numbers and FFT (ir/complex.c) --------------------------
  * Complex dtypes (TPU_C64, TPU_C128) store (re, im) pairs. Elementwise
@@ -470,13 +595,13 @@ typedef enum tpuir_fft_type {
 } tpuir_fft_type;
 /* Real / imaginary part of x: complex -> its part dtype (c64 -> f32); a
  * real x gives x itself (REAL) or zeros (IMAG). */
-tpuir_val tpuir_real(tpuir_graph *g, tpuir_val x);
-tpuir_val tpuir_imag(tpuir_graph *g, tpuir_val x);
+TPU_API tpuir_val tpuir_real(tpuir_graph *g, tpuir_val x);
+TPU_API tpuir_val tpuir_imag(tpuir_graph *g, tpuir_val x);
 /* re + im*i: re and im of the same float dtype (f32 -> c64, f64 -> c128;
  * f16/bf16 are TPU_E_TYPE) and shape. */
-tpuir_val tpuir_complex(tpuir_graph *g, tpuir_val re, tpuir_val im);
+TPU_API tpuir_val tpuir_complex(tpuir_graph *g, tpuir_val re, tpuir_val im);
 /* Complex conjugate (a real x gives x). */
-tpuir_val tpuir_conj(tpuir_graph *g, tpuir_val x);
+TPU_API tpuir_val tpuir_conj(tpuir_graph *g, tpuir_val x);
 /* StableHLO fft over the trailing nlen (1..3) dims of x with lengths
  * fft_length[0..nlen) (each >= 1). FWD/INV: x complex whose trailing dims
  * equal fft_length; RFFT: x f32/f64 with trailing dims = fft_length,
@@ -485,20 +610,17 @@ tpuir_val tpuir_conj(tpuir_graph *g, tpuir_val x);
  * is fft_length[-1]/2 + 1, result the real part dtype with last dim
  * fft_length[-1]. Any length (not only powers of two); the vTPU computes
  * in double. Errors: TPU_E_TYPE (dtypes), TPU_E_INVALID (shapes). */
-tpuir_val tpuir_fft(tpuir_graph *g, tpuir_val x, int fft_type, int nlen,
+TPU_API tpuir_val tpuir_fft(tpuir_graph *g, tpuir_val x, int fft_type, int nlen,
                     const int64_t *fft_length);
 /* ---- special functions (ir/special.c) ------------------------------- */
-/* First/last op of the special-function block of tpuir_op. */
-#define TPUIR_SPECIAL_FIRST TPUIR_BESSEL_J0
-#define TPUIR_SPECIAL_LAST TPUIR_LCM
 /* Unary special function (TPUIR_BESSEL_J0 .. TPUIR_FREXP_EXP) of a float
  * value; result has x's shape and dtype (FREXP_EXP: int32). A non-float
  * operand is TPU_E_TYPE; another op is TPU_E_INVALID. */
-tpuir_val tpuir_special_unary(tpuir_graph *g, int op, tpuir_val x);
+TPU_API tpuir_val tpuir_special_unary(tpuir_graph *g, int op, tpuir_val x);
 /* Binary special function (TPUIR_ZETA .. TPUIR_LCM): operands of the same
  * shape and dtype (float for ZETA .. LEGENDRE_P, integer for GCD/LCM, else
  * TPU_E_TYPE); result has that shape and dtype. */
-tpuir_val tpuir_special_binary(tpuir_graph *g, int op, tpuir_val a,
+TPU_API tpuir_val tpuir_special_binary(tpuir_graph *g, int op, tpuir_val a,
                                tpuir_val b);
 
 /* ---- user kernels (ir/custom.c) --------------------------------------- */
@@ -512,28 +634,45 @@ tpuir_val tpuir_special_binary(tpuir_graph *g, int op, tpuir_val a,
  * happen at registration / lowering (tpux_kernel_infer).
  * Node attributes: list/nlist = ops (in[0..4) the first four as well),
  * a[0] = key (as int64), dim = result, kind = nresults. */
-tpuir_val tpuir_custom_call(tpuir_graph *g, uint64_t key, int nops,
+TPU_API tpuir_val tpuir_custom_call(tpuir_graph *g, uint64_t key, int nops,
                             const tpuir_val *ops, int result, int nresults,
                             int dtype, int ndim, const int64_t *sizes);
 
 /* ---- outputs and inspection ------------------------------------------ */
 /* Declare the graph's results (in order). A value may appear twice and may
  * be a parameter. Must be called once before running. */
-int tpuir_set_outputs(tpuir_graph *g, int n, const tpuir_val *outs);
-int tpuir_num_params(const tpuir_graph *g);
-int tpuir_num_outputs(const tpuir_graph *g);
-tpuir_val tpuir_output(const tpuir_graph *g, int i);
-int tpuir_num_nodes(const tpuir_graph *g);
+TPU_API int tpuir_set_outputs(tpuir_graph *g, int n, const tpuir_val *outs);
+TPU_API int tpuir_num_params(const tpuir_graph *g);
+TPU_API int tpuir_num_outputs(const tpuir_graph *g);
+TPU_API tpuir_val tpuir_output(const tpuir_graph *g, int i);
+TPU_API int tpuir_num_nodes(const tpuir_graph *g);
 /* Shape/dtype of value v (sizes needs TPU_MAX_DIMS room). */
-int tpuir_value_info(const tpuir_graph *g, tpuir_val v, int *dtype, int *ndim,
+TPU_API int tpuir_value_info(const tpuir_graph *g, tpuir_val v, int *dtype, int *ndim,
                      int64_t *sizes);
 /* Write a human-readable (StableHLO-like) listing into buf (NUL-terminated,
  * truncated to cap). Returns the length it needed (excl. NUL). */
-size_t tpuir_dump(const tpuir_graph *g, char *buf, size_t cap);
-/* Structural hash (ops, attributes, shapes, dtypes, constants). */
-uint64_t tpuir_hash(const tpuir_graph *g);
-/* Static name of an op ("add", "dot_general", ...). */
-const char *tpuir_op_name(int op);
+TPU_API size_t tpuir_dump(const tpuir_graph *g, char *buf, size_t cap);
+/* Graph to bytes and back (ir/serial.c): the compilation cache's disk
+ * format, versioned by field (a reader skips fields it does not know).
+ * tpuir_write: TPU_OK or TPU_E_INTERNAL (write failed); f borrowed.
+ * tpuir_read: a new graph (caller frees with tpuir_graph_free), or NULL
+ * (not a graph, another version, corrupt: tpu_last_error says which). */
+TPU_API int tpuir_write(const tpuir_graph *g, FILE *f);
+TPU_API tpuir_graph *tpuir_read(FILE *f);
+/* 128-bit structural hash of a graph into out[2] (ir/hash.c): ops, dtypes,
+ * shapes, operands, attributes and outputs; with TPUIR_HASH_VALUES also
+ * constants' values and rng seeds/offsets (eager modes lift those into
+ * run-time parameters, so their cache keys leave them out); with
+ * TPUIR_HASH_LOOP only op, dtype and shape of leaves (the loop detector's
+ * signature: a loop's iterations differ in their constants and params). */
+enum { TPUIR_HASH_VALUES = 1u << 0, TPUIR_HASH_LOOP = 1u << 1 };
+TPU_API void tpuir_hash(const tpuir_graph *g, unsigned flags, uint64_t out[2]);
+/* Static name of an op ("add", "dot_general", ...); "?" if invalid. */
+TPU_API const char *tpuir_op_name(int op);
+/* Whether node v can report an error when it runs (tpuir_op_info's
+ * `fails`, with DEPENDS decided from the node: integer DIV/REM/POW,
+ * CHOLESKY with TPUIR_CHOL_CHECK, EIGH/SVD with check_nan). */
+TPU_API int tpuir_node_can_fail(const tpuir_graph *g, tpuir_val v);
 
 /* ---- node access for executors and printers -------------------------- */
 typedef struct tpuir_node {
@@ -554,8 +693,13 @@ typedef struct tpuir_node {
   double fval; int64_t ival;  /* CONST value */
   uint64_t seed, offset;      /* RNG */
 } tpuir_node;
+/* Append a copy of node s (of any graph) to g, its operands renamed by
+ * map (old value id -> value of g; borrowed). A PARAM becomes g's next
+ * parameter. Returns the new value, or an error (operand not mapped,
+ * OOM). */
+TPU_API tpuir_val tpuir_copy_node(tpuir_graph *g, const tpuir_node *s, const tpuir_val *map);
 /* Node that defines value v (values and nodes share ids). Borrowed. */
-const tpuir_node *tpuir_get_node(const tpuir_graph *g, tpuir_val v);
+TPU_API const tpuir_node *tpuir_get_node(const tpuir_graph *g, tpuir_val v);
 
 #ifdef __cplusplus
 }

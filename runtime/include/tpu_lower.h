@@ -105,16 +105,21 @@ typedef struct tpulw_plan tpulw_plan;
 
 /* 1 if "name.overload" (e.g. "add.Tensor", "relu" for the default overload;
  * no "aten::" prefix) has a native lowering. */
-int tpulw_has(const char *name, const char *overload);
+TPU_API int tpulw_has(const char *name, const char *overload);
 /* Sorted list of every native overload ("add.Tensor", "relu", ...).
  * Borrowed static strings; *n receives the count. */
-const char *const *tpulw_list(int *n);
+TPU_API const char *const *tpulw_list(int *n);
 
-/* 1 if the lowering of "name.overload" draws random numbers although its
- * schema has no Generator argument (native_dropout): the glue then appends
- * one extra argument {name "generator", kind TPULW_GENERATOR, gen = the
- * device's default generator} (held locked during tpulw_prepare). */
-int tpulw_needs_default_generator(const char *name, const char *overload);
+/* Facts of "name.overload" the glue needs before marshalling (0 when it has
+ * no lowering), from the op's row in the lowering table:
+ *   TPULW_OP_NEEDS_GENERATOR  draws random numbers although its schema has
+ *       no Generator argument (native_dropout): the glue appends one extra
+ *       argument {name "generator", kind TPULW_GENERATOR, gen = the device's
+ *       default generator} (held locked during tpulw_prepare);
+ *   TPULW_OP_CPU_INDICES  accepts index tensors on the CPU (index_select,
+ *       index.Tensor, index_put_, ... as PyTorch's CUDA kernels do). */
+enum { TPULW_OP_NEEDS_GENERATOR = 1u << 0, TPULW_OP_CPU_INDICES = 1u << 1 };
+TPU_API unsigned tpulw_op_flags(const char *name, const char *overload);
 
 /* Build the plan for one ATen call. Caller owns *out (tpulw_launch or
  * tpulw_plan_free releases it). Errors: TPU_E_UNSUPPORTED when no lowering
@@ -122,34 +127,34 @@ int tpulw_needs_default_generator(const char *name, const char *overload);
  * would raise (TPU_E_INVALID -> RuntimeError, TPU_E_INDEX -> IndexError,
  * TPU_E_TYPE -> TypeError, TPU_E_VALUE -> ValueError). Borrowed: args
  * (copied as needed). */
-int tpulw_prepare(const tpulw_ctx *ctx, const char *name, const char *overload,
+TPU_API int tpulw_prepare(const tpulw_ctx *ctx, const char *name, const char *overload,
                   const tpulw_arg *args, int nargs, tpulw_plan **out);
-int tpulw_plan_num_outputs(const tpulw_plan *p);
+TPU_API int tpulw_plan_num_outputs(const tpulw_plan *p);
 /* Borrowed; valid while the plan lives. */
-const tpulw_out_info *tpulw_plan_output(const tpulw_plan *p, int i);
+TPU_API const tpulw_out_info *tpulw_plan_output(const tpulw_plan *p, int i);
 /* The plan's graph (borrowed), e.g. for dumps. */
-const tpuir_graph *tpulw_plan_graph(const tpulw_plan *p);
+TPU_API const tpuir_graph *tpulw_plan_graph(const tpulw_plan *p);
 /* Enqueue the plan on `s` with destination views outs[0..num_outputs) (on
  * the plan's device). Takes ownership of the plan (freed also on error).
  * Ops that must report input errors synchronously (index range checks)
  * wait for completion and return the task's status. */
-int tpulw_launch(tpulw_plan *p, tpurt_stream *s, const tpu_view *outs);
-void tpulw_plan_free(tpulw_plan *p);
+TPU_API int tpulw_launch(tpulw_plan *p, tpurt_stream *s, const tpu_view *outs);
+TPU_API void tpulw_plan_free(tpulw_plan *p);
 
 /* ---- copies (the copy engine) ---------------------------------------- */
 /* host -> device: src (host memory, borrowed only during the call) is
  * staged into a runtime buffer at once, then copied/converted on `s`. */
-int tpulw_copy_h2d(tpurt_stream *s, const tpu_view *dst, const tpu_view *src);
+TPU_API int tpulw_copy_h2d(tpurt_stream *s, const tpu_view *dst, const tpu_view *src);
 /* device -> host: enqueued on `s`, then waits for it. */
-int tpulw_copy_d2h(tpurt_stream *s, const tpu_view *dst, const tpu_view *src);
+TPU_API int tpulw_copy_d2h(tpurt_stream *s, const tpu_view *dst, const tpu_view *src);
 /* device -> host without waiting: enqueued on `s` and returns at once; dst
  * (host memory, borrowed until `s` has run the copy: synchronize the stream
  * or an event recorded after it before reading or freeing dst). */
-int tpulw_copy_d2h_async(tpurt_stream *s, const tpu_view *dst, const tpu_view *src);
+TPU_API int tpulw_copy_d2h_async(tpurt_stream *s, const tpu_view *dst, const tpu_view *src);
 /* device -> device (same or other chip; dtype conversion allowed):
  * enqueued on `s` (the destination's stream) after the source's chip has
  * finished its queued work. */
-int tpulw_copy_d2d(tpurt_stream *s, const tpu_view *dst, const tpu_view *src);
+TPU_API int tpulw_copy_d2d(tpurt_stream *s, const tpu_view *dst, const tpu_view *src);
 
 #ifdef __cplusplus
 }

@@ -28,12 +28,12 @@ extern "C" {
 /* The multiply engine (oneDNN) as text, e.g. "oneDNN 2.6.3, cpu isa
  * avx512_core_bf16, bf16 native", into buf (cap bytes, NUL-terminated).
  * Returns TPU_OK or TPU_E_INTERNAL (oneDNN unusable). Borrowed: buf. */
-int tpumxu_engine_info(char *buf, size_t cap);
+TPU_API int tpumxu_engine_info(char *buf, size_t cap);
 
 /* The oneDNN implementation that runs a dense row-major m x k @ k x n GEMM
  * of `dtype` at `precision` (e.g. "brg:avx512_core_bf16"), into buf.
  * Returns TPU_OK, TPU_E_INVALID or TPU_E_INTERNAL. Borrowed: buf. */
-int tpumxu_impl_name(int dtype, int precision, int64_t m, int64_t n,
+TPU_API int tpumxu_impl_name(int dtype, int precision, int64_t m, int64_t n,
                      int64_t k, char *buf, size_t cap);
 
 /* Batched strided GEMM:
@@ -44,7 +44,7 @@ int tpumxu_impl_name(int dtype, int precision, int64_t m, int64_t n,
  * accumulation in f32, C rounded once) or TPU_F64 (exact f64). beta == 0
  * means C is not read (may hold NaN). `precision` applies to f32.
  * Uses the runtime thread pool. Borrowed: all pointers. */
-int tpumxu_gemm(int dtype, int precision, int64_t batch, int64_t m, int64_t n,
+TPU_API int tpumxu_gemm(int dtype, int precision, int64_t batch, int64_t m, int64_t n,
                 int64_t k, double alpha, const void *a, int64_t sab,
                 int64_t sam, int64_t sak, const void *b, int64_t sbb,
                 int64_t sbk, int64_t sbn, double beta, void *c, int64_t sbc,
@@ -68,7 +68,7 @@ typedef void (*tpumxu_epilogue_fn)(void *ctx, int64_t batch, int64_t m0,
  * for each batch item after C is scaled. Not called when batch, m or n is
  * 0 or on an argument error; after an out-of-memory error some blocks may
  * have been processed. Borrowed: all pointers, epi_ctx. */
-int tpumxu_gemm_ex(int dtype, int precision, int64_t batch, int64_t m,
+TPU_API int tpumxu_gemm_ex(int dtype, int precision, int64_t batch, int64_t m,
                    int64_t n, int64_t k, double alpha, const void *a,
                    int64_t sab, int64_t sam, int64_t sak, const void *b,
                    int64_t sbb, int64_t sbk, int64_t sbn, double beta, void *c,

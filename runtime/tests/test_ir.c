@@ -1,5 +1,6 @@
 /* test_ir.c - IR builder: shape/dtype inference, validation, dump, hash. */
 #include <string.h>
+#include <unistd.h>
 
 #include "tpu_ir.h"
 #include "tpu_test.h"
@@ -261,7 +262,7 @@ TPU_TEST(ir_outputs_dump_hash) {
     CHECK(tpuir_num_outputs(g) == 2 && tpuir_output(g, 0) == d &&
           tpuir_output(g, 1) == a);
     CHECK(tpuir_output(g, 2) == TPU_E_INVALID);
-    h[k] = tpuir_hash(g);
+    h[k] = TEST_IR_HASH(g);
     if (k == 0) {
       char buf[1024];
       size_t need = tpuir_dump(g, buf, sizeof buf);
@@ -287,7 +288,7 @@ TPU_TEST(ir_outputs_dump_hash) {
   int64_t s[1] = {8};
   tpuir_rng(g1, TPUIR_RNG_UNIFORM, TPU_F32, 1, s, 1, 0);
   tpuir_rng(g2, TPUIR_RNG_UNIFORM, TPU_F32, 1, s, 1, 8);
-  CHECK(tpuir_hash(g1) != tpuir_hash(g2));
+  CHECK(TEST_IR_HASH(g1) != TEST_IR_HASH(g2));
   tpuir_graph_free(g1);
   tpuir_graph_free(g2);
   tpuir_graph_free(NULL);
@@ -301,5 +302,65 @@ TPU_TEST(ir_many_nodes) {
   CHECK(v == 1000 && tpuir_num_nodes(g) == 1001);
   CHECK(tpuir_get_node(g, 1000)->in[0] == 999);
   CHECK(tpuir_get_node(g, 1001) == NULL);
+  tpuir_graph_free(g);
+}
+
+/* The op table (TPUIR_OPS): every op has a distinct name and a class, the
+ * elementwise predicate follows the class, can-fail follows the node. */
+TPU_TEST(ir_op_table) {
+  CHECK(tpuir_op_info(-1) == NULL && tpuir_op_info(TPUIR_NUM_OPS) == NULL);
+  CHECK(!strcmp(tpuir_op_name(TPUIR_NUM_OPS), "?"));
+  for (int op = 0; op < TPUIR_NUM_OPS; op++) {
+    const tpuir_op_info_t *oi = tpuir_op_info(op);
+    CHECK(oi && oi->name && strcmp(oi->name, "?") != 0);
+    for (int q = 0; q < op; q++) CHECK(strcmp(oi->name, tpuir_op_name(q)) != 0);
+    CHECK(oi->arity >= -1 && oi->arity <= 4);
+  }
+  CHECK(tpuir_op_is_elementwise(TPUIR_ADD) && tpuir_op_is_elementwise(TPUIR_IS_NAN) &&
+        tpuir_op_is_elementwise(TPUIR_SELECT) && tpuir_op_is_elementwise(TPUIR_ZETA));
+  CHECK(!tpuir_op_is_elementwise(TPUIR_DOT_GENERAL) && !tpuir_op_is_elementwise(TPUIR_SLICE) &&
+        !tpuir_op_is_elementwise(TPUIR_REAL) && !tpuir_op_is_elementwise(TPUIR_PARAM));
+  CHECK(tpuir_op_info(TPUIR_CONCAT)->arity == -1);
+  tpuir_graph *g = tpuir_graph_new();
+  int64_t s[1] = {4};
+  tpuir_val f = tpuir_param(g, TPU_F32, 1, s), i = tpuir_param(g, TPU_I64, 1, s);
+  tpuir_val df = tpuir_binary(g, TPUIR_DIV, f, f), di = tpuir_binary(g, TPUIR_DIV, i, i);
+  tpuir_val ad = tpuir_binary(g, TPUIR_ADD, i, i), gi = tpuir_gather(g, f, 0, i);
+  CHECK(!tpuir_node_can_fail(g, df) && tpuir_node_can_fail(g, di));
+  CHECK(!tpuir_node_can_fail(g, ad) && tpuir_node_can_fail(g, gi));
+  CHECK(!tpuir_node_can_fail(g, 999));
+  tpuir_graph_free(g);
+}
+
+/* tpuir_write / tpuir_read: the round trip keeps the graph (hash with
+ * values), a truncated or foreign file reads as NULL with an error. */
+TPU_TEST(ir_serialize_roundtrip) {
+  tpuir_graph *g = tpuir_graph_new();
+  int64_t s[2] = {2, 3}, st[2] = {0, 1}, lim[2] = {2, 3}, one[2] = {1, 1};
+  tpuir_val x = tpuir_param(g, TPU_F32, 2, s), c = tpuir_const_f(g, TPU_F32, 2.5);
+  tpuir_val y = tpuir_binary(g, TPUIR_MUL, x, tpuir_broadcast_in_dim(g, c, 2, s, NULL));
+  tpuir_val z = tpuir_slice(g, y, st, lim, one);
+  tpuir_val parts[2] = {z, z}, cc = tpuir_concat(g, 2, parts, 1);
+  CHECK_OK(tpuir_set_outputs(g, 1, &cc));
+  FILE *f = tmpfile();
+  CHECK(f != NULL);
+  CHECK_OK(tpuir_write(g, f));
+  long size = ftell(f);
+  rewind(f);
+  tpuir_graph *h = tpuir_read(f);
+  CHECK(h != NULL);
+  CHECK(TEST_IR_HASH(h) == TEST_IR_HASH(g) && tpuir_num_params(h) == 1);
+  tpuir_graph_free(h);
+  /* truncated */
+  CHECK(ftruncate(fileno(f), size - 3) == 0);
+  fflush(f); /* drop what stdio buffered of the whole file */
+  rewind(f);
+  CHECK(tpuir_read(f) == NULL && tpu_last_error_code() == TPU_E_INVALID);
+  /* foreign bytes */
+  rewind(f);
+  fputs("not a graph at all, just text", f);
+  rewind(f);
+  CHECK(tpuir_read(f) == NULL);
+  fclose(f);
   tpuir_graph_free(g);
 }

@@ -95,7 +95,7 @@ TPU_TEST(spectral_ir_builders) {
     tpuir_val p = tpuir_param(q, TPU_F32, 3, s3);
     tpuir_val r = tpuir_eigh(q, p, k != 1, k != 2, k == 3);
     tpuir_set_outputs(q, 1, &r);
-    h[k] = tpuir_hash(q);
+    h[k] = TEST_IR_HASH(q);
     tpuir_graph_free(q);
   }
   for (int i = 0; i < 4; i++)

@@ -10,6 +10,14 @@
 typedef void (*tpu_test_fn)(int *failed);
 void tpu_test_register(const char *name, tpu_test_fn fn);
 
+/* tpuir_hash with constants' values, folded to 64 bits (tests compare graphs) */
+#define TEST_IR_HASH(g)                                                  \
+  ({                                                                     \
+    uint64_t h_[2];                                                      \
+    tpuir_hash((g), TPUIR_HASH_VALUES, h_);                              \
+    h_[0] ^ (h_[1] * 31);                                                \
+  })
+
 #define TPU_TEST(name)                                                   \
   static void test_##name(int *tpu_test_failed_);                        \
   __attribute__((constructor)) static void register_##name(void) {      \

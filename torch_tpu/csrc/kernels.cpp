@@ -598,7 +598,8 @@ void native_boxed(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   }
 
   Marshal m;
-  m.cpu_indices_ok = std::strncmp(name, "index", 5) == 0 || std::strncmp(name, "_index", 6) == 0;
+  const unsigned op_flags = tpulw_op_flags(name, overload);
+  m.cpu_indices_ok = (op_flags & TPULW_OP_CPU_INDICES) != 0;
   if (!marshal(m, schema, stack)) {
     TORCH_CHECK(!user_kernel, "C kernel call: ", m.why,
                 " (C kernels take tpu tensors, all on one device)");
@@ -624,7 +625,7 @@ void native_boxed(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   for (auto& a : m.args)  // None generator argument -> default generator
     if (a.kind == TPULW_NONE && a.name && std::strcmp(a.name, "generator") == 0)
       use_default_generator(a);
-  if (tpulw_needs_default_generator(name, overload)) {  // random op without one
+  if (op_flags & TPULW_OP_NEEDS_GENERATOR) {  // random op without one
     tpulw_arg extra;
     std::memset(&extra, 0, sizeof extra);
     extra.name = "generator";

@@ -12,9 +12,8 @@
 
 #include "graph/internal.h"
 #include "tpu_exec.h"
-#include "ir/internal.h"
 
-#define TPUG_DISK_VERSION 1u
+#define TPUG_DISK_VERSION 2u /* 2: tpuir_write's format */
 
 static pthread_mutex_t g_mu = PTHREAD_MUTEX_INITIALIZER;
 static tpug_prog **g_ent;
@@ -68,9 +67,8 @@ static int insert(tpug_prog *p) {
 }
 
 static void disk_path(char *buf, size_t cap, uint64_t k1, uint64_t k2) {
-  snprintf(buf, cap, "%s/%016llx%016llx-v%u-%zu.tpug", g_dir,
-           (unsigned long long)k1, (unsigned long long)k2, TPUG_DISK_VERSION,
-           sizeof(tpuir_node));
+  snprintf(buf, cap, "%s/%016llx%016llx-v%u.tpug", g_dir, (unsigned long long)k1,
+           (unsigned long long)k2, TPUG_DISK_VERSION);
 }
 
 static tpug_prog *new_prog(uint64_t k1, uint64_t k2, tpuir_graph *g) {
@@ -182,38 +180,16 @@ int tpug_cache_set_dir(const char *dir) {
   return TPU_OK;
 }
 
-/* ---- serialization ------------------------------------------------------ */
+/* ---- files --------------------------------------------------------------- */
 
-typedef struct disk_hdr {
-  char magic[4];
-  uint32_t version, node_size;
-  int32_t nnodes, nparams, nouts;
-} disk_hdr;
-
+/* Write atomically (a temporary file renamed into place), in the IR's own
+ * format (tpuir_write). */
 int tpug__graph_write(const tpuir_graph *g, const char *path) {
   char tmp[1300];
   snprintf(tmp, sizeof tmp, "%s.%d.tmp", path, (int)getpid());
   FILE *f = fopen(tmp, "wb");
   if (!f) return tpu_error(TPU_E_INTERNAL, "cache: cannot write %s", tmp);
-  disk_hdr h = {{'T', 'P', 'U', 'G'}, TPUG_DISK_VERSION,
-                (uint32_t)sizeof(tpuir_node), tpuir_num_nodes(g),
-                tpuir_num_params(g), tpuir_num_outputs(g)};
-  int ok = fwrite(&h, sizeof h, 1, f) == 1;
-  for (int t = 0; ok && t < h.nnodes; t++) {
-    tpuir_node n = *tpuir_get_node(g, t);
-    n.list = NULL;
-    ok = fwrite(&n, sizeof n, 1, f) == 1;
-  }
-  for (int t = 0; ok && t < h.nnodes; t++) {
-    const tpuir_node *n = tpuir_get_node(g, t);
-    if (n->nlist)
-      ok = fwrite(n->list, sizeof(tpuir_val), (size_t)n->nlist, f) ==
-           (size_t)n->nlist;
-  }
-  for (int i = 0; ok && i < h.nouts; i++) {
-    tpuir_val v = tpuir_output(g, i);
-    ok = fwrite(&v, sizeof v, 1, f) == 1;
-  }
+  int ok = tpuir_write(g, f) == TPU_OK;
   ok &= fclose(f) == 0;
   if (!ok || rename(tmp, path) != 0) {
     unlink(tmp);
@@ -225,67 +201,7 @@ int tpug__graph_write(const tpuir_graph *g, const char *path) {
 tpuir_graph *tpug__graph_read(const char *path) {
   FILE *f = fopen(path, "rb");
   if (!f) return NULL;
-  disk_hdr h;
-  tpuir_node *nodes = NULL;
-  tpuir_graph *g = NULL;
-  tpuir_val *outs = NULL;
-  if (fread(&h, sizeof h, 1, f) != 1 || memcmp(h.magic, "TPUG", 4) != 0 ||
-      h.version != TPUG_DISK_VERSION || h.node_size != sizeof(tpuir_node) ||
-      h.nnodes < 0 || h.nouts < 0 || h.nnodes > (1 << 24))
-    goto bad;
-  nodes = calloc((size_t)h.nnodes + 1, sizeof *nodes);
-  outs = calloc((size_t)h.nouts + 1, sizeof *outs);
-  g = tpuir_graph_new();
-  if (!nodes || !outs || !g) goto bad;
-  if (fread(nodes, sizeof *nodes, (size_t)h.nnodes, f) != (size_t)h.nnodes)
-    goto bad;
-  for (int t = 0; t < h.nnodes; t++) {
-    tpuir_node *s = &nodes[t];
-    if (s->op < 0 || s->op >= TPUIR_NUM_OPS || s->nin < 0 || s->nin > 4 ||
-        s->nlist < 0)
-      goto bad;
-    for (int k = 0; k < s->nin; k++)
-      if (s->in[k] < 0 || s->in[k] >= t) goto bad;
-    if (s->op == TPUIR_PARAM) {
-      if (tpuir_param(g, s->dtype, s->ndim, s->sizes) != t) goto bad;
-      continue;
-    }
-    tpuir_val *list = NULL;
-    if (s->nlist) {
-      list = malloc((size_t)s->nlist * sizeof *list);
-      if (!list ||
-          fread(list, sizeof *list, (size_t)s->nlist, f) != (size_t)s->nlist) {
-        free(list);
-        goto bad;
-      }
-      for (int k = 0; k < s->nlist; k++)
-        if (list[k] < 0 || list[k] >= t) {
-          free(list);
-          goto bad;
-        }
-    }
-    tpuir_node *d = tpuir__new_node(g, s->op);
-    if (!d) {
-      free(list);
-      goto bad;
-    }
-    *d = *s;
-    d->list = list;
-    tpuir__commit(g);
-  }
-  if (fread(outs, sizeof *outs, (size_t)h.nouts, f) != (size_t)h.nouts)
-    goto bad;
-  if (tpuir_num_params(g) != h.nparams ||
-      tpuir_set_outputs(g, h.nouts, outs) != TPU_OK)
-    goto bad;
+  tpuir_graph *g = tpuir_read(f);
   fclose(f);
-  free(nodes);
-  free(outs);
   return g;
-bad:
-  fclose(f);
-  free(nodes);
-  free(outs);
-  tpuir_graph_free(g);
-  return NULL;
 }

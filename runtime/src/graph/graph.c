@@ -10,7 +10,6 @@
 #include <time.h>
 
 #include "graph/internal.h"
-#include "ir/internal.h"
 #include "tpu_exec.h"
 
 #define MAX_DEV 64
@@ -102,69 +101,9 @@ static gdev *dev_of(int d) {
 
 /* ---- hashing ------------------------------------------------------------- */
 
-typedef struct hh { uint64_t a, b; } hh;
-
-/* Two independent 64-bit lanes over 8-byte words (the tail zero-padded,
- * the length mixed in): the key of every recorded op is hashed on the
- * dispatch path, so this must cost a few cycles per word. */
-static inline void hword(hh *h, uint64_t w) {
-  h->a = (h->a ^ w) * 0x9e3779b97f4a7c15ull;
-  h->a ^= h->a >> 32;
-  h->b = (h->b + w + 0x632be59bd9b4e019ull) * 0xff51afd7ed558ccdull;
-  h->b ^= h->b >> 29;
-}
-static void hmix(hh *h, const void *p, size_t n) {
-  const unsigned char *c = p;
-  size_t i = 0;
-  for (; i + 8 <= n; i += 8) {
-    uint64_t w;
-    memcpy(&w, c + i, 8);
-    hword(h, w);
-  }
-  if (i < n) {
-    uint64_t w = 0;
-    memcpy(&w, c + i, n - i);
-    hword(h, w ^ ((uint64_t)(n - i) << 56));
-  }
-}
-#define HF(h, x) hmix((h), &(x), sizeof(x))
-
-static hh hinit(void) {
-  hh h = {14695981039346656037ull, 0x243f6a8885a308d3ull};
-  return h;
-}
-
-/* structural hash of an op graph; constants' values and rng seeds/offsets
- * never count (both are lifted into run-time parameters by the flush) */
-static void hash_graph(hh *h, const tpuir_graph *g, int loop) {
-  int nn = tpuir_num_nodes(g), no = tpuir_num_outputs(g);
-  HF(h, nn);
-  for (int t = 0; t < nn; t++) {
-    const tpuir_node *n = tpuir_get_node(g, t);
-    HF(h, n->op);
-    HF(h, n->dtype);
-    HF(h, n->ndim);
-    hmix(h, n->sizes, (size_t)n->ndim * sizeof(int64_t));
-    if (loop && n->op != TPUIR_DOT_GENERAL && n->op <= TPUIR_RNG) continue;
-    HF(h, n->nin);
-    hmix(h, n->in, (size_t)n->nin * sizeof(tpuir_val));
-    HF(h, n->nlist);
-    if (n->nlist) hmix(h, n->list, (size_t)n->nlist * sizeof(tpuir_val));
-    HF(h, n->kind);
-    HF(h, n->dim);
-    hmix(h, n->a, sizeof n->a);
-    hmix(h, n->b, sizeof n->b);
-    hmix(h, n->c, sizeof n->c);
-    hmix(h, n->d, sizeof n->d);
-    HF(h, n->na);
-    HF(h, n->nb);
-  }
-  HF(h, no);
-  for (int i = 0; i < no; i++) {
-    tpuir_val v = tpuir_output(g, i);
-    HF(h, v);
-  }
-}
+/* the graph's own structure is hashed by the IR (tpuir_hash); bindings and
+ * step signatures here with the same mixer (tpu_base.h) */
+#define HF(h, x) tpu_hash_bytes((h), &(x), sizeof(x))
 
 static uint64_t roll_step(uint64_t r, uint64_t sig) {
   r ^= sig + 0x9e3779b97f4a7c15ull + (r << 6) + (r >> 2);
@@ -456,24 +395,6 @@ static void resolve_param(gdev *D, const tpu_view *v, gbind *bd) {
 
 /* ---- merge ----------------------------------------------------------------- */
 
-static int copy_node(tpuir_graph *g, const tpuir_node *s, const tpuir_val *map) {
-  tpuir_val *list = NULL;
-  if (s->nlist) {
-    list = malloc((size_t)s->nlist * sizeof *list);
-    if (!list) return tpu_error(TPU_E_OOM, "fused eager: out of host memory");
-    for (int k = 0; k < s->nlist; k++) list[k] = map[s->list[k]];
-  }
-  tpuir_node *d = tpuir__new_node(g, s->op);
-  if (!d) {
-    free(list);
-    return tpu_error(TPU_E_OOM, "fused eager: out of host memory");
-  }
-  *d = *s;
-  for (int k = 0; k < s->nin; k++) d->in[k] = map[s->in[k]];
-  d->list = list;
-  return tpuir__commit(g);
-}
-
 /* live[k][i] flags flattened: out index base per op in obase */
 static int out_live(const gdev *D, int k, int i) {
   const gwriter *W = &D->w[D->ops[k].widx[i]];
@@ -523,7 +444,7 @@ static tpuir_graph *merge(gdev *D, int n) {
         v = tpuir_param(g, TPU_I64, 1, &two);
         if (v >= 0) v = tpuir_rng_dyn(g, s->kind, s->dtype, s->ndim, s->sizes, v);
       } else {
-        v = copy_node(g, s, map);
+        v = tpuir_copy_node(g, s, map);
       }
       if (v < 0) goto fail;
       map[t] = v;
@@ -665,7 +586,7 @@ static void remember_step(gdev *D, int len, uint64_t h) {
  * start = 0 gives the signature seen while recording after a flush) */
 static uint64_t op_sig(const gdev *D, int k, int start) {
   const gop *o = &D->ops[k];
-  hh h = hinit();
+  tpu_hash h = tpu_hash_init();
   HF(&h, o->sl);
   for (int j = 0; j < o->nin; j++) {
     const gbind *b = &o->bind[j];
@@ -752,7 +673,7 @@ static int flush_with(gdev *D, int reason, gtask **keep) {
   }
 
   /* key: op structure, bindings, live outputs */
-  hh h = hinit();
+  tpu_hash h = tpu_hash_init();
   uint32_t ver = 3; /* 2: rng keys lifted into parameters; 3: word hash */
   HF(&h, ver);
   HF(&h, D->np);
@@ -775,9 +696,9 @@ static int flush_with(gdev *D, int reason, gtask **keep) {
         int64_t rel = b->v.offset - W->offset;
         HF(&h, rel);
         HF(&h, b->v.ndim);
-        hmix(&h, b->v.sizes, sizeof(int64_t) * (size_t)b->v.ndim);
-        hmix(&h, b->v.strides, sizeof(int64_t) * (size_t)b->v.ndim);
-        hmix(&h, W->strides, sizeof(int64_t) * (size_t)W->ndim); /* a permuted W */
+        tpu_hash_bytes(&h, b->v.sizes, sizeof(int64_t) * (size_t)b->v.ndim);
+        tpu_hash_bytes(&h, b->v.strides, sizeof(int64_t) * (size_t)b->v.ndim);
+        tpu_hash_bytes(&h, W->strides, sizeof(int64_t) * (size_t)W->ndim); /* a permuted W */
       }
     }
     for (int i = 0; i < o->nout; i++) {
@@ -1162,12 +1083,12 @@ int tpug_submit(tpurt_stream *s, const tpuir_graph *g, int nin,
   o->owner = owner;
   o->bind = bind;
   o->widx = widx;
-  hh hk = hinit(), hl = hinit();
-  hash_graph(&hk, g, 0);
-  if (fuse) hash_graph(&hl, g, 1);
-  o->sk1 = hk.a;
-  o->sk2 = hk.b;
-  o->sl = hl.a;
+  uint64_t hk[2], hl[2] = {0, 0};
+  tpuir_hash(g, 0, hk);
+  if (fuse) tpuir_hash(g, TPUIR_HASH_LOOP, hl);
+  o->sk1 = hk[0];
+  o->sk2 = hk[1];
+  o->sl = hl[0];
   o->sb = fuse ? op_sig(D, k, 0) : 0;
   o->roll = roll_step(k ? D->ops[k - 1].roll : 0, o->sb);
   D->n++;

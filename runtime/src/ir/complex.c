@@ -10,9 +10,10 @@
 
 #include "ir/internal.h"
 
-/* New node of `op` with x's shape and dtype `dt` and one operand. */
-static tpuir_val unary_like(tpuir_graph *g, int op, tpuir_val x, int dt,
-                            const char *nm) {
+/* New node of `op` with x's shape and dtype `dt` and operand x (and y
+ * when y >= 0). */
+static tpuir_val part_node(tpuir_graph *g, int op, tpuir_val x, tpuir_val y, int dt,
+                           const char *nm) {
   const tpuir_node *xn = tpuir_get_node(g, x);
   int nd = xn->ndim;
   int64_t sizes[TPU_MAX_DIMS];
@@ -22,8 +23,9 @@ static tpuir_val unary_like(tpuir_graph *g, int op, tpuir_val x, int dt,
   n->dtype = dt;
   n->ndim = nd;
   for (int i = 0; i < nd; i++) n->sizes[i] = sizes[i];
-  n->nin = 1;
+  n->nin = y >= 0 ? 2 : 1;
   n->in[0] = x;
+  n->in[1] = y >= 0 ? y : 0;
   return tpuir__commit(g);
 }
 
@@ -32,7 +34,7 @@ tpuir_val tpuir_real(tpuir_graph *g, tpuir_val x) {
   int rc = tpuir__operand(g, x, "real", NULL);
   if (rc) return rc;
   int dt = tpuir_get_node(g, x)->dtype;
-  return unary_like(g, TPUIR_REAL, x, tpu_dtype_complex_part(dt), "real");
+  return part_node(g, TPUIR_REAL, x, -1, tpu_dtype_complex_part(dt), "real");
 }
 
 /* Imaginary part (complex -> part dtype; real -> zeros). */
@@ -40,14 +42,14 @@ tpuir_val tpuir_imag(tpuir_graph *g, tpuir_val x) {
   int rc = tpuir__operand(g, x, "imag", NULL);
   if (rc) return rc;
   int dt = tpuir_get_node(g, x)->dtype;
-  return unary_like(g, TPUIR_IMAG, x, tpu_dtype_complex_part(dt), "imag");
+  return part_node(g, TPUIR_IMAG, x, -1, tpu_dtype_complex_part(dt), "imag");
 }
 
 /* Complex conjugate. */
 tpuir_val tpuir_conj(tpuir_graph *g, tpuir_val x) {
   int rc = tpuir__operand(g, x, "conj", NULL);
   if (rc) return rc;
-  return unary_like(g, TPUIR_CONJ, x, tpuir_get_node(g, x)->dtype, "conj");
+  return part_node(g, TPUIR_CONJ, x, -1, tpuir_get_node(g, x)->dtype, "conj");
 }
 
 /* re + im*i. */
@@ -67,12 +69,7 @@ tpuir_val tpuir_complex(tpuir_graph *g, tpuir_val re, tpuir_val im) {
   for (int i = 0; same && i < a->ndim; i++) same = a->sizes[i] == b->sizes[i];
   if (!same)
     return tpu_error(TPU_E_INVALID, "complex: parts must have the same shape");
-  tpuir_val v = unary_like(g, TPUIR_COMPLEX, re, tpu_dtype_to_complex(a->dtype), "complex");
-  if (v < 0) return v;
-  tpuir_node *n = (tpuir_node *)tpuir_get_node(g, v);
-  n->nin = 2;
-  n->in[1] = im;
-  return v;
+  return part_node(g, TPUIR_COMPLEX, re, im, tpu_dtype_to_complex(a->dtype), "complex");
 }
 
 /* StableHLO fft over the trailing nlen dims. */

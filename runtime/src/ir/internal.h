@@ -1,5 +1,5 @@
 /* ir/internal.h - private hooks between ir/ir.c and the builders that live in
- * other ir/ files (ir/conv.c). Not installed. */
+ * other ir/ files (builders by family, ir/dump.c). Not installed. */
 #ifndef TPU_IR_INTERNAL_H
 #define TPU_IR_INTERNAL_H
 
@@ -19,14 +19,12 @@ tpuir_node *tpuir__new_node(tpuir_graph *g, int op);
 /* Commit the node most recently returned by tpuir__new_node; returns its
  * value id. Defined in ir/ir.c. */
 tpuir_val tpuir__commit(tpuir_graph *g);
-/* Attribute text of a CONVOLUTION / REDUCE_WINDOW / WINDOW_ARGMAX node for
- * tpuir_dump ("stride=[..], ..."), NUL-terminated in buf. Defined in
- * ir/conv.c. */
-void tpuir__window_attr_str(const tpuir_node *n, char *buf, size_t cap);
-
-/* Attribute text of a dense linear algebra node (CHOLESKY ... 
- * HOUSEHOLDER_PRODUCT) for tpuir_dump. Defined in ir/linalg.c. */
-void tpuir__linalg_attr_str(const tpuir_node *n, char *buf, size_t cap);
+/* "f32[4,8]" (dtype and sizes) into buf, always NUL-terminated. Defined in
+ * ir/ir.c; used by builder messages and the dump. */
+void tpuir__type_str(char *buf, size_t cap, int dtype, int ndim, const int64_t *sizes);
+/* Static names of a tpuir_reduce_kind / tpuir_rng_kind ("?" if invalid). */
+const char *tpuir__reduce_kind_name(int k);
+const char *tpuir__rng_kind_name(int k);
 /* dot_general of two complex operands (same dtype) as four real
  * dot_generals of their parts: (a+bi)(c+di) = (ac - bd) + (ad + bc)i.
  * Result dtype out_dtype (complex). Defined in ir/complex.c. */

@@ -69,83 +69,49 @@ void tpuir_graph_free(tpuir_graph *g) {
 
 /* ---- op names ---------------------------------------------------------- */
 
-static const char *const k_op_names[TPUIR_NUM_OPS] = {
-    [TPUIR_PARAM] = "param", [TPUIR_CONST] = "constant", [TPUIR_IOTA] = "iota",
-    [TPUIR_RNG] = "rng", [TPUIR_NEG] = "negate", [TPUIR_ABS] = "abs",
-    [TPUIR_SIGN] = "sign", [TPUIR_EXP] = "exponential",
-    [TPUIR_EXPM1] = "exponential_minus_one", [TPUIR_LOG] = "log",
-    [TPUIR_LOG1P] = "log_plus_one", [TPUIR_SQRT] = "sqrt",
-    [TPUIR_RSQRT] = "rsqrt", [TPUIR_SIN] = "sine", [TPUIR_COS] = "cosine",
-    [TPUIR_TAN] = "tan", [TPUIR_TANH] = "tanh", [TPUIR_ASIN] = "asin",
-    [TPUIR_ACOS] = "acos", [TPUIR_ATAN] = "atan", [TPUIR_SINH] = "sinh",
-    [TPUIR_COSH] = "cosh", [TPUIR_ASINH] = "asinh", [TPUIR_ACOSH] = "acosh",
-    [TPUIR_ATANH] = "atanh", [TPUIR_LOGISTIC] = "logistic",
-    [TPUIR_ERF] = "erf", [TPUIR_ERFINV] = "erf_inv", [TPUIR_LGAMMA] = "lgamma",
-    [TPUIR_DIGAMMA] = "digamma", [TPUIR_FLOOR] = "floor",
-    [TPUIR_CEIL] = "ceil", [TPUIR_ROUND_EVEN] = "round_nearest_even",
-    [TPUIR_TRUNC] = "trunc", [TPUIR_NOT] = "not",
-    [TPUIR_IS_FINITE] = "is_finite", [TPUIR_IS_NAN] = "is_nan",
-    [TPUIR_IS_INF] = "is_inf", [TPUIR_ADD] = "add", [TPUIR_SUB] = "subtract",
-    [TPUIR_MUL] = "multiply", [TPUIR_DIV] = "divide",
-    [TPUIR_REM] = "remainder", [TPUIR_POW] = "power", [TPUIR_MAX] = "maximum",
-    [TPUIR_MIN] = "minimum", [TPUIR_ATAN2] = "atan2", [TPUIR_AND] = "and",
-    [TPUIR_OR] = "or", [TPUIR_XOR] = "xor", [TPUIR_SHL] = "shift_left",
-    [TPUIR_SHR] = "shift_right", [TPUIR_EQ] = "compare_eq",
-    [TPUIR_NE] = "compare_ne", [TPUIR_LT] = "compare_lt",
-    [TPUIR_LE] = "compare_le", [TPUIR_GT] = "compare_gt",
-    [TPUIR_GE] = "compare_ge", [TPUIR_SELECT] = "select",
-    [TPUIR_CONVERT] = "convert", [TPUIR_BROADCAST_IN_DIM] = "broadcast_in_dim",
-    [TPUIR_RESHAPE] = "reshape", [TPUIR_TRANSPOSE] = "transpose",
-    [TPUIR_SLICE] = "slice", [TPUIR_CONCAT] = "concatenate",
-    [TPUIR_PAD] = "pad", [TPUIR_REVERSE] = "reverse",
-    [TPUIR_REDUCE] = "reduce", [TPUIR_ARGREDUCE] = "argreduce",
-    [TPUIR_DOT_GENERAL] = "dot_general", [TPUIR_GATHER] = "gather",
-    [TPUIR_INDEX_SELECT] = "index_select", [TPUIR_SCATTER_ADD] = "scatter_add",
-    [TPUIR_INDEX_ADD] = "index_add", [TPUIR_CONVOLUTION] = "convolution",
-    [TPUIR_REDUCE_WINDOW] = "reduce_window",
-    [TPUIR_WINDOW_ARGMAX] = "window_argmax",
-    [TPUIR_SORT] = "sort",
-    [TPUIR_EIGH] = "eigh", [TPUIR_SVD] = "svd",
-    [TPUIR_CHOLESKY] = "cholesky",
-    [TPUIR_TRIANGULAR_SOLVE] = "triangular_solve",
-    [TPUIR_LU] = "lu", [TPUIR_LU_PIVOTS_TO_PERM] = "lu_pivots_to_permutation",
-    [TPUIR_GEQRF] = "geqrf",
-    [TPUIR_HOUSEHOLDER_PRODUCT] = "householder_product",
-    [TPUIR_REAL] = "real", [TPUIR_IMAG] = "imag", [TPUIR_COMPLEX] = "complex",
-    [TPUIR_CONJ] = "conj", [TPUIR_FFT] = "fft",
-    [TPUIR_BESSEL_J0] = "bessel_j0", [TPUIR_BESSEL_J1] = "bessel_j1",
-    [TPUIR_BESSEL_Y0] = "bessel_y0", [TPUIR_BESSEL_Y1] = "bessel_y1",
-    [TPUIR_MBESSEL_I0] = "modified_bessel_i0",
-    [TPUIR_MBESSEL_I1] = "modified_bessel_i1",
-    [TPUIR_MBESSEL_K0] = "modified_bessel_k0",
-    [TPUIR_MBESSEL_K1] = "modified_bessel_k1",
-    [TPUIR_SMBESSEL_K0] = "scaled_modified_bessel_k0",
-    [TPUIR_SMBESSEL_K1] = "scaled_modified_bessel_k1",
-    [TPUIR_AIRY_AI] = "airy_ai", [TPUIR_SPH_BESSEL_J0] = "spherical_bessel_j0",
-    [TPUIR_ENTR] = "entr", [TPUIR_ERFCX] = "erfcx", [TPUIR_I0] = "i0",
-    [TPUIR_I0E] = "i0e", [TPUIR_I1] = "i1", [TPUIR_I1E] = "i1e",
-    [TPUIR_LOG_NDTR] = "log_ndtr", [TPUIR_NDTRI] = "ndtri",
-    [TPUIR_SINC] = "sinc", [TPUIR_FREXP_MANT] = "frexp_mantissa",
-    [TPUIR_FREXP_EXP] = "frexp_exponent", [TPUIR_ZETA] = "zeta",
-    [TPUIR_XLOG1PY] = "xlog1py", [TPUIR_IGAMMA] = "igamma",
-    [TPUIR_IGAMMAC] = "igammac", [TPUIR_NEXTAFTER] = "nextafter",
-    [TPUIR_CHEB_T] = "chebyshev_t", [TPUIR_CHEB_U] = "chebyshev_u",
-    [TPUIR_CHEB_V] = "chebyshev_v", [TPUIR_CHEB_W] = "chebyshev_w",
-    [TPUIR_SCHEB_T] = "shifted_chebyshev_t",
-    [TPUIR_SCHEB_U] = "shifted_chebyshev_u",
-    [TPUIR_SCHEB_V] = "shifted_chebyshev_v",
-    [TPUIR_SCHEB_W] = "shifted_chebyshev_w",
-    [TPUIR_HERMITE_H] = "hermite_h", [TPUIR_HERMITE_HE] = "hermite_he",
-    [TPUIR_LAGUERRE_L] = "laguerre_l", [TPUIR_LEGENDRE_P] = "legendre_p",
-    [TPUIR_GCD] = "gcd", [TPUIR_LCM] = "lcm",
-    [TPUIR_LDL] = "ldl", [TPUIR_LDL_SOLVE] = "ldl_solve",
-    [TPUIR_CUSTOM_CALL] = "custom_call",
+static const tpuir_op_info_t k_ops[TPUIR_NUM_OPS] = {
+#define OP_INFO_(id, name, arity, cls, fails, attrs) \
+  [TPUIR_##id] = {name, arity, TPUIR_CLASS_##cls, TPUIR_FAILS_##fails},
+    TPUIR_OPS(OP_INFO_)
+#undef OP_INFO_
 };
 
-/* Static name of an op ("add", "dot_general", ...); "?" if invalid. */
+const tpuir_op_info_t *tpuir_op_info(int op) {
+  return (op >= 0 && op < TPUIR_NUM_OPS) ? &k_ops[op] : NULL;
+}
+
 const char *tpuir_op_name(int op) {
-  if (op < 0 || op >= TPUIR_NUM_OPS || !k_op_names[op]) return "?";
-  return k_op_names[op];
+  return (op >= 0 && op < TPUIR_NUM_OPS) ? k_ops[op].name : "?";
+}
+
+int tpuir_op_is_elementwise(int op) {
+  if (op < 0 || op >= TPUIR_NUM_OPS) return 0;
+  switch ((tpuir_op_class)k_ops[op].cls) {
+  case TPUIR_CLASS_UNARY: case TPUIR_CLASS_PREDICATE: case TPUIR_CLASS_BINARY:
+  case TPUIR_CLASS_COMPARE: case TPUIR_CLASS_SELECT: case TPUIR_CLASS_CONVERT:
+  case TPUIR_CLASS_SPECIAL1: case TPUIR_CLASS_SPECIAL2:
+    return 1;
+  default: return 0;
+  }
+}
+
+int tpuir_node_can_fail(const tpuir_graph *g, tpuir_val v) {
+  const tpuir_node *n = tpuir_get_node(g, v);
+  if (!n) return 0;
+  switch ((tpuir_fails)k_ops[n->op].fails) {
+  case TPUIR_FAILS_NEVER: return 0;
+  case TPUIR_FAILS_ALWAYS: return 1;
+  case TPUIR_FAILS_DEPENDS: break;
+  }
+  switch (n->op) {
+  case TPUIR_DIV: case TPUIR_REM: case TPUIR_POW: {
+    int dt = g->nodes[n->in[0]].dtype;
+    return !tpu_dtype_is_float(dt) && !tpu_dtype_is_complex(dt);
+  }
+  case TPUIR_CHOLESKY: return (n->kind & TPUIR_CHOL_CHECK) != 0;
+  case TPUIR_EIGH: case TPUIR_SVD: return n->a[0] != 0; /* check_nan */
+  default: return 1; /* DEPENDS without a rule: assume it may fail */
+  }
 }
 
 static const char *short_dtype(int dt) {
@@ -155,18 +121,18 @@ static const char *short_dtype(int dt) {
   return (dt >= 0 && dt < TPU_NUM_DTYPES) ? k[dt] : "?";
 }
 
-static const char *reduce_kind_name(int k) {
+const char *tpuir__reduce_kind_name(int k) {
   static const char *const names[] = {"sum", "prod", "max", "min", "and", "or"};
   return (k >= 0 && k <= TPUIR_RED_OR) ? names[k] : "?";
 }
 
-static const char *rng_kind_name(int k) {
+const char *tpuir__rng_kind_name(int k) {
   static const char *const names[] = {"uniform", "normal", "bits"};
   return (k >= 0 && k <= TPUIR_RNG_BITS) ? names[k] : "?";
 }
 
-/* "f32[4,8]" into buf (always NUL-terminated). */
-static void type_str(char *buf, size_t cap, int dtype, int ndim,
+/* "f32[4,8]" into buf (always NUL-terminated); see ir/internal.h. */
+void tpuir__type_str(char *buf, size_t cap, int dtype, int ndim,
                      const int64_t *sizes) {
   size_t p = (size_t)snprintf(buf, cap, "%s[", short_dtype(dtype));
   for (int i = 0; i < ndim && p < cap; i++)
@@ -191,8 +157,16 @@ static tpuir_node *new_node(tpuir_graph *g, int op) {
   return nd;
 }
 
-/* Commit the node most recently returned by new_node. */
-static tpuir_val commit(tpuir_graph *g) { return g->n++; }
+/* Commit the node most recently returned by new_node (its operand count
+ * must be the op's arity in TPUIR_OPS: a builder bug otherwise). */
+static tpuir_val commit(tpuir_graph *g) {
+  const tpuir_node *n = &g->nodes[g->n];
+  int arity = k_ops[n->op].arity;
+  if (arity >= 0 ? n->nin != arity : n->nin != (n->nlist < 4 ? n->nlist : 4))
+    return tpu_error(TPU_E_INTERNAL, "IR builder bug: %s has %d operands, TPUIR_OPS says %d",
+                     k_ops[n->op].name, (int)n->nin, arity);
+  return g->n++;
+}
 
 /* Hooks for the builders in ir/conv.c (see ir/internal.h). */
 tpuir_node *tpuir__new_node(tpuir_graph *g, int op) { return new_node(g, op); }
@@ -249,8 +223,8 @@ static int64_t numel_of(const tpuir_node *n) {
 static int shape_mismatch(const char *what, const tpuir_node *a,
                           const tpuir_node *b, int code, const char *kind) {
   char sa[160], sb[160];
-  type_str(sa, sizeof sa, a->dtype, a->ndim, a->sizes);
-  type_str(sb, sizeof sb, b->dtype, b->ndim, b->sizes);
+  tpuir__type_str(sa, sizeof sa, a->dtype, a->ndim, a->sizes);
+  tpuir__type_str(sb, sizeof sb, b->dtype, b->ndim, b->sizes);
   return tpu_error(code, "%s: operands must have the same %s, got %s and %s",
                    what, kind, sa, sb);
 }
@@ -361,7 +335,7 @@ tpuir_val tpuir_rng(tpuir_graph *g, int kind, int dtype, int ndim,
   if (kind == TPUIR_RNG_BITS ? !tpu_dtype_is_int(dtype)
                              : !tpu_dtype_is_float(dtype))
     return tpu_error(TPU_E_TYPE, "rng: %s needs %s dtype, got %s",
-                     rng_kind_name(kind),
+                     tpuir__rng_kind_name(kind),
                      kind == TPUIR_RNG_BITS ? "an integer" : "a floating point",
                      tpu_dtype_name(dtype));
   int rc = check_sizes("rng", ndim, sizes);
@@ -392,8 +366,14 @@ tpuir_val tpuir_rng_dyn(tpuir_graph *g, int kind, int dtype, int ndim,
 
 /* ---- elementwise ------------------------------------------------------- */
 
-static int is_unary(int op) { return op >= TPUIR_NEG && op <= TPUIR_IS_INF; }
-static int is_binary(int op) { return op >= TPUIR_ADD && op <= TPUIR_GE; }
+static int is_unary(int op) {
+  int c = op >= 0 && op < TPUIR_NUM_OPS ? k_ops[op].cls : -1;
+  return c == TPUIR_CLASS_UNARY || c == TPUIR_CLASS_PREDICATE;
+}
+static int is_binary(int op) {
+  int c = op >= 0 && op < TPUIR_NUM_OPS ? k_ops[op].cls : -1;
+  return c == TPUIR_CLASS_BINARY || c == TPUIR_CLASS_COMPARE;
+}
 
 /* Unary elementwise op; see tpu_ir.h for result dtypes. */
 tpuir_val tpuir_unary(tpuir_graph *g, int op, tpuir_val x) {
@@ -606,7 +586,7 @@ tpuir_val tpuir_reshape(tpuir_graph *g, tpuir_val x, int ndim,
   for (int i = 0; i < ndim; i++) n *= sizes[i];
   if (n != numel_of(xn)) {
     char s[160];
-    type_str(s, sizeof s, xn->dtype, ndim, sizes);
+    tpuir__type_str(s, sizeof s, xn->dtype, ndim, sizes);
     return tpu_error(TPU_E_INVALID,
                      "reshape: shape '%s' is invalid for input of size %lld", s,
                      (long long)numel_of(xn));
@@ -808,10 +788,10 @@ tpuir_val tpuir_reduce(tpuir_graph *g, int kind, tpuir_val x, int ndims,
   const tpuir_node *xn = val(g, x);
   if (tpu_dtype_is_complex(xn->dtype) && kind != TPUIR_RED_SUM && kind != TPUIR_RED_PROD)
     return tpu_error(TPU_E_TYPE, "reduce: %s is not defined for complex operands",
-                     reduce_kind_name(kind));
+                     tpuir__reduce_kind_name(kind));
   if ((kind == TPUIR_RED_AND || kind == TPUIR_RED_OR) && xn->dtype != TPU_BOOL)
     return tpu_error(TPU_E_TYPE, "reduce: %s needs a bool operand, got %s",
-                     reduce_kind_name(kind), tpu_dtype_name(xn->dtype));
+                     tpuir__reduce_kind_name(kind), tpu_dtype_name(xn->dtype));
   if ((rc = check_dims("reduce", ndims, dims, xn->ndim))) return rc;
   tpuir_node *nd = new_node(g, TPUIR_REDUCE);
   if (!nd) return tpu_error(TPU_E_OOM, "reduce: out of host memory");
@@ -1097,8 +1077,8 @@ tpuir_val tpuir_index_add(tpuir_graph *g, tpuir_val base, int dim,
   if (bn->ndim == 0) ok = sn->ndim == 0 && ni == 1;
   if (!ok) {
     char sb[160], ss[160];
-    type_str(sb, sizeof sb, bn->dtype, bn->ndim, bn->sizes);
-    type_str(ss, sizeof ss, sn->dtype, sn->ndim, sn->sizes);
+    tpuir__type_str(sb, sizeof sb, bn->dtype, bn->ndim, bn->sizes);
+    tpuir__type_str(ss, sizeof ss, sn->dtype, sn->ndim, sn->sizes);
     return tpu_error(TPU_E_INVALID,
                      "index_add(): source %s must have the shape of self %s "
                      "with size %lld at dim %d",
@@ -1173,219 +1153,30 @@ int tpuir_value_info(const tpuir_graph *g, tpuir_val v, int *dtype, int *ndim,
   return TPU_OK;
 }
 
-/* ---- dump -------------------------------------------------------------- */
-
-typedef struct sbuf {
-  char *buf;
-  size_t cap, len;
-} sbuf;
-
-__attribute__((format(printf, 2, 3))) static void sb_printf(sbuf *s,
-                                                             const char *fmt,
-                                                             ...) {
-  char tmp[512];
-  va_list ap;
-  va_start(ap, fmt);
-  int k = vsnprintf(tmp, sizeof tmp, fmt, ap);
-  va_end(ap);
-  if (k < 0) return;
-  size_t n = (size_t)k < sizeof tmp ? (size_t)k : sizeof tmp - 1;
-  if (s->cap > 0 && s->len < s->cap - 1) {
-    size_t room = s->cap - 1 - s->len;
-    memcpy(s->buf + s->len, tmp, n < room ? n : room);
-    s->buf[s->len + (n < room ? n : room)] = 0;
+tpuir_val tpuir_copy_node(tpuir_graph *g, const tpuir_node *s, const tpuir_val *map) {
+  if (!s || s->op < 0 || s->op >= TPUIR_NUM_OPS)
+    return tpu_error(TPU_E_INVALID, "tpuir_copy_node: not a node");
+  if (s->op == TPUIR_PARAM) return tpuir_param(g, s->dtype, s->ndim, s->sizes);
+  tpuir_val *list = NULL;
+  if (s->nlist) {
+    list = malloc((size_t)s->nlist * sizeof *list);
+    if (!list) return tpu_error(TPU_E_OOM, "tpuir_copy_node: out of host memory");
+    for (int k = 0; k < s->nlist; k++) list[k] = map[s->list[k]];
   }
-  s->len += n;
-}
-
-static void sb_ints(sbuf *s, const char *name, int n, const int64_t *v) {
-  sb_printf(s, "%s=[", name);
-  for (int i = 0; i < n; i++) sb_printf(s, i ? ",%lld" : "%lld", (long long)v[i]);
-  sb_printf(s, "]");
-}
-
-/* Human-readable listing, one line per node: `%3 = add(%1, %2) : f32[4,8]`,
- * followed by `return %a, %b`. Returns the length it needed. */
-size_t tpuir_dump(const tpuir_graph *g, char *buf, size_t cap) {
-  sbuf s = {buf, cap, 0};
-  if (buf && cap) buf[0] = 0;
-  for (int32_t v = 0; v < g->n; v++) {
-    const tpuir_node *n = &g->nodes[v];
-    sb_printf(&s, "%%%d = %s(", (int)v, tpuir_op_name(n->op));
-    if (n->nlist) { /* CONCAT, CUSTOM_CALL */
-      for (int i = 0; i < n->nlist; i++)
-        sb_printf(&s, i ? ", %%%d" : "%%%d", (int)n->list[i]);
-    } else {
-      for (int i = 0; i < n->nin; i++)
-        sb_printf(&s, i ? ", %%%d" : "%%%d", (int)n->in[i]);
+  for (int k = 0; k < s->nin; k++)
+    if (map[s->in[k]] < 0 || map[s->in[k]] >= g->n) {
+      free(list);
+      return tpu_error(TPU_E_INVALID, "tpuir_copy_node: operand %d not mapped", k);
     }
-    sb_printf(&s, ")");
-    switch (n->op) {
-    case TPUIR_PARAM: sb_printf(&s, " {index=%d}", (int)n->dim); break;
-    case TPUIR_CONST:
-      if (tpu_dtype_is_float(n->dtype)) sb_printf(&s, " {value=%.17g}", n->fval);
-      else sb_printf(&s, " {value=%lld}", (long long)n->ival);
-      break;
-    case TPUIR_IOTA: sb_printf(&s, " {dim=%d}", (int)n->dim); break;
-    case TPUIR_RNG:
-      sb_printf(&s, " {kind=%s, seed=%llu, offset=%llu}", rng_kind_name(n->kind),
-                (unsigned long long)n->seed, (unsigned long long)n->offset);
-      break;
-    case TPUIR_BROADCAST_IN_DIM:
-    case TPUIR_REVERSE:
-      sb_printf(&s, " {");
-      sb_ints(&s, "dims", n->na, n->a);
-      sb_printf(&s, "}");
-      break;
-    case TPUIR_TRANSPOSE:
-      sb_printf(&s, " {");
-      sb_ints(&s, "perm", n->na, n->a);
-      sb_printf(&s, "}");
-      break;
-    case TPUIR_SLICE:
-      sb_printf(&s, " {");
-      sb_ints(&s, "start", n->na, n->a);
-      sb_printf(&s, ", ");
-      sb_ints(&s, "limit", n->na, n->b);
-      sb_printf(&s, ", ");
-      sb_ints(&s, "stride", n->na, n->c);
-      sb_printf(&s, "}");
-      break;
-    case TPUIR_PAD:
-      sb_printf(&s, " {");
-      sb_ints(&s, "lo", n->na, n->a);
-      sb_printf(&s, ", ");
-      sb_ints(&s, "hi", n->na, n->b);
-      sb_printf(&s, ", ");
-      sb_ints(&s, "interior", n->na, n->c);
-      sb_printf(&s, "}");
-      break;
-    case TPUIR_CONCAT:
-    case TPUIR_GATHER:
-    case TPUIR_INDEX_SELECT:
-    case TPUIR_SCATTER_ADD:
-    case TPUIR_INDEX_ADD:
-      sb_printf(&s, " {dim=%d}", (int)n->dim);
-      break;
-    case TPUIR_REDUCE:
-      sb_printf(&s, " {kind=%s, ", reduce_kind_name(n->kind));
-      sb_ints(&s, "dims", n->na, n->a);
-      sb_printf(&s, "}");
-      break;
-    case TPUIR_ARGREDUCE:
-      sb_printf(&s, " {kind=%s, dim=%d}", reduce_kind_name(n->kind), (int)n->dim);
-      break;
-    case TPUIR_SORT:
-      sb_printf(&s, " {dim=%d, descending=%d, result=%s}", (int)n->dim, (int)n->a[0],
-                n->kind == TPUIR_SORT_INDICES ? "indices" : "values");
-      break;
-    case TPUIR_FFT:
-      sb_printf(&s, " {fft_type=%s, ", n->kind == TPUIR_FFT_FWD ? "FFT"
-                : n->kind == TPUIR_FFT_INV ? "IFFT" : n->kind == TPUIR_FFT_RFFT ? "RFFT" : "IRFFT");
-      sb_ints(&s, "fft_length", n->na, n->a);
-      sb_printf(&s, "}");
-      break;
-    case TPUIR_DOT_GENERAL:
-      sb_printf(&s, " {");
-      sb_ints(&s, "lhs_batch", n->na, n->a);
-      sb_printf(&s, ", ");
-      sb_ints(&s, "rhs_batch", n->na, n->b);
-      sb_printf(&s, ", ");
-      sb_ints(&s, "lhs_contract", n->nb, n->c);
-      sb_printf(&s, ", ");
-      sb_ints(&s, "rhs_contract", n->nb, n->d);
-      sb_printf(&s, ", precision=%d}", (int)n->kind);
-      break;
-    case TPUIR_CONVOLUTION:
-    case TPUIR_REDUCE_WINDOW:
-    case TPUIR_WINDOW_ARGMAX: {
-      char at[400];
-      tpuir__window_attr_str(n, at, sizeof at);
-      sb_printf(&s, " {%s}", at);
-      break;
-    }
-    case TPUIR_EIGH:
-      sb_printf(&s, " {uplo=%s, compute_v=%d, check_nan=%d}",
-                n->kind ? "L" : "U", (int)n->dim, (int)n->a[0]);
-      break;
-    case TPUIR_SVD:
-      sb_printf(&s, " {compute_uv=%d, full_matrices=%d, check_nan=%d}",
-                (int)n->kind, (int)n->dim, (int)n->a[0]);
-      break;
-    case TPUIR_CHOLESKY:
-    case TPUIR_TRIANGULAR_SOLVE:
-    case TPUIR_LU:
-    case TPUIR_LU_PIVOTS_TO_PERM:
-    case TPUIR_GEQRF:
-    case TPUIR_HOUSEHOLDER_PRODUCT:
-    case TPUIR_LDL:
-    case TPUIR_LDL_SOLVE: {
-      char at[200];
-      tpuir__linalg_attr_str(n, at, sizeof at);
-      sb_printf(&s, " {%s}", at);
-      break;
-    }
-    case TPUIR_CUSTOM_CALL:
-      sb_printf(&s, " {kernel=%016llx, result=%d of %d}", (unsigned long long)n->a[0],
-                (int)n->dim, (int)n->kind);
-      break;
-    default: break;
-    }
-    char ts[200];
-    type_str(ts, sizeof ts, n->dtype, n->ndim, n->sizes);
-    sb_printf(&s, " : %s\n", ts);
+  tpuir_node *d = new_node(g, s->op);
+  if (!d) {
+    free(list);
+    return tpu_error(TPU_E_OOM, "tpuir_copy_node: out of host memory");
   }
-  sb_printf(&s, "return");
-  for (int i = 0; i < g->nouts; i++)
-    sb_printf(&s, i ? ", %%%d" : " %%%d", (int)g->outs[i]);
-  sb_printf(&s, "\n");
-  return s.len;
-}
-
-/* ---- hash -------------------------------------------------------------- */
-
-static uint64_t fnv(uint64_t h, const void *p, size_t n) {
-  const unsigned char *c = p;
-  for (size_t i = 0; i < n; i++) {
-    h ^= c[i];
-    h *= 1099511628211ull;
-  }
-  return h;
-}
-
-#define FNV_FIELD(h, x) ((h) = fnv((h), &(x), sizeof(x)))
-
-/* Structural FNV-1a hash over every node (op, dtype, shape, operands,
- * attributes, constants, rng seed/offset), the params and the outputs. */
-uint64_t tpuir_hash(const tpuir_graph *g) {
-  uint64_t h = 14695981039346656037ull;
-  FNV_FIELD(h, g->n);
-  FNV_FIELD(h, g->nparams);
-  for (int32_t v = 0; v < g->n; v++) {
-    const tpuir_node *n = &g->nodes[v];
-    FNV_FIELD(h, n->op);
-    FNV_FIELD(h, n->dtype);
-    FNV_FIELD(h, n->ndim);
-    h = fnv(h, n->sizes, (size_t)n->ndim * sizeof(int64_t));
-    FNV_FIELD(h, n->nin);
-    h = fnv(h, n->in, (size_t)n->nin * sizeof(tpuir_val));
-    FNV_FIELD(h, n->nlist);
-    if (n->nlist) h = fnv(h, n->list, (size_t)n->nlist * sizeof(tpuir_val));
-    FNV_FIELD(h, n->kind);
-    FNV_FIELD(h, n->dim);
-    /* attribute arrays are zero beyond their used length (new_node) */
-    h = fnv(h, n->a, sizeof n->a);
-    h = fnv(h, n->b, sizeof n->b);
-    h = fnv(h, n->c, sizeof n->c);
-    h = fnv(h, n->d, sizeof n->d);
-    FNV_FIELD(h, n->na);
-    FNV_FIELD(h, n->nb);
-    FNV_FIELD(h, n->fval);
-    FNV_FIELD(h, n->ival);
-    FNV_FIELD(h, n->seed);
-    FNV_FIELD(h, n->offset);
-  }
-  FNV_FIELD(h, g->nouts);
-  if (g->nouts) h = fnv(h, g->outs, (size_t)g->nouts * sizeof(tpuir_val));
-  return h;
+  *d = *s;
+  for (int k = 0; k < s->nin; k++) d->in[k] = map[s->in[k]];
+  d->list = list;
+  tpuir_val v = commit(g);
+  if (v < 0) free(list);
+  return v;
 }

@@ -253,32 +253,3 @@ tpuir_val tpuir_ldl_solve(tpuir_graph *g, tpuir_val ld, tpuir_val pivots, tpuir_
   nd->in[2] = b;
   return tpuir__commit(g);
 }
-
-/* Dump text of the attributes (see ir/internal.h). */
-void tpuir__linalg_attr_str(const tpuir_node *n, char *buf, size_t cap) {
-  static const char *const chol[] = {"factor", "info"};
-  static const char *const lu[] = {"packed", "pivots", "info", "permutation"};
-  static const char *const qr[] = {"packed", "tau"};
-  int r = n->dim;
-  switch (n->op) {
-  case TPUIR_CHOLESKY:
-    snprintf(buf, cap, "lower=%d, check=%d, result=%s", n->kind & 1, (n->kind >> 1) & 1,
-             r >= 0 && r < 2 ? chol[r] : "?");
-    break;
-  case TPUIR_TRIANGULAR_SOLVE:
-    snprintf(buf, cap, "left_side=%d, lower=%d, unit_diagonal=%d, transpose_a=%d",
-             n->kind & 1, (n->kind >> 1) & 1, (n->kind >> 2) & 1, (n->kind >> 3) & 1);
-    break;
-  case TPUIR_LU:
-    snprintf(buf, cap, "result=%s", r >= 0 && r < 4 ? lu[r] : "?");
-    break;
-  case TPUIR_LU_PIVOTS_TO_PERM: snprintf(buf, cap, "m=%d", r); break;
-  case TPUIR_GEQRF:
-    snprintf(buf, cap, "result=%s", r >= 0 && r < 2 ? qr[r] : "?");
-    break;
-  case TPUIR_LDL:
-    snprintf(buf, cap, "result=%s", r == 0 ? "ld" : r == 1 ? "pivots" : r == 2 ? "info" : "?");
-    break;
-  default: snprintf(buf, cap, "%s", ""); break;
-  }
-}

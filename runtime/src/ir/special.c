@@ -1,5 +1,5 @@
 /* ir/special.c - IR builders for the special-function elementwise ops
- * (TPUIR_BESSEL_J0 .. TPUIR_LCM, see tpu_ir.h): operand validation and
+ * (classes TPUIR_CLASS_SPECIAL1/2 in TPUIR_OPS, tpu_ir.h): operand validation and
  * result shape/dtype. They use the plain unary / binary node layout
  * (in[0], in[1]; no attributes), so tpuir_hash and tpuir_dump need nothing
  * more, and the executor fuses them like the other elementwise ops.
@@ -28,7 +28,8 @@ static tpuir_val append(tpuir_graph *g, int op, int dtype, int nin,
 
 /* Unary special function of a float value (see tpu_ir.h). */
 tpuir_val tpuir_special_unary(tpuir_graph *g, int op, tpuir_val x) {
-  if (op < TPUIR_BESSEL_J0 || op > TPUIR_FREXP_EXP)
+  const tpuir_op_info_t *oi = tpuir_op_info(op);
+  if (!oi || oi->cls != TPUIR_CLASS_SPECIAL1)
     return tpu_error(TPU_E_INVALID, "special_unary: op %d (%s) is not a unary "
                      "special function", op, tpuir_op_name(op));
   const char *nm = tpuir_op_name(op);
@@ -44,7 +45,8 @@ tpuir_val tpuir_special_unary(tpuir_graph *g, int op, tpuir_val x) {
 /* Binary special function of two values of one shape and dtype. */
 tpuir_val tpuir_special_binary(tpuir_graph *g, int op, tpuir_val a,
                                tpuir_val b) {
-  if (op < TPUIR_ZETA || op > TPUIR_LCM)
+  const tpuir_op_info_t *oi = tpuir_op_info(op);
+  if (!oi || oi->cls != TPUIR_CLASS_SPECIAL2)
     return tpu_error(TPU_E_INVALID, "special_binary: op %d (%s) is not a "
                      "binary special function", op, tpuir_op_name(op));
   const char *nm = tpuir_op_name(op);

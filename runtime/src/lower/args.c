@@ -435,7 +435,7 @@ int lw_bcast_shape(const lw_b *b, int n, const tpuir_val *vs, int *ndim,
 }
 
 int lw_bcast_all(lw_b *b, int n, tpuir_val *vs) {
-  int nd;
+  int nd = 0;
   int64_t sizes[TPU_MAX_DIMS];
   int rc = lw_bcast_shape(b, n, vs, &nd, sizes);
   if (rc < 0) return rc;

@@ -1,16 +1,14 @@
 /* lower/complex.c - lowerings for complex tensors: complex, polar, angle,
  * abs/sgn of complex values, conj_physical, sum/mean/prod/vdot of complex
- * values, pow, normal_ and linalg_vector_norm on complex tensors; and the
- * complex gate of the lowering driver.
+ * values, pow, normal_ and linalg_vector_norm on complex tensors.
  *
- * The gate (lw_complex_row): a call with a complex tensor, dtype or Scalar
- * argument runs natively only through (1) a row of this family or of
- * lower/fft.c, (2) an override row below written for complex operands
- * (same ATen name as a real-only row of another family), or (3) a row of
- * another family listed in k_complex_ok, whose lowering is known to be
- * correct for complex values (data movement, or arithmetic whose IR ops
- * accept complex operands). Anything else is TPU_E_UNSUPPORTED, so real-
- * only lowerings never see complex inputs.
+ * A call with a complex tensor, dtype or Scalar argument runs natively only
+ * through (1) a row of this family or of lower/fft.c, (2) a LW_COMPLEX_ONLY
+ * row below written for complex operands (same ATen name as a real-only row
+ * of another family), or (3) a row of another family flagged LW_COMPLEX_OK,
+ * whose lowering is known to be correct for complex values (data movement,
+ * or arithmetic whose IR ops accept complex operands). Anything else is
+ * TPU_E_UNSUPPORTED, so real-only lowerings never see complex inputs.
  */
 #include <math.h>
 #include <stdlib.h>
@@ -241,55 +239,26 @@ const lw_row lw_rows_complex[] = {
     {"angle", angle_fn, C_ANGLE}, {"angle.out", angle_fn, C_ANGLE},
     {"_conj_physical", cunary_fn, C_CONJ}, {"conj_physical.out", cunary_fn, C_CONJ},
     {"conj_physical_", cunary_fn, C_CONJ},
+    /* complex calls of ops that other families lower for real dtypes */
+    {"abs", cunary_fn, C_ABS, LW_COMPLEX_ONLY}, {"abs.out", cunary_fn, C_ABS, LW_COMPLEX_ONLY},
+    {"sgn", cunary_fn, C_SGN, LW_COMPLEX_ONLY}, {"sgn.out", cunary_fn, C_SGN, LW_COMPLEX_ONLY}, {"sgn_", cunary_fn, C_SGN, LW_COMPLEX_ONLY},
+    {"isnan", cunary_fn, C_ISNAN, LW_COMPLEX_ONLY}, {"isnan.out", cunary_fn, C_ISNAN, LW_COMPLEX_ONLY},
+    {"isinf", cunary_fn, C_ISINF, LW_COMPLEX_ONLY}, {"isinf.out", cunary_fn, C_ISINF, LW_COMPLEX_ONLY},
+    {"sum", csum_fn, C_SUM, LW_COMPLEX_ONLY}, {"sum.dim_IntList", csum_fn, C_SUM, LW_COMPLEX_ONLY},
+    {"sum.IntList_out", csum_fn, C_SUM, LW_COMPLEX_ONLY}, {"sum.out", csum_fn, C_SUM, LW_COMPLEX_ONLY},
+    {"mean", csum_fn, C_MEAN, LW_COMPLEX_ONLY}, {"mean.dim", csum_fn, C_MEAN, LW_COMPLEX_ONLY},
+    {"mean.out", csum_fn, C_MEAN, LW_COMPLEX_ONLY}, {"mean.dtype_out", csum_fn, C_MEAN, LW_COMPLEX_ONLY},
+    {"vdot", vdot_fn, C_VDOT, LW_COMPLEX_ONLY}, {"vdot.out", vdot_fn, C_VDOT, LW_COMPLEX_ONLY},
+    {"prod", csum_fn, C_PROD, LW_COMPLEX_ONLY}, {"prod.dim_int", csum_fn, C_PROD, LW_COMPLEX_ONLY},
+    {"prod.int_out", csum_fn, C_PROD, LW_COMPLEX_ONLY}, {"prod.out", csum_fn, C_PROD, LW_COMPLEX_ONLY},
+    {"pow.Tensor_Tensor", cpow_fn, 0, LW_COMPLEX_ONLY}, {"pow.Tensor_Tensor_out", cpow_fn, 0, LW_COMPLEX_ONLY},
+    {"pow.Tensor_Scalar", cpow_fn, 0, LW_COMPLEX_ONLY}, {"pow.Tensor_Scalar_out", cpow_fn, 0, LW_COMPLEX_ONLY},
+    {"pow.Scalar", cpow_fn, 0, LW_COMPLEX_ONLY}, {"pow.Scalar_out", cpow_fn, 0, LW_COMPLEX_ONLY},
+    {"pow_.Tensor", cpow_fn, 0, LW_COMPLEX_ONLY}, {"pow_.Scalar", cpow_fn, 0, LW_COMPLEX_ONLY},
+    {"normal_", cnormal_fn, 0, LW_COMPLEX_ONLY},
+    {"linalg_vector_norm", cnorm_fn, 0, LW_COMPLEX_ONLY}, {"linalg_vector_norm.out", cnorm_fn, 0, LW_COMPLEX_ONLY},
 };
 const int lw_nrows_complex = (int)(sizeof lw_rows_complex / sizeof lw_rows_complex[0]);
-
-/* complex versions of rows that other families lower for real dtypes */
-static const lw_row k_overrides[] = {
-    {"abs", cunary_fn, C_ABS}, {"abs.out", cunary_fn, C_ABS},
-    {"sgn", cunary_fn, C_SGN}, {"sgn.out", cunary_fn, C_SGN}, {"sgn_", cunary_fn, C_SGN},
-    {"isnan", cunary_fn, C_ISNAN}, {"isnan.out", cunary_fn, C_ISNAN},
-    {"isinf", cunary_fn, C_ISINF}, {"isinf.out", cunary_fn, C_ISINF},
-    {"sum", csum_fn, C_SUM}, {"sum.dim_IntList", csum_fn, C_SUM},
-    {"sum.IntList_out", csum_fn, C_SUM}, {"sum.out", csum_fn, C_SUM},
-    {"mean", csum_fn, C_MEAN}, {"mean.dim", csum_fn, C_MEAN},
-    {"mean.out", csum_fn, C_MEAN}, {"mean.dtype_out", csum_fn, C_MEAN},
-    {"vdot", vdot_fn, C_VDOT}, {"vdot.out", vdot_fn, C_VDOT},
-    {"prod", csum_fn, C_PROD}, {"prod.dim_int", csum_fn, C_PROD},
-    {"prod.int_out", csum_fn, C_PROD}, {"prod.out", csum_fn, C_PROD},
-    {"pow.Tensor_Tensor", cpow_fn, 0}, {"pow.Tensor_Tensor_out", cpow_fn, 0},
-    {"pow.Tensor_Scalar", cpow_fn, 0}, {"pow.Tensor_Scalar_out", cpow_fn, 0},
-    {"pow.Scalar", cpow_fn, 0}, {"pow.Scalar_out", cpow_fn, 0},
-    {"pow_.Tensor", cpow_fn, 0}, {"pow_.Scalar", cpow_fn, 0},
-    {"normal_", cnormal_fn, 0},
-    {"linalg_vector_norm", cnorm_fn, 0}, {"linalg_vector_norm.out", cnorm_fn, 0},
-};
-
-/* rows of other families that are correct for complex operands */
-static const char *const k_complex_ok[] = {
-    /* data movement */
-    "cat", "cat.out", "stack", "stack.out", "flip", "flip.out", "roll", "roll.out",
-    "constant_pad_nd", "constant_pad_nd.out",
-    "narrow_copy", "narrow_copy.out", "index_select", "index_select.out", "gather",
-    "gather.out", "index.Tensor", "index.Tensor_out", "take", "take.out", "tril",
-    "tril.out", "tril_", "triu", "triu.out", "triu_", "where.self", "where.self_out",
-    "zero_", "fill_.Scalar", "fill_.Tensor", "masked_fill.Scalar", "masked_fill_.Scalar",
-    "masked_fill.Scalar_out", "masked_fill.Tensor", "masked_fill_.Tensor",
-    "masked_fill.Tensor_out",
-    /* arithmetic on IR ops that accept complex operands */
-    "add.Tensor", "add.out", "add_.Tensor", "add.Scalar", "add.Scalar_out", "add_.Scalar",
-    "sub.Tensor", "sub.out", "sub_.Tensor", "sub.Scalar", "sub.Scalar_out", "sub_.Scalar",
-    "rsub.Tensor", "rsub.Tensor_out", "rsub.Scalar", "rsub.Scalar_out",
-    "mul.Tensor", "mul.out", "mul_.Tensor", "mul.Scalar", "mul.Scalar_out", "mul_.Scalar",
-    "div.Tensor", "div.out", "div_.Tensor", "div.Scalar", "div.Scalar_out", "div_.Scalar",
-    "eq.Tensor", "eq.Tensor_out", "eq.Scalar", "eq.Scalar_out",
-    "ne.Tensor", "ne.Tensor_out", "ne.Scalar", "ne.Scalar_out",
-    "neg", "neg.out", "neg_", "exp", "exp.out", "exp_", "log", "log.out", "log_",
-    "sqrt", "sqrt.out", "sqrt_", "rsqrt", "rsqrt.out", "rsqrt_", "sin", "sin.out", "sin_",
-    "cos", "cos.out", "cos_", "tanh", "tanh.out", "tanh_", "sigmoid", "sigmoid.out",
-    "sigmoid_", "reciprocal", "reciprocal.out", "reciprocal_",
-    "mm", "mm.out", "bmm", "bmm.out", "mv", "mv.out", "dot", "dot.out",
-};
 
 /* 1 if any argument of the call is complex (tensor, dtype or Scalar). */
 int lw_call_is_complex(const tpulw_arg *args, int nargs) {
@@ -305,24 +274,4 @@ int lw_call_is_complex(const tpulw_arg *args, int nargs) {
           return 1;
   }
   return 0;
-}
-
-static int in_rows(const char *key, const lw_row *rows, int n) {
-  for (int i = 0; i < n; i++)
-    if (strcmp(rows[i].name, key) == 0) return 1;
-  return 0;
-}
-
-/* The row that lowers a complex call of `key` ("add.Tensor"), given the
- * table's row (may be NULL); NULL when there is none. */
-const lw_row *lw_complex_row(const char *key, const lw_row *row) {
-  for (size_t i = 0; i < sizeof k_overrides / sizeof k_overrides[0]; i++)
-    if (strcmp(k_overrides[i].name, key) == 0) return &k_overrides[i];
-  if (!row) return NULL;
-  if (in_rows(key, lw_rows_complex, lw_nrows_complex) ||
-      in_rows(key, lw_rows_fft, lw_nrows_fft))
-    return row;
-  for (size_t i = 0; i < sizeof k_complex_ok / sizeof k_complex_ok[0]; i++)
-    if (strcmp(k_complex_ok[i], key) == 0) return row;
-  return NULL;
 }

@@ -199,17 +199,17 @@ bad_expand: {
 }
 }
 
-#define LIN3(n, code) {n, mm_fn, code}, {n ".out", mm_fn, code}
+#define LIN3(n, code, ...) {n, mm_fn, code, __VA_ARGS__}, {n ".out", mm_fn, code, __VA_ARGS__}
 
 const lw_row lw_rows_linalg[] = {
-    LIN3("mm", L_MM),
-    LIN3("bmm", L_BMM),
+    LIN3("mm", L_MM, LW_COMPLEX_OK),
+    LIN3("bmm", L_BMM, LW_COMPLEX_OK),
     LIN3("addmm", L_ADDMM), {"addmm_", mm_fn, L_ADDMM},
     LIN3("baddbmm", L_BADDBMM), {"baddbmm_", mm_fn, L_BADDBMM},
     LIN3("addbmm", L_ADDBMM), {"addbmm_", mm_fn, L_ADDBMM},
     LIN3("addmv", L_ADDMV), {"addmv_", mm_fn, L_ADDMV},
-    LIN3("mv", L_MV),
-    LIN3("dot", L_DOT),
+    LIN3("mv", L_MV, LW_COMPLEX_OK),
+    LIN3("dot", L_DOT, LW_COMPLEX_OK),
     LIN3("vdot", L_DOT),
     LIN3("_addmm_activation", L_ADDMM_ACT),
 };

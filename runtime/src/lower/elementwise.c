@@ -1270,25 +1270,27 @@ static int linspace_fn(lw_b *b) {
 
 /* ---- the rows ------------------------------------------------------------ */
 
-#define BIN3(n, code)                                                          \
-  {n ".Tensor", binary_fn, code}, {n "_.Tensor", binary_fn, code},             \
-      {n ".out", binary_fn, code}, {n ".Scalar", binary_fn, code},             \
-      {n "_.Scalar", binary_fn, code}, {n ".Scalar_out", binary_fn, code}
-#define CMP(n, code)                                                           \
-  {n ".Tensor", binary_fn, code}, {n "_.Tensor", binary_fn, code},             \
-      {n ".Tensor_out", binary_fn, code}, {n ".Scalar", binary_fn, code},      \
-      {n "_.Scalar", binary_fn, code}, {n ".Scalar_out", binary_fn, code}
-#define FUNC3(n, fn, code) {n, fn, code}, {n "_", fn, code}, {n ".out", fn, code}
-#define UF(n, code) FUNC3(n, unary_float_fn, code)
-#define US(n, code) FUNC3(n, unary_same_fn, code)
+/* the overloads of one op; the optional last argument is the rows' flags */
+#define BIN3(n, code, ...)                                                     \
+  {n ".Tensor", binary_fn, code, __VA_ARGS__}, {n "_.Tensor", binary_fn, code, __VA_ARGS__}, \
+      {n ".out", binary_fn, code, __VA_ARGS__}, {n ".Scalar", binary_fn, code, __VA_ARGS__}, \
+      {n "_.Scalar", binary_fn, code, __VA_ARGS__}, {n ".Scalar_out", binary_fn, code, __VA_ARGS__}
+#define CMP(n, code, ...)                                                      \
+  {n ".Tensor", binary_fn, code, __VA_ARGS__}, {n "_.Tensor", binary_fn, code, __VA_ARGS__}, \
+      {n ".Tensor_out", binary_fn, code, __VA_ARGS__}, {n ".Scalar", binary_fn, code, __VA_ARGS__}, \
+      {n "_.Scalar", binary_fn, code, __VA_ARGS__}, {n ".Scalar_out", binary_fn, code, __VA_ARGS__}
+#define FUNC3(n, fn, code, ...)                                                \
+  {n, fn, code, __VA_ARGS__}, {n "_", fn, code, __VA_ARGS__}, {n ".out", fn, code, __VA_ARGS__}
+#define UF(n, code, ...) FUNC3(n, unary_float_fn, code, __VA_ARGS__)
+#define US(n, code, ...) FUNC3(n, unary_same_fn, code, __VA_ARGS__)
 
 const lw_row lw_rows_pointwise[] = {
-    BIN3("add", P_ADD),
-    BIN3("sub", P_SUB),
-    {"rsub.Tensor", binary_fn, P_RSUB}, {"rsub.Scalar", binary_fn, P_RSUB},
-    {"rsub.Tensor_out", binary_fn, P_RSUB}, {"rsub.Scalar_out", binary_fn, P_RSUB},
-    BIN3("mul", P_MUL),
-    BIN3("div", P_DIV),
+    BIN3("add", P_ADD, LW_COMPLEX_OK),
+    BIN3("sub", P_SUB, LW_COMPLEX_OK),
+    {"rsub.Tensor", binary_fn, P_RSUB, LW_COMPLEX_OK}, {"rsub.Scalar", binary_fn, P_RSUB, LW_COMPLEX_OK},
+    {"rsub.Tensor_out", binary_fn, P_RSUB, LW_COMPLEX_OK}, {"rsub.Scalar_out", binary_fn, P_RSUB, LW_COMPLEX_OK},
+    BIN3("mul", P_MUL, LW_COMPLEX_OK),
+    BIN3("div", P_DIV, LW_COMPLEX_OK),
     {"div.Tensor_mode", binary_fn, P_DIV_MODE}, {"div_.Tensor_mode", binary_fn, P_DIV_MODE},
     {"div.out_mode", binary_fn, P_DIV_MODE}, {"div.Scalar_mode", binary_fn, P_DIV_MODE},
     {"div_.Scalar_mode", binary_fn, P_DIV_MODE}, {"div.Scalar_mode_out", binary_fn, P_DIV_MODE},
@@ -1317,21 +1319,21 @@ const lw_row lw_rows_pointwise[] = {
     FUNC3("logical_and", binary_fn, P_LOGAND),
     FUNC3("logical_or", binary_fn, P_LOGOR),
     FUNC3("logical_xor", binary_fn, P_LOGXOR),
-    CMP("eq", P_EQ), CMP("ne", P_NE), CMP("lt", P_LT),
+    CMP("eq", P_EQ, LW_COMPLEX_OK), CMP("ne", P_NE, LW_COMPLEX_OK), CMP("lt", P_LT),
     CMP("le", P_LE), CMP("gt", P_GT), CMP("ge", P_GE),
     /* unary, float result */
-    UF("exp", TPUIR_EXP), UF("exp2", P_EXP2), UF("expm1", TPUIR_EXPM1),
-    UF("log", TPUIR_LOG), UF("log2", P_LOG2), UF("log10", P_LOG10),
-    UF("log1p", TPUIR_LOG1P), UF("sqrt", TPUIR_SQRT), UF("rsqrt", TPUIR_RSQRT),
-    UF("reciprocal", P_RECIP), UF("sin", TPUIR_SIN), UF("cos", TPUIR_COS),
-    UF("tan", TPUIR_TAN), UF("tanh", TPUIR_TANH), UF("sigmoid", P_SIGMOID),
+    UF("exp", TPUIR_EXP, LW_COMPLEX_OK), UF("exp2", P_EXP2), UF("expm1", TPUIR_EXPM1),
+    UF("log", TPUIR_LOG, LW_COMPLEX_OK), UF("log2", P_LOG2), UF("log10", P_LOG10),
+    UF("log1p", TPUIR_LOG1P), UF("sqrt", TPUIR_SQRT, LW_COMPLEX_OK), UF("rsqrt", TPUIR_RSQRT, LW_COMPLEX_OK),
+    UF("reciprocal", P_RECIP, LW_COMPLEX_OK), UF("sin", TPUIR_SIN, LW_COMPLEX_OK), UF("cos", TPUIR_COS, LW_COMPLEX_OK),
+    UF("tan", TPUIR_TAN), UF("tanh", TPUIR_TANH, LW_COMPLEX_OK), UF("sigmoid", P_SIGMOID, LW_COMPLEX_OK),
     UF("erf", TPUIR_ERF), UF("erfc", P_ERFC), UF("erfinv", TPUIR_ERFINV),
     UF("asin", TPUIR_ASIN), UF("acos", TPUIR_ACOS), UF("atan", TPUIR_ATAN),
     UF("sinh", TPUIR_SINH), UF("cosh", TPUIR_COSH), UF("asinh", TPUIR_ASINH),
     UF("acosh", TPUIR_ACOSH), UF("atanh", TPUIR_ATANH), UF("lgamma", TPUIR_LGAMMA),
     UF("digamma", TPUIR_DIGAMMA),
     /* unary, same dtype */
-    US("neg", P_NEG), US("abs", P_ABS), US("sign", P_SIGN), US("sgn", P_SIGN),
+    US("neg", P_NEG, LW_COMPLEX_OK), US("abs", P_ABS), US("sign", P_SIGN), US("sgn", P_SIGN),
     US("floor", P_FLOOR), US("ceil", P_CEIL), US("round", P_ROUND),
     US("trunc", P_TRUNC), US("frac", P_FRAC), US("bitwise_not", P_BITNOT),
     US("logical_not", P_LOGNOT), US("relu", P_RELU),
@@ -1356,12 +1358,12 @@ const lw_row lw_rows_pointwise[] = {
     {"clamp_max.Tensor_out", clamp_fn, P_CLAMP_MAX},
     FUNC3("hardtanh", clamp_fn, P_HARDTANH),
     /* selection / fills */
-    {"where.self", where_fn, 0}, {"where.self_out", where_fn, 0},
-    {"masked_fill.Scalar", masked_fill_fn, 0}, {"masked_fill_.Scalar", masked_fill_fn, 0},
-    {"masked_fill.Scalar_out", masked_fill_fn, 0},
-    {"masked_fill.Tensor", masked_fill_fn, 0}, {"masked_fill_.Tensor", masked_fill_fn, 0},
-    {"masked_fill.Tensor_out", masked_fill_fn, 0},
-    {"fill_.Scalar", fill_fn, 0}, {"fill_.Tensor", fill_fn, 0}, {"zero_", fill_fn, 0},
+    {"where.self", where_fn, 0, LW_COMPLEX_OK}, {"where.self_out", where_fn, 0, LW_COMPLEX_OK},
+    {"masked_fill.Scalar", masked_fill_fn, 0, LW_COMPLEX_OK}, {"masked_fill_.Scalar", masked_fill_fn, 0, LW_COMPLEX_OK},
+    {"masked_fill.Scalar_out", masked_fill_fn, 0, LW_COMPLEX_OK},
+    {"masked_fill.Tensor", masked_fill_fn, 0, LW_COMPLEX_OK}, {"masked_fill_.Tensor", masked_fill_fn, 0, LW_COMPLEX_OK},
+    {"masked_fill.Tensor_out", masked_fill_fn, 0, LW_COMPLEX_OK},
+    {"fill_.Scalar", fill_fn, 0, LW_COMPLEX_OK}, {"fill_.Tensor", fill_fn, 0, LW_COMPLEX_OK}, {"zero_", fill_fn, 0, LW_COMPLEX_OK},
     FUNC3("nan_to_num", nan_to_num_fn, 0),
     {"lerp.Scalar", lerp_fn, 0}, {"lerp_.Scalar", lerp_fn, 0}, {"lerp.Scalar_out", lerp_fn, 0},
     {"lerp.Tensor", lerp_fn, 0}, {"lerp_.Tensor", lerp_fn, 0}, {"lerp.Tensor_out", lerp_fn, 0},

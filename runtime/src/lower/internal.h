@@ -58,17 +58,30 @@ typedef struct lw_b {
   int err_remap;  /* LW_ERR_*: how a run-time TPU_E_INDEX is reported */
   int out_rule;   /* LW_OUT_* */
   uint32_t col_major; /* bit i: result i laid out column-major (tpulw_out_info) */
-  int elementwise;    /* the row is LW_ROW_ELEMENTWISE */
+  int elementwise;    /* the row has LW_ELEMENTWISE */
 } lw_b;
 
 typedef int (*lw_fn)(lw_b *b);
 
 /* ---- table rows per family (defined in each lower_<family>.c) ---------- */
+/* One ATen overload: everything the table knows of it is in its row. */
 typedef struct lw_row {
   const char *name; /* "add.Tensor", "relu" (default overload) */
   lw_fn fn;
   int op;           /* parameter passed as b->op */
+  unsigned flags;   /* LW_* below (a family may add some to all its rows) */
 } lw_row;
+
+enum {
+  LW_COMPLEX_OK = 1u << 0,   /* also lowers calls with complex arguments */
+  LW_COMPLEX_ONLY = 1u << 1, /* lowers the complex calls of a name whose real
+                                calls another row lowers */
+  LW_NEEDS_GEN = 1u << 2,    /* draws random numbers without a Generator in
+                                its schema (tpulw_op_flags) */
+  LW_CPU_INDEX = 1u << 3,    /* accepts CPU index tensors (tpulw_op_flags) */
+  LW_ELEMENTWISE = 1u << 4,  /* a TensorIterator op: new results follow the
+                                inputs' memory layout (ti_layout) */
+};
 
 extern const lw_row lw_rows_pointwise[];
 extern const int lw_nrows_pointwise;
@@ -105,11 +118,9 @@ extern const int lw_nrows_complex;
 extern const lw_row lw_rows_fft[];
 extern const int lw_nrows_fft;
 
-/* Complex gate (lower/complex.c): 1 if any tensor / dtype / Scalar
- * argument is complex; the row lowering such a call of `key` given the
- * table's row (NULL: none, the call is TPU_E_UNSUPPORTED). */
+/* 1 if any tensor / dtype / Scalar argument is complex (lower/complex.c):
+ * such a call needs a row with LW_COMPLEX_OK or LW_COMPLEX_ONLY. */
 int lw_call_is_complex(const tpulw_arg *args, int nargs);
-const lw_row *lw_complex_row(const char *key, const lw_row *row);
 extern const lw_row lw_rows_special[];
 /* torch_tpu::c_kernel (lower/kernel.c), found by name outside the table */
 extern const lw_row lw_row_c_kernel;

@@ -15,25 +15,23 @@
 
 /* ---- the table ---------------------------------------------------------- */
 
-static lw_row *g_table;
-static unsigned char *g_elementwise; /* per g_table row: a TensorIterator op */
-static const char **g_names;
-static int g_ntable;
+static lw_row *g_table; /* sorted by name, a LW_COMPLEX_ONLY row after
+                          the real row of its name */
+static const char **g_names; /* distinct names, sorted */
+static int g_ntable, g_nnames;
 static pthread_once_t g_table_once = PTHREAD_ONCE_INIT;
 
-typedef struct frow {
-  lw_row r;
-  int elementwise; /* the family's ops are TensorIterator ops: new outputs
-                      follow the inputs' memory layout (ti_layout) */
-} frow;
-
 static int row_cmp(const void *a, const void *b) {
-  return strcmp(((const frow *)a)->r.name, ((const frow *)b)->r.name);
+  const lw_row *x = a, *y = b;
+  int c = strcmp(x->name, y->name);
+  if (c) return c;
+  return (int)(x->flags & LW_COMPLEX_ONLY) - (int)(y->flags & LW_COMPLEX_ONLY);
 }
 
 static void table_init(void) {
-  const struct { const lw_row *rows; int n, elementwise; } fam[] = {
-      {lw_rows_pointwise, lw_nrows_pointwise, 1},
+  /* every family's rows, with the flags the whole family shares */
+  const struct { const lw_row *rows; int n; unsigned flags; } fam[] = {
+      {lw_rows_pointwise, lw_nrows_pointwise, LW_ELEMENTWISE},
       {lw_rows_reduce, lw_nrows_reduce, 0},
       {lw_rows_linalg, lw_nrows_linalg, 0},
       {lw_rows_nn, lw_nrows_nn, 0},
@@ -43,49 +41,43 @@ static void table_init(void) {
       {lw_rows_sort, lw_nrows_sort, 0},
       {lw_rows_resize, lw_nrows_resize, 0},
       {lw_rows_dynamic, lw_nrows_dynamic, 0},
-      {lw_rows_compare, lw_nrows_compare, 1},
+      {lw_rows_compare, lw_nrows_compare, LW_ELEMENTWISE},
       {lw_rows_spectral, lw_nrows_spectral, 0},
       {lw_rows_linalg_solve, lw_nrows_linalg_solve, 0},
       {lw_rows_nn2, lw_nrows_nn2, 0},
       {lw_rows_misc, lw_nrows_misc, 0},
-      {lw_rows_complex, lw_nrows_complex, 0},
-      {lw_rows_fft, lw_nrows_fft, 0},
-      {lw_rows_special, lw_nrows_special, 1},
+      {lw_rows_complex, lw_nrows_complex, LW_COMPLEX_OK},
+      {lw_rows_fft, lw_nrows_fft, LW_COMPLEX_OK},
+      {lw_rows_special, lw_nrows_special, LW_ELEMENTWISE},
   };
   int total = 0;
   for (size_t f = 0; f < sizeof fam / sizeof fam[0]; f++) total += fam[f].n;
   size_t cnt = (size_t)(total ? total : 1);
-  frow *ft = malloc(cnt * sizeof *ft);
   lw_row *t = malloc(cnt * sizeof *t);
-  unsigned char *ew = malloc(cnt);
   const char **names = malloc(cnt * sizeof *names);
-  if (!ft || !t || !ew || !names) {
-    free(ft);
+  if (!t || !names) {
     free(t);
-    free(ew);
     free(names);
     return;
   }
   int k = 0;
   for (size_t f = 0; f < sizeof fam / sizeof fam[0]; f++)
     for (int i = 0; i < fam[f].n; i++) {
-      ft[k].r = fam[f].rows[i];
-      ft[k++].elementwise = fam[f].elementwise;
+      t[k] = fam[f].rows[i];
+      t[k++].flags |= fam[f].flags;
     }
-  qsort(ft, (size_t)total, sizeof *ft, row_cmp);
-  /* drop duplicate names (first wins; tests check there are none) */
-  int m = 0;
+  qsort(t, (size_t)total, sizeof *t, row_cmp);
+  /* drop duplicates (first wins; tests check there are none) */
+  int m = 0, nn = 0;
   for (int i = 0; i < total; i++) {
-    if (m > 0 && strcmp(t[m - 1].name, ft[i].r.name) == 0) continue;
-    ew[m] = (unsigned char)ft[i].elementwise;
-    t[m++] = ft[i].r;
+    if (m > 0 && row_cmp(&t[m - 1], &t[i]) == 0) continue;
+    t[m++] = t[i];
+    if (nn == 0 || strcmp(names[nn - 1], t[i].name) != 0) names[nn++] = t[i].name;
   }
-  free(ft);
-  for (int i = 0; i < m; i++) names[i] = t[i].name;
   g_table = t;
-  g_elementwise = ew;
   g_names = names;
   g_ntable = m;
+  g_nnames = nn;
 }
 
 static int overload_is_default(const char *ov) {
@@ -105,30 +97,42 @@ static void make_key(char *buf, size_t cap, const char *name,
   buf[k] = 0;
 }
 
-static const lw_row *find_row(const char *name, const char *overload) {
+/* The row lowering a call of name.overload (complex: with complex
+ * arguments); NULL if none. */
+static const lw_row *find_row(const char *name, const char *overload, int complex) {
   pthread_once(&g_table_once, table_init);
   if (!g_table) return NULL;
   char key[256];
   make_key(key, sizeof key, name, overload);
-  int lo = 0, hi = g_ntable - 1;
-  while (lo <= hi) {
+  int lo = 0, hi = g_ntable; /* first row with name >= key */
+  while (lo < hi) {
     int mid = (lo + hi) / 2;
-    int c = strcmp(g_table[mid].name, key);
-    if (c == 0) return &g_table[mid];
-    if (c < 0) lo = mid + 1;
-    else hi = mid - 1;
+    if (strcmp(g_table[mid].name, key) < 0) lo = mid + 1;
+    else hi = mid;
   }
-  return NULL;
+  if (lo >= g_ntable || strcmp(g_table[lo].name, key) != 0) return NULL;
+  const lw_row *r = &g_table[lo];
+  if (!complex) return (r->flags & LW_COMPLEX_ONLY) ? NULL : r;
+  if (lo + 1 < g_ntable && strcmp(r[1].name, key) == 0) r++; /* the complex row */
+  return (r->flags & (LW_COMPLEX_OK | LW_COMPLEX_ONLY)) ? r : NULL;
 }
 
 int tpulw_has(const char *name, const char *overload) {
-  return find_row(name, overload) != NULL;
+  return find_row(name, overload, 0) || find_row(name, overload, 1);
 }
 
 const char *const *tpulw_list(int *n) {
   pthread_once(&g_table_once, table_init);
-  if (n) *n = g_ntable;
+  if (n) *n = g_nnames;
   return g_names;
+}
+
+unsigned tpulw_op_flags(const char *name, const char *overload) {
+  const lw_row *r = find_row(name, overload, 0);
+  if (!r) r = find_row(name, overload, 1);
+  if (!r) return 0;
+  return ((r->flags & LW_NEEDS_GEN) ? TPULW_OP_NEEDS_GENERATOR : 0u) |
+         ((r->flags & LW_CPU_INDEX) ? TPULW_OP_CPU_INDICES : 0u);
 }
 
 /* ---- plans -------------------------------------------------------------- */
@@ -385,21 +389,15 @@ int tpulw_prepare(const tpulw_ctx *ctx, const char *name, const char *overload,
   *out = NULL;
   if (!ctx || !name || (nargs > 0 && !args))
     return tpu_error(TPU_E_INVALID, "tpulw_prepare: bad arguments");
+  int complex = lw_call_is_complex(args, nargs);
   /* user C kernels (lower/kernel.c) are not ATen ops: not in the table */
   const lw_row *row = strcmp(name, lw_row_c_kernel.name) == 0 ? &lw_row_c_kernel
-                                                               : find_row(name, overload);
+                                                               : find_row(name, overload, complex);
   if (!row) {
     char key[256];
     make_key(key, sizeof key, name, overload);
-    return tpu_error(TPU_E_UNSUPPORTED, "no native lowering for aten::%s", key);
-  }
-  if (lw_call_is_complex(args, nargs)) { /* complex-aware rows only */
-    char key[256];
-    make_key(key, sizeof key, name, overload);
-    row = lw_complex_row(key, row);
-    if (!row)
-      return tpu_error(TPU_E_UNSUPPORTED, "no native lowering for aten::%s with complex "
-                       "arguments", key);
+    return tpu_error(TPU_E_UNSUPPORTED, "no native lowering for aten::%s%s", key,
+                     complex && find_row(name, overload, 0) ? " with complex arguments" : "");
   }
   int rc = check_devices(ctx, args, nargs);
   if (rc < 0) return rc;
@@ -412,7 +410,7 @@ int tpulw_prepare(const tpulw_ctx *ctx, const char *name, const char *overload,
   b.args = args;
   b.nargs = nargs;
   b.op = row->op;
-  b.elementwise = row >= g_table && row < g_table + g_ntable && g_elementwise[row - g_table];
+  b.elementwise = (row->flags & LW_ELEMENTWISE) != 0;
   b.g = tpuir_graph_new();
   if (!b.g) return tpu_error(TPU_E_INTERNAL, "out of host memory");
 

@@ -280,11 +280,6 @@ static int dropout_bw_fn(lw_b *b) {
   return lw_result_as(b, lw_bin_c(b, TPUIR_MUL, r, scale), dt);
 }
 
-int tpulw_needs_default_generator(const char *name, const char *overload) {
-  (void)overload;
-  return name && strcmp(name, "native_dropout") == 0;
-}
-
 const lw_row lw_rows_random[] = {
     {"uniform_", uniform_fn, RN_UNIFORM},
     {"normal_", normal_fn, RN_NORMAL},
@@ -310,7 +305,7 @@ const lw_row lw_rows_random[] = {
     {"geometric_", dist_fn, RN_GEOMETRIC},
     {"log_normal_", dist_fn, RN_LOG_NORMAL},
     {"randperm.generator_out", randperm_fn, RN_RANDOM},
-    {"native_dropout", dropout_fn, RN_DROPOUT},
+    {"native_dropout", dropout_fn, RN_DROPOUT, LW_NEEDS_GEN},
     {"native_dropout.out", dropout_fn, RN_DROPOUT},
     {"native_dropout_backward", dropout_bw_fn, RN_DROPOUT_BW},
     {"native_dropout_backward.out", dropout_bw_fn, RN_DROPOUT_BW},

@@ -238,7 +238,7 @@ static int median_fn(lw_b *b) {
   if (is_kth && (k < 1 || k > n))
     return tpu_error(TPU_E_INVALID, "kthvalue(): selected number k out of range for dimension %d",
                      dim);
-  tpuir_val sv, sp;
+  tpuir_val sv = -1, sp = -1;
   int rc = lw_sort_last(b, xt, 0, &sv, &sp);
   if (rc < 0) return rc;
   int64_t ks[TPU_MAX_DIMS];
@@ -305,7 +305,7 @@ static int multinomial_fn(lw_b *b) {
   int64_t p2[2] = {rows, n};
   p = lw_reshape(b, p, 2, p2);
   tpuir_val logp = lw_un(b, TPUIR_LOG, p);
-  tpuir_val r;
+  tpuir_val r = -1;
   if (!repl) {
     tpuir_val u = lw_rng(b, TPUIR_RNG_UNIFORM, cdt, 2, p2);
     tpuir_val gum = lw_un(b, TPUIR_NEG, lw_un(b, TPUIR_LOG, lw_un(b, TPUIR_NEG, lw_un(b, TPUIR_LOG, u))));

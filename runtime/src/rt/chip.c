@@ -224,7 +224,11 @@ uint64_t tpurt_device_hbm_capacity(int dev) {
 /* mkdir -p with mode 0777 (umask overridden) for directories we create. */
 static int make_dirs(const char *path) {
   char buf[512];
-  snprintf(buf, sizeof buf, "%s", path);
+  if (strlen(path) >= sizeof buf) {
+    errno = ENAMETOOLONG;
+    return -1;
+  }
+  memcpy(buf, path, strlen(path) + 1);
   size_t len = strlen(buf);
   for (size_t i = 1; i <= len; i++) {
     if (buf[i] != '/' && buf[i] != 0) continue;

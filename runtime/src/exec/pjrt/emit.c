@@ -24,6 +24,11 @@
 
 #include "exec/pjrt/internal.h"
 
+/* Every IR op must have a StableHLO expression in node() below (or report
+ * TPU_E_UNSUPPORTED there). A new line in TPUIR_OPS (tpu_ir.h) fails this
+ * check until it has one; then update the count. */
+_Static_assert(TPUIR_NUM_OPS == 136, "new IR op: give it a StableHLO expression (exec/pjrt/emit.c node())");
+
 typedef struct ty {
   int dt, nd;
   int64_t sz[TPU_MAX_DIMS];
@@ -1478,13 +1483,13 @@ static int node(em *e, tpuir_val v, nm *res) {
     break;
   }
   default:
-    if (n->nin == 1 && (op = unary_name(n->op)) && n->op >= TPUIR_NEG && n->op <= TPUIR_NOT) {
+    if (n->nin == 1 && (op = unary_name(n->op)) && tpuir_op_info(n->op)->cls == TPUIR_CLASS_UNARY) {
       if (n->op == TPUIR_NOT && tx.dt != TPU_BOOL && !tpu_dtype_is_int(tx.dt)) goto bad;
       if (n->op != TPUIR_NOT && !tpu_dtype_is_float(tx.dt) && !tpu_dtype_is_complex(tx.dt)) goto bad;
       r = un(e, op, x, tx, tr);
       break;
     }
-    if (n->nin == 2 && (n->op <= TPUIR_SHR || n->op == TPUIR_ZETA || n->op == TPUIR_NEXTAFTER) &&
+    if (n->nin == 2 && (tpuir_op_info(n->op)->cls == TPUIR_CLASS_BINARY || n->op == TPUIR_ZETA || n->op == TPUIR_NEXTAFTER) &&
         (op = binary_name(n->op, tx.dt))) {
       if (tpu_dtype_is_complex(tx.dt) && n->op != TPUIR_ADD && n->op != TPUIR_SUB &&
           n->op != TPUIR_MUL && n->op != TPUIR_DIV && n->op != TPUIR_POW)

@@ -191,7 +191,8 @@ int tpux__fill_complex(const tpu_view *dst, double re, double im) {
 
 /* 1 if node n must run through this file (complex operand or result). */
 int tpux__is_complex_node(const tpuir_graph *g, const tpuir_node *n) {
-  if (n->op >= TPUIR_REAL && n->op <= TPUIR_FFT) return 1;
+  int cls = tpuir_op_info(n->op)->cls;
+  if (cls == TPUIR_CLASS_COMPLEX || cls == TPUIR_CLASS_FFT) return 1;
   if (n->op == TPUIR_PARAM || n->op == TPUIR_CONST) return 0;
   if (n->op == TPUIR_BROADCAST_IN_DIM || n->op == TPUIR_TRANSPOSE ||
       n->op == TPUIR_SLICE || n->op == TPUIR_REVERSE || n->op == TPUIR_RESHAPE ||
@@ -464,8 +465,10 @@ int tpux__eval_complex(xctx *c, int t) {
   case TPUIR_REDUCE: return eval_reduce(c, t, n);
   default: break;
   }
-  if ((n->op >= TPUIR_NEG && n->op <= TPUIR_GE) || n->op == TPUIR_SELECT ||
-      n->op == TPUIR_CONVERT || (n->op >= TPUIR_REAL && n->op <= TPUIR_CONJ)) {
+  int cls = tpuir_op_info(n->op)->cls;
+  if (cls == TPUIR_CLASS_UNARY || cls == TPUIR_CLASS_PREDICATE || cls == TPUIR_CLASS_BINARY ||
+      cls == TPUIR_CLASS_COMPARE || cls == TPUIR_CLASS_SELECT || cls == TPUIR_CLASS_CONVERT ||
+      cls == TPUIR_CLASS_COMPLEX) {
     int rc = tpux__alloc_value(c, t);
     if (rc) return rc;
     const tpu_view *srcs[3];

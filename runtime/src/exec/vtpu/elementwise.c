@@ -612,6 +612,11 @@ CLONES static void select_buf(int cls, int64_t n, void *vr, const int64_t *p,
   }
 }
 
+static int is_special(int op) { /* XK_OP_COPY is no IR op */
+  const tpuir_op_info_t *oi = tpuir_op_info(op);
+  return oi && (oi->cls == TPUIR_CLASS_SPECIAL1 || oi->cls == TPUIR_CLASS_SPECIAL2);
+}
+
 int tpux__ew_apply(const xk_ins *in, int64_t n, void *r, const void *a,
                    const void *b, const void *c, int64_t *bad) {
   int rc = TPU_OK;
@@ -619,7 +624,7 @@ int tpux__ew_apply(const xk_ins *in, int64_t n, void *r, const void *a,
     convert_buf(in->in_dt, in->dt, n, r, a);
   } else if (in->op == TPUIR_SELECT) {
     select_buf(xk_cls(in->in_dt), n, r, a, b, c);
-  } else if (in->op >= TPUIR_SPECIAL_FIRST && in->op <= TPUIR_SPECIAL_LAST) {
+  } else if (is_special(in->op)) {
     rc = tpux__special_apply(in->op, in->in_dt, n, r, a, b);
   } else {
     switch (xk_cls(in->in_dt)) {
@@ -632,11 +637,6 @@ int tpux__ew_apply(const xk_ins *in, int64_t n, void *r, const void *a,
   }
   if (rc == TPU_OK && in->norm) norm_buf(in->dt, n, r);
   return rc;
-}
-
-int tpux__ew_can_fail(int op, int dt) {
-  return (op == TPUIR_DIV || op == TPUIR_REM || op == TPUIR_POW) &&
-         xk_cls(dt) == XK_I64;
 }
 
 /* ---- program runner ----------------------------------------------------- */

@@ -46,6 +46,12 @@
 
 #include "exec/vtpu/internal.h"
 
+/* Every IR op must have an evaluation here: eval_node, or (elementwise ops)
+ * a kernel line in exec/vtpu/elementwise.c and complex.c. A new line in
+ * TPUIR_OPS (tpu_ir.h) fails this check until it has one; then update the
+ * count. */
+_Static_assert(TPUIR_NUM_OPS == 136, "new IR op: give it an evaluation in the vTPU (exec/vtpu/exec.c)");
+
 int tpux__alloc_value(xctx *c, int t) {
   const tpuir_node *n = tpuir_get_node(c->g, t);
   int64_t numel = 1;
@@ -64,11 +70,7 @@ static int is_view_op(int op) {
          op == TPUIR_SLICE || op == TPUIR_REVERSE || op == TPUIR_RESHAPE;
 }
 
-static int is_elementwise(int op) {
-  return (op >= TPUIR_NEG && op <= TPUIR_GE) || op == TPUIR_SELECT ||
-         op == TPUIR_CONVERT ||
-         (op >= TPUIR_SPECIAL_FIRST && op <= TPUIR_SPECIAL_LAST);
-}
+static int is_elementwise(int op) { return tpuir_op_is_elementwise(op); }
 
 /* a broadcast of a one-element value: loaded once per thread by a fused
  * region, so it does not count against XK_REGION_MAX_INPUTS */
@@ -79,21 +81,6 @@ static int is_scalar_bcast(const tpuir_graph *g, int v) {
   for (int i = 0; i < x->ndim; i++)
     if (x->sizes[i] != 1) return 0;
   return 1;
-}
-
-static int node_can_fail(const tpuir_graph *g, const tpuir_node *n) {
-  switch (n->op) {
-  case TPUIR_GATHER: case TPUIR_INDEX_SELECT: case TPUIR_SCATTER_ADD:
-  case TPUIR_INDEX_ADD:
-  case TPUIR_LU_PIVOTS_TO_PERM:
-    return 1;
-  case TPUIR_CHOLESKY:
-    return (n->kind & TPUIR_CHOL_CHECK) != 0;
-  case TPUIR_DIV: case TPUIR_REM: case TPUIR_POW:
-    return tpux__ew_can_fail(n->op, tpuir_get_node(g, n->in[0])->dtype);
-  case TPUIR_EIGH: case TPUIR_SVD: return n->a[0] != 0; /* check_nan */
-  default: return 0;
-  }
 }
 
 /* operand list of a node */
@@ -362,7 +349,7 @@ int tpux_run(const tpuir_graph *g, int nin, const tpu_view *ins, int nout,
     last[t] = -1;
     reg[t] = -1;
     rpar[t] = t;
-    if (node_can_fail(g, tpuir_get_node(g, t))) {
+    if (tpuir_node_can_fail(g, t)) {
       live[t] = 1;
       last_fail = t;
     }
@@ -405,7 +392,7 @@ int tpux_run(const tpuir_graph *g, int nin, const tpu_view *ins, int nout,
         } else {
           sel[ns++] = cand[mode - 1];
         }
-        int size = 1, in = 0, sc = 0, fail = node_can_fail(g, n);
+        int size = 1, in = 0, sc = 0, fail = tpuir_node_can_fail(g, t);
         for (int q = 0; q < ns; q++) {
           size += rsize[sel[q]];
           in += rin[sel[q]];
@@ -443,7 +430,7 @@ int tpux_run(const tpuir_graph *g, int nin, const tpu_view *ins, int nout,
           if (is_scalar_bcast(g, ops[k])) rsc[R]++;
           else rin[R]++;
         }
-        rfail[R] = (char)node_can_fail(g, n);
+        rfail[R] = (char)tpuir_node_can_fail(g, t);
       }
       reg[t] = R;
       rlast[R] = t;

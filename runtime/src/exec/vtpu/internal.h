@@ -171,8 +171,6 @@ int tpux__prog_status(xk_prog *p);
  * powers); *bad receives the offending value. */
 int tpux__ew_apply(const xk_ins *in, int64_t n, void *r, const void *a,
                    const void *b, const void *c, int64_t *bad);
-/* 1 if the op can fail at run time for this operand dtype. */
-int tpux__ew_can_fail(int op, int dt);
 /* Special-function ops (TPUIR_SPECIAL_FIRST .. TPUIR_SPECIAL_LAST) on class
  * buffers: operands of dtype in_dt (float class for f16/bf16/f32, double,
  * int64 for GCD/LCM), n elements, result in the class of the node's
