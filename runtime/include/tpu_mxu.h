@@ -109,7 +109,7 @@ typedef struct tpumxu_conv_args {
  * message set) for problems it does not take (other dtypes/precisions,
  * negative padding, a CPU without a native bf16 kernel): the caller then
  * computes the convolution another way. Borrowed: all pointers. */
-int tpumxu_conv(const tpumxu_conv_args *a);
+TPU_API int tpumxu_conv(const tpumxu_conv_args *a);
 
 #ifdef __cplusplus
 }
