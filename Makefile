@@ -35,6 +35,9 @@ deps:
 	@# dependency, so this never replaces torch 2.13.0
 	@$(PY) -c "import importlib.util as u,sys;sys.exit(u.find_spec('helion') is None)" 2>/dev/null || \
 	  $(PY) -m pip install -q helion==1.5.1
+	@# JAX (CPU wheel): torch.tpu.pallas lowers JAX/Pallas functions with it (tests/test_pallas.py)
+	@$(PY) -c "import jax,jaxlib" 2>/dev/null || \
+	  $(PY) -m pip install -q jax jaxlib
 	@# XLA:CPU PJRT plugin + the official pjrt_c_api.h the runtime builds against
 	@$(PY) -c "import xla_plugins.xla_cpu_pjrt" 2>/dev/null || \
 	  $(PY) -m pip install -q xla-cpu-pjrt

@@ -448,6 +448,8 @@ def _get_cache_stats():
     from .kernels import _c_kernel
 
     d["c_kernels"] = _c_kernel.stats()
+    pl = sys.modules.get("torch_tpu.pallas")  # jax_op lowerings (never imports JAX here)
+    d["pallas"] = pl.stats() if pl is not None else {}
     return d
 
 

@@ -156,6 +156,30 @@ TPU_API int tpulw_copy_d2h_async(tpurt_stream *s, const tpu_view *dst, const tpu
  * finished its queued work. */
 TPU_API int tpulw_copy_d2d(tpurt_stream *s, const tpu_view *dst, const tpu_view *src);
 
+/* ---- StableHLO import (src/lower/stablehlo.c) ----------------------------- */
+/* Build a new graph (caller frees with tpuir_graph_free) from a StableHLO
+ * module in MLIR's generic textual form (jax: lowered.compiler_ir(
+ * "stablehlo").operation.get_asm(print_generic_op_form=True)): the
+ * parameters are @main's arguments, the outputs its results. nargs >= 0:
+ * argument i must have dtype dtypes[i], rank ndims[i] and sizes
+ * sizes[i * TPU_MAX_DIMS ...] (nargs < 0: no check). `precision`
+ * (tpu_precision) applies to f32 dot_generals whose precision_config is
+ * DEFAULT; HIGH/HIGHEST in the text raise it. Loops (stablehlo.while) are
+ * unrolled: a condition that does not fold to a constant (data-dependent
+ * trip count), an unsupported op or type -> TPU_E_UNSUPPORTED with the op's
+ * name; malformed text -> TPU_E_INVALID. */
+int tpulw_import_stablehlo(const char *text, int nargs, const int *dtypes,
+                           const int *ndims, const int64_t *sizes,
+                           int precision, tpuir_graph **out);
+/* Run graph g (borrowed: it must outlive the launch, i.e. until the stream
+ * has run it; keep it for the process) on stream s, like an op: ins[i]
+ * binds parameter i, outs[i] receives output i (dtype and shape must
+ * match). Recorded by the eager-mode recorder (tpug_submit), so it fuses
+ * with neighbouring ops in Fused Eager and goes through the compilation
+ * cache. Asynchronous. */
+int tpulw_launch_graph(tpurt_stream *s, const tpuir_graph *g, int nin,
+                       const tpu_view *ins, int nout, const tpu_view *outs);
+
 #ifdef __cplusplus
 }
 #endif

@@ -17,6 +17,7 @@ using namespace torch_tpu;
 
 namespace torch_tpu {
 void init_dist(py::module& m);  // dist.cpp: the c10d backend "tpu_dist"
+void init_pallas(py::module& m);  // pallas.cpp: StableHLO import (torch.tpu.pallas)
 }
 
 static py::dict mem_stats(int dev) {
@@ -44,6 +45,7 @@ static const char* const kReasons[TPUG_NUM_REASONS] = {
 PYBIND11_MODULE(_C, m) {
   m.doc() = "torch_tpu C runtime bindings";
   init_dist(m);
+  init_pallas(m);
   m.def("_device_count", [] { return (int)device_count(); });
   m.def("_physical_chip", [](int d) { return tpurt_device_physical_id(d); });
   m.def("_current_device", [] { return (int)current_device(); });
