@@ -105,6 +105,9 @@ FUNCS = {
     "sort": (lambda x: (jnp.sort(x, 1), jnp.sort(x, 0), -jnp.sort(-x, 1)), [X]),
     "argsort": (lambda x: jnp.argsort(x, 1), [X]),
     "take_gather": (lambda x, i: (x[i], jnp.take(x, i, axis=1)), [X, IDX]),
+    "scatter_add": (lambda x, i, u, w: (x.at[i].add(u), x.at[:, i].add(w), x.at[i + 2].add(u)),
+                    [X, IDX, rng.standard_normal((3, 6)).astype(np.float32),
+                     rng.standard_normal((4, 3)).astype(np.float32)]),
     "pad_flip": (lambda x: (jnp.pad(x, ((1, 2), (0, 1))), jnp.flip(x, 1)), [X]),
     "clip": (lambda x: jnp.clip(x, -0.5, 0.5), [X]),
     "fori_loop": (lambda x: lax.fori_loop(0, 5, lambda i, c: c * 0.5 + jnp.sin(c) + i, x), [X]),
@@ -319,7 +322,8 @@ def test_disk_cache_survives_restart(tmp_path):
         s = pallas.stats()
         print("STATS", s["lowerings"], s["disk_hits"])
     """)
-    env = dict(os.environ, TORCH_TPU_COMPILATION_CACHE_DIR=str(tmp_path), TPU_VISIBLE_CHIPS="3",
+    env = dict(os.environ, TORCH_TPU_COMPILATION_CACHE_DIR=str(tmp_path / "cache"),
+               TORCH_TPU_LOCK_DIR=str(tmp_path / "locks"),  # its own chips
                PYTHONPATH=str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""))
     res = []
     for _ in range(2):
@@ -328,4 +332,4 @@ def test_disk_cache_survives_restart(tmp_path):
         assert p.returncode == 0, p.stderr[-2000:]
         res.append([ln for ln in p.stdout.splitlines() if ln.startswith("STATS")][0].split()[1:])
     assert res == [["1", "0"], ["0", "1"]]
-    assert list((tmp_path / "jax_op").glob("*.json"))
+    assert list((tmp_path / "cache" / "jax_op").glob("*.json"))

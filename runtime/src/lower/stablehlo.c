@@ -19,7 +19,9 @@
  *  - stablehlo.case with a host index picks the branch; with a device
  *    index every branch is built and the results are selected.
  * dynamic_slice / dynamic_update_slice with device indices become
- * index_select / select over iota masks (exact StableHLO clamping).
+ * index_select / select over iota masks (exact StableHLO clamping);
+ * take-style gather -> index_select (indices clamped, as StableHLO does);
+ * x.at[i].add scatter -> index_add (out-of-bounds updates skipped).
  */
 #include <ctype.h>
 #include <math.h>
@@ -1573,6 +1575,66 @@ static int eval_op(sh_ctx *C, sh_env *E, const sh_op *op, hv *res /* op->nres */
       if (perm[p] != p) ident = 0;
     }
     v = ident ? y : tpuir_transpose(g, y, perm);
+    goto setv;
+  }
+  if (op_is(op, "stablehlo.scatter")) {
+    /* supported: x.at[idx].add(u) along one axis d (the mirror of take) */
+    char dn[512];
+    int64_t uwd[TPU_MAX_DIMS], iwd[TPU_MAX_DIMS], sdo[TPU_MAX_DIMS], ibd[TPU_MAX_DIMS];
+    int nuwd = 0, niwd = 0, nsdo = 0, nibd = 0;
+    const char *q;
+    if (n != 3 || op->nreg != 1) UNSUP("stablehlo import: variadic scatter is not supported");
+    if (reduce_kind(&op->reg[0]) != TPUIR_RED_SUM)
+      UNSUP("stablehlo import: scatter supports the add combiner only (x.at[i].add)");
+    if (!prop_copy(op, "scatter_dimension_numbers", dn, sizeof dn)) { rc = tpu_error(TPU_E_INVALID, "stablehlo import: scatter without dimension numbers"); goto done; }
+    if ((q = strstr(dn, "update_window_dims = "))) nuwd = parse_ints(q + 21, uwd, TPU_MAX_DIMS);
+    if ((q = strstr(dn, "inserted_window_dims = "))) niwd = parse_ints(q + 23, iwd, TPU_MAX_DIMS);
+    if ((q = strstr(dn, "input_batching_dims = "))) nibd = parse_ints(q + 22, ibd, TPU_MAX_DIMS);
+    if ((q = strstr(dn, "scatter_dims_to_operand_dims = "))) nsdo = parse_ints(q + 31, sdo, TPU_MAX_DIMS);
+    int64_t ivd = -1;
+    if ((q = strstr(dn, "index_vector_dim = "))) ivd = strtoll(q + 19, NULL, 10);
+    hv *x = &args[0], *ix = &args[1], *up = &args[2];
+    int rk = x->ndim;
+    if (nibd || nsdo != 1 || niwd != 1 || iwd[0] != sdo[0] || ivd != ix->ndim - 1 || ix->sizes[ix->ndim - 1] != 1 ||
+        nuwd != rk - 1)
+      UNSUP("stablehlo import: this scatter form is not supported (only x.at[idx].add along one axis)");
+    int d = (int)iwd[0];
+    int nb = ix->ndim - 1;
+    int64_t B = 1;
+    for (int k = 0; k < nb; k++) B *= ix->sizes[k];
+    /* update dim p -> position in [x < d][batch][x > d] (as the gather) */
+    int64_t perm[TPU_MAX_DIMS], inv[TPU_MAX_DIMS];
+    int bi = 0, oi = 0, ident = 1;
+    for (int p = 0; p < up->ndim; p++) {
+      int isw = 0;
+      for (int k = 0; k < nuwd; k++) if (uwd[k] == p) isw = 1;
+      if (isw) {
+        int j = 0, cnt = -1;
+        for (j = 0; j < rk; j++) { if (j == d) continue; if (++cnt == oi) break; }
+        perm[p] = j < d ? j : j - 1 + nb;
+        if (up->sizes[p] != x->sizes[j]) UNSUP("stablehlo import: scatter with partial windows is not supported");
+        oi++;
+      } else perm[p] = d + bi++;
+      if (perm[p] != p) ident = 0;
+    }
+    for (int p = 0; p < up->ndim; p++) inv[perm[p]] = p;
+    if ((rc = materialize(C, x)) || (rc = materialize(C, ix)) || (rc = materialize(C, up))) goto done;
+    tpuir_val u = ident ? up->v : tpuir_transpose(g, up->v, inv);
+    int64_t ssz[TPU_MAX_DIMS];
+    for (int k = 0; k < rk; k++) ssz[k] = k == d ? B : x->sizes[k];
+    u = tpuir_reshape(g, u, rk, ssz);
+    tpuir_val idx = tpuir_reshape(g, ix->v, 1, &B);
+    if (ix->dtype != TPU_I64) idx = tpuir_convert(g, idx, TPU_I64);
+    /* out-of-bounds updates are skipped (StableHLO): add zeros at index 0 */
+    tpuir_val lo = tpuir_binary(g, TPUIR_GE, idx, tpuir_broadcast_in_dim(g, tpuir_const_i(g, TPU_I64, 0), 1, &B, NULL));
+    tpuir_val hi = tpuir_binary(g, TPUIR_LT, idx, tpuir_broadcast_in_dim(g, tpuir_const_i(g, TPU_I64, x->sizes[d]), 1, &B, NULL));
+    tpuir_val ok = tpuir_binary(g, TPUIR_AND, lo, hi);
+    idx = tpuir_select(g, ok, idx, tpuir_broadcast_in_dim(g, tpuir_const_i(g, TPU_I64, 0), 1, &B, NULL));
+    int64_t dd = d;
+    tpuir_val okb = tpuir_broadcast_in_dim(g, ok, rk, ssz, &dd);
+    tpuir_val zero = isf(x->dtype) ? tpuir_const_f(g, x->dtype, 0) : tpuir_const_i(g, x->dtype, 0);
+    u = tpuir_select(g, okb, u, tpuir_broadcast_in_dim(g, zero, rk, ssz, NULL));
+    v = tpuir_index_add(g, x->v, d, idx, u);
     goto setv;
   }
   if (op_is(op, "func.call") || op_is(op, "call")) {
