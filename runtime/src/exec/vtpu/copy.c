@@ -301,3 +301,18 @@ int tpux_copy(const tpu_view *dst, const tpu_view *src) {
   }
   return tpux__copy_nocheck(dst, src);
 }
+
+/* Allocate node t's value as a new contiguous array (the executor's
+ * values; see exec/vtpu/internal.h). */
+int tpux__alloc_value(xctx *c, int t) {
+  const tpuir_node *n = tpuir_get_node(c->g, t);
+  int64_t numel = 1;
+  for (int i = 0; i < n->ndim; i++) numel *= n->sizes[i];
+  void *m = tpux__alloc((size_t)numel * tpu_dtype_size(n->dtype));
+  if (!m)
+    return tpu_error(TPU_E_OOM, "vTPU executor: out of host memory (%lld bytes)",
+                     (long long)(numel * (int64_t)tpu_dtype_size(n->dtype)));
+  c->vals[t].mem = m;
+  tpu_view_init_contiguous(&c->vals[t].v, m, n->dtype, n->ndim, n->sizes);
+  return TPU_OK;
+}

@@ -52,23 +52,7 @@
  * count. */
 _Static_assert(TPUIR_NUM_OPS == 136, "new IR op: give it an evaluation in the vTPU (exec/vtpu/exec.c)");
 
-int tpux__alloc_value(xctx *c, int t) {
-  const tpuir_node *n = tpuir_get_node(c->g, t);
-  int64_t numel = 1;
-  for (int i = 0; i < n->ndim; i++) numel *= n->sizes[i];
-  void *m = tpux__alloc((size_t)numel * tpu_dtype_size(n->dtype));
-  if (!m)
-    return tpu_error(TPU_E_OOM, "vTPU executor: out of host memory (%lld bytes)",
-                     (long long)(numel * (int64_t)tpu_dtype_size(n->dtype)));
-  c->vals[t].mem = m;
-  tpu_view_init_contiguous(&c->vals[t].v, m, n->dtype, n->ndim, n->sizes);
-  return TPU_OK;
-}
-
-static int is_view_op(int op) {
-  return op == TPUIR_BROADCAST_IN_DIM || op == TPUIR_TRANSPOSE ||
-         op == TPUIR_SLICE || op == TPUIR_REVERSE || op == TPUIR_RESHAPE;
-}
+static int is_view_op(int op) { return tpuir_op_info(op)->cls == TPUIR_CLASS_VIEW; }
 
 static int is_elementwise(int op) { return tpuir_op_is_elementwise(op); }
 
