@@ -43,25 +43,25 @@ TPU_TEST(lower_promotion_rules) {
   f16.view.dtype = TPU_F16; f16.view.ndim = 2;
   wf.view.dtype = TPU_F64; wf.wrapped_number = 1; wf.device = -1;
   i32z.view.dtype = TPU_I32; i32z.view.ndim = 0;
-#define RT2(a, b) lw_result_type(2, (lw_opnd[]){a, b})
+#define RT2(a, b) tpulw__result_type(2, (tpulw__opnd[]){a, b})
   /* int tensor + Python float -> default float */
-  CHECK(RT2(lw_opnd_tensor(&i32), lw_opnd_scalar(lw_scalar_f(2.5))) == TPU_F32);
+  CHECK(RT2(tpulw__opnd_tensor(&i32), tpulw__opnd_scalar(tpulw__scalar_f(2.5))) == TPU_F32);
   /* int tensor + wrapped float tensor -> default float */
-  CHECK(RT2(lw_opnd_tensor(&i32), lw_opnd_tensor(&wf)) == TPU_F32);
+  CHECK(RT2(tpulw__opnd_tensor(&i32), tpulw__opnd_tensor(&wf)) == TPU_F32);
   /* int tensor + float64 0-dim tensor -> float64 (torch.result_type) */
-  CHECK(RT2(lw_opnd_tensor(&i32), lw_opnd_tensor(&f64z)) == TPU_F64);
-  CHECK(RT2(lw_opnd_tensor(&u8), lw_opnd_tensor(&i8)) == TPU_I16);
-  CHECK(RT2(lw_opnd_tensor(&bt), lw_opnd_tensor(&bt)) == TPU_BOOL);
-  CHECK(RT2(lw_opnd_tensor(&bt), lw_opnd_scalar(lw_scalar_i(5))) == TPU_I64);
-  CHECK(RT2(lw_opnd_tensor(&i8), lw_opnd_scalar(lw_scalar_i(500))) == TPU_I8);
-  CHECK(RT2(lw_opnd_tensor(&f16), lw_opnd_tensor(&f64z)) == TPU_F16);
-  CHECK(RT2(lw_opnd_tensor(&bt), lw_opnd_tensor(&i32z)) == TPU_I32);
-  CHECK(RT2(lw_opnd_tensor(&i32z), lw_opnd_scalar(lw_scalar_f(1.0))) == TPU_F32);
-  CHECK(RT2(lw_opnd_tensor(&i32z), lw_opnd_tensor(&f64z)) == TPU_F64);
+  CHECK(RT2(tpulw__opnd_tensor(&i32), tpulw__opnd_tensor(&f64z)) == TPU_F64);
+  CHECK(RT2(tpulw__opnd_tensor(&u8), tpulw__opnd_tensor(&i8)) == TPU_I16);
+  CHECK(RT2(tpulw__opnd_tensor(&bt), tpulw__opnd_tensor(&bt)) == TPU_BOOL);
+  CHECK(RT2(tpulw__opnd_tensor(&bt), tpulw__opnd_scalar(tpulw__scalar_i(5))) == TPU_I64);
+  CHECK(RT2(tpulw__opnd_tensor(&i8), tpulw__opnd_scalar(tpulw__scalar_i(500))) == TPU_I8);
+  CHECK(RT2(tpulw__opnd_tensor(&f16), tpulw__opnd_tensor(&f64z)) == TPU_F16);
+  CHECK(RT2(tpulw__opnd_tensor(&bt), tpulw__opnd_tensor(&i32z)) == TPU_I32);
+  CHECK(RT2(tpulw__opnd_tensor(&i32z), tpulw__opnd_scalar(tpulw__scalar_f(1.0))) == TPU_F32);
+  CHECK(RT2(tpulw__opnd_tensor(&i32z), tpulw__opnd_tensor(&f64z)) == TPU_F64);
 #undef RT2
-  CHECK(lw_promote(TPU_BF16, TPU_F16) == TPU_F32);
-  CHECK(lw_can_cast(TPU_I64, TPU_F16) && !lw_can_cast(TPU_F32, TPU_I64));
-  CHECK(!lw_can_cast(TPU_I32, TPU_BOOL) && lw_can_cast(TPU_BOOL, TPU_U8));
+  CHECK(tpulw__promote(TPU_BF16, TPU_F16) == TPU_F32);
+  CHECK(tpulw__can_cast(TPU_I64, TPU_F16) && !tpulw__can_cast(TPU_F32, TPU_I64));
+  CHECK(!tpulw__can_cast(TPU_I32, TPU_BOOL) && tpulw__can_cast(TPU_BOOL, TPU_U8));
 }
 
 /* prepare only; returns rc and fills the first output info */

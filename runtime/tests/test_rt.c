@@ -66,53 +66,53 @@ static int stats(int dev, tpurt_mem_stats *s) { return tpurt_mem_get_stats(dev, 
 
 /* ---- env parsing ------------------------------------------------------ */
 
-TPU_TEST(rt_parse_visible_chips) {
+TPU_TEST(tpurt__parse_visible_chips) {
   int out[RT_MAX_CHIPS];
   char err[128];
-  CHECK(rt_parse_visible_chips("", 4, out, RT_MAX_CHIPS, err, sizeof err) == 0);
-  CHECK(rt_parse_visible_chips("  ", 4, out, RT_MAX_CHIPS, err, sizeof err) == 0);
-  CHECK(rt_parse_visible_chips("2", 4, out, RT_MAX_CHIPS, err, sizeof err) == 1 && out[0] == 2);
-  CHECK(rt_parse_visible_chips("3, 1,0", 4, out, RT_MAX_CHIPS, err, sizeof err) == 3);
+  CHECK(tpurt__parse_visible_chips("", 4, out, RT_MAX_CHIPS, err, sizeof err) == 0);
+  CHECK(tpurt__parse_visible_chips("  ", 4, out, RT_MAX_CHIPS, err, sizeof err) == 0);
+  CHECK(tpurt__parse_visible_chips("2", 4, out, RT_MAX_CHIPS, err, sizeof err) == 1 && out[0] == 2);
+  CHECK(tpurt__parse_visible_chips("3, 1,0", 4, out, RT_MAX_CHIPS, err, sizeof err) == 3);
   CHECK(out[0] == 3 && out[1] == 1 && out[2] == 0);
-  CHECK(rt_parse_visible_chips("4", 4, out, RT_MAX_CHIPS, err, sizeof err) == -1);
+  CHECK(tpurt__parse_visible_chips("4", 4, out, RT_MAX_CHIPS, err, sizeof err) == -1);
   CHECK(strstr(err, "chip 4 does not exist") != NULL);
-  CHECK(rt_parse_visible_chips("1,1", 4, out, RT_MAX_CHIPS, err, sizeof err) == -1);
+  CHECK(tpurt__parse_visible_chips("1,1", 4, out, RT_MAX_CHIPS, err, sizeof err) == -1);
   CHECK(strstr(err, "twice") != NULL);
-  CHECK(rt_parse_visible_chips("a", 4, out, RT_MAX_CHIPS, err, sizeof err) == -1);
-  CHECK(rt_parse_visible_chips("1,", 4, out, RT_MAX_CHIPS, err, sizeof err) == -1);
-  CHECK(rt_parse_visible_chips("-1", 4, out, RT_MAX_CHIPS, err, sizeof err) == -1);
-  CHECK(rt_parse_visible_chips("1;2", 4, out, RT_MAX_CHIPS, err, sizeof err) == -1);
-  CHECK(rt_parse_visible_chips("0,1,2", 4, out, 2, err, sizeof err) == -1);
+  CHECK(tpurt__parse_visible_chips("a", 4, out, RT_MAX_CHIPS, err, sizeof err) == -1);
+  CHECK(tpurt__parse_visible_chips("1,", 4, out, RT_MAX_CHIPS, err, sizeof err) == -1);
+  CHECK(tpurt__parse_visible_chips("-1", 4, out, RT_MAX_CHIPS, err, sizeof err) == -1);
+  CHECK(tpurt__parse_visible_chips("1;2", 4, out, RT_MAX_CHIPS, err, sizeof err) == -1);
+  CHECK(tpurt__parse_visible_chips("0,1,2", 4, out, 2, err, sizeof err) == -1);
 }
 
-TPU_TEST(rt_parse_bytes) {
+TPU_TEST(tpurt__parse_bytes) {
   uint64_t v = 0;
-  CHECK(rt_parse_bytes("1024", &v) == 0 && v == 1024);
-  CHECK(rt_parse_bytes("0", &v) == 0 && v == 0);
-  CHECK(rt_parse_bytes("4K", &v) == 0 && v == 4096);
-  CHECK(rt_parse_bytes("4k", &v) == 0 && v == 4096);
-  CHECK(rt_parse_bytes("3M", &v) == 0 && v == 3ull << 20);
-  CHECK(rt_parse_bytes("16G", &v) == 0 && v == 16ull << 30);
-  CHECK(rt_parse_bytes("16GiB", &v) == 0 && v == 16ull << 30);
-  CHECK(rt_parse_bytes("2GB", &v) == 0 && v == 2ull << 30);
-  CHECK(rt_parse_bytes("1.5G", &v) == 0 && v == 3ull << 29);
-  CHECK(rt_parse_bytes(" 8M ", &v) == 0 && v == 8ull << 20);
-  CHECK(rt_parse_bytes("", &v) == -1);
-  CHECK(rt_parse_bytes("G", &v) == -1);
-  CHECK(rt_parse_bytes("-1", &v) == -1);
-  CHECK(rt_parse_bytes("12Q", &v) == -1);
-  CHECK(rt_parse_bytes("1.5", &v) == -1);
-  CHECK(rt_parse_bytes("99999999999999999999", &v) == -1);
-  CHECK(rt_parse_bytes("99999999999T", &v) == -1);
+  CHECK(tpurt__parse_bytes("1024", &v) == 0 && v == 1024);
+  CHECK(tpurt__parse_bytes("0", &v) == 0 && v == 0);
+  CHECK(tpurt__parse_bytes("4K", &v) == 0 && v == 4096);
+  CHECK(tpurt__parse_bytes("4k", &v) == 0 && v == 4096);
+  CHECK(tpurt__parse_bytes("3M", &v) == 0 && v == 3ull << 20);
+  CHECK(tpurt__parse_bytes("16G", &v) == 0 && v == 16ull << 30);
+  CHECK(tpurt__parse_bytes("16GiB", &v) == 0 && v == 16ull << 30);
+  CHECK(tpurt__parse_bytes("2GB", &v) == 0 && v == 2ull << 30);
+  CHECK(tpurt__parse_bytes("1.5G", &v) == 0 && v == 3ull << 29);
+  CHECK(tpurt__parse_bytes(" 8M ", &v) == 0 && v == 8ull << 20);
+  CHECK(tpurt__parse_bytes("", &v) == -1);
+  CHECK(tpurt__parse_bytes("G", &v) == -1);
+  CHECK(tpurt__parse_bytes("-1", &v) == -1);
+  CHECK(tpurt__parse_bytes("12Q", &v) == -1);
+  CHECK(tpurt__parse_bytes("1.5", &v) == -1);
+  CHECK(tpurt__parse_bytes("99999999999999999999", &v) == -1);
+  CHECK(tpurt__parse_bytes("99999999999T", &v) == -1);
 }
 
-TPU_TEST(rt_format_bytes) {
+TPU_TEST(tpurt__format_bytes) {
   char b[32];
-  CHECK(strcmp(rt_format_bytes(0, b, sizeof b), "0 bytes") == 0);
-  CHECK(strcmp(rt_format_bytes(1024, b, sizeof b), "1024 bytes") == 0);
-  CHECK(strcmp(rt_format_bytes(1536, b, sizeof b), "1.50 KiB") == 0);
-  CHECK(strcmp(rt_format_bytes(3ull << 20, b, sizeof b), "3.00 MiB") == 0);
-  CHECK(strcmp(rt_format_bytes(3ull << 29, b, sizeof b), "1.50 GiB") == 0);
+  CHECK(strcmp(tpurt__format_bytes(0, b, sizeof b), "0 bytes") == 0);
+  CHECK(strcmp(tpurt__format_bytes(1024, b, sizeof b), "1024 bytes") == 0);
+  CHECK(strcmp(tpurt__format_bytes(1536, b, sizeof b), "1.50 KiB") == 0);
+  CHECK(strcmp(tpurt__format_bytes(3ull << 20, b, sizeof b), "3.00 MiB") == 0);
+  CHECK(strcmp(tpurt__format_bytes(3ull << 29, b, sizeof b), "1.50 GiB") == 0);
 }
 
 /* ---- devices ---------------------------------------------------------- */
@@ -122,7 +122,7 @@ TPU_TEST(rt_devices) {
   CHECK(n >= 1);
   const char *hbm = getenv("TORCH_TPU_HBM_BYTES");
   uint64_t want = RT_DEFAULT_HBM;
-  if (hbm && *hbm) CHECK(rt_parse_bytes(hbm, &want) == 0);
+  if (hbm && *hbm) CHECK(tpurt__parse_bytes(hbm, &want) == 0);
   CHECK(tpurt_device_hbm_capacity(0) == want);
   CHECK(tpurt_device_hbm_capacity(n) == 0);
   CHECK(tpurt_device_hbm_capacity(-1) == 0);
@@ -246,10 +246,10 @@ TPU_TEST(rt_mem_oom) {
   snprintf(msg, sizeof msg,
            "Tried to allocate %s (%llu bytes) on tpu:0; %s free of %s capacity "
            "(%s allocated, %s reserved by torch_tpu)",
-           rt_format_bytes(big, x, sizeof x), (unsigned long long)big,
-           rt_format_bytes(cap - s1.reserved, f, sizeof f), rt_format_bytes(cap, c, sizeof c),
-           rt_format_bytes(s1.allocated, al, sizeof al),
-           rt_format_bytes(s1.reserved, r, sizeof r));
+           tpurt__format_bytes(big, x, sizeof x), (unsigned long long)big,
+           tpurt__format_bytes(cap - s1.reserved, f, sizeof f), tpurt__format_bytes(cap, c, sizeof c),
+           tpurt__format_bytes(s1.allocated, al, sizeof al),
+           tpurt__format_bytes(s1.reserved, r, sizeof r));
   CHECK(strcmp(tpu_last_error(), msg) == 0);
   CHECK(s1.reserved <= cap);
   CHECK(s1.num_ooms - s0.num_ooms == 2);

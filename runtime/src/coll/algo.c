@@ -15,9 +15,9 @@ static const char *op_name(int op) {
   return op >= 0 && op < TPUCOLL_NUM_OPS ? n[op] : "?";
 }
 
-static void describe(const coll_meta *m, char *buf, size_t n) {
+static void describe(const tpucoll__meta *m, char *buf, size_t n) {
   int k = m->kind;
-  int len = snprintf(buf, n, "%s(", coll_kind_name(k));
+  int len = snprintf(buf, n, "%s(", tpucoll__kind_name(k));
   if (k != TPUCOLL_BARRIER && k != TPUCOLL_ALL_TO_ALL)
     len += snprintf(buf + len, n - len, "count=%llu, dtype=%s", (unsigned long long)m->count,
                     tpu_dtype_name(m->dtype));
@@ -30,7 +30,7 @@ static void describe(const coll_meta *m, char *buf, size_t n) {
   snprintf(buf + len, n - len, ")");
 }
 
-static int same_call(const coll_meta *a, const coll_meta *b) {
+static int same_call(const tpucoll__meta *a, const tpucoll__meta *b) {
   if (a->kind != b->kind) return 0;
   if (a->kind == TPUCOLL_BARRIER) return 1;
   if (a->dtype != b->dtype) return 0;
@@ -47,22 +47,22 @@ static int same_call(const coll_meta *a, const coll_meta *b) {
 /* Publish this rank's call, wait for all, and check they agree. A mismatch
  * is seen by every rank (all compare all), so it is reported without
  * aborting: the communicator stays usable. */
-static int exchange(tpucoll_comm *c, const coll_meta *mine) {
-  int rc = coll_check_alive(c);
+static int exchange(tpucoll_comm *c, const tpucoll__meta *mine) {
+  int rc = tpucoll__check_alive(c);
   if (rc) return rc;
   uint64_t s = ++c->seq;
-  coll_meta *m = &c->ranks[c->rank].meta[s & 1];
+  tpucoll__meta *m = &c->ranks[c->rank].meta[s & 1];
   *m = *mine;
   m->seq = s;
-  rc = coll_barrier(c, coll_kind_name(mine->kind));
+  rc = tpucoll__barrier(c, tpucoll__kind_name(mine->kind));
   if (rc) return rc;
   for (int k = 0; k < c->size; k++) {
-    const coll_meta *o = &c->ranks[k].meta[s & 1];
+    const tpucoll__meta *o = &c->ranks[k].meta[s & 1];
     if (o->seq != s)
-      return coll_fail(c, TPU_E_INTERNAL,
+      return tpucoll__fail(c, TPU_E_INTERNAL,
                        "tpu_dist: rank %d is at collective #%llu but rank %d at #%llu",
                        c->rank, (unsigned long long)s, k, (unsigned long long)o->seq);
-    const coll_meta *r0 = &c->ranks[0].meta[s & 1];
+    const tpucoll__meta *r0 = &c->ranks[0].meta[s & 1];
     if (!same_call(r0, o)) {
       char a[160], b[160];
       describe(r0, a, sizeof a);
@@ -89,8 +89,8 @@ static int exchange(tpucoll_comm *c, const coll_meta *mine) {
   return TPU_OK;
 }
 
-static coll_meta meta_of(int kind, size_t count, int dtype, int op, int root) {
-  coll_meta m;
+static tpucoll__meta meta_of(int kind, size_t count, int dtype, int op, int root) {
+  tpucoll__meta m;
   memset(&m, 0, sizeof m);
   m.kind = kind;
   m.count = count;
@@ -107,7 +107,7 @@ static int check_dtype(int dtype) {
 }
 
 int tpucoll_barrier(tpucoll_comm *c) {
-  coll_meta m = meta_of(TPUCOLL_BARRIER, 0, 0, 0, 0);
+  tpucoll__meta m = meta_of(TPUCOLL_BARRIER, 0, 0, 0, 0);
   return exchange(c, &m);
 }
 
@@ -119,27 +119,27 @@ static int reduce_common(tpucoll_comm *c, const void *in, void *out, size_t coun
   int rc = check_dtype(dtype);
   if (rc) return rc;
   int kind = root < 0 ? TPUCOLL_ALL_REDUCE : TPUCOLL_REDUCE;
-  if ((rc = coll_check_reduce_op(dtype, op))) return rc;
-  coll_meta m = meta_of(kind, count, dtype, op, root < 0 ? 0 : root);
+  if ((rc = tpucoll__check_reduce_op(dtype, op))) return rc;
+  tpucoll__meta m = meta_of(kind, count, dtype, op, root < 0 ? 0 : root);
   if ((rc = exchange(c, &m))) return rc;
   size_t es = tpu_dtype_size(dtype), per = c->slot_bytes / es;
   const void *srcs[TPUCOLL_MAX_RANKS];
   for (size_t off = 0; off < count; off += per) {
     size_t n = count - off < per ? count - off : per;
     uint64_t p = c->chunk++;
-    memcpy(coll_slot(c, p, c->rank), (const uint8_t *)in + off * es, n * es);
-    if ((rc = coll_barrier(c, coll_kind_name(kind)))) return rc;
+    memcpy(tpucoll__slot(c, p, c->rank), (const uint8_t *)in + off * es, n * es);
+    if ((rc = tpucoll__barrier(c, tpucoll__kind_name(kind)))) return rc;
     size_t lo = n * (size_t)c->rank / (size_t)c->size;
     size_t hi = n * ((size_t)c->rank + 1) / (size_t)c->size;
     if (hi > lo) {
-      for (int k = 0; k < c->size; k++) srcs[k] = coll_slot(c, p, k) + lo * es;
-      rc = tpucoll_reduce_buffers(coll_result(c, p) + lo * es, srcs, c->size, hi - lo, dtype,
+      for (int k = 0; k < c->size; k++) srcs[k] = tpucoll__slot(c, p, k) + lo * es;
+      rc = tpucoll_reduce_buffers(tpucoll__result(c, p) + lo * es, srcs, c->size, hi - lo, dtype,
                                   op, c->size);
-      if (rc) return coll_fail(c, rc, "%s", tpu_last_error());
+      if (rc) return tpucoll__fail(c, rc, "%s", tpu_last_error());
     }
-    if ((rc = coll_barrier(c, coll_kind_name(kind)))) return rc;
+    if ((rc = tpucoll__barrier(c, tpucoll__kind_name(kind)))) return rc;
     if (root < 0 || root == c->rank)
-      memcpy((uint8_t *)out + off * es, coll_result(c, p), n * es);
+      memcpy((uint8_t *)out + off * es, tpucoll__result(c, p), n * es);
   }
   return TPU_OK;
 }
@@ -163,15 +163,15 @@ int tpucoll_broadcast(tpucoll_comm *c, void *buf, size_t count, int dtype, int r
   if (root < 0 || root >= c->size)
     return tpu_error(TPU_E_INVALID, "tpu_dist: broadcast root %d out of range [0, %d)", root,
                      c->size);
-  coll_meta m = meta_of(TPUCOLL_BROADCAST, count, dtype, 0, root);
+  tpucoll__meta m = meta_of(TPUCOLL_BROADCAST, count, dtype, 0, root);
   if ((rc = exchange(c, &m))) return rc;
   size_t es = tpu_dtype_size(dtype), per = c->slot_bytes / es;
   for (size_t off = 0; off < count; off += per) {
     size_t n = count - off < per ? count - off : per;
     uint64_t p = c->chunk++;
-    if (c->rank == root) memcpy(coll_slot(c, p, root), (uint8_t *)buf + off * es, n * es);
-    if ((rc = coll_barrier(c, "broadcast"))) return rc;
-    if (c->rank != root) memcpy((uint8_t *)buf + off * es, coll_slot(c, p, root), n * es);
+    if (c->rank == root) memcpy(tpucoll__slot(c, p, root), (uint8_t *)buf + off * es, n * es);
+    if ((rc = tpucoll__barrier(c, "broadcast"))) return rc;
+    if (c->rank != root) memcpy((uint8_t *)buf + off * es, tpucoll__slot(c, p, root), n * es);
   }
   return TPU_OK;
 }
@@ -179,17 +179,17 @@ int tpucoll_broadcast(tpucoll_comm *c, void *buf, size_t count, int dtype, int r
 int tpucoll_all_gather(tpucoll_comm *c, const void *in, void *out, size_t count, int dtype) {
   int rc = check_dtype(dtype);
   if (rc) return rc;
-  coll_meta m = meta_of(TPUCOLL_ALL_GATHER, count, dtype, 0, 0);
+  tpucoll__meta m = meta_of(TPUCOLL_ALL_GATHER, count, dtype, 0, 0);
   if ((rc = exchange(c, &m))) return rc;
   size_t es = tpu_dtype_size(dtype), per = c->slot_bytes / es;
   for (size_t off = 0; off < count; off += per) {
     size_t n = count - off < per ? count - off : per;
     uint64_t p = c->chunk++;
-    memcpy(coll_slot(c, p, c->rank), (const uint8_t *)in + off * es, n * es);
-    if ((rc = coll_barrier(c, "all_gather"))) return rc;
+    memcpy(tpucoll__slot(c, p, c->rank), (const uint8_t *)in + off * es, n * es);
+    if ((rc = tpucoll__barrier(c, "all_gather"))) return rc;
     for (int k = 0; k < c->size; k++)
       if (k != c->rank || (const uint8_t *)in + off * es != (uint8_t *)out + ((size_t)k * count + off) * es)
-        memcpy((uint8_t *)out + ((size_t)k * count + off) * es, coll_slot(c, p, k), n * es);
+        memcpy((uint8_t *)out + ((size_t)k * count + off) * es, tpucoll__slot(c, p, k), n * es);
   }
   return TPU_OK;
 }
@@ -200,22 +200,22 @@ int tpucoll_reduce_scatter(tpucoll_comm *c, const void *in, void *out, size_t co
                            int op) {
   int rc = check_dtype(dtype);
   if (rc) return rc;
-  if ((rc = coll_check_reduce_op(dtype, op))) return rc;
-  coll_meta m = meta_of(TPUCOLL_REDUCE_SCATTER, count, dtype, op, 0);
+  if ((rc = tpucoll__check_reduce_op(dtype, op))) return rc;
+  tpucoll__meta m = meta_of(TPUCOLL_REDUCE_SCATTER, count, dtype, op, 0);
   if ((rc = exchange(c, &m))) return rc;
   size_t es = tpu_dtype_size(dtype), per = c->slot_bytes / es / (size_t)c->size;
   const void *srcs[TPUCOLL_MAX_RANKS];
   for (size_t off = 0; off < count; off += per) {
     size_t n = count - off < per ? count - off : per;
     uint64_t p = c->chunk++;
-    uint8_t *mine = coll_slot(c, p, c->rank);
+    uint8_t *mine = tpucoll__slot(c, p, c->rank);
     for (int k = 0; k < c->size; k++)
       memcpy(mine + (size_t)k * n * es, (const uint8_t *)in + ((size_t)k * count + off) * es,
              n * es);
-    if ((rc = coll_barrier(c, "reduce_scatter"))) return rc;
-    for (int k = 0; k < c->size; k++) srcs[k] = coll_slot(c, p, k) + (size_t)c->rank * n * es;
+    if ((rc = tpucoll__barrier(c, "reduce_scatter"))) return rc;
+    for (int k = 0; k < c->size; k++) srcs[k] = tpucoll__slot(c, p, k) + (size_t)c->rank * n * es;
     rc = tpucoll_reduce_buffers((uint8_t *)out + off * es, srcs, c->size, n, dtype, op, c->size);
-    if (rc) return coll_fail(c, rc, "%s", tpu_last_error());
+    if (rc) return tpucoll__fail(c, rc, "%s", tpu_last_error());
   }
   return TPU_OK;
 }
@@ -227,7 +227,7 @@ int tpucoll_all_to_all(tpucoll_comm *c, const void *in, const size_t *send_count
   if (2 * c->size > TPUCOLL_MAX_RANKS)
     return tpu_error(TPU_E_INVALID, "tpu_dist: all_to_all supports at most %d ranks",
                      TPUCOLL_MAX_RANKS / 2);
-  coll_meta m = meta_of(TPUCOLL_ALL_TO_ALL, 0, dtype, 0, 0);
+  tpucoll__meta m = meta_of(TPUCOLL_ALL_TO_ALL, 0, dtype, 0, 0);
   for (int k = 0; k < c->size; k++) {
     m.counts[k] = send_counts[k];
     m.counts[c->size + k] = recv_counts[k];
@@ -251,19 +251,19 @@ int tpucoll_all_to_all(tpucoll_comm *c, const void *in, const size_t *send_count
   }
   for (uint64_t off = 0; off < most; off += sub) {
     uint64_t p = c->chunk++;
-    uint8_t *mine = coll_slot(c, p, c->rank);
+    uint8_t *mine = tpucoll__slot(c, p, c->rank);
     for (int k = 0; k < c->size; k++) {
       size_t n = send_counts[k] > off ? send_counts[k] - off : 0;
       if (n > sub) n = sub;
       if (n) memcpy(mine + (size_t)k * sub * es, (const uint8_t *)in + (sdis[k] + off) * es, n * es);
     }
-    if ((rc = coll_barrier(c, "all_to_all"))) return rc;
+    if ((rc = tpucoll__barrier(c, "all_to_all"))) return rc;
     for (int k = 0; k < c->size; k++) {
       size_t n = recv_counts[k] > off ? recv_counts[k] - off : 0;
       if (n > sub) n = sub;
       if (n)
         memcpy((uint8_t *)out + (rdis[k] + off) * es,
-               coll_slot(c, p, k) + (size_t)c->rank * sub * es, n * es);
+               tpucoll__slot(c, p, k) + (size_t)c->rank * sub * es, n * es);
     }
   }
   return TPU_OK;
@@ -279,19 +279,19 @@ int tpucoll_send(tpucoll_comm *c, const void *buf, size_t nbytes, int peer) {
   if (peer < 0 || peer >= c->size || peer == c->rank)
     return tpu_error(TPU_E_INVALID, "tpu_dist: send to invalid peer %d (rank %d of %d)", peer,
                      c->rank, c->size);
-  int rc = coll_check_alive(c);
+  int rc = tpucoll__check_alive(c);
   if (rc) return rc;
-  coll_chan *ch = &c->chans[(size_t)c->rank * c->size + peer];
+  tpucoll__chan *ch = &c->chans[(size_t)c->rank * c->size + peer];
   size_t off = 0;
   do {
     uint64_t j = c->sent[peer];
     /* both halves in flight at most: wait for chunk j-2's ack */
-    if (j >= 2 && (rc = coll_wait_ge(c, &ch->acked, j - 1, peer, "send"))) return rc;
+    if (j >= 2 && (rc = tpucoll__wait_ge(c, &ch->acked, j - 1, peer, "send"))) return rc;
     size_t n = nbytes - off < c->p2p_bytes ? nbytes - off : c->p2p_bytes;
     memcpy(p2p_buf(c, c->rank, peer, j), (const uint8_t *)buf + off, n);
     ch->msg_bytes[j & 1] = nbytes;
     atomic_store_explicit(&ch->posted, j + 1, memory_order_release);
-    coll_ring(c);
+    tpucoll__ring(c);
     c->sent[peer] = j + 1;
     off += n;
   } while (off < nbytes);
@@ -302,22 +302,22 @@ int tpucoll_recv(tpucoll_comm *c, void *buf, size_t nbytes, int peer) {
   if (peer < 0 || peer >= c->size || peer == c->rank)
     return tpu_error(TPU_E_INVALID, "tpu_dist: recv from invalid peer %d (rank %d of %d)", peer,
                      c->rank, c->size);
-  int rc = coll_check_alive(c);
+  int rc = tpucoll__check_alive(c);
   if (rc) return rc;
-  coll_chan *ch = &c->chans[(size_t)peer * c->size + c->rank];
+  tpucoll__chan *ch = &c->chans[(size_t)peer * c->size + c->rank];
   size_t off = 0;
   do {
     uint64_t j = c->recvd[peer];
-    if ((rc = coll_wait_ge(c, &ch->posted, j + 1, peer, "recv"))) return rc;
+    if ((rc = tpucoll__wait_ge(c, &ch->posted, j + 1, peer, "recv"))) return rc;
     if (ch->msg_bytes[j & 1] != nbytes)
-      return coll_fail(c, TPU_E_INVALID,
+      return tpucoll__fail(c, TPU_E_INVALID,
                        "tpu_dist: size mismatch: rank %d posted a recv of %zu bytes but rank %d "
                        "sent %llu bytes",
                        c->rank, nbytes, peer, (unsigned long long)ch->msg_bytes[j & 1]);
     size_t n = nbytes - off < c->p2p_bytes ? nbytes - off : c->p2p_bytes;
     memcpy((uint8_t *)buf + off, p2p_buf(c, peer, c->rank, j), n);
     atomic_store_explicit(&ch->acked, j + 1, memory_order_release);
-    coll_ring(c);
+    tpucoll__ring(c);
     c->recvd[peer] = j + 1;
     off += n;
   } while (off < nbytes);

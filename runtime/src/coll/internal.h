@@ -14,29 +14,29 @@
 #define COLL_LINE 64
 
 /* Per-collective metadata, exchanged before any data moves. */
-typedef struct coll_meta {
+typedef struct tpucoll__meta {
   uint64_t seq;
   int32_t kind, dtype, op, root;
   uint64_t count;
   uint64_t counts[TPUCOLL_MAX_RANKS]; /* all_to_all send counts */
-} coll_meta;
+} tpucoll__meta;
 
-typedef struct coll_rank {
+typedef struct tpucoll__rank {
   _Atomic uint64_t arrive; /* barrier generation this rank reached */
   int32_t pid;
   char pad[COLL_LINE - 12];
-  coll_meta meta[2]; /* indexed by seq & 1 */
-} __attribute__((aligned(COLL_LINE))) coll_rank;
+  tpucoll__meta meta[2]; /* indexed by seq & 1 */
+} __attribute__((aligned(COLL_LINE))) tpucoll__rank;
 
 /* One direction of a point-to-point pair: chunks posted/acked so far. */
-typedef struct coll_chan {
+typedef struct tpucoll__chan {
   _Atomic uint64_t posted;
   _Atomic uint64_t acked;
   uint64_t msg_bytes[2]; /* total message size of the chunk in each half */
   char pad[COLL_LINE - 32];
-} __attribute__((aligned(COLL_LINE))) coll_chan;
+} __attribute__((aligned(COLL_LINE))) tpucoll__chan;
 
-typedef struct coll_hdr {
+typedef struct tpucoll__hdr {
   uint32_t magic;
   int32_t size;
   uint64_t slot_bytes, p2p_bytes;
@@ -45,7 +45,7 @@ typedef struct coll_hdr {
   _Atomic uint32_t aborted;   /* some rank failed */
   int32_t abort_rank;
   char abort_msg[256];
-} coll_hdr;
+} tpucoll__hdr;
 
 struct tpucoll_comm {
   char name[128];
@@ -53,9 +53,9 @@ struct tpucoll_comm {
   int64_t timeout_ms;
   uint8_t *base;
   size_t map_bytes;
-  coll_hdr *hdr;
-  coll_rank *ranks;
-  coll_chan *chans;   /* [src * size + dst] */
+  tpucoll__hdr *hdr;
+  tpucoll__rank *ranks;
+  tpucoll__chan *chans;   /* [src * size + dst] */
   uint8_t *data;      /* slots[2][size][slot_bytes] then result[2][slot_bytes] */
   uint8_t *p2p;       /* [src * size + dst][2][p2p_bytes] */
   size_t slot_bytes, p2p_bytes;
@@ -75,25 +75,25 @@ struct tpucoll_comm {
 };
 
 /* coll/shm.c */
-uint8_t *coll_slot(tpucoll_comm *c, uint64_t parity, int rank);
-uint8_t *coll_result(tpucoll_comm *c, uint64_t parity);
+uint8_t *tpucoll__slot(tpucoll_comm *c, uint64_t parity, int rank);
+uint8_t *tpucoll__result(tpucoll_comm *c, uint64_t parity);
 /* Barrier over all ranks (bounded by the timeout). `what` names the
  * collective for messages. */
-int coll_barrier(tpucoll_comm *c, const char *what);
+int tpucoll__barrier(tpucoll_comm *c, const char *what);
 /* Wait until *ctr >= target, with the same bounds; `peer` is the rank
  * whose progress is awaited. */
-int coll_wait_ge(tpucoll_comm *c, _Atomic uint64_t *ctr, uint64_t target,
+int tpucoll__wait_ge(tpucoll_comm *c, _Atomic uint64_t *ctr, uint64_t target,
                  int peer, const char *what);
-void coll_ring(tpucoll_comm *c);
+void tpucoll__ring(tpucoll_comm *c);
 /* Record a failure: abort the communicator (locally + shared), set the
  * thread's error and return `code`. */
-int coll_fail(tpucoll_comm *c, int code, const char *fmt, ...)
+int tpucoll__fail(tpucoll_comm *c, int code, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
-int coll_check_alive(tpucoll_comm *c);
+int tpucoll__check_alive(tpucoll_comm *c);
 /* TPU_OK if `op` is a reduce op defined for `dtype` (AVG: floating or
  * complex; MIN/MAX: not complex), else the error (message set). */
-int coll_check_reduce_op(int dtype, int op);
-const char *coll_kind_name(int kind);
+int tpucoll__check_reduce_op(int dtype, int op);
+const char *tpucoll__kind_name(int kind);
 
 
 #endif

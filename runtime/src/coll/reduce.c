@@ -95,7 +95,7 @@ DEF_REAL(b8, uint8_t, int, ID, BOOL_STORE, NO_NAN)
 DEF_CPLX(c64, float)
 DEF_CPLX(c128, double)
 
-int coll_check_reduce_op(int dtype, int op) {
+int tpucoll__check_reduce_op(int dtype, int op) {
   if (op < 0 || op >= TPUCOLL_NUM_OPS)
     return tpu_error(TPU_E_INVALID, "tpu_dist: unknown reduce op %d", op);
   if (op == TPUCOLL_AVG && !tpu_dtype_is_float(dtype) && !tpu_dtype_is_complex(dtype))
@@ -109,7 +109,7 @@ int coll_check_reduce_op(int dtype, int op) {
 
 int tpucoll_reduce_buffers(void *dst, const void *const *srcs, int n,
                            size_t count, int dtype, int op, int avg_div) {
-  int rc = coll_check_reduce_op(dtype, op);
+  int rc = tpucoll__check_reduce_op(dtype, op);
   if (rc) return rc;
   if (n < 1) return tpu_error(TPU_E_INVALID, "tpu_dist: no sources to reduce");
   if (avg_div < 1) avg_div = n;

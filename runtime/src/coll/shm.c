@@ -35,24 +35,24 @@ static inline void cpu_relax(void) {
 
 static size_t round_up(size_t x, size_t a) { return (x + a - 1) / a * a; }
 
-const char *coll_kind_name(int kind) {
+const char *tpucoll__kind_name(int kind) {
   static const char *names[TPUCOLL_NUM_KINDS] = {
       "barrier",    "all_reduce",     "broadcast",  "reduce", "all_gather",
       "reduce_scatter", "all_to_all", "send",       "recv"};
   return kind >= 0 && kind < TPUCOLL_NUM_KINDS ? names[kind] : "?";
 }
 
-uint8_t *coll_slot(tpucoll_comm *c, uint64_t parity, int rank) {
+uint8_t *tpucoll__slot(tpucoll_comm *c, uint64_t parity, int rank) {
   return c->data + ((parity & 1) * (size_t)c->size + (size_t)rank) * c->slot_bytes;
 }
 
-uint8_t *coll_result(tpucoll_comm *c, uint64_t parity) {
+uint8_t *tpucoll__result(tpucoll_comm *c, uint64_t parity) {
   return c->data + (2 * (size_t)c->size + (parity & 1)) * c->slot_bytes;
 }
 
 /* ---- failure ------------------------------------------------------------ */
 
-int coll_fail(tpucoll_comm *c, int code, const char *fmt, ...) {
+int tpucoll__fail(tpucoll_comm *c, int code, const char *fmt, ...) {
   char msg[512];
   va_list ap;
   va_start(ap, fmt);
@@ -69,14 +69,14 @@ int coll_fail(tpucoll_comm *c, int code, const char *fmt, ...) {
       snprintf(c->hdr->abort_msg, sizeof c->hdr->abort_msg, "%.255s", msg);
       atomic_store(&c->hdr->aborted, 1); /* message complete */
     }
-    coll_ring(c);
+    tpucoll__ring(c);
   }
   return tpu_error(code, "%s", msg);
 }
 
 void tpucoll_comm_abort(tpucoll_comm *c, const char *reason) {
   if (!c) return;
-  coll_fail(c, TPU_E_INTERNAL, "tpu_dist: communicator aborted by rank %d: %s",
+  tpucoll__fail(c, TPU_E_INTERNAL, "tpu_dist: communicator aborted by rank %d: %s",
             c->rank, reason ? reason : "abort requested");
   tpu_clear_error();
 }
@@ -96,7 +96,7 @@ static int pid_dead(int pid) {
   return p && (p[2] == 'Z' || p[2] == 'X');
 }
 
-int coll_check_alive(tpucoll_comm *c) {
+int tpucoll__check_alive(tpucoll_comm *c) {
   if (c->aborted)
     return tpu_error(TPU_E_INTERNAL, "%s", c->abort_msg);
   if (atomic_load(&c->hdr->aborted) == 1) {
@@ -118,12 +118,12 @@ static long futex(_Atomic uint32_t *addr, int op, uint32_t val,
   return syscall(SYS_futex, (uint32_t *)addr, op, val, ts, NULL, 0);
 }
 
-void coll_ring(tpucoll_comm *c) {
+void tpucoll__ring(tpucoll_comm *c) {
   atomic_fetch_add(&c->hdr->bell, 1);
   futex(&c->hdr->bell, FUTEX_WAKE, INT32_MAX, NULL);
 }
 
-int coll_wait_ge(tpucoll_comm *c, _Atomic uint64_t *ctr, uint64_t target,
+int tpucoll__wait_ge(tpucoll_comm *c, _Atomic uint64_t *ctr, uint64_t target,
                  int peer, const char *what) {
   for (int i = 0; i < COLL_SPIN; i++) {
     if (atomic_load_explicit(ctr, memory_order_acquire) >= target) return TPU_OK;
@@ -133,7 +133,7 @@ int coll_wait_ge(tpucoll_comm *c, _Atomic uint64_t *ctr, uint64_t target,
   for (int spins = 0;; spins++) {
     uint32_t bell = atomic_load(&c->hdr->bell);
     if (atomic_load_explicit(ctr, memory_order_acquire) >= target) return TPU_OK;
-    int rc = coll_check_alive(c);
+    int rc = tpucoll__check_alive(c);
     if (rc) return rc;
     if (spins < 8) { /* a few yields before the first sleep */
       sched_yield();
@@ -141,14 +141,14 @@ int coll_wait_ge(tpucoll_comm *c, _Atomic uint64_t *ctr, uint64_t target,
     }
     int64_t now = now_ms();
     if (now >= deadline)
-      return coll_fail(c, TPU_E_INTERNAL,
+      return tpucoll__fail(c, TPU_E_INTERNAL,
                        "tpu_dist timeout: rank %d waited %lld ms in %s (collective #%llu) "
                        "for rank %d, which did not arrive (timeout %lld ms)",
                        c->rank, (long long)(now - start), what,
                        (unsigned long long)c->seq, peer, (long long)c->timeout_ms);
     int pid = c->ranks[peer].pid;
     if (pid_dead(pid))
-      return coll_fail(c, TPU_E_INTERNAL,
+      return tpucoll__fail(c, TPU_E_INTERNAL,
                        "tpu_dist timeout: rank %d (pid %d) exited while rank %d waited "
                        "for it in %s (collective #%llu)",
                        peer, pid, c->rank, what, (unsigned long long)c->seq);
@@ -158,13 +158,13 @@ int coll_wait_ge(tpucoll_comm *c, _Atomic uint64_t *ctr, uint64_t target,
   }
 }
 
-int coll_barrier(tpucoll_comm *c, const char *what) {
+int tpucoll__barrier(tpucoll_comm *c, const char *what) {
   uint64_t g = ++c->gen;
   atomic_store_explicit(&c->ranks[c->rank].arrive, g, memory_order_release);
-  coll_ring(c);
+  tpucoll__ring(c);
   for (int k = 0; k < c->size; k++) {
     if (k == c->rank) continue;
-    int rc = coll_wait_ge(c, &c->ranks[k].arrive, g, k, what);
+    int rc = tpucoll__wait_ge(c, &c->ranks[k].arrive, g, k, what);
     if (rc) return rc;
   }
   return TPU_OK;
@@ -173,19 +173,19 @@ int coll_barrier(tpucoll_comm *c, const char *what) {
 /* ---- segment ------------------------------------------------------------ */
 
 static size_t layout(tpucoll_comm *c) {
-  size_t n = (size_t)c->size, off = round_up(sizeof(coll_hdr), 4096);
+  size_t n = (size_t)c->size, off = round_up(sizeof(tpucoll__hdr), 4096);
   size_t ranks_off = off;
-  off = round_up(off + n * sizeof(coll_rank), 4096);
+  off = round_up(off + n * sizeof(tpucoll__rank), 4096);
   size_t chans_off = off;
-  off = round_up(off + n * n * sizeof(coll_chan), 4096);
+  off = round_up(off + n * n * sizeof(tpucoll__chan), 4096);
   size_t data_off = off;
   off += (2 * n + 2) * c->slot_bytes;
   size_t p2p_off = round_up(off, 4096);
   off = p2p_off + n * n * 2 * c->p2p_bytes;
   if (c->base) {
-    c->hdr = (coll_hdr *)c->base;
-    c->ranks = (coll_rank *)(c->base + ranks_off);
-    c->chans = (coll_chan *)(c->base + chans_off);
+    c->hdr = (tpucoll__hdr *)c->base;
+    c->ranks = (tpucoll__rank *)(c->base + ranks_off);
+    c->chans = (tpucoll__chan *)(c->base + chans_off);
     c->data = c->base + data_off;
     c->p2p = c->base + p2p_off;
   }
@@ -300,7 +300,7 @@ int tpucoll_comm_init(const char *name, int rank, int size, size_t slot_bytes,
     }
   }
   c->ranks[rank].pid = (int32_t)getpid();
-  rc = coll_barrier(c, "init");
+  rc = tpucoll__barrier(c, "init");
   if (rc) goto fail;
   if (rank == 0) {
     shm_unlink(name);

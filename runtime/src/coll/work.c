@@ -70,7 +70,7 @@ static void task_cleanup(void *ctx) {
   if (!w->ran) {
     w->status = TPU_E_INTERNAL;
     snprintf(w->msg, sizeof w->msg, "tpu_dist: %s was dropped by its stream",
-             coll_kind_name(w->d.kind));
+             tpucoll__kind_name(w->d.kind));
   }
   pthread_mutex_lock(&w->mu);
   w->done = 1;

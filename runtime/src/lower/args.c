@@ -9,92 +9,92 @@
 
 /* ---- scalars ------------------------------------------------------------ */
 
-lw_scalar lw_scalar_f(double f) {
-  lw_scalar s = {LW_SK_FLOAT, 0, f, 0};
+tpulw__scalar tpulw__scalar_f(double f) {
+  tpulw__scalar s = {LW_SK_FLOAT, 0, f, 0};
   if (isfinite(f) && fabs(f) < 9.2e18) s.i = (int64_t)f;
   return s;
 }
 
-lw_scalar lw_scalar_i(int64_t i) {
-  lw_scalar s = {LW_SK_INT, i, (double)i, 0};
+tpulw__scalar tpulw__scalar_i(int64_t i) {
+  tpulw__scalar s = {LW_SK_INT, i, (double)i, 0};
   return s;
 }
 
-static lw_scalar scalar_b(int v) {
-  lw_scalar s = {LW_SK_BOOL, v != 0, v != 0, 0};
+static tpulw__scalar scalar_b(int v) {
+  tpulw__scalar s = {LW_SK_BOOL, v != 0, v != 0, 0};
   return s;
 }
 
 /* ---- argument access ---------------------------------------------------- */
 
-const tpulw_arg *lw_arg(const lw_b *b, const char *name) {
+const tpulw_arg *tpulw__arg(const tpulw__b *b, const char *name) {
   for (int i = 0; i < b->nargs; i++)
     if (b->args[i].name && strcmp(b->args[i].name, name) == 0)
       return &b->args[i];
   return NULL;
 }
 
-int lw_none(const lw_b *b, const char *name) {
-  const tpulw_arg *a = lw_arg(b, name);
+int tpulw__none(const tpulw__b *b, const char *name) {
+  const tpulw_arg *a = tpulw__arg(b, name);
   if (!a || a->kind == TPULW_NONE) return 1;
   if (a->kind == TPULW_TENSOR && !a->t.defined) return 1;
   return 0;
 }
 
-lw_scalar lw_scalar_c(double re, double im) {
-  lw_scalar s = lw_scalar_f(re);
+tpulw__scalar tpulw__scalar_c(double re, double im) {
+  tpulw__scalar s = tpulw__scalar_f(re);
   s.kind = LW_SK_COMPLEX;
   s.im = im;
   return s;
 }
 
-static int cpu_scalar(const tpulw_tensor *t, lw_scalar *out) {
+static int cpu_scalar(const tpulw_tensor *t, tpulw__scalar *out) {
   if (t->device >= 0 || !t->defined) return 0;
-  if (tpu_dtype_is_complex(t->view.dtype)) *out = lw_scalar_c(t->cpu_f, t->cpu_im);
-  else if (tpu_dtype_is_float(t->view.dtype)) *out = lw_scalar_f(t->cpu_f);
+  if (tpu_dtype_is_complex(t->view.dtype)) *out = tpulw__scalar_c(t->cpu_f, t->cpu_im);
+  else if (tpu_dtype_is_float(t->view.dtype)) *out = tpulw__scalar_f(t->cpu_f);
   else if (t->view.dtype == TPU_BOOL) *out = scalar_b(t->cpu_i != 0);
-  else *out = lw_scalar_i(t->cpu_i);
+  else *out = tpulw__scalar_i(t->cpu_i);
   return 1;
 }
 
-int lw_scalar_arg(const lw_b *b, const char *name, lw_scalar *out) {
-  const tpulw_arg *a = lw_arg(b, name);
+int tpulw__scalar_arg(const tpulw__b *b, const char *name, tpulw__scalar *out) {
+  const tpulw_arg *a = tpulw__arg(b, name);
   if (!a) return 0;
   switch (a->kind) {
-  case TPULW_INT: *out = lw_scalar_i(a->i); return 1;
+  case TPULW_INT: *out = tpulw__scalar_i(a->i); return 1;
   case TPULW_BOOL: *out = scalar_b(a->i != 0); return 1;
-  case TPULW_FLOAT: *out = lw_scalar_f(a->f); return 1;
-  case TPULW_COMPLEX: *out = lw_scalar_c(a->f, a->f_im); return 1;
+  case TPULW_FLOAT: *out = tpulw__scalar_f(a->f); return 1;
+  case TPULW_COMPLEX: *out = tpulw__scalar_c(a->f, a->f_im); return 1;
   case TPULW_TENSOR: return cpu_scalar(&a->t, out);
   default: return 0;
   }
 }
 
-int64_t lw_int(const lw_b *b, const char *name, int64_t def) {
-  lw_scalar s;
-  if (!lw_scalar_arg(b, name, &s)) return def;
+int64_t tpulw__int(const tpulw__b *b, const char *name, int64_t def) {
+  tpulw__scalar s;
+  if (!tpulw__scalar_arg(b, name, &s)) return def;
   return s.kind == LW_SK_FLOAT ? (int64_t)s.f : s.i;
 }
 
-double lw_float(const lw_b *b, const char *name, double def) {
-  lw_scalar s;
-  if (!lw_scalar_arg(b, name, &s)) return def;
+double tpulw__float(const tpulw__b *b, const char *name, double def) {
+  tpulw__scalar s;
+  if (!tpulw__scalar_arg(b, name, &s)) return def;
   return s.f;
 }
 
-const char *lw_str(const lw_b *b, const char *name) {
-  const tpulw_arg *a = lw_arg(b, name);
+const char *tpulw__str(const tpulw__b *b, const char *name) {
+  const tpulw_arg *a = tpulw__arg(b, name);
   return (a && a->kind == TPULW_STR) ? a->s : NULL;
 }
 
-int lw_dtype_arg(const lw_b *b, const char *name, int def) {
-  const tpulw_arg *a = lw_arg(b, name);
+int tpulw__dtype_arg(const tpulw__b *b, const char *name, int def) {
+  const tpulw_arg *a = tpulw__arg(b, name);
   return (a && a->kind == TPULW_DTYPE) ? (int)a->i : def;
 }
 
-const int64_t *lw_ints(const lw_b *b, const char *name, int *n,
+const int64_t *tpulw__ints(const tpulw__b *b, const char *name, int *n,
                        int64_t *scratch) {
-  const tpulw_arg *a = lw_arg(b, name);
+  const tpulw_arg *a = tpulw__arg(b, name);
   if (!a || a->kind == TPULW_NONE) {
     *n = -1;
     return NULL;
@@ -112,34 +112,34 @@ const int64_t *lw_ints(const lw_b *b, const char *name, int *n,
   return NULL;
 }
 
-const tpulw_tensor *lw_tensor_arg(const lw_b *b, const char *name) {
-  const tpulw_arg *a = lw_arg(b, name);
+const tpulw_tensor *tpulw__tensor_arg(const tpulw__b *b, const char *name) {
+  const tpulw_arg *a = tpulw__arg(b, name);
   if (!a || a->kind != TPULW_TENSOR || !a->t.defined) return NULL;
   return &a->t;
 }
 
 /* ---- operands ----------------------------------------------------------- */
 
-lw_opnd lw_opnd_scalar(lw_scalar s) {
-  lw_opnd o = {LW_OPND_SCALAR, NULL, s};
+tpulw__opnd tpulw__opnd_scalar(tpulw__scalar s) {
+  tpulw__opnd o = {LW_OPND_SCALAR, NULL, s};
   return o;
 }
 
-lw_opnd lw_opnd_tensor(const tpulw_tensor *t) {
-  lw_opnd o = {LW_OPND_TENSOR, t, {0, 0, 0, 0}};
+tpulw__opnd tpulw__opnd_tensor(const tpulw_tensor *t) {
+  tpulw__opnd o = {LW_OPND_TENSOR, t, {0, 0, 0, 0}};
   return o;
 }
 
-lw_opnd lw_opnd_arg(const lw_b *b, const char *name) {
-  lw_opnd o = {LW_OPND_NONE, NULL, {0, 0, 0, 0}};
-  const tpulw_arg *a = lw_arg(b, name);
+tpulw__opnd tpulw__opnd_arg(const tpulw__b *b, const char *name) {
+  tpulw__opnd o = {LW_OPND_NONE, NULL, {0, 0, 0, 0}};
+  const tpulw_arg *a = tpulw__arg(b, name);
   if (!a) return o;
   if (a->kind == TPULW_TENSOR) {
-    if (a->t.defined) o = lw_opnd_tensor(&a->t);
+    if (a->t.defined) o = tpulw__opnd_tensor(&a->t);
     return o;
   }
-  lw_scalar s;
-  if (lw_scalar_arg(b, name, &s)) o = lw_opnd_scalar(s);
+  tpulw__scalar s;
+  if (tpulw__scalar_arg(b, name, &s)) o = tpulw__opnd_scalar(s);
   return o;
 }
 
@@ -185,7 +185,7 @@ static const signed char k_promote[TPU_NUM_DTYPES][TPU_NUM_DTYPES] = {
 #undef C64
 #undef C128
 
-int lw_promote(int a, int b) {
+int tpulw__promote(int a, int b) {
   if (a < 0) return b;
   if (b < 0) return a;
   return k_promote[a][b];
@@ -198,16 +198,16 @@ static int category(int dt) {
   return 2;
 }
 
-int lw_can_cast(int from, int to) { return category(from) <= category(to); }
+int tpulw__can_cast(int from, int to) { return category(from) <= category(to); }
 
-const char *lw_torch_name(int dt) {
+const char *tpulw__torch_name(int dt) {
   static const char *const names[TPU_NUM_DTYPES] = {
       "Bool", "Byte", "Char", "Short", "Int", "Long",
       "Half", "BFloat16", "Float", "Double", "ComplexFloat", "ComplexDouble"};
   return (dt >= 0 && dt < TPU_NUM_DTYPES) ? names[dt] : "?";
 }
 
-const char *lw_c_name(int dt) {
+const char *tpulw__c_name(int dt) {
   static const char *const names[TPU_NUM_DTYPES] = {
       "bool", "unsigned char", "signed char", "short int", "int", "long int",
       "c10::Half", "c10::BFloat16", "float", "double", "c10::complex<float>",
@@ -215,7 +215,7 @@ const char *lw_c_name(int dt) {
   return (dt >= 0 && dt < TPU_NUM_DTYPES) ? names[dt] : "?";
 }
 
-int lw_out_dtype(const lw_b *b) {
+int tpulw__out_dtype(const tpulw__b *b) {
   for (int i = 0; i < b->nargs; i++) {
     const tpulw_arg *a = &b->args[i];
     if (a->is_output && a->kind == TPULW_TENSOR && a->t.defined) return a->t.view.dtype;
@@ -231,55 +231,55 @@ static int combine(int higher, int lower) {
     return tpu_dtype_is_float(higher) ? tpu_dtype_to_complex(higher) : lower;
   if (tpu_dtype_is_float(higher)) return higher;
   if (higher == TPU_BOOL || (lower >= 0 && tpu_dtype_is_float(lower)))
-    return lw_promote(higher, lower);
+    return tpulw__promote(higher, lower);
   return higher;
 }
 
-int lw_result_type(int n, const lw_opnd *ops) {
+int tpulw__result_type(int n, const tpulw__opnd *ops) {
   int dim_r = -1, zero_r = -1, wrap_r = -1;
   for (int i = 0; i < n; i++) {
-    const lw_opnd *o = &ops[i];
+    const tpulw__opnd *o = &ops[i];
     if (o->kind == LW_OPND_TENSOR) {
       int dt = o->t->view.dtype;
       if (o->t->wrapped_number) {
         if (tpu_dtype_is_float(dt)) dt = LW_DEFAULT_FLOAT;
         if (tpu_dtype_is_complex(dt)) dt = TPU_C64;
-        wrap_r = lw_promote(wrap_r, dt);
+        wrap_r = tpulw__promote(wrap_r, dt);
       } else if (o->t->view.ndim == 0) {
-        zero_r = lw_promote(zero_r, dt);
+        zero_r = tpulw__promote(zero_r, dt);
       } else {
-        dim_r = lw_promote(dim_r, dt);
+        dim_r = tpulw__promote(dim_r, dt);
       }
     } else if (o->kind == LW_OPND_SCALAR) {
       int dt = o->s.kind == LW_SK_BOOL      ? TPU_BOOL
                : o->s.kind == LW_SK_INT     ? TPU_I64
                : o->s.kind == LW_SK_COMPLEX ? TPU_C64
                                             : LW_DEFAULT_FLOAT;
-      wrap_r = lw_promote(wrap_r, dt);
+      wrap_r = tpulw__promote(wrap_r, dt);
     }
   }
   return combine(dim_r, combine(zero_r, wrap_r));
 }
 
-int lw_opmath(int dt) {
+int tpulw__opmath(int dt) {
   return (dt == TPU_F16 || dt == TPU_BF16) ? TPU_F32 : dt;
 }
 
-int lw_float_or_default(int dt) {
+int tpulw__float_or_default(int dt) {
   return tpu_dtype_is_float(dt) || tpu_dtype_is_complex(dt) ? dt : LW_DEFAULT_FLOAT;
 }
 
 /* ---- graph values ------------------------------------------------------- */
 
-lw_shape lw_info(const lw_b *b, tpuir_val v) {
-  lw_shape s;
+tpulw__shape tpulw__info(const tpulw__b *b, tpuir_val v) {
+  tpulw__shape s;
   memset(&s, 0, sizeof s);
   s.dtype = -1;
   if (v >= 0) tpuir_value_info(b->g, v, &s.dtype, &s.ndim, s.sizes);
   return s;
 }
 
-int64_t lw_numel(const lw_shape *s) {
+int64_t tpulw__numel(const tpulw__shape *s) {
   int64_t n = 1;
   for (int i = 0; i < s->ndim; i++) n *= s->sizes[i];
   return n;
@@ -312,7 +312,7 @@ static int64_t wrap_int(int dt, int64_t v) {
   }
 }
 
-tpuir_val lw_const(lw_b *b, int dtype, double v) {
+tpuir_val tpulw__const(tpulw__b *b, int dtype, double v) {
   if (tpu_dtype_is_complex(dtype)) /* (v, 0): no complex constant nodes */
     return tpuir_convert(b->g, tpuir_const_f(b->g, tpu_dtype_complex_part(dtype), v), dtype);
   if (tpu_dtype_is_float(dtype)) return tpuir_const_f(b->g, dtype, v);
@@ -322,7 +322,7 @@ tpuir_val lw_const(lw_b *b, int dtype, double v) {
   return tpuir_const_i(b->g, dtype, wrap_int(dtype, i));
 }
 
-tpuir_val lw_const_s(lw_b *b, int dtype, lw_scalar s) {
+tpuir_val tpulw__const_s(tpulw__b *b, int dtype, tpulw__scalar s) {
   if (tpu_dtype_is_complex(dtype)) {
     int pd = tpu_dtype_complex_part(dtype);
     double re = s.kind == LW_SK_INT ? (double)s.i : s.f;
@@ -332,17 +332,17 @@ tpuir_val lw_const_s(lw_b *b, int dtype, lw_scalar s) {
   if (tpu_dtype_is_float(dtype)) return tpuir_const_f(b->g, dtype, s.f);
   if (dtype == TPU_BOOL)
     return tpuir_const_i(b->g, dtype, s.kind == LW_SK_FLOAT ? s.f != 0 : s.i != 0);
-  if (s.kind == LW_SK_FLOAT) return lw_const(b, dtype, s.f);
+  if (s.kind == LW_SK_FLOAT) return tpulw__const(b, dtype, s.f);
   return tpuir_const_i(b->g, dtype, wrap_int(dtype, s.i));
 }
 
-tpuir_val lw_tensor(lw_b *b, const tpulw_tensor *t) {
+tpuir_val tpulw__tensor(tpulw__b *b, const tpulw_tensor *t) {
   if (!t || !t->defined)
     return tpu_error(TPU_E_INTERNAL, "lowering: undefined tensor operand");
   if (t->device < 0) {
-    lw_scalar s;
+    tpulw__scalar s;
     cpu_scalar(t, &s);
-    return lw_const_s(b, t->view.dtype, s);
+    return tpulw__const_s(b, t->view.dtype, s);
   }
   for (int i = 0; i < b->nparams; i++)
     if (same_view(&b->params[i], &t->view)) return b->param_vals[i];
@@ -364,29 +364,29 @@ tpuir_val lw_tensor(lw_b *b, const tpulw_tensor *t) {
   return v;
 }
 
-tpuir_val lw_convert(lw_b *b, tpuir_val v, int dtype) {
+tpuir_val tpulw__convert(tpulw__b *b, tpuir_val v, int dtype) {
   if (v < 0) return v;
-  lw_shape s = lw_info(b, v);
+  tpulw__shape s = tpulw__info(b, v);
   if (s.dtype == dtype) return v;
   return tpuir_convert(b->g, v, dtype);
 }
 
-tpuir_val lw_opnd_val(lw_b *b, const lw_opnd *o, int dtype) {
+tpuir_val tpulw__opnd_val(tpulw__b *b, const tpulw__opnd *o, int dtype) {
   if (o->kind == LW_OPND_TENSOR) {
     if (o->t->device < 0) { /* fold the conversion into the constant */
-      lw_scalar s;
+      tpulw__scalar s;
       cpu_scalar(o->t, &s);
-      return lw_const_s(b, dtype, s);
+      return tpulw__const_s(b, dtype, s);
     }
-    return lw_convert(b, lw_tensor(b, o->t), dtype);
+    return tpulw__convert(b, tpulw__tensor(b, o->t), dtype);
   }
-  if (o->kind == LW_OPND_SCALAR) return lw_const_s(b, dtype, o->s);
+  if (o->kind == LW_OPND_SCALAR) return tpulw__const_s(b, dtype, o->s);
   return tpu_error(TPU_E_INTERNAL, "lowering: missing operand");
 }
 
-tpuir_val lw_bcast(lw_b *b, tpuir_val v, int ndim, const int64_t *sizes) {
+tpuir_val tpulw__bcast(tpulw__b *b, tpuir_val v, int ndim, const int64_t *sizes) {
   if (v < 0) return v;
-  lw_shape s = lw_info(b, v);
+  tpulw__shape s = tpulw__info(b, v);
   if (s.ndim == ndim && same_sizes(ndim, s.sizes, sizes)) return v;
   if (s.ndim > ndim)
     return tpu_error(TPU_E_INVALID, "cannot broadcast a %d-dim value to %d dims",
@@ -396,19 +396,19 @@ tpuir_val lw_bcast(lw_b *b, tpuir_val v, int ndim, const int64_t *sizes) {
   return tpuir_broadcast_in_dim(b->g, v, ndim, sizes, dims);
 }
 
-tpuir_val lw_full(lw_b *b, int dtype, int ndim, const int64_t *sizes,
+tpuir_val tpulw__full(tpulw__b *b, int dtype, int ndim, const int64_t *sizes,
                   double v) {
-  return lw_bcast(b, lw_const(b, dtype, v), ndim, sizes);
+  return tpulw__bcast(b, tpulw__const(b, dtype, v), ndim, sizes);
 }
 
-int lw_bcast_shape(const lw_b *b, int n, const tpuir_val *vs, int *ndim,
+int tpulw__bcast_shape(const tpulw__b *b, int n, const tpuir_val *vs, int *ndim,
                    int64_t *sizes) {
   int nd = 0;
-  lw_shape sh[8];
-  if (n > 8) return tpu_error(TPU_E_INTERNAL, "lw_bcast_shape: too many operands");
+  tpulw__shape sh[8];
+  if (n > 8) return tpu_error(TPU_E_INTERNAL, "tpulw__bcast_shape: too many operands");
   for (int i = 0; i < n; i++) {
     if (vs[i] < 0) return vs[i];
-    sh[i] = lw_info(b, vs[i]);
+    sh[i] = tpulw__info(b, vs[i]);
     if (sh[i].ndim > nd) nd = sh[i].ndim;
   }
   for (int d = 0; d < nd; d++) sizes[d] = 1;
@@ -434,51 +434,51 @@ int lw_bcast_shape(const lw_b *b, int n, const tpuir_val *vs, int *ndim,
   return TPU_OK;
 }
 
-int lw_bcast_all(lw_b *b, int n, tpuir_val *vs) {
+int tpulw__bcast_all(tpulw__b *b, int n, tpuir_val *vs) {
   int nd = 0;
   int64_t sizes[TPU_MAX_DIMS];
-  int rc = lw_bcast_shape(b, n, vs, &nd, sizes);
+  int rc = tpulw__bcast_shape(b, n, vs, &nd, sizes);
   if (rc < 0) return rc;
   for (int i = 0; i < n; i++) {
-    vs[i] = lw_bcast(b, vs[i], nd, sizes);
+    vs[i] = tpulw__bcast(b, vs[i], nd, sizes);
     if (vs[i] < 0) return vs[i];
   }
   return TPU_OK;
 }
 
-tpuir_val lw_bin(lw_b *b, int op, tpuir_val x, tpuir_val y) {
+tpuir_val tpulw__bin(tpulw__b *b, int op, tpuir_val x, tpuir_val y) {
   tpuir_val v[2] = {x, y};
-  int rc = lw_bcast_all(b, 2, v);
+  int rc = tpulw__bcast_all(b, 2, v);
   if (rc < 0) return rc;
   return tpuir_binary(b->g, op, v[0], v[1]);
 }
 
-tpuir_val lw_un(lw_b *b, int op, tpuir_val x) {
+tpuir_val tpulw__un(tpulw__b *b, int op, tpuir_val x) {
   if (x < 0) return x;
   return tpuir_unary(b->g, op, x);
 }
 
-tpuir_val lw_bin_c(lw_b *b, int op, tpuir_val x, double c) {
+tpuir_val tpulw__bin_c(tpulw__b *b, int op, tpuir_val x, double c) {
   if (x < 0) return x;
-  lw_shape s = lw_info(b, x);
-  return lw_bin(b, op, x, lw_const(b, s.dtype, c));
+  tpulw__shape s = tpulw__info(b, x);
+  return tpulw__bin(b, op, x, tpulw__const(b, s.dtype, c));
 }
 
-tpuir_val lw_sel(lw_b *b, tpuir_val p, tpuir_val t, tpuir_val f) {
+tpuir_val tpulw__sel(tpulw__b *b, tpuir_val p, tpuir_val t, tpuir_val f) {
   tpuir_val v[3] = {p, t, f};
-  int rc = lw_bcast_all(b, 3, v);
+  int rc = tpulw__bcast_all(b, 3, v);
   if (rc < 0) return rc;
   return tpuir_select(b->g, v[0], v[1], v[2]);
 }
 
-tpuir_val lw_reshape(lw_b *b, tpuir_val v, int ndim, const int64_t *sizes) {
+tpuir_val tpulw__reshape(tpulw__b *b, tpuir_val v, int ndim, const int64_t *sizes) {
   if (v < 0) return v;
-  lw_shape s = lw_info(b, v);
+  tpulw__shape s = tpulw__info(b, v);
   if (s.ndim == ndim && same_sizes(ndim, s.sizes, sizes)) return v;
   return tpuir_reshape(b->g, v, ndim, sizes);
 }
 
-int lw_result(lw_b *b, tpuir_val v) {
+int tpulw__result(tpulw__b *b, tpuir_val v) {
   if (v < 0) return v;
   if (b->nres >= LW_MAX_RES)
     return tpu_error(TPU_E_INTERNAL, "lowering: too many results");
@@ -487,35 +487,35 @@ int lw_result(lw_b *b, tpuir_val v) {
   return TPU_OK;
 }
 
-static int arg_index(const lw_b *b, const char *name) {
+static int arg_index(const tpulw__b *b, const char *name) {
   for (int i = 0; i < b->nargs; i++)
     if (b->args[i].name && strcmp(b->args[i].name, name) == 0) return i;
   return -1;
 }
 
-int lw_result_to(lw_b *b, tpuir_val v, const char *name) {
+int tpulw__result_to(tpulw__b *b, tpuir_val v, const char *name) {
   int idx = arg_index(b, name);
   if (idx < 0 || idx >= 64 || b->args[idx].kind != TPULW_TENSOR ||
       !b->args[idx].t.defined || b->args[idx].t.device < 0)
     return tpu_error(TPU_E_UNSUPPORTED, "%s: '%s' is not a device tensor",
                      b->base, name);
-  int rc = lw_result(b, v);
+  int rc = tpulw__result(b, v);
   if (rc < 0) return rc;
   b->res_dest[b->nres - 1] = idx;
   b->not_out |= 1ull << idx;
   return TPU_OK;
 }
 
-void lw_not_out(lw_b *b, const char *name) {
+void tpulw__not_out(tpulw__b *b, const char *name) {
   int idx = arg_index(b, name);
   if (idx >= 0 && idx < 64) b->not_out |= 1ull << idx;
 }
 
-int lw_result_as(lw_b *b, tpuir_val v, int dtype) {
-  return lw_result(b, lw_convert(b, v, dtype));
+int tpulw__result_as(tpulw__b *b, tpuir_val v, int dtype) {
+  return tpulw__result(b, tpulw__convert(b, v, dtype));
 }
 
-int lw_wrap_dim(int64_t dim, int ndim, int *out) {
+int tpulw__wrap_dim(int64_t dim, int ndim, int *out) {
   int64_t n = ndim > 0 ? ndim : 1;
   if (dim < -n || dim >= n)
     return tpu_error(TPU_E_INDEX,
@@ -527,10 +527,10 @@ int lw_wrap_dim(int64_t dim, int ndim, int *out) {
   return TPU_OK;
 }
 
-int lw_dim_mask(const lw_b *b, const char *name, int nd, uint32_t *mask) {
+int tpulw__dim_mask(const tpulw__b *b, const char *name, int nd, uint32_t *mask) {
   int n;
   int64_t scratch;
-  const int64_t *dims = lw_ints(b, name, &n, &scratch);
+  const int64_t *dims = tpulw__ints(b, name, &n, &scratch);
   *mask = 0;
   if (n <= 0) {
     *mask = nd > 0 ? (uint32_t)((1ull << nd) - 1) : 0;
@@ -538,7 +538,7 @@ int lw_dim_mask(const lw_b *b, const char *name, int nd, uint32_t *mask) {
   }
   for (int i = 0; i < n; i++) {
     int d;
-    int rc = lw_wrap_dim(dims[i], nd, &d);
+    int rc = tpulw__wrap_dim(dims[i], nd, &d);
     if (rc < 0) return rc;
     if (nd == 0) continue;
     if (*mask & (1u << d))
@@ -549,10 +549,10 @@ int lw_dim_mask(const lw_b *b, const char *name, int nd, uint32_t *mask) {
   return TPU_OK;
 }
 
-tpuir_val lw_reduce_dims(lw_b *b, int kind, tpuir_val v, uint32_t mask,
+tpuir_val tpulw__reduce_dims(tpulw__b *b, int kind, tpuir_val v, uint32_t mask,
                          int keepdim) {
   if (v < 0) return v;
-  lw_shape s = lw_info(b, v);
+  tpulw__shape s = tpulw__info(b, v);
   int64_t dims[TPU_MAX_DIMS];
   int nr = 0;
   int64_t keep[TPU_MAX_DIMS];
@@ -566,5 +566,5 @@ tpuir_val lw_reduce_dims(lw_b *b, int kind, tpuir_val v, uint32_t mask,
   }
   tpuir_val r = tpuir_reduce(b->g, kind, v, nr, dims);
   if (r < 0 || !keepdim) return r;
-  return lw_reshape(b, r, s.ndim, keep);
+  return tpulw__reshape(b, r, s.ndim, keep);
 }

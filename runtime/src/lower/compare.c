@@ -5,23 +5,23 @@
 
 /* equal(self, other) -> bool: same shape and all elements equal after type
  * promotion (NaN != NaN, like CPU). */
-static int equal_fn(lw_b *b) {
-  const tpulw_tensor *x = lw_tensor_arg(b, "self"), *y = lw_tensor_arg(b, "other");
+static int equal_fn(tpulw__b *b) {
+  const tpulw_tensor *x = tpulw__tensor_arg(b, "self"), *y = tpulw__tensor_arg(b, "other");
   if (!x || !y) return tpu_error(TPU_E_UNSUPPORTED, "equal: undefined tensor");
   int same = x->view.ndim == y->view.ndim;
   for (int i = 0; same && i < x->view.ndim; i++)
     same = x->view.sizes[i] == y->view.sizes[i];
-  if (!same) return lw_result(b, lw_const(b, TPU_BOOL, 0));
-  int dt = lw_promote(x->view.dtype, y->view.dtype);
-  tpuir_val vx = lw_convert(b, lw_tensor(b, x), dt);
-  tpuir_val vy = lw_convert(b, lw_tensor(b, y), dt);
-  tpuir_val eq = lw_bin(b, TPUIR_EQ, vx, vy);
+  if (!same) return tpulw__result(b, tpulw__const(b, TPU_BOOL, 0));
+  int dt = tpulw__promote(x->view.dtype, y->view.dtype);
+  tpuir_val vx = tpulw__convert(b, tpulw__tensor(b, x), dt);
+  tpuir_val vy = tpulw__convert(b, tpulw__tensor(b, y), dt);
+  tpuir_val eq = tpulw__bin(b, TPUIR_EQ, vx, vy);
   int64_t dims[TPU_MAX_DIMS];
   for (int i = 0; i < x->view.ndim; i++) dims[i] = i;
-  return lw_result(b, tpuir_reduce(b->g, TPUIR_RED_AND, eq, x->view.ndim, dims));
+  return tpulw__result(b, tpuir_reduce(b->g, TPUIR_RED_AND, eq, x->view.ndim, dims));
 }
 
-const lw_row lw_rows_compare[] = {
+const tpulw__row tpulw__rows_compare[] = {
     {"equal", equal_fn, 0},
 };
-const int lw_nrows_compare = sizeof lw_rows_compare / sizeof lw_rows_compare[0];
+const int tpulw__nrows_compare = sizeof tpulw__rows_compare / sizeof tpulw__rows_compare[0];

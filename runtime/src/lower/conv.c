@@ -1,5 +1,5 @@
 /* lower/conv.c - convolution and pooling lowerings (row family
- * lw_rows_conv).
+ * tpulw__rows_conv).
  *
  * Convolutions (convolution, _convolution, convolution_overrideable and
  * their .out forms; conv1d/2d/3d, conv_transpose*, padding="same" reach
@@ -62,11 +62,11 @@ static void fmt_x(char *buf, size_t cap, int n, const int64_t *s) {
 
 /* int[] argument expanded to nsp entries (one value = all; empty or
  * absent = def). */
-static int expand(const lw_b *b, const char *name, int nsp, int64_t def,
+static int expand(const tpulw__b *b, const char *name, int nsp, int64_t def,
                   int64_t *out) {
   int n;
   int64_t scratch;
-  const int64_t *v = lw_ints(b, name, &n, &scratch);
+  const int64_t *v = tpulw__ints(b, name, &n, &scratch);
   if (!v || n == 0) {
     for (int i = 0; i < nsp; i++) out[i] = def;
     return TPU_OK;
@@ -93,7 +93,7 @@ typedef struct cparams {
   int transposed;
 } cparams;
 
-static int parse_conv(const lw_b *b, int nsp, cparams *c) {
+static int parse_conv(const tpulw__b *b, int nsp, cparams *c) {
   memset(c, 0, sizeof *c);
   c->nsp = nsp;
   int rc;
@@ -102,8 +102,8 @@ static int parse_conv(const lw_b *b, int nsp, cparams *c) {
       (rc = expand(b, "dilation", nsp, 1, c->d)) ||
       (rc = expand(b, "output_padding", nsp, 0, c->op)))
     return rc;
-  c->transposed = (int)lw_int(b, "transposed", 0);
-  c->G = lw_int(b, "groups", 1);
+  c->transposed = (int)tpulw__int(b, "transposed", 0);
+  c->G = tpulw__int(b, "groups", 1);
   for (int i = 0; i < nsp; i++) {
     if (c->s[i] <= 0)
       return tpu_error(TPU_E_INVALID, "non-positive stride is not supported");
@@ -130,11 +130,11 @@ static int parse_conv(const lw_b *b, int nsp, cparams *c) {
 /* compute dtype of a conv on dtype dt (ints go through f64) */
 static int conv_dtype(int dt) { return tpu_dtype_is_float(dt) ? dt : TPU_F64; }
 
-static int prec_of(const lw_b *b) { return b->ctx->precision; }
+static int prec_of(const tpulw__b *b) { return b->ctx->precision; }
 
-static tpuir_val perm_spatial(lw_b *b, tpuir_val v, int a0, int a1) {
+static tpuir_val perm_spatial(tpulw__b *b, tpuir_val v, int a0, int a1) {
   if (v < 0) return v;
-  lw_shape s = lw_info(b, v);
+  tpulw__shape s = tpulw__info(b, v);
   int64_t perm[TPU_MAX_DIMS];
   for (int i = 0; i < s.ndim; i++) perm[i] = i;
   perm[a0] = a1;
@@ -143,17 +143,17 @@ static tpuir_val perm_spatial(lw_b *b, tpuir_val v, int a0, int a1) {
 }
 
 /* regular conv */
-static tpuir_val fconv(lw_b *b, tpuir_val x, tpuir_val w, const cparams *c) {
+static tpuir_val fconv(tpulw__b *b, tpuir_val x, tpuir_val w, const cparams *c) {
   return tpuir_convolution(b->g, x, w, c->s, c->p, c->p, NULL, c->d, c->G,
                            prec_of(b));
 }
 
 /* transposed conv of x [N, Cin, I] with w [Cin, Og, k]: output padding op */
-static tpuir_val tconv(lw_b *b, tpuir_val x, tpuir_val w, const cparams *c,
+static tpuir_val tconv(tpulw__b *b, tpuir_val x, tpuir_val w, const cparams *c,
                        const int64_t *op) {
   if (x < 0) return x;
   if (w < 0) return w;
-  lw_shape ws = lw_info(b, w);
+  tpulw__shape ws = tpulw__info(b, w);
   int nsp = c->nsp;
   int64_t G = c->G, Cg = ws.sizes[0] / G, Og = ws.sizes[1];
   tpuir_val wt;
@@ -165,7 +165,7 @@ static tpuir_val tconv(lw_b *b, tpuir_val x, tpuir_val w, const cparams *c,
     s4[1] = Cg;
     s4[2] = Og;
     for (int i = 0; i < nsp; i++) s4[3 + i] = ws.sizes[2 + i];
-    wt = lw_reshape(b, w, nsp + 3, s4);
+    wt = tpulw__reshape(b, w, nsp + 3, s4);
     for (int i = 0; i < nsp + 3; i++) perm[i] = i;
     perm[1] = 2;
     perm[2] = 1;
@@ -173,7 +173,7 @@ static tpuir_val tconv(lw_b *b, tpuir_val x, tpuir_val w, const cparams *c,
     s3[0] = G * Og;
     s3[1] = Cg;
     for (int i = 0; i < nsp; i++) s3[2 + i] = ws.sizes[2 + i];
-    wt = lw_reshape(b, wt, nsp + 2, s3);
+    wt = tpulw__reshape(b, wt, nsp + 2, s3);
   }
   int64_t sp[MAXSP], lo[MAXSP], hi[MAXSP], one[MAXSP];
   for (int i = 0; i < nsp; i++) {
@@ -187,11 +187,11 @@ static tpuir_val tconv(lw_b *b, tpuir_val x, tpuir_val w, const cparams *c,
 }
 
 /* weight gradient: x [N, C, I], gy [N, O, Q] -> [O, C/G, k] */
-static tpuir_val wgrad(lw_b *b, tpuir_val x, tpuir_val gy, const cparams *c,
+static tpuir_val wgrad(tpulw__b *b, tpuir_val x, tpuir_val gy, const cparams *c,
                        const int64_t *k) {
   if (x < 0) return x;
   if (gy < 0) return gy;
-  lw_shape xs = lw_info(b, x), gs = lw_info(b, gy);
+  tpulw__shape xs = tpulw__info(b, x), gs = tpulw__info(b, gy);
   int nsp = c->nsp;
   int64_t G = c->G, N = xs.sizes[0], Cg = xs.sizes[1] / G, Og = gs.sizes[1] / G;
   tpuir_val lhs, rhs;
@@ -208,12 +208,12 @@ static tpuir_val wgrad(lw_b *b, tpuir_val x, tpuir_val gy, const cparams *c,
     for (int i = 0; i < nsp + 3; i++) perm[i] = i;
     perm[0] = 2;
     perm[2] = 0;
-    lhs = lw_reshape(b, x, nsp + 3, s4);
+    lhs = tpulw__reshape(b, x, nsp + 3, s4);
     lhs = lhs < 0 ? lhs : tpuir_transpose(b->g, lhs, perm);
     s3[0] = Cg;
     s3[1] = G * N;
     for (int i = 0; i < nsp; i++) s3[2 + i] = xs.sizes[2 + i];
-    lhs = lw_reshape(b, lhs, nsp + 2, s3);
+    lhs = tpulw__reshape(b, lhs, nsp + 2, s3);
     /* gy [N, G, Og, Q] -> [G, Og, N, Q] -> [G*Og, N, Q] */
     s4[0] = N;
     s4[1] = G;
@@ -222,12 +222,12 @@ static tpuir_val wgrad(lw_b *b, tpuir_val x, tpuir_val gy, const cparams *c,
     perm[0] = 1;
     perm[1] = 2;
     perm[2] = 0;
-    rhs = lw_reshape(b, gy, nsp + 3, s4);
+    rhs = tpulw__reshape(b, gy, nsp + 3, s4);
     rhs = rhs < 0 ? rhs : tpuir_transpose(b->g, rhs, perm);
     s3[0] = G * Og;
     s3[1] = N;
     for (int i = 0; i < nsp; i++) s3[2 + i] = gs.sizes[2 + i];
-    rhs = lw_reshape(b, rhs, nsp + 2, s3);
+    rhs = tpulw__reshape(b, rhs, nsp + 2, s3);
   }
   int64_t lo[MAXSP], hi[MAXSP];
   for (int i = 0; i < nsp; i++) {
@@ -241,19 +241,19 @@ static tpuir_val wgrad(lw_b *b, tpuir_val x, tpuir_val gy, const cparams *c,
 }
 
 /* bias [O] -> [1, O, 1...] broadcast to y */
-static tpuir_val add_bias(lw_b *b, tpuir_val y, tpuir_val bias) {
+static tpuir_val add_bias(tpulw__b *b, tpuir_val y, tpuir_val bias) {
   if (y < 0) return y;
   if (bias < 0) return bias;
-  lw_shape s = lw_info(b, y);
+  tpulw__shape s = tpulw__info(b, y);
   int64_t sz[TPU_MAX_DIMS];
   for (int i = 0; i < s.ndim; i++) sz[i] = 1;
   sz[1] = s.sizes[1];
-  return lw_bin(b, TPUIR_ADD, y, lw_reshape(b, bias, s.ndim, sz));
+  return tpulw__bin(b, TPUIR_ADD, y, tpulw__reshape(b, bias, s.ndim, sz));
 }
 
-static int conv_fn(lw_b *b) {
-  const tpulw_tensor *in = lw_tensor_arg(b, "input"), *w = lw_tensor_arg(b, "weight");
-  const tpulw_tensor *bias = lw_tensor_arg(b, "bias");
+static int conv_fn(tpulw__b *b) {
+  const tpulw_tensor *in = tpulw__tensor_arg(b, "input"), *w = tpulw__tensor_arg(b, "weight");
+  const tpulw_tensor *bias = tpulw__tensor_arg(b, "bias");
   if (!in || !w || in->device < 0 || w->device < 0 || (bias && bias->device < 0))
     return tpu_error(TPU_E_UNSUPPORTED, "%s: operands must be tpu tensors", b->base);
   b->out_rule = LW_OUT_SAME;
@@ -273,7 +273,7 @@ static int conv_fn(lw_b *b) {
   int dt = xv->dtype;
   if (wv->dtype != dt)
     return tpu_error(TPU_E_INVALID, "expected scalar type %s but found %s",
-                     lw_torch_name(wv->dtype), lw_torch_name(dt));
+                     tpulw__torch_name(wv->dtype), tpulw__torch_name(dt));
   if (bias && bias->view.dtype != dt)
     return tpu_error(TPU_E_INVALID, "Input type (%s) and bias type (%s) should be the same",
                      tpu_dtype_name(dt), tpu_dtype_name(bias->view.dtype));
@@ -353,23 +353,23 @@ static int conv_fn(lw_b *b) {
                      s1, (long long)O, s3);
   }
   int cdt = conv_dtype(dt);
-  tpuir_val x = lw_convert(b, lw_tensor(b, in), cdt);
-  tpuir_val wt = lw_convert(b, lw_tensor(b, w), cdt);
+  tpuir_val x = tpulw__convert(b, tpulw__tensor(b, in), cdt);
+  tpuir_val wt = tpulw__convert(b, tpulw__tensor(b, w), cdt);
   tpuir_val y = c.transposed ? tconv(b, x, wt, &c, c.op) : fconv(b, x, wt, &c);
-  if (bias) y = add_bias(b, y, lw_convert(b, lw_tensor(b, bias), cdt));
-  return lw_result_as(b, y, dt);
+  if (bias) y = add_bias(b, y, tpulw__convert(b, tpulw__tensor(b, bias), cdt));
+  return tpulw__result_as(b, y, dt);
 }
 
-static int mask_bit(const lw_b *b, int i) {
+static int mask_bit(const tpulw__b *b, int i) {
   int n;
   int64_t scratch;
-  const int64_t *mk = lw_ints(b, "output_mask", &n, &scratch);
+  const int64_t *mk = tpulw__ints(b, "output_mask", &n, &scratch);
   return (mk && i < n) ? mk[i] != 0 : 1;
 }
 
-static int conv_bw_fn(lw_b *b) {
-  const tpulw_tensor *go = lw_tensor_arg(b, "grad_output");
-  const tpulw_tensor *in = lw_tensor_arg(b, "input"), *w = lw_tensor_arg(b, "weight");
+static int conv_bw_fn(tpulw__b *b) {
+  const tpulw_tensor *go = tpulw__tensor_arg(b, "grad_output");
+  const tpulw_tensor *in = tpulw__tensor_arg(b, "input"), *w = tpulw__tensor_arg(b, "weight");
   if (!go || !in || !w || go->device < 0 || in->device < 0 || w->device < 0)
     return tpu_error(TPU_E_UNSUPPORTED, "%s: operands must be tpu tensors", b->base);
   b->out_rule = LW_OUT_SAME;
@@ -383,8 +383,8 @@ static int conv_bw_fn(lw_b *b) {
   int dt = xv->dtype;
   if (wv->dtype != dt || gv->dtype != dt)
     return tpu_error(TPU_E_INVALID, "expected scalar type %s but found %s",
-                     lw_torch_name(dt),
-                     lw_torch_name(wv->dtype != dt ? wv->dtype : gv->dtype));
+                     tpulw__torch_name(dt),
+                     tpulw__torch_name(wv->dtype != dt ? wv->dtype : gv->dtype));
   if (dt == TPU_BOOL)
     return tpu_error(TPU_E_UNSUPPORTED, "convolution on bool tensors");
   cparams c;
@@ -398,15 +398,15 @@ static int conv_bw_fn(lw_b *b) {
                      "convolution_backward: inconsistent shapes of grad_output, "
                      "input and weight");
   int cdt = conv_dtype(dt);
-  tpuir_val gy = lw_convert(b, lw_tensor(b, go), cdt);
-  tpuir_val x = mask_bit(b, 1) ? lw_convert(b, lw_tensor(b, in), cdt) : -1;
-  tpuir_val wt = mask_bit(b, 0) ? lw_convert(b, lw_tensor(b, w), cdt) : -1;
+  tpuir_val gy = tpulw__convert(b, tpulw__tensor(b, go), cdt);
+  tpuir_val x = mask_bit(b, 1) ? tpulw__convert(b, tpulw__tensor(b, in), cdt) : -1;
+  tpuir_val wt = mask_bit(b, 0) ? tpulw__convert(b, tpulw__tensor(b, w), cdt) : -1;
   int64_t k[MAXSP];
   for (int i = 0; i < nsp; i++) k[i] = wv->sizes[2 + i];
   /* grad_input */
   tpuir_val gi;
   if (!mask_bit(b, 0)) {
-    gi = lw_full(b, cdt, nd, xv->sizes, 0);
+    gi = tpulw__full(b, cdt, nd, xv->sizes, 0);
   } else if (!c.transposed) {
     int64_t r[MAXSP];
     for (int i = 0; i < nsp; i++) {
@@ -421,25 +421,25 @@ static int conv_bw_fn(lw_b *b) {
     for (int i = 0; i < nsp; i++) hi[i] = c.p[i] - c.op[i];
     gi = tpuir_convolution(b->g, gy, wt, c.s, c.p, hi, NULL, c.d, c.G, prec_of(b));
   }
-  if ((rc = lw_result_as(b, gi, dt)) < 0) return rc;
+  if ((rc = tpulw__result_as(b, gi, dt)) < 0) return rc;
   /* grad_weight */
   tpuir_val gw;
-  if (!mask_bit(b, 1)) gw = lw_full(b, cdt, nd, wv->sizes, 0);
+  if (!mask_bit(b, 1)) gw = tpulw__full(b, cdt, nd, wv->sizes, 0);
   else if (!c.transposed) gw = wgrad(b, x, gy, &c, k);
   else gw = wgrad(b, gy, x, &c, k);
-  if ((rc = lw_result_as(b, gw, dt)) < 0) return rc;
+  if ((rc = tpulw__result_as(b, gw, dt)) < 0) return rc;
   /* grad_bias */
   int64_t bs[1] = {O};
   tpuir_val gb;
   if (!mask_bit(b, 2)) {
-    gb = lw_full(b, cdt, 1, bs, 0);
+    gb = tpulw__full(b, cdt, 1, bs, 0);
   } else {
     uint32_t m = 1u;
     for (int i = 0; i < nsp; i++) m |= 1u << (2 + i);
-    int rdt = lw_opmath(cdt);
-    gb = lw_convert(b, lw_reduce_dims(b, TPUIR_RED_SUM, lw_convert(b, gy, rdt), m, 0), cdt);
+    int rdt = tpulw__opmath(cdt);
+    gb = tpulw__convert(b, tpulw__reduce_dims(b, TPUIR_RED_SUM, tpulw__convert(b, gy, rdt), m, 0), cdt);
   }
-  return lw_result_as(b, gb, dt);
+  return tpulw__result_as(b, gb, dt);
 }
 
 /* ---- pooling ------------------------------------------------------------ */
@@ -461,7 +461,7 @@ static int64_t pool_out(int64_t in, int64_t k, int64_t p, int64_t s, int64_t d,
 
 /* kernel_size, stride (empty = kernel), padding, dilation; output sizes
  * with PyTorch's checks. x_nd is the input rank. */
-static int parse_pool(const lw_b *b, const char *nm, int nsp, const tpu_view *x,
+static int parse_pool(const tpulw__b *b, const char *nm, int nsp, const tpu_view *x,
                       int with_dil, pparams *P) {
   memset(P, 0, sizeof *P);
   P->nsp = nsp;
@@ -472,13 +472,13 @@ static int parse_pool(const lw_b *b, const char *nm, int nsp, const tpu_view *x,
   P->lead = x->ndim - nsp;
   int n;
   int64_t scratch;
-  const int64_t *ks = lw_ints(b, "kernel_size", &n, &scratch);
+  const int64_t *ks = tpulw__ints(b, "kernel_size", &n, &scratch);
   if (!ks || (n != 1 && n != nsp))
     return tpu_error(TPU_E_INVALID,
                      "%s: kernel_size must either be a single int, or a tuple of %d ints",
                      nm, nsp);
   for (int i = 0; i < nsp; i++) P->k[i] = ks[n == 1 ? 0 : i];
-  const int64_t *ss = lw_ints(b, "stride", &n, &scratch);
+  const int64_t *ss = tpulw__ints(b, "stride", &n, &scratch);
   if (!ss || n == 0) {
     for (int i = 0; i < nsp; i++) P->s[i] = P->k[i];
   } else if (n == 1 || n == nsp) {
@@ -493,7 +493,7 @@ static int parse_pool(const lw_b *b, const char *nm, int nsp, const tpu_view *x,
   if (with_dil && (rc = expand(b, "dilation", nsp, 1, P->d))) return rc;
   if (!with_dil)
     for (int i = 0; i < nsp; i++) P->d[i] = 1;
-  P->ceil = (int)lw_int(b, "ceil_mode", 0);
+  P->ceil = (int)tpulw__int(b, "ceil_mode", 0);
   for (int i = 0; i < nsp; i++) {
     if (P->k[i] <= 0)
       return tpu_error(TPU_E_INVALID,
@@ -550,12 +550,12 @@ static void pool_window(const pparams *P, int rank, int64_t *w, int64_t *s,
 static int float_pool(const char *nm, int dt) {
   if (!tpu_dtype_is_float(dt))
     return tpu_error(TPU_E_UNSUPPORTED, "\"%s\" not implemented for '%s'", nm,
-                     lw_torch_name(dt));
+                     tpulw__torch_name(dt));
   return TPU_OK;
 }
 
-static int maxpool_fn(lw_b *b) {
-  const tpulw_tensor *in = lw_tensor_arg(b, "self");
+static int maxpool_fn(tpulw__b *b) {
+  const tpulw_tensor *in = tpulw__tensor_arg(b, "self");
   if (!in || in->device < 0) return tpu_error(TPU_E_UNSUPPORTED, "max_pool: no tpu input");
   int nsp = strstr(b->base, "3d") ? 3 : 2;
   int rc = float_pool("max_pool", in->view.dtype);
@@ -582,16 +582,16 @@ static int maxpool_fn(lw_b *b) {
   int64_t w[TPU_MAX_DIMS], s[TPU_MAX_DIMS], lo[TPU_MAX_DIMS], hi[TPU_MAX_DIMS],
       dl[TPU_MAX_DIMS];
   pool_window(&P, rank, w, s, lo, hi, dl);
-  tpuir_val x = lw_tensor(b, in);
+  tpuir_val x = tpulw__tensor(b, in);
   tpuir_val v = tpuir_reduce_window(b->g, TPUIR_RED_MAX, x, w, s, lo, hi, dl);
   tpuir_val ix = tpuir_window_argmax(b->g, x, w, s, lo, hi, dl, nsp);
-  if ((rc = lw_result(b, v)) < 0) return rc;
-  return lw_result(b, ix);
+  if ((rc = tpulw__result(b, v)) < 0) return rc;
+  return tpulw__result(b, ix);
 }
 
-static int maxpool_bw_fn(lw_b *b) {
-  const tpulw_tensor *go = lw_tensor_arg(b, "grad_output"), *in = lw_tensor_arg(b, "self");
-  const tpulw_tensor *ix = lw_tensor_arg(b, "indices");
+static int maxpool_bw_fn(tpulw__b *b) {
+  const tpulw_tensor *go = tpulw__tensor_arg(b, "grad_output"), *in = tpulw__tensor_arg(b, "self");
+  const tpulw_tensor *ix = tpulw__tensor_arg(b, "indices");
   if (!go || !in || !ix || go->device < 0 || in->device < 0 || ix->device < 0)
     return tpu_error(TPU_E_UNSUPPORTED, "max_pool backward: operands must be tpu tensors");
   int nsp = strstr(b->base, "3d") ? 3 : 2;
@@ -600,7 +600,7 @@ static int maxpool_bw_fn(lw_b *b) {
   if (rc) return rc;
   if (go->view.dtype != dt)
     return tpu_error(TPU_E_INVALID, "expected scalar type %s but found %s",
-                     lw_torch_name(dt), lw_torch_name(go->view.dtype));
+                     tpulw__torch_name(dt), tpulw__torch_name(go->view.dtype));
   pparams P;
   if ((rc = parse_pool(b, b->base, nsp, &in->view, 1, &P))) return rc;
   const tpu_view *gv = &go->view, *iv = &ix->view;
@@ -623,51 +623,51 @@ static int maxpool_bw_fn(lw_b *b) {
   for (int i = 0; i < lead; i++) bs[i] = gs[i] = in->view.sizes[i];
   bs[lead] = flat_in;
   gs[lead] = flat_out;
-  int cdt = lw_opmath(dt);
-  tpuir_val g = lw_reshape(b, lw_convert(b, lw_tensor(b, go), cdt), lead + 1, gs);
-  tpuir_val id = lw_reshape(b, lw_tensor(b, ix), lead + 1, gs);
-  tpuir_val base = lw_full(b, cdt, lead + 1, bs, 0);
+  int cdt = tpulw__opmath(dt);
+  tpuir_val g = tpulw__reshape(b, tpulw__convert(b, tpulw__tensor(b, go), cdt), lead + 1, gs);
+  tpuir_val id = tpulw__reshape(b, tpulw__tensor(b, ix), lead + 1, gs);
+  tpuir_val base = tpulw__full(b, cdt, lead + 1, bs, 0);
   /* indices come from max_pool*_with_indices: their range check reports
    * asynchronously (no launch-time synchronization) */
   tpuir_val r = tpuir_scatter_add(b->g, base, lead, id, g);
-  return lw_result_as(b, lw_reshape(b, r, rank, in->view.sizes), dt);
+  return tpulw__result_as(b, tpulw__reshape(b, r, rank, in->view.sizes), dt);
 }
 
 /* per-output divisor of avg_pool, shape [1.., out...] in dtype cdt. Built
  * with arithmetic in cdt only (no int/bool temporaries next to a float
  * result in one fused region). */
-static tpuir_val avg_divisor(lw_b *b, const pparams *P, int rank, int cip,
+static tpuir_val avg_divisor(tpulw__b *b, const pparams *P, int rank, int cip,
                              int cdt) {
   tpuir_val div = -1;
   for (int i = 0; i < P->nsp; i++) {
     int64_t o = P->out[i];
     int64_t sz1[1] = {o};
     tpuir_val q = tpuir_iota(b->g, cdt, 1, sz1, 0);
-    tpuir_val start = lw_bin_c(b, TPUIR_SUB, lw_bin_c(b, TPUIR_MUL, q, (double)P->s[i]),
+    tpuir_val start = tpulw__bin_c(b, TPUIR_SUB, tpulw__bin_c(b, TPUIR_MUL, q, (double)P->s[i]),
                                (double)P->p[i]);
-    tpuir_val end = lw_bin_c(b, TPUIR_MIN, lw_bin_c(b, TPUIR_ADD, start, (double)P->k[i]),
+    tpuir_val end = tpulw__bin_c(b, TPUIR_MIN, tpulw__bin_c(b, TPUIR_ADD, start, (double)P->k[i]),
                              (double)(P->in[i] + P->p[i]));
     tpuir_val cnt;
     if (cip) {
-      cnt = lw_bin(b, TPUIR_SUB, end, start);
+      cnt = tpulw__bin(b, TPUIR_SUB, end, start);
     } else {
-      tpuir_val s0 = lw_bin_c(b, TPUIR_MAX, start, 0);
-      tpuir_val e0 = lw_bin_c(b, TPUIR_MIN, end, (double)P->in[i]);
-      cnt = lw_bin(b, TPUIR_SUB, e0, s0);
+      tpuir_val s0 = tpulw__bin_c(b, TPUIR_MAX, start, 0);
+      tpuir_val e0 = tpulw__bin_c(b, TPUIR_MIN, end, (double)P->in[i]);
+      cnt = tpulw__bin(b, TPUIR_SUB, e0, s0);
     }
     int64_t sz[TPU_MAX_DIMS];
     for (int d = 0; d < rank; d++) sz[d] = 1;
     sz[P->lead + i] = o;
-    cnt = lw_reshape(b, cnt, rank, sz);
-    div = i == 0 ? cnt : lw_bin(b, TPUIR_MUL, div, cnt);
+    cnt = tpulw__reshape(b, cnt, rank, sz);
+    div = i == 0 ? cnt : tpulw__bin(b, TPUIR_MUL, div, cnt);
   }
   return div;
 }
 
-static int avgpool_fn(lw_b *b) {
+static int avgpool_fn(tpulw__b *b) {
   int bw = b->op == P_AVG_BW;
-  const tpulw_tensor *in = lw_tensor_arg(b, "self");
-  const tpulw_tensor *go = bw ? lw_tensor_arg(b, "grad_output") : NULL;
+  const tpulw_tensor *in = tpulw__tensor_arg(b, "self");
+  const tpulw_tensor *go = bw ? tpulw__tensor_arg(b, "grad_output") : NULL;
   if (!in || in->device < 0 || (bw && (!go || go->device < 0)))
     return tpu_error(TPU_E_UNSUPPORTED, "avg_pool: operands must be tpu tensors");
   int nsp = strstr(b->base, "3d") ? 3 : 2;
@@ -675,16 +675,16 @@ static int avgpool_fn(lw_b *b) {
   int rc;
   if (dt == TPU_BOOL || (bw && !tpu_dtype_is_float(dt)))
     return tpu_error(TPU_E_UNSUPPORTED, "\"avg_pool\" not implemented for '%s'",
-                     lw_torch_name(dt));
+                     tpulw__torch_name(dt));
   if (!tpu_dtype_is_float(dt) && dt != TPU_I64)
     return tpu_error(TPU_E_UNSUPPORTED, "\"avg_pool2d\" not implemented for '%s'",
-                     lw_torch_name(dt));
+                     tpulw__torch_name(dt));
   pparams P;
   if ((rc = parse_pool(b, b->base, nsp, &in->view, 0, &P))) return rc;
-  int cip = (int)lw_int(b, "count_include_pad", 1);
+  int cip = (int)tpulw__int(b, "count_include_pad", 1);
   int64_t dov = 0;
-  if (!lw_none(b, "divisor_override")) {
-    dov = lw_int(b, "divisor_override", 0);
+  if (!tpulw__none(b, "divisor_override")) {
+    dov = tpulw__int(b, "divisor_override", 0);
     if (dov == 0) return tpu_error(TPU_E_INVALID, "divisor must be not zero");
   }
   int rank = in->view.ndim;
@@ -692,18 +692,18 @@ static int avgpool_fn(lw_b *b) {
       dl[TPU_MAX_DIMS];
   pool_window(&P, rank, w, s, lo, hi, dl);
   if (!tpu_dtype_is_float(dt)) { /* int64: sum, divide truncating (like CPU) */
-    tpuir_val x = lw_convert(b, lw_tensor(b, in), TPU_I64);
+    tpuir_val x = tpulw__convert(b, tpulw__tensor(b, in), TPU_I64);
     tpuir_val sum = tpuir_reduce_window(b->g, TPUIR_RED_SUM, x, w, s, lo, hi, dl);
-    tpuir_val dv = dov ? lw_const(b, TPU_I64, (double)dov)
+    tpuir_val dv = dov ? tpulw__const(b, TPU_I64, (double)dov)
                        : avg_divisor(b, &P, rank, cip, TPU_I64);
-    return lw_result_as(b, lw_bin(b, TPUIR_DIV, sum, dv), dt);
+    return tpulw__result_as(b, tpulw__bin(b, TPUIR_DIV, sum, dv), dt);
   }
-  int cdt = lw_opmath(dt);
-  tpuir_val dv = dov ? lw_const(b, cdt, (double)dov) : avg_divisor(b, &P, rank, cip, cdt);
+  int cdt = tpulw__opmath(dt);
+  tpuir_val dv = dov ? tpulw__const(b, cdt, (double)dov) : avg_divisor(b, &P, rank, cip, cdt);
   if (!bw) {
-    tpuir_val x = lw_convert(b, lw_tensor(b, in), cdt);
+    tpuir_val x = tpulw__convert(b, tpulw__tensor(b, in), cdt);
     tpuir_val sum = tpuir_reduce_window(b->g, TPUIR_RED_SUM, x, w, s, lo, hi, dl);
-    return lw_result_as(b, lw_bin(b, TPUIR_DIV, sum, dv), dt);
+    return tpulw__result_as(b, tpulw__bin(b, TPUIR_DIV, sum, dv), dt);
   }
   const tpu_view *gv = &go->view;
   int ok = gv->ndim == rank && gv->dtype == dt;
@@ -713,7 +713,7 @@ static int avgpool_fn(lw_b *b) {
     return tpu_error(TPU_E_INVALID,
                      "avg_pool backward: grad_output does not have the pooled "
                      "output's shape/dtype");
-  tpuir_val g = lw_bin(b, TPUIR_DIV, lw_convert(b, lw_tensor(b, go), cdt), dv);
+  tpuir_val g = tpulw__bin(b, TPUIR_DIV, tpulw__convert(b, tpulw__tensor(b, go), cdt), dv);
   int64_t plo[TPU_MAX_DIMS], phi[TPU_MAX_DIMS], pin[TPU_MAX_DIMS], win[TPU_MAX_DIMS];
   for (int i = 0; i < rank; i++) {
     plo[i] = phi[i] = pin[i] = 0;
@@ -727,10 +727,10 @@ static int avgpool_fn(lw_b *b) {
     pin[a] = P.s[i] - 1;
     win[a] = P.k[i];
   }
-  tpuir_val zero = lw_const(b, cdt, 0);
+  tpuir_val zero = tpulw__const(b, cdt, 0);
   tpuir_val gp = tpuir_pad(b->g, g, zero, plo, phi, pin);
   tpuir_val r = tpuir_reduce_window(b->g, TPUIR_RED_SUM, gp, win, NULL, NULL, NULL, NULL);
-  return lw_result_as(b, r, dt);
+  return tpulw__result_as(b, r, dt);
 }
 
 /* averaging matrix [out, in] (adaptive pooling) in float dtype cdt:
@@ -738,26 +738,26 @@ static int avgpool_fn(lw_b *b) {
  * start = floor(o * in / out), end = ceil((o + 1) * in / out) (exact in
  * cdt while o * in < 2^24). Float arithmetic only: the indicator is
  * clamp(i - start + 1, 0, 1) * clamp(end - i, 0, 1). */
-static tpuir_val adapt_matrix(lw_b *b, int64_t out, int64_t in, int cdt) {
+static tpuir_val adapt_matrix(tpulw__b *b, int64_t out, int64_t in, int cdt) {
   int64_t sz[2] = {out, in};
   tpuir_val o = tpuir_iota(b->g, cdt, 2, sz, 0);
   tpuir_val i = tpuir_iota(b->g, cdt, 2, sz, 1);
-  tpuir_val start = lw_un(b, TPUIR_FLOOR,
-                          lw_bin_c(b, TPUIR_DIV, lw_bin_c(b, TPUIR_MUL, o, (double)in), (double)out));
-  tpuir_val end = lw_un(b, TPUIR_CEIL,
-                        lw_bin_c(b, TPUIR_DIV,
-                                 lw_bin_c(b, TPUIR_MUL, lw_bin_c(b, TPUIR_ADD, o, 1), (double)in),
+  tpuir_val start = tpulw__un(b, TPUIR_FLOOR,
+                          tpulw__bin_c(b, TPUIR_DIV, tpulw__bin_c(b, TPUIR_MUL, o, (double)in), (double)out));
+  tpuir_val end = tpulw__un(b, TPUIR_CEIL,
+                        tpulw__bin_c(b, TPUIR_DIV,
+                                 tpulw__bin_c(b, TPUIR_MUL, tpulw__bin_c(b, TPUIR_ADD, o, 1), (double)in),
                                  (double)out));
-  tpuir_val ge = lw_bin_c(b, TPUIR_MIN,
-                          lw_bin_c(b, TPUIR_MAX, lw_bin_c(b, TPUIR_ADD, lw_bin(b, TPUIR_SUB, i, start), 1), 0), 1);
-  tpuir_val lt = lw_bin_c(b, TPUIR_MIN, lw_bin_c(b, TPUIR_MAX, lw_bin(b, TPUIR_SUB, end, i), 0), 1);
-  return lw_bin(b, TPUIR_DIV, lw_bin(b, TPUIR_MUL, ge, lt), lw_bin(b, TPUIR_SUB, end, start));
+  tpuir_val ge = tpulw__bin_c(b, TPUIR_MIN,
+                          tpulw__bin_c(b, TPUIR_MAX, tpulw__bin_c(b, TPUIR_ADD, tpulw__bin(b, TPUIR_SUB, i, start), 1), 0), 1);
+  tpuir_val lt = tpulw__bin_c(b, TPUIR_MIN, tpulw__bin_c(b, TPUIR_MAX, tpulw__bin(b, TPUIR_SUB, end, i), 0), 1);
+  return tpulw__bin(b, TPUIR_DIV, tpulw__bin(b, TPUIR_MUL, ge, lt), tpulw__bin(b, TPUIR_SUB, end, start));
 }
 
-static int adapt_fn(lw_b *b) {
+static int adapt_fn(tpulw__b *b) {
   int bw = b->op == P_ADAPT_BW;
-  const tpulw_tensor *in = lw_tensor_arg(b, "self");
-  const tpulw_tensor *go = bw ? lw_tensor_arg(b, "grad_output") : NULL;
+  const tpulw_tensor *in = tpulw__tensor_arg(b, "self");
+  const tpulw_tensor *go = bw ? tpulw__tensor_arg(b, "grad_output") : NULL;
   if (!in || in->device < 0 || (bw && (!go || go->device < 0)))
     return tpu_error(TPU_E_UNSUPPORTED, "adaptive_avg_pool: operands must be tpu tensors");
   int nsp = strstr(b->base, "3d") ? 3 : 2;
@@ -784,7 +784,7 @@ static int adapt_fn(lw_b *b) {
   if (!bw) {
     int n;
     int64_t scratch;
-    const int64_t *os = lw_ints(b, "output_size", &n, &scratch);
+    const int64_t *os = tpulw__ints(b, "output_size", &n, &scratch);
     if (!os || (n != nsp && n != 1))
       return tpu_error(TPU_E_INVALID, "adaptive_avg_pool%dd: output_size must be %d",
                        nsp, nsp);
@@ -804,7 +804,7 @@ static int adapt_fn(lw_b *b) {
     for (int i = 0; i < nsp; i++) osz[i] = gv->sizes[lead + i];
   }
   int cdt = dt == TPU_F64 ? TPU_F64 : TPU_F32;
-  tpuir_val v = lw_convert(b, lw_tensor(b, bw ? go : in), cdt);
+  tpuir_val v = tpulw__convert(b, tpulw__tensor(b, bw ? go : in), cdt);
   for (int i = 0; i < nsp; i++) {
     int64_t in_i = xv->sizes[lead + i], out_i = osz[i];
     tpuir_val M = adapt_matrix(b, out_i, in_i, cdt);
@@ -812,12 +812,12 @@ static int adapt_fn(lw_b *b) {
     /* contracting the first remaining spatial dim appends the new one */
     v = tpuir_dot_general(b->g, v, M, 0, NULL, NULL, 1, lc, rc1, TPU_PREC_FP32, cdt);
   }
-  return lw_result_as(b, v, dt);
+  return tpulw__result_as(b, v, dt);
 }
 
 #define ROW2(n, fn, code) {n, fn, code}, {n ".out", fn, code}
 
-const lw_row lw_rows_conv[] = {
+const tpulw__row tpulw__rows_conv[] = {
     ROW2("convolution", conv_fn, C_CONV),
     ROW2("_convolution", conv_fn, C_CONV),
     ROW2("convolution_overrideable", conv_fn, C_CONV),
@@ -840,4 +840,4 @@ const lw_row lw_rows_conv[] = {
     ROW2("_adaptive_avg_pool2d_backward", adapt_fn, P_ADAPT_BW),
     ROW2("_adaptive_avg_pool3d_backward", adapt_fn, P_ADAPT_BW),
 };
-const int lw_nrows_conv = sizeof lw_rows_conv / sizeof lw_rows_conv[0];
+const int tpulw__nrows_conv = sizeof tpulw__rows_conv / sizeof tpulw__rows_conv[0];

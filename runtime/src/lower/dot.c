@@ -14,7 +14,7 @@ enum { L_MM = 1, L_BMM, L_ADDMM, L_BADDBMM, L_ADDBMM, L_ADDMV, L_MV, L_DOT,
 static int unsupported(int dt) {
   return tpu_error(TPU_E_UNSUPPORTED,
                    "\"addmm_impl_cpu_\" not implemented for '%s'",
-                   lw_torch_name(dt));
+                   tpulw__torch_name(dt));
 }
 
 static void fmt_sizes(char *buf, size_t cap, const tpu_view *v) {
@@ -27,7 +27,7 @@ static void fmt_sizes(char *buf, size_t cap, const tpu_view *v) {
 
 /* lhs @ rhs over the given batch/contract dims with an f32 (or f64/int)
  * accumulator dtype `acc`. */
-static tpuir_val dot(lw_b *b, tpuir_val l, tpuir_val r, int nb,
+static tpuir_val dot(tpulw__b *b, tpuir_val l, tpuir_val r, int nb,
                      const int64_t *lb, const int64_t *rb, int nc,
                      const int64_t *lc, const int64_t *rc, int acc) {
   return tpuir_dot_general(b->g, l, r, nb, lb, rb, nc, lc, rc,
@@ -35,17 +35,17 @@ static tpuir_val dot(lw_b *b, tpuir_val l, tpuir_val r, int nb,
 }
 
 /* accumulation / epilogue dtype for an operand dtype */
-static int acc_dtype(int dt) { return lw_opmath(dt); }
+static int acc_dtype(int dt) { return tpulw__opmath(dt); }
 
-static int mm_fn(lw_b *b) {
+static int mm_fn(tpulw__b *b) {
   int op = b->op;
   const char *n1 = "self", *n2 = "mat2";
   if (op == L_ADDMM || op == L_ADDMM_ACT) { n1 = "mat1"; n2 = "mat2"; }
   if (op == L_BADDBMM || op == L_ADDBMM) { n1 = "batch1"; n2 = "batch2"; }
   if (op == L_ADDMV) { n1 = "mat"; n2 = "vec"; }
   if (op == L_MV) { n1 = "self"; n2 = "vec"; }
-  if (op == L_DOT) { n1 = "self"; n2 = "tensor"; if (!lw_tensor_arg(b, n2)) n2 = "other"; }
-  const tpulw_tensor *a = lw_tensor_arg(b, n1), *c = lw_tensor_arg(b, n2);
+  if (op == L_DOT) { n1 = "self"; n2 = "tensor"; if (!tpulw__tensor_arg(b, n2)) n2 = "other"; }
+  const tpulw_tensor *a = tpulw__tensor_arg(b, n1), *c = tpulw__tensor_arg(b, n2);
   if (!a || !c || a->device < 0 || c->device < 0)
     return tpu_error(TPU_E_UNSUPPORTED, "%s: missing operand", b->base);
   const tpu_view *va = &a->view, *vc = &c->view;
@@ -81,7 +81,7 @@ static int mm_fn(lw_b *b) {
     if (vc->dtype != dt)
       return tpu_error(TPU_E_INVALID,
                        "expected scalar type %s but found %s",
-                       lw_torch_name(dt), lw_torch_name(vc->dtype));
+                       tpulw__torch_name(dt), tpulw__torch_name(vc->dtype));
     break;
   case L_MV: case L_ADDMV:
     if (va->ndim != 2 || vc->ndim != 1)
@@ -112,12 +112,12 @@ static int mm_fn(lw_b *b) {
     if (vc->dtype != dt)
       return tpu_error(TPU_E_INVALID,
                        "dot : expected both vectors to have same dtype, but found %s and %s",
-                       lw_torch_name(dt), lw_torch_name(vc->dtype));
+                       tpulw__torch_name(dt), tpulw__torch_name(vc->dtype));
     break;
   }
   if (dt == TPU_BOOL) return unsupported(dt);
   int acc = acc_dtype(dt);
-  tpuir_val x = lw_tensor(b, a), y = lw_tensor(b, c), r;
+  tpuir_val x = tpulw__tensor(b, a), y = tpulw__tensor(b, c), r;
   static const int64_t z0[1] = {0}, z1[1] = {1}, z2[1] = {2};
   static const int64_t b02l[2] = {0, 2}, b01r[2] = {0, 1};
   switch (op) {
@@ -138,19 +138,19 @@ static int mm_fn(lw_b *b) {
     break;
   }
   if (op == L_MM || op == L_BMM || op == L_MV || op == L_DOT)
-    return lw_result_as(b, r, dt);
+    return tpulw__result_as(b, r, dt);
 
   /* beta * self + alpha * (product) */
-  const tpulw_tensor *self = lw_tensor_arg(b, "self");
+  const tpulw_tensor *self = tpulw__tensor_arg(b, "self");
   if (!self) return tpu_error(TPU_E_UNSUPPORTED, "%s: no self", b->base);
   if (self->view.dtype != dt)
     return tpu_error(TPU_E_INVALID,
                      "self and mat2 must have the same dtype, but got %s and %s",
-                     lw_torch_name(self->view.dtype), lw_torch_name(dt));
-  lw_scalar beta = lw_scalar_i(1), alpha = lw_scalar_i(1);
-  lw_scalar_arg(b, "beta", &beta);
-  lw_scalar_arg(b, "alpha", &alpha);
-  lw_shape rs = lw_info(b, r);
+                     tpulw__torch_name(self->view.dtype), tpulw__torch_name(dt));
+  tpulw__scalar beta = tpulw__scalar_i(1), alpha = tpulw__scalar_i(1);
+  tpulw__scalar_arg(b, "beta", &beta);
+  tpulw__scalar_arg(b, "alpha", &alpha);
+  tpulw__shape rs = tpulw__info(b, r);
   /* self must broadcast to the product's shape */
   const tpu_view *sv = &self->view;
   if (sv->ndim > rs.ndim)
@@ -160,26 +160,26 @@ static int mm_fn(lw_b *b) {
     if (sv->sizes[i] != 1 && sv->sizes[i] != want) goto bad_expand;
   }
   if (alpha.f != 1.0 || alpha.kind != LW_SK_INT)
-    r = lw_bin(b, TPUIR_MUL, r, lw_const_s(b, acc, alpha));
+    r = tpulw__bin(b, TPUIR_MUL, r, tpulw__const_s(b, acc, alpha));
   /* integer dtypes: beta/alpha are converted to the dtype first */
   int beta_zero = beta.kind != LW_SK_FLOAT ? beta.i == 0
                   : tpu_dtype_is_float(dt) ? beta.f == 0.0
                                            : (int64_t)beta.f == 0;
   if (!beta_zero) {
-    tpuir_val sv_ = lw_convert(b, lw_tensor(b, self), acc);
+    tpuir_val sv_ = tpulw__convert(b, tpulw__tensor(b, self), acc);
     if (!(beta.kind == LW_SK_INT && beta.i == 1))
-      sv_ = lw_bin(b, TPUIR_MUL, sv_, lw_const_s(b, acc, beta));
-    r = lw_bin(b, TPUIR_ADD, sv_, r);
+      sv_ = tpulw__bin(b, TPUIR_MUL, sv_, tpulw__const_s(b, acc, beta));
+    r = tpulw__bin(b, TPUIR_ADD, sv_, r);
   }
   if (op == L_ADDMM_ACT) {
-    if (lw_int(b, "use_gelu", 0)) {
-      tpuir_val e = lw_un(b, TPUIR_ERF, lw_bin_c(b, TPUIR_MUL, r, M_SQRT1_2));
-      r = lw_bin(b, TPUIR_MUL, lw_bin_c(b, TPUIR_MUL, r, 0.5), lw_bin_c(b, TPUIR_ADD, e, 1.0));
+    if (tpulw__int(b, "use_gelu", 0)) {
+      tpuir_val e = tpulw__un(b, TPUIR_ERF, tpulw__bin_c(b, TPUIR_MUL, r, M_SQRT1_2));
+      r = tpulw__bin(b, TPUIR_MUL, tpulw__bin_c(b, TPUIR_MUL, r, 0.5), tpulw__bin_c(b, TPUIR_ADD, e, 1.0));
     } else {
-      r = lw_bin_c(b, TPUIR_MAX, r, 0.0);
+      r = tpulw__bin_c(b, TPUIR_MAX, r, 0.0);
     }
   }
-  return lw_result_as(b, r, dt);
+  return tpulw__result_as(b, r, dt);
 
 bad_expand: {
   char t[256];
@@ -201,7 +201,7 @@ bad_expand: {
 
 #define LIN3(n, code, ...) {n, mm_fn, code, __VA_ARGS__}, {n ".out", mm_fn, code, __VA_ARGS__}
 
-const lw_row lw_rows_linalg[] = {
+const tpulw__row tpulw__rows_linalg[] = {
     LIN3("mm", L_MM, LW_COMPLEX_OK),
     LIN3("bmm", L_BMM, LW_COMPLEX_OK),
     LIN3("addmm", L_ADDMM), {"addmm_", mm_fn, L_ADDMM},
@@ -213,4 +213,4 @@ const lw_row lw_rows_linalg[] = {
     LIN3("vdot", L_DOT),
     LIN3("_addmm_activation", L_ADDMM_ACT),
 };
-const int lw_nrows_linalg = sizeof lw_rows_linalg / sizeof lw_rows_linalg[0];
+const int tpulw__nrows_linalg = sizeof tpulw__rows_linalg / sizeof tpulw__rows_linalg[0];

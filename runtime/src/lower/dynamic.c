@@ -15,7 +15,7 @@
  * sort with TPUIR_SORT (stable; slices lexicographically, one sort per
  * column) and mark the starts of runs of equal values.
  *
- * Rows: lw_rows_dynamic (table_init in lower/lower.c).
+ * Rows: tpulw__rows_dynamic (table_init in lower/lower.c).
  */
 #include <math.h>
 #include <pthread.h>
@@ -82,47 +82,47 @@ static int64_t dyn_count_nz(const tpu_view *v) {
 /* ---- graph helpers ------------------------------------------------------ */
 
 /* Inclusive prefix sum of a rank-1 int64 value of length n (log-step). */
-static tpuir_val dyn_scan(lw_b *b, tpuir_val x, int64_t n) {
-  tpuir_val zero = lw_const(b, TPU_I64, 0);
+static tpuir_val dyn_scan(tpulw__b *b, tpuir_val x, int64_t n) {
+  tpuir_val zero = tpulw__const(b, TPU_I64, 0);
   for (int64_t k = 1; k < n && x >= 0; k *= 2) {
     int64_t lo = k, hi = -k, in = 0;
-    x = lw_bin(b, TPUIR_ADD, x, tpuir_pad(b->g, x, zero, &lo, &hi, &in));
+    x = tpulw__bin(b, TPUIR_ADD, x, tpuir_pad(b->g, x, zero, &lo, &hi, &in));
   }
   return x;
 }
 
 /* Positions (int64 [k]) of the true elements of the rank-1 bool m of
  * length n, in order; k is their number (counted by the caller). */
-static tpuir_val dyn_compact(lw_b *b, tpuir_val m, int64_t n, int64_t k) {
-  tpuir_val c = dyn_scan(b, lw_convert(b, m, TPU_I64), n);
-  tpuir_val slot = lw_sel(b, m, lw_bin_c(b, TPUIR_SUB, c, 1),
-                          lw_const(b, TPU_I64, (double)k));
+static tpuir_val dyn_compact(tpulw__b *b, tpuir_val m, int64_t n, int64_t k) {
+  tpuir_val c = dyn_scan(b, tpulw__convert(b, m, TPU_I64), n);
+  tpuir_val slot = tpulw__sel(b, m, tpulw__bin_c(b, TPUIR_SUB, c, 1),
+                          tpulw__const(b, TPU_I64, (double)k));
   int64_t k1 = k + 1;
-  tpuir_val base = lw_full(b, TPU_I64, 1, &k1, 0);
+  tpuir_val base = tpulw__full(b, TPU_I64, 1, &k1, 0);
   tpuir_val pos = tpuir_iota(b->g, TPU_I64, 1, &n, 0);
   tpuir_val r = tpuir_scatter_add(b->g, base, 0, slot, pos);
   int64_t st = 0, lim = k, str = 1;
   return tpuir_slice(b->g, r, &st, &lim, &str);
 }
 
-static tpuir_val dyn_flat(lw_b *b, tpuir_val v) {
-  lw_shape s = lw_info(b, v);
-  int64_t n = lw_numel(&s);
-  return lw_reshape(b, v, 1, &n);
+static tpuir_val dyn_flat(tpulw__b *b, tpuir_val v) {
+  tpulw__shape s = tpulw__info(b, v);
+  int64_t n = tpulw__numel(&s);
+  return tpulw__reshape(b, v, 1, &n);
 }
 
 /* x != 0 as bool. */
-static tpuir_val dyn_nz(lw_b *b, tpuir_val x) {
-  lw_shape s = lw_info(b, x);
+static tpuir_val dyn_nz(tpulw__b *b, tpuir_val x) {
+  tpulw__shape s = tpulw__info(b, x);
   if (s.dtype == TPU_BOOL) return x;
-  return lw_bin(b, TPUIR_NE, x, lw_const(b, s.dtype, 0));
+  return tpulw__bin(b, TPUIR_NE, x, tpulw__const(b, s.dtype, 0));
 }
 
 /* ---- nonzero ------------------------------------------------------------ */
 
 /* nonzero(self) -> int64 [K, ndim]: data-dependent shape, synchronizes. */
-static int nonzero_fn(lw_b *b) {
-  const tpulw_tensor *self = lw_tensor_arg(b, "self");
+static int nonzero_fn(tpulw__b *b) {
+  const tpulw_tensor *self = tpulw__tensor_arg(b, "self");
   if (!self || self->device < 0)
     return tpu_error(TPU_E_UNSUPPORTED, "nonzero: unsupported arguments");
   b->out_rule = LW_OUT_SAME;
@@ -131,46 +131,46 @@ static int nonzero_fn(lw_b *b) {
   const tpu_view *v = &self->view;
   int nd = v->ndim;
   int64_t n = tpu_view_numel(v), k = dyn_count_nz(v);
-  tpuir_val flat = dyn_flat(b, lw_tensor(b, self));
+  tpuir_val flat = dyn_flat(b, tpulw__tensor(b, self));
   tpuir_val idx = dyn_compact(b, dyn_nz(b, flat), n, k);
   LW_TRY(idx);
   int64_t os[2] = {k, nd};
-  if (nd == 0) return lw_result(b, lw_full(b, TPU_I64, 2, os, 0));
+  if (nd == 0) return tpulw__result(b, tpulw__full(b, TPU_I64, 2, os, 0));
   tpuir_val cols[TPU_MAX_DIMS];
   int64_t stride = 1, k1[2] = {k, 1};
   for (int d = nd - 1; d >= 0; d--) {
-    tpuir_val c = lw_bin_c(b, TPUIR_DIV, idx, (double)stride);
-    if (d > 0) c = lw_bin_c(b, TPUIR_REM, c, (double)v->sizes[d]);
-    cols[d] = lw_reshape(b, c, 2, k1);
+    tpuir_val c = tpulw__bin_c(b, TPUIR_DIV, idx, (double)stride);
+    if (d > 0) c = tpulw__bin_c(b, TPUIR_REM, c, (double)v->sizes[d]);
+    cols[d] = tpulw__reshape(b, c, 2, k1);
     LW_TRY(cols[d]);
     stride *= v->sizes[d] > 0 ? v->sizes[d] : 1;
   }
-  return lw_result(b, tpuir_concat(b->g, nd, cols, 1));
+  return tpulw__result(b, tpuir_concat(b->g, nd, cols, 1));
 }
 
 /* ---- masked_select ------------------------------------------------------ */
 
 /* masked_select(self, mask) -> 1-D: data-dependent shape, synchronizes. */
-static int masked_select_fn(lw_b *b) {
-  const tpulw_tensor *self = lw_tensor_arg(b, "self");
-  const tpulw_tensor *mask = lw_tensor_arg(b, "mask");
+static int masked_select_fn(tpulw__b *b) {
+  const tpulw_tensor *self = tpulw__tensor_arg(b, "self");
+  const tpulw_tensor *mask = tpulw__tensor_arg(b, "mask");
   if (!self || !mask || mask->device < 0)
     return tpu_error(TPU_E_UNSUPPORTED, "masked_select: unsupported arguments");
   if (mask->view.dtype != TPU_BOOL)
     return tpu_error(TPU_E_INVALID,
                      "masked_select: expected BoolTensor for mask");
   b->out_rule = LW_OUT_SAME;
-  tpuir_val vs[2] = {lw_tensor(b, self), lw_tensor(b, mask)};
-  int rc = lw_bcast_all(b, 2, vs);
+  tpuir_val vs[2] = {tpulw__tensor(b, self), tpulw__tensor(b, mask)};
+  int rc = tpulw__bcast_all(b, 2, vs);
   if (rc < 0) return rc;
   rc = dyn_sync(b->ctx->device);
   if (rc < 0) return rc;
-  lw_shape bs = lw_info(b, vs[0]);
-  int64_t n = lw_numel(&bs), nm = tpu_view_numel(&mask->view);
+  tpulw__shape bs = tpulw__info(b, vs[0]);
+  int64_t n = tpulw__numel(&bs), nm = tpu_view_numel(&mask->view);
   int64_t k = nm ? dyn_count_nz(&mask->view) * (n / nm) : 0;
   tpuir_val idx = dyn_compact(b, dyn_flat(b, vs[1]), n, k);
   LW_TRY(idx);
-  return lw_result(b, tpuir_index_select(b->g, dyn_flat(b, vs[0]), 0, idx));
+  return tpulw__result(b, tpuir_index_select(b->g, dyn_flat(b, vs[0]), 0, idx));
 }
 
 /* ---- unique ------------------------------------------------------------- */
@@ -225,41 +225,41 @@ static int64_t dyn_count_unique(const tpu_view *v, int consecutive) {
  * slot (0..u); inv_rank: the slot of each element of self in self's order
  * (flat). Declares (values [u], inverse (self's shape) or [0], counts [u]
  * or [0]). */
-static int dyn_unique_results(lw_b *b, const tpulw_tensor *self, tpuir_val x,
+static int dyn_unique_results(tpulw__b *b, const tpulw_tensor *self, tpuir_val x,
                               tpuir_val first, tpuir_val rank, tpuir_val inv_rank,
                               int64_t n, int64_t u) {
-  int inv = (int)lw_int(b, "return_inverse", 0);
-  int cnt = (int)lw_int(b, "return_counts", 0);
+  int inv = (int)tpulw__int(b, "return_inverse", 0);
+  int cnt = (int)tpulw__int(b, "return_counts", 0);
   int64_t u1 = u + 1, st = 0, str = 1, zero = 0;
-  tpuir_val slot = lw_sel(b, first, rank, lw_const(b, TPU_I64, (double)u));
-  tpuir_val src = tpuir_scatter_add(b->g, lw_full(b, TPU_I64, 1, &u1, 0), 0,
+  tpuir_val slot = tpulw__sel(b, first, rank, tpulw__const(b, TPU_I64, (double)u));
+  tpuir_val src = tpuir_scatter_add(b->g, tpulw__full(b, TPU_I64, 1, &u1, 0), 0,
                                     slot, tpuir_iota(b->g, TPU_I64, 1, &n, 0));
   tpuir_val idx = tpuir_slice(b->g, src, &st, &u, &str);
-  int rc = lw_result(b, tpuir_index_select(b->g, x, 0, idx));
+  int rc = tpulw__result(b, tpuir_index_select(b->g, x, 0, idx));
   if (rc < 0) return rc;
-  rc = lw_result(b, inv ? lw_reshape(b, inv_rank, self->view.ndim, self->view.sizes)
-                        : lw_full(b, TPU_I64, 1, &zero, 0));
+  rc = tpulw__result(b, inv ? tpulw__reshape(b, inv_rank, self->view.ndim, self->view.sizes)
+                        : tpulw__full(b, TPU_I64, 1, &zero, 0));
   if (rc < 0) return rc;
-  tpuir_val c = lw_full(b, TPU_I64, 1, &zero, 0);
+  tpuir_val c = tpulw__full(b, TPU_I64, 1, &zero, 0);
   if (cnt)
-    c = tpuir_scatter_add(b->g, lw_full(b, TPU_I64, 1, &u, 0), 0, rank,
-                          lw_full(b, TPU_I64, 1, &n, 1));
-  return lw_result(b, c);
+    c = tpuir_scatter_add(b->g, tpulw__full(b, TPU_I64, 1, &u, 0), 0, rank,
+                          tpulw__full(b, TPU_I64, 1, &n, 1));
+  return tpulw__result(b, c);
 }
 
 /* Comparison operand: bool compared as uint8. */
-static tpuir_val dyn_cmpable(lw_b *b, tpuir_val x) {
-  return lw_info(b, x).dtype == TPU_BOOL ? lw_convert(b, x, TPU_U8) : x;
+static tpuir_val dyn_cmpable(tpulw__b *b, tpuir_val x) {
+  return tpulw__info(b, x).dtype == TPU_BOOL ? tpulw__convert(b, x, TPU_U8) : x;
 }
 
 /* first[i]: xs[i] starts a new value (xs[i] != xs[i-1]; NaN != NaN),
  * xs flat [n > 0]. */
-static tpuir_val dyn_first(lw_b *b, tpuir_val xs, int64_t n) {
+static tpuir_val dyn_first(tpulw__b *b, tpuir_val xs, int64_t n) {
   tpuir_val xc = dyn_cmpable(b, xs);
   int64_t s0 = 0, s1 = 1, e0 = n - 1, e1 = n, one = 1, str = 1;
-  tpuir_val ne = lw_bin(b, TPUIR_NE, tpuir_slice(b->g, xc, &s1, &e1, &str),
+  tpuir_val ne = tpulw__bin(b, TPUIR_NE, tpuir_slice(b->g, xc, &s1, &e1, &str),
                         tpuir_slice(b->g, xc, &s0, &e0, &str));
-  tpuir_val parts[2] = {lw_full(b, TPU_BOOL, 1, &one, 1), ne};
+  tpuir_val parts[2] = {tpulw__full(b, TPU_BOOL, 1, &one, 1), ne};
   return tpuir_concat(b->g, 2, parts, 0);
 }
 
@@ -268,8 +268,8 @@ static tpuir_val dyn_first(lw_b *b, tpuir_val xs, int64_t n) {
  * input order). Data-dependent shape: synchronizes. A stable TPUIR_SORT
  * of the flattened input, then run starts in the sorted order; the
  * inverse is scattered back through the permutation. */
-static int unique2_fn(lw_b *b) {
-  const tpulw_tensor *self = lw_tensor_arg(b, "self");
+static int unique2_fn(tpulw__b *b) {
+  const tpulw_tensor *self = tpulw__tensor_arg(b, "self");
   if (!self || self->device < 0)
     return tpu_error(TPU_E_UNSUPPORTED, "_unique2: unsupported arguments");
   int64_t n = tpu_view_numel(&self->view);
@@ -277,40 +277,40 @@ static int unique2_fn(lw_b *b) {
   if (rc < 0) return rc;
   int64_t u = dyn_count_unique(&self->view, 0);
   if (u == -2) return tpu_error(TPU_E_OOM, "_unique2: out of host memory");
-  tpuir_val x = dyn_flat(b, lw_tensor(b, self));
+  tpuir_val x = dyn_flat(b, tpulw__tensor(b, self));
   if (n == 0) {
-    tpuir_val e = lw_full(b, TPU_BOOL, 1, &n, 1);
-    return dyn_unique_results(b, self, x, e, lw_full(b, TPU_I64, 1, &n, 0),
-                              lw_full(b, TPU_I64, 1, &n, 0), n, 0);
+    tpuir_val e = tpulw__full(b, TPU_BOOL, 1, &n, 1);
+    return dyn_unique_results(b, self, x, e, tpulw__full(b, TPU_I64, 1, &n, 0),
+                              tpulw__full(b, TPU_I64, 1, &n, 0), n, 0);
   }
   tpuir_val perm = tpuir_sort(b->g, x, 0, 0, TPUIR_SORT_INDICES);
   tpuir_val xs = tpuir_gather(b->g, x, 0, perm);
   tpuir_val first = dyn_first(b, xs, n);
-  tpuir_val rank = lw_bin_c(b, TPUIR_SUB, dyn_scan(b, lw_convert(b, first, TPU_I64), n), 1);
-  tpuir_val inv = tpuir_scatter_add(b->g, lw_full(b, TPU_I64, 1, &n, 0), 0, perm, rank);
+  tpuir_val rank = tpulw__bin_c(b, TPUIR_SUB, dyn_scan(b, tpulw__convert(b, first, TPU_I64), n), 1);
+  tpuir_val inv = tpuir_scatter_add(b->g, tpulw__full(b, TPU_I64, 1, &n, 0), 0, perm, rank);
   LW_TRY(inv);
   return dyn_unique_results(b, self, xs, first, rank, inv, n, u);
 }
 
-static int unique_dim_fn(lw_b *b, const tpulw_tensor *self, int64_t dim_arg, int consecutive);
+static int unique_dim_fn(tpulw__b *b, const tpulw_tensor *self, int64_t dim_arg, int consecutive);
 
 /* unique_consecutive(self, return_inverse, return_counts, dim=None).
  * Data-dependent shape: synchronizes. */
-static int unique_consecutive_fn(lw_b *b) {
-  const tpulw_tensor *self = lw_tensor_arg(b, "self");
+static int unique_consecutive_fn(tpulw__b *b) {
+  const tpulw_tensor *self = tpulw__tensor_arg(b, "self");
   if (!self || self->device < 0)
     return tpu_error(TPU_E_UNSUPPORTED, "unique_consecutive: unsupported arguments");
-  if (!lw_none(b, "dim") && !(self->view.ndim == 1 && (lw_int(b, "dim", 0) == 0 ||
-                                                        lw_int(b, "dim", 0) == -1)))
-    return unique_dim_fn(b, self, lw_int(b, "dim", 0), 1);
+  if (!tpulw__none(b, "dim") && !(self->view.ndim == 1 && (tpulw__int(b, "dim", 0) == 0 ||
+                                                        tpulw__int(b, "dim", 0) == -1)))
+    return unique_dim_fn(b, self, tpulw__int(b, "dim", 0), 1);
   int64_t n = tpu_view_numel(&self->view);
   int rc = dyn_sync(b->ctx->device);
   if (rc < 0) return rc;
   int64_t u = dyn_count_unique(&self->view, 1);
   if (u < 0) return tpu_error(TPU_E_OOM, "unique_consecutive: out of host memory");
-  tpuir_val x = dyn_flat(b, lw_tensor(b, self));
-  tpuir_val first = n == 0 ? lw_full(b, TPU_BOOL, 1, &n, 1) : dyn_first(b, x, n);
-  tpuir_val rank = lw_bin_c(b, TPUIR_SUB, dyn_scan(b, lw_convert(b, first, TPU_I64), n), 1);
+  tpuir_val x = dyn_flat(b, tpulw__tensor(b, self));
+  tpuir_val first = n == 0 ? tpulw__full(b, TPU_BOOL, 1, &n, 1) : dyn_first(b, x, n);
+  tpuir_val rank = tpulw__bin_c(b, TPUIR_SUB, dyn_scan(b, tpulw__convert(b, first, TPU_I64), n), 1);
   LW_TRY(rank);
   return dyn_unique_results(b, self, x, first, rank, rank, n, u);
 }
@@ -401,13 +401,13 @@ static int64_t dyn_count_unique_rows(const tpu_view *v, int dim, int consecutive
  * slices along dim (always sorted lexicographically unless consecutive,
  * like CPU). Data-dependent shape: synchronizes. The slices are sorted
  * by one stable TPUIR_SORT per column, last column first. */
-static int unique_dim_fn(lw_b *b, const tpulw_tensor *self, int64_t dim_arg, int consecutive) {
+static int unique_dim_fn(tpulw__b *b, const tpulw_tensor *self, int64_t dim_arg, int consecutive) {
   const tpu_view *v = &self->view;
   int nd = v->ndim, dim;
   if (nd == 0)
     return tpu_error(TPU_E_INDEX, "Dimension specified as %lld but tensor has no dimensions",
                      (long long)dim_arg);
-  int rc = lw_wrap_dim(dim_arg, nd, &dim);
+  int rc = tpulw__wrap_dim(dim_arg, nd, &dim);
   if (rc < 0) return rc;
   for (int d = 0; d < nd; d++)
     if (d != dim && v->sizes[d] == 0)
@@ -421,7 +421,7 @@ static int unique_dim_fn(lw_b *b, const tpulw_tensor *self, int64_t dim_arg, int
   int64_t u = dyn_count_unique_rows(v, dim, consecutive);
   if (u == -2) return tpu_error(TPU_E_OOM, "unique_dim: out of host memory");
   b->out_rule = LW_OUT_SAME;
-  tpuir_val x = lw_tensor(b, self);
+  tpuir_val x = tpulw__tensor(b, self);
   int64_t perm[TPU_MAX_DIMS], inv[TPU_MAX_DIMS], ts[TPU_MAX_DIMS];
   perm[0] = dim;
   for (int d = 0, k = 1; d < nd; d++)
@@ -433,19 +433,19 @@ static int unique_dim_fn(lw_b *b, const tpulw_tensor *self, int64_t dim_arg, int
   int zero = 0;
   int64_t z = 0;
   if (n == 0) {
-    if ((rc = lw_result(b, x)) < 0) return rc;
-    if ((rc = lw_result(b, lw_full(b, TPU_I64, 1, &z, 0))) < 0) return rc;
-    return lw_result(b, lw_full(b, TPU_I64, 1, &z, 0));
+    if ((rc = tpulw__result(b, x)) < 0) return rc;
+    if ((rc = tpulw__result(b, tpulw__full(b, TPU_I64, 1, &z, 0))) < 0) return rc;
+    return tpulw__result(b, tpulw__full(b, TPU_I64, 1, &z, 0));
   }
   (void)zero;
   tpuir_val xt = dim ? tpuir_transpose(b->g, x, perm) : x;
   int64_t nm[2] = {n, m};
-  tpuir_val x2 = dyn_cmpable(b, lw_reshape(b, xt, 2, nm));
+  tpuir_val x2 = dyn_cmpable(b, tpulw__reshape(b, xt, 2, nm));
   tpuir_val order = tpuir_iota(b->g, TPU_I64, 1, &n, 0);
   if (!consecutive)
     for (int64_t c = m - 1; c >= 0 && order >= 0; c--) {
       int64_t st[2] = {0, c}, lim[2] = {n, c + 1}, str[2] = {1, 1};
-      tpuir_val col = lw_reshape(b, tpuir_slice(b->g, x2, st, lim, str), 1, &n);
+      tpuir_val col = tpulw__reshape(b, tpuir_slice(b->g, x2, st, lim, str), 1, &n);
       tpuir_val key = tpuir_index_select(b->g, col, 0, order);
       order = tpuir_index_select(b->g, order, 0, tpuir_sort(b->g, key, 0, 0, TPUIR_SORT_INDICES));
     }
@@ -453,41 +453,41 @@ static int unique_dim_fn(lw_b *b, const tpulw_tensor *self, int64_t dim_arg, int
   tpuir_val first;
   int64_t one = 1;
   if (n == 1) {
-    first = lw_full(b, TPU_BOOL, 1, &one, 1);
+    first = tpulw__full(b, TPU_BOOL, 1, &one, 1);
   } else {
     int64_t s0[2] = {0, 0}, e0[2] = {n - 1, m}, s1[2] = {1, 0}, e1[2] = {n, m}, str[2] = {1, 1};
-    tpuir_val ne = lw_bin(b, TPUIR_NE, tpuir_slice(b->g, xs, s1, e1, str),
+    tpuir_val ne = tpulw__bin(b, TPUIR_NE, tpuir_slice(b->g, xs, s1, e1, str),
                           tpuir_slice(b->g, xs, s0, e0, str));
     int64_t ax = 1, n1 = n - 1;
-    ne = m ? tpuir_reduce(b->g, TPUIR_RED_OR, ne, 1, &ax) : lw_full(b, TPU_BOOL, 1, &n1, 0);
-    tpuir_val parts[2] = {lw_full(b, TPU_BOOL, 1, &one, 1), ne};
+    ne = m ? tpuir_reduce(b->g, TPUIR_RED_OR, ne, 1, &ax) : tpulw__full(b, TPU_BOOL, 1, &n1, 0);
+    tpuir_val parts[2] = {tpulw__full(b, TPU_BOOL, 1, &one, 1), ne};
     first = tpuir_concat(b->g, 2, parts, 0);
   }
-  tpuir_val rank = lw_bin_c(b, TPUIR_SUB, dyn_scan(b, lw_convert(b, first, TPU_I64), n), 1);
+  tpuir_val rank = tpulw__bin_c(b, TPUIR_SUB, dyn_scan(b, tpulw__convert(b, first, TPU_I64), n), 1);
   tpuir_val invv = consecutive ? rank
-                               : tpuir_scatter_add(b->g, lw_full(b, TPU_I64, 1, &n, 0), 0, order, rank);
+                               : tpuir_scatter_add(b->g, tpulw__full(b, TPU_I64, 1, &n, 0), 0, order, rank);
   int64_t u1 = u + 1, st = 0, str = 1;
-  tpuir_val slot = lw_sel(b, first, rank, lw_const(b, TPU_I64, (double)u));
-  tpuir_val src = tpuir_scatter_add(b->g, lw_full(b, TPU_I64, 1, &u1, 0), 0, slot,
+  tpuir_val slot = tpulw__sel(b, first, rank, tpulw__const(b, TPU_I64, (double)u));
+  tpuir_val src = tpuir_scatter_add(b->g, tpulw__full(b, TPU_I64, 1, &u1, 0), 0, slot,
                                     tpuir_iota(b->g, TPU_I64, 1, &n, 0));
   tpuir_val rows = tpuir_slice(b->g, src, &st, &u, &str);
   if (!consecutive) rows = tpuir_index_select(b->g, order, 0, rows);
   int64_t xn[2] = {n, m};
-  tpuir_val vals = tpuir_index_select(b->g, lw_reshape(b, xt, 2, xn), 0, rows);
+  tpuir_val vals = tpuir_index_select(b->g, tpulw__reshape(b, xt, 2, xn), 0, rows);
   ts[0] = u;
-  vals = lw_reshape(b, vals, nd, ts);
+  vals = tpulw__reshape(b, vals, nd, ts);
   if (dim) vals = tpuir_transpose(b->g, vals, inv);
-  if ((rc = lw_result(b, vals)) < 0) return rc;
-  if ((rc = lw_result(b, invv)) < 0) return rc;
-  return lw_result(b, tpuir_scatter_add(b->g, lw_full(b, TPU_I64, 1, &u, 0), 0, rank,
-                                        lw_full(b, TPU_I64, 1, &n, 1)));
+  if ((rc = tpulw__result(b, vals)) < 0) return rc;
+  if ((rc = tpulw__result(b, invv)) < 0) return rc;
+  return tpulw__result(b, tpuir_scatter_add(b->g, tpulw__full(b, TPU_I64, 1, &u, 0), 0, rank,
+                                        tpulw__full(b, TPU_I64, 1, &n, 1)));
 }
 
-static int unique_dim_row_fn(lw_b *b) {
-  const tpulw_tensor *self = lw_tensor_arg(b, "self");
+static int unique_dim_row_fn(tpulw__b *b) {
+  const tpulw_tensor *self = tpulw__tensor_arg(b, "self");
   if (!self || self->device < 0)
     return tpu_error(TPU_E_UNSUPPORTED, "%s: unsupported arguments", b->base);
-  return unique_dim_fn(b, self, lw_int(b, "dim", 0),
+  return unique_dim_fn(b, self, tpulw__int(b, "dim", 0),
                        strcmp(b->base, "unique_dim_consecutive") == 0);
 }
 
@@ -512,14 +512,14 @@ static void dyn_sum_min_max(const tpu_view *v, int64_t *sum, int64_t *mn, int64_
 /* repeat_interleave.Tensor(repeats, output_size): index i repeated
  * repeats[i] times. Data-dependent shape: synchronizes. Each nonzero
  * repeat writes i at its first output slot; a running max fills the rest. */
-static int repeat_interleave_fn(lw_b *b) {
-  const tpulw_tensor *rep = lw_tensor_arg(b, "repeats");
+static int repeat_interleave_fn(tpulw__b *b) {
+  const tpulw_tensor *rep = tpulw__tensor_arg(b, "repeats");
   if (!rep || rep->device < 0)
     return tpu_error(TPU_E_UNSUPPORTED, "repeat_interleave: unsupported arguments");
   int dt = rep->view.dtype;
   if (dt != TPU_I32 && dt != TPU_I64)
     return tpu_error(TPU_E_UNSUPPORTED, "\"repeat_interleave_cpu\" not implemented for '%s'",
-                     lw_torch_name(dt));
+                     tpulw__torch_name(dt));
   if (rep->view.ndim != 1)
     return tpu_error(TPU_E_INVALID, "repeat_interleave only accept 1D vector as repeat");
   int rc = dyn_sync(b->ctx->device);
@@ -527,38 +527,38 @@ static int repeat_interleave_fn(lw_b *b) {
   int64_t n = rep->view.sizes[0], total, mn, mx;
   dyn_sum_min_max(&rep->view, &total, &mn, &mx);
   if (n > 0 && mn < 0) return tpu_error(TPU_E_INVALID, "repeats can not be negative");
-  if (!lw_none(b, "output_size") && lw_int(b, "output_size", -1) != total)
+  if (!tpulw__none(b, "output_size") && tpulw__int(b, "output_size", -1) != total)
     return tpu_error(TPU_E_INVALID, "allocated size does not match required size");
   b->out_rule = LW_OUT_SAME;
-  if (total == 0) return lw_result(b, lw_full(b, dt, 1, &total, 0));
-  tpuir_val r = lw_convert(b, lw_tensor(b, rep), TPU_I64);
-  tpuir_val start = lw_bin(b, TPUIR_SUB, dyn_scan(b, r, n), r);
-  tpuir_val slot = lw_sel(b, lw_bin_c(b, TPUIR_GT, r, 0), start, lw_const(b, TPU_I64, (double)total));
+  if (total == 0) return tpulw__result(b, tpulw__full(b, dt, 1, &total, 0));
+  tpuir_val r = tpulw__convert(b, tpulw__tensor(b, rep), TPU_I64);
+  tpuir_val start = tpulw__bin(b, TPUIR_SUB, dyn_scan(b, r, n), r);
+  tpuir_val slot = tpulw__sel(b, tpulw__bin_c(b, TPUIR_GT, r, 0), start, tpulw__const(b, TPU_I64, (double)total));
   int64_t t1 = total + 1, st = 0, str = 1;
-  tpuir_val a = tpuir_scatter_add(b->g, lw_full(b, TPU_I64, 1, &t1, 0), 0, slot,
+  tpuir_val a = tpuir_scatter_add(b->g, tpulw__full(b, TPU_I64, 1, &t1, 0), 0, slot,
                                   tpuir_iota(b->g, TPU_I64, 1, &n, 0));
   a = tpuir_slice(b->g, a, &st, &total, &str);
-  tpuir_val zero = lw_const(b, TPU_I64, 0);
+  tpuir_val zero = tpulw__const(b, TPU_I64, 0);
   for (int64_t k = 1; k < total && a >= 0; k *= 2) {
     int64_t lo = k, hi = -k, in = 0;
-    a = lw_bin(b, TPUIR_MAX, a, tpuir_pad(b->g, a, zero, &lo, &hi, &in));
+    a = tpulw__bin(b, TPUIR_MAX, a, tpuir_pad(b->g, a, zero, &lo, &hi, &in));
   }
-  return lw_result_as(b, a, dt);
+  return tpulw__result_as(b, a, dt);
 }
 
 /* bincount(self, weights, minlength): counts (int64) or summed weights
  * (float32 weights: float32, others: float64) of each value of the 1-D
  * non-negative integer input. Data-dependent shape: synchronizes. */
-static int bincount_fn(lw_b *b) {
-  const tpulw_tensor *self = lw_tensor_arg(b, "self");
-  const tpulw_tensor *w = lw_tensor_arg(b, "weights");
+static int bincount_fn(tpulw__b *b) {
+  const tpulw_tensor *self = tpulw__tensor_arg(b, "self");
+  const tpulw_tensor *w = tpulw__tensor_arg(b, "weights");
   if (!self || self->device < 0 || (w && w->device < 0))
     return tpu_error(TPU_E_UNSUPPORTED, "bincount: unsupported arguments");
   int dt = self->view.dtype;
   if (!tpu_dtype_is_int(dt))
     return tpu_error(TPU_E_UNSUPPORTED, "\"bincount_cpu\" not implemented for '%s'",
-                     lw_torch_name(dt));
-  int64_t minlength = lw_int(b, "minlength", 0);
+                     tpulw__torch_name(dt));
+  int64_t minlength = tpulw__int(b, "minlength", 0);
   if (minlength < 0) return tpu_error(TPU_E_INVALID, "minlength should be >= 0");
   if (self->view.ndim != 1)
     return tpu_error(TPU_E_INVALID, "bincount only supports 1-d non-negative integral inputs.");
@@ -574,10 +574,10 @@ static int bincount_fn(lw_b *b) {
   int64_t size = n > 0 && mx + 1 > minlength ? mx + 1 : minlength;
   int odt = !w ? TPU_I64 : w->view.dtype == TPU_F32 ? TPU_F32 : TPU_F64;
   b->out_rule = LW_OUT_SAME;
-  tpuir_val z = lw_full(b, odt, 1, &size, 0);
-  if (n == 0) return lw_result(b, z);
-  tpuir_val src = w ? lw_convert(b, lw_tensor(b, w), odt) : lw_full(b, odt, 1, &n, 1);
-  return lw_result(b, tpuir_index_add(b->g, z, 0, lw_convert(b, lw_tensor(b, self), TPU_I64),
+  tpuir_val z = tpulw__full(b, odt, 1, &size, 0);
+  if (n == 0) return tpulw__result(b, z);
+  tpuir_val src = w ? tpulw__convert(b, tpulw__tensor(b, w), odt) : tpulw__full(b, odt, 1, &n, 1);
+  return tpulw__result(b, tpuir_index_add(b->g, z, 0, tpulw__convert(b, tpulw__tensor(b, self), TPU_I64),
                                       src));
 }
 
@@ -595,8 +595,8 @@ static int sr_kind(const char *r, int index_reduce) {
 #define SR_PAIRS_CAP ((int64_t)1 << 25) /* elements of the all-pairs mask */
 
 /* Identity of max (lo) or min (!lo) in dtype dt. */
-static tpuir_val sr_extreme(lw_b *b, int dt, int lo) {
-  if (tpu_dtype_is_float(dt)) return lw_const(b, dt, lo ? -INFINITY : INFINITY);
+static tpuir_val sr_extreme(tpulw__b *b, int dt, int lo) {
+  if (tpu_dtype_is_float(dt)) return tpulw__const(b, dt, lo ? -INFINITY : INFINITY);
   int64_t mn = 0, mx = 0;
   switch (dt) {
     case TPU_BOOL: mn = 0; mx = 1; break;
@@ -614,34 +614,34 @@ static tpuir_val sr_extreme(lw_b *b, int dt, int lo) {
  * mean use scatter_add; prod/amax/amin compare every source element with
  * every slot of dim d (cost numel(I) * self[d], capped). The int64 count
  * scatter also range-checks idx (a synchronizing launch). */
-static int sr_core(lw_b *b, const tpulw_tensor *self, int d, tpuir_val idx,
+static int sr_core(tpulw__b *b, const tpulw_tensor *self, int d, tpuir_val idx,
                    tpuir_val src, int kind, int include_self) {
   int dt = self->view.dtype, r = self->view.ndim;
   /* bool: 0/1 in int64 (sum -> any, prod -> all), converted back */
-  int cdt = tpu_dtype_is_float(dt) ? lw_opmath(dt) : dt == TPU_BOOL ? TPU_I64 : dt;
+  int cdt = tpu_dtype_is_float(dt) ? tpulw__opmath(dt) : dt == TPU_BOOL ? TPU_I64 : dt;
   int64_t one = 1;
   const int64_t *ss = r ? self->view.sizes : &one;
-  tpuir_val sv = lw_convert(b, lw_tensor(b, self), cdt);
+  tpuir_val sv = tpulw__convert(b, tpulw__tensor(b, self), cdt);
   if (r == 0) { /* a 0-dim self acts as [1] */
     r = 1;
-    sv = lw_reshape(b, sv, 1, &one);
-    idx = lw_reshape(b, idx, 1, &one);
-    src = lw_reshape(b, src, 1, &one);
+    sv = tpulw__reshape(b, sv, 1, &one);
+    idx = tpulw__reshape(b, idx, 1, &one);
+    src = tpulw__reshape(b, src, 1, &one);
   }
-  lw_shape is = lw_info(b, idx);
-  src = lw_convert(b, src, cdt);
-  tpuir_val cnt = tpuir_scatter_add(b->g, lw_full(b, TPU_I64, r, ss, 0), d, idx,
-                                    lw_full(b, TPU_I64, is.ndim, is.sizes, 1));
-  tpuir_val hit = lw_bin(b, TPUIR_GT, cnt, lw_const(b, TPU_I64, 0));
+  tpulw__shape is = tpulw__info(b, idx);
+  src = tpulw__convert(b, src, cdt);
+  tpuir_val cnt = tpuir_scatter_add(b->g, tpulw__full(b, TPU_I64, r, ss, 0), d, idx,
+                                    tpulw__full(b, TPU_I64, is.ndim, is.sizes, 1));
+  tpuir_val hit = tpulw__bin(b, TPUIR_GT, cnt, tpulw__const(b, TPU_I64, 0));
   LW_TRY(hit);
   b->sync = 1;
   b->err_remap = LW_ERR_RUNTIME;
   tpuir_val red;
   if (kind == SR_SUM || kind == SR_MEAN) {
-    red = tpuir_scatter_add(b->g, lw_full(b, cdt, r, ss, 0), d, idx, src);
+    red = tpuir_scatter_add(b->g, tpulw__full(b, cdt, r, ss, 0), d, idx, src);
   } else {
     int64_t e[TPU_MAX_DIMS + 1], dims[TPU_MAX_DIMS], perm[TPU_MAX_DIMS];
-    int64_t n = lw_numel(&is) * ss[d];
+    int64_t n = tpulw__numel(&is) * ss[d];
     if (r + 1 > TPU_MAX_DIMS || n > SR_PAIRS_CAP)
       return tpu_error(TPU_E_UNSUPPORTED, "scatter_reduce: too large for all-pairs");
     for (int i = 0; i < r; i++) {
@@ -651,10 +651,10 @@ static int sr_core(lw_b *b, const tpulw_tensor *self, int d, tpuir_val idx,
     }
     e[r] = ss[d];
     int rk = kind == SR_PROD ? TPUIR_RED_PROD : kind == SR_AMAX ? TPUIR_RED_MAX : TPUIR_RED_MIN;
-    tpuir_val ident = kind == SR_PROD ? lw_const(b, cdt, 1) : sr_extreme(b, cdt, kind == SR_AMAX);
-    tpuir_val mask = lw_bin(b, TPUIR_EQ, tpuir_broadcast_in_dim(b->g, idx, r + 1, e, dims),
+    tpuir_val ident = kind == SR_PROD ? tpulw__const(b, cdt, 1) : sr_extreme(b, cdt, kind == SR_AMAX);
+    tpuir_val mask = tpulw__bin(b, TPUIR_EQ, tpuir_broadcast_in_dim(b->g, idx, r + 1, e, dims),
                             tpuir_iota(b->g, TPU_I64, r + 1, e, r));
-    tpuir_val vals = lw_sel(b, mask, tpuir_broadcast_in_dim(b->g, src, r + 1, e, dims), ident);
+    tpuir_val vals = tpulw__sel(b, mask, tpuir_broadcast_in_dim(b->g, src, r + 1, e, dims), ident);
     int64_t rd = d;
     red = tpuir_transpose(b->g, tpuir_reduce(b->g, rk, vals, 1, &rd), perm);
     int64_t lo[TPU_MAX_DIMS] = {0}, hi[TPU_MAX_DIMS] = {0}, in[TPU_MAX_DIMS] = {0};
@@ -664,27 +664,27 @@ static int sr_core(lw_b *b, const tpulw_tensor *self, int d, tpuir_val idx,
   LW_TRY(red);
   if (include_self) {
     static const int ops[] = {TPUIR_ADD, TPUIR_MUL, TPUIR_ADD, TPUIR_MAX, TPUIR_MIN};
-    red = lw_bin(b, ops[kind], sv, red);
+    red = tpulw__bin(b, ops[kind], sv, red);
   }
   if (kind == SR_MEAN) {
-    tpuir_val den = lw_convert(b, include_self ? lw_bin_c(b, TPUIR_ADD, cnt, 1) : cnt, cdt);
-    den = lw_sel(b, hit, den, lw_const(b, cdt, 1));
-    tpuir_val q = lw_bin(b, TPUIR_DIV, red, den);
+    tpuir_val den = tpulw__convert(b, include_self ? tpulw__bin_c(b, TPUIR_ADD, cnt, 1) : cnt, cdt);
+    den = tpulw__sel(b, hit, den, tpulw__const(b, cdt, 1));
+    tpuir_val q = tpulw__bin(b, TPUIR_DIV, red, den);
     if (!tpu_dtype_is_float(cdt)) { /* floor division (den > 0) */
-      tpuir_val rem = lw_bin(b, TPUIR_REM, red, den);
-      q = lw_sel(b, lw_bin(b, TPUIR_LT, rem, lw_const(b, cdt, 0)), lw_bin_c(b, TPUIR_SUB, q, 1), q);
+      tpuir_val rem = tpulw__bin(b, TPUIR_REM, red, den);
+      q = tpulw__sel(b, tpulw__bin(b, TPUIR_LT, rem, tpulw__const(b, cdt, 0)), tpulw__bin_c(b, TPUIR_SUB, q, 1), q);
     }
     red = q;
   }
-  tpuir_val res = lw_sel(b, hit, red, sv);
-  if (self->view.ndim == 0) res = lw_reshape(b, res, 0, NULL);
-  return lw_result_as(b, res, dt);
+  tpuir_val res = tpulw__sel(b, hit, red, sv);
+  if (self->view.ndim == 0) res = tpulw__reshape(b, res, 0, NULL);
+  return tpulw__result_as(b, res, dt);
 }
 
 /* Shared entry (lower/internal.h): scatter_reduce of src into self along d
  * at int64 positions idx with reduce "sum" | "prod" | "mean" | "amax" |
  * "amin". */
-int lw_scatter_reduce(lw_b *b, const tpulw_tensor *self, int d, tpuir_val idx, tpuir_val src,
+int tpulw__scatter_reduce(tpulw__b *b, const tpulw_tensor *self, int d, tpuir_val idx, tpuir_val src,
                       const char *reduce, int include_self) {
   int kind = sr_kind(reduce, 0);
   if (kind < 0) return tpu_error(TPU_E_INVALID, "scatter_reduce: bad reduce %s", reduce);
@@ -693,23 +693,23 @@ int lw_scatter_reduce(lw_b *b, const tpulw_tensor *self, int d, tpuir_val idx, t
 
 /* scatter_reduce.two(self, dim, index, src, reduce, include_self) and its
  * out= / in-place forms. */
-static int scatter_reduce_fn(lw_b *b) {
-  const tpulw_tensor *self = lw_tensor_arg(b, "self");
-  const tpulw_tensor *index = lw_tensor_arg(b, "index");
-  const tpulw_tensor *src = lw_tensor_arg(b, "src");
+static int scatter_reduce_fn(tpulw__b *b) {
+  const tpulw_tensor *self = tpulw__tensor_arg(b, "self");
+  const tpulw_tensor *index = tpulw__tensor_arg(b, "index");
+  const tpulw_tensor *src = tpulw__tensor_arg(b, "src");
   if (!self || !index || !src || self->device < 0 || index->device < 0 ||
       src->device < 0)
     return tpu_error(TPU_E_UNSUPPORTED, "scatter_reduce: unsupported arguments");
-  int kind = sr_kind(lw_str(b, "reduce"), 0);
+  int kind = sr_kind(tpulw__str(b, "reduce"), 0);
   if (kind < 0)
     return tpu_error(TPU_E_INVALID, "reduce argument must be either sum, prod, mean, "
-                     "amax or amin, got %s", lw_str(b, "reduce") ? lw_str(b, "reduce") : "None");
+                     "amax or amin, got %s", tpulw__str(b, "reduce") ? tpulw__str(b, "reduce") : "None");
   if (index->view.dtype != TPU_I64 && index->view.dtype != TPU_I32)
     return tpu_error(TPU_E_INVALID, "scatter(): Expected dtype int32/int64 for index");
   if (src->view.dtype != self->view.dtype)
     return tpu_error(TPU_E_INVALID, "scatter(): Expected self.dtype to be equal to src.dtype");
   int r = self->view.ndim, d;
-  int rc = lw_wrap_dim(lw_int(b, "dim", 0), r, &d);
+  int rc = tpulw__wrap_dim(tpulw__int(b, "dim", 0), r, &d);
   if (rc < 0) return rc;
   const tpu_view *iv = &index->view;
   if (iv->ndim != r || src->view.ndim != r)
@@ -719,42 +719,42 @@ static int scatter_reduce_fn(lw_b *b) {
     if (iv->sizes[i] > src->view.sizes[i] || (i != d && iv->sizes[i] > self->view.sizes[i]))
       return tpu_error(TPU_E_INVALID, "Expected index %s to be smaller than self apart "
                        "from dimension %d and to be smaller size than src", "shape", d);
-  tpuir_val sv = lw_tensor(b, src);
+  tpuir_val sv = tpulw__tensor(b, src);
   int64_t st[TPU_MAX_DIMS] = {0}, str[TPU_MAX_DIMS];
   for (int i = 0; i < r; i++) str[i] = 1;
   if (r > 0) sv = tpuir_slice(b->g, sv, st, iv->sizes, str);
-  return sr_core(b, self, d, lw_convert(b, lw_tensor(b, index), TPU_I64), sv, kind,
-                 (int)lw_int(b, "include_self", 1));
+  return sr_core(b, self, d, tpulw__convert(b, tpulw__tensor(b, index), TPU_I64), sv, kind,
+                 (int)tpulw__int(b, "include_self", 1));
 }
 
 /* index_reduce(self, dim, index, source, reduce, include_self) (+ out=,
  * in-place): scatter_reduce with index broadcast along source. */
-static int index_reduce_fn(lw_b *b) {
-  const tpulw_tensor *self = lw_tensor_arg(b, "self");
-  const tpulw_tensor *index = lw_tensor_arg(b, "index");
-  const tpulw_tensor *src = lw_tensor_arg(b, "source");
+static int index_reduce_fn(tpulw__b *b) {
+  const tpulw_tensor *self = tpulw__tensor_arg(b, "self");
+  const tpulw_tensor *index = tpulw__tensor_arg(b, "index");
+  const tpulw_tensor *src = tpulw__tensor_arg(b, "source");
   if (!self || !index || !src || self->device < 0 || index->device < 0 ||
       src->device < 0)
     return tpu_error(TPU_E_UNSUPPORTED, "index_reduce: unsupported arguments");
-  int kind = sr_kind(lw_str(b, "reduce"), 1);
+  int kind = sr_kind(tpulw__str(b, "reduce"), 1);
   if (kind < 0)
     return tpu_error(TPU_E_INVALID, "index_reduce(): Expected reduce to be one of prod, "
-                     "mean, amax or amin, got %s.", lw_str(b, "reduce") ? lw_str(b, "reduce") : "None");
+                     "mean, amax or amin, got %s.", tpulw__str(b, "reduce") ? tpulw__str(b, "reduce") : "None");
   if (index->view.dtype != TPU_I64 && index->view.dtype != TPU_I32)
     return tpu_error(TPU_E_INVALID, "index_reduce_(): Expected dtype int32/int64 for index");
   if (src->view.dtype != self->view.dtype)
     return tpu_error(TPU_E_INVALID, "index_reduce_(): self (%s) and source (%s) must have "
-                     "the same scalar type", lw_torch_name(self->view.dtype),
-                     lw_torch_name(src->view.dtype));
+                     "the same scalar type", tpulw__torch_name(self->view.dtype),
+                     tpulw__torch_name(src->view.dtype));
   int r = self->view.ndim, d;
-  int rc = lw_wrap_dim(lw_int(b, "dim", 0), r, &d);
+  int rc = tpulw__wrap_dim(tpulw__int(b, "dim", 0), r, &d);
   if (rc < 0) return rc;
   int64_t l = tpu_view_numel(&index->view);
   if (r == 0) {
     if (l != 1 || tpu_view_numel(&src->view) != 1 || src->view.ndim > 1)
       return tpu_error(TPU_E_UNSUPPORTED, "index_reduce: 0-dim self");
-    return sr_core(b, self, 0, lw_convert(b, lw_tensor(b, index), TPU_I64),
-                   lw_tensor(b, src), kind, (int)lw_int(b, "include_self", 1));
+    return sr_core(b, self, 0, tpulw__convert(b, tpulw__tensor(b, index), TPU_I64),
+                   tpulw__tensor(b, src), kind, (int)tpulw__int(b, "include_self", 1));
   }
   if (index->view.ndim > 1)
     return tpu_error(TPU_E_INVALID, "index_reduce_(): Index is supposed to be a vector");
@@ -766,11 +766,11 @@ static int index_reduce_fn(lw_b *b) {
     if (i != d && src->view.sizes[i] != self->view.sizes[i])
       return tpu_error(TPU_E_INVALID, "index_reduce_(): source and self must have the "
                        "same shape apart from dim %d", d);
-  tpuir_val iv = lw_reshape(b, lw_convert(b, lw_tensor(b, index), TPU_I64), 1, &l);
+  tpuir_val iv = tpulw__reshape(b, tpulw__convert(b, tpulw__tensor(b, index), TPU_I64), 1, &l);
   int64_t dd = d;
   iv = tpuir_broadcast_in_dim(b->g, iv, r, src->view.sizes, &dd);
-  return sr_core(b, self, d, iv, lw_tensor(b, src), kind,
-                 (int)lw_int(b, "include_self", 1));
+  return sr_core(b, self, d, iv, tpulw__tensor(b, src), kind,
+                 (int)tpulw__int(b, "include_self", 1));
 }
 
 /* ---- logspace.out ------------------------------------------------------- */
@@ -778,18 +778,18 @@ static int index_reduce_fn(lw_b *b) {
 /* logspace.out(start, end, steps, base, out): base ** linspace(start, end)
  * (exponents like PyTorch CPU: integer dtypes truncate start/end first;
  * the two halves are computed from either end). */
-static int logspace_fn(lw_b *b) {
-  const tpulw_tensor *out = lw_tensor_arg(b, "out");
-  lw_scalar start, end;
-  if (!out || out->device < 0 || !lw_scalar_arg(b, "start", &start) ||
-      !lw_scalar_arg(b, "end", &end))
+static int logspace_fn(tpulw__b *b) {
+  const tpulw_tensor *out = tpulw__tensor_arg(b, "out");
+  tpulw__scalar start, end;
+  if (!out || out->device < 0 || !tpulw__scalar_arg(b, "start", &start) ||
+      !tpulw__scalar_arg(b, "end", &end))
     return tpu_error(TPU_E_UNSUPPORTED, "logspace: needs scalar start/end and out");
-  int64_t steps = lw_int(b, "steps", -1);
+  int64_t steps = tpulw__int(b, "steps", -1);
   if (steps < 0) return tpu_error(TPU_E_INVALID, "number of steps must be non-negative");
   int dt = out->view.dtype;
   if (dt == TPU_BOOL)
     return tpu_error(TPU_E_UNSUPPORTED, "\"logspace_cpu\" not implemented for 'Bool'");
-  double base = lw_float(b, "base", 10.0), s0 = start.f, s1 = end.f;
+  double base = tpulw__float(b, "base", 10.0), s0 = start.f, s1 = end.f;
   if (!tpu_dtype_is_float(dt)) {
     s0 = start.kind == LW_SK_FLOAT ? trunc(start.f) : (double)start.i;
     s1 = end.kind == LW_SK_FLOAT ? trunc(end.f) : (double)end.i;
@@ -809,50 +809,50 @@ static int logspace_fn(lw_b *b) {
   int64_t sz[1] = {steps};
   tpuir_val e;
   if (steps == 1) {
-    e = lw_full(b, cdt, 1, sz, s0);
+    e = tpulw__full(b, cdt, 1, sz, s0);
   } else {
     double stepv = (s1 - s0) / (double)(steps - 1);
     tpuir_val i = tpuir_iota(b->g, cdt, 1, sz, 0);
-    tpuir_val st = lw_const(b, cdt, stepv);
-    tpuir_val lo = lw_bin(b, TPUIR_ADD, lw_const(b, cdt, s0), lw_bin(b, TPUIR_MUL, st, i));
-    tpuir_val rev = lw_bin(b, TPUIR_SUB, lw_const(b, cdt, (double)(steps - 1)), i);
-    tpuir_val hi = lw_bin(b, TPUIR_SUB, lw_const(b, cdt, s1), lw_bin(b, TPUIR_MUL, st, rev));
-    e = lw_sel(b, lw_bin(b, TPUIR_LT, i, lw_const(b, cdt, (double)(steps / 2))), lo, hi);
+    tpuir_val st = tpulw__const(b, cdt, stepv);
+    tpuir_val lo = tpulw__bin(b, TPUIR_ADD, tpulw__const(b, cdt, s0), tpulw__bin(b, TPUIR_MUL, st, i));
+    tpuir_val rev = tpulw__bin(b, TPUIR_SUB, tpulw__const(b, cdt, (double)(steps - 1)), i);
+    tpuir_val hi = tpulw__bin(b, TPUIR_SUB, tpulw__const(b, cdt, s1), tpulw__bin(b, TPUIR_MUL, st, rev));
+    e = tpulw__sel(b, tpulw__bin(b, TPUIR_LT, i, tpulw__const(b, cdt, (double)(steps / 2))), lo, hi);
   }
-  e = lw_convert(b, e, TPU_F64);
-  tpuir_val r = lw_bin(b, TPUIR_POW, lw_bcast(b, lw_const(b, TPU_F64, base), 1, sz), e);
+  e = tpulw__convert(b, e, TPU_F64);
+  tpuir_val r = tpulw__bin(b, TPUIR_POW, tpulw__bcast(b, tpulw__const(b, TPU_F64, base), 1, sz), e);
   b->out_rule = LW_OUT_ANY;
-  return lw_result_as(b, r, dt);
+  return tpulw__result_as(b, r, dt);
 }
 
 /* ---- polygamma ---------------------------------------------------------- */
 
 /* trigamma(x) in x's dtype (PyTorch's CPU formula: reflection below 0.5). */
-static tpuir_val pg_trigamma(lw_b *b, tpuir_val x) {
+static tpuir_val pg_trigamma(tpulw__b *b, tpuir_val x) {
   const double pi = 3.14159265358979323846;
-  int dt = lw_info(b, x).dtype;
-  tpuir_val refl = lw_bin_c(b, TPUIR_LT, x, 0.5);
-  tpuir_val sp = lw_un(b, TPUIR_SIN, lw_bin_c(b, TPUIR_MUL, x, pi));
-  tpuir_val rterm = lw_bin(b, TPUIR_DIV, lw_const(b, dt, -pi * pi),
-                           lw_bin(b, TPUIR_MUL, sp, sp));
-  tpuir_val zero = lw_const(b, dt, 0);
-  tpuir_val res = lw_sel(b, refl, rterm, zero);
-  x = lw_sel(b, refl, lw_bin(b, TPUIR_SUB, lw_const(b, dt, 1), x), x);
-  tpuir_val one = lw_const(b, dt, 1);
+  int dt = tpulw__info(b, x).dtype;
+  tpuir_val refl = tpulw__bin_c(b, TPUIR_LT, x, 0.5);
+  tpuir_val sp = tpulw__un(b, TPUIR_SIN, tpulw__bin_c(b, TPUIR_MUL, x, pi));
+  tpuir_val rterm = tpulw__bin(b, TPUIR_DIV, tpulw__const(b, dt, -pi * pi),
+                           tpulw__bin(b, TPUIR_MUL, sp, sp));
+  tpuir_val zero = tpulw__const(b, dt, 0);
+  tpuir_val res = tpulw__sel(b, refl, rterm, zero);
+  x = tpulw__sel(b, refl, tpulw__bin(b, TPUIR_SUB, tpulw__const(b, dt, 1), x), x);
+  tpuir_val one = tpulw__const(b, dt, 1);
   for (int i = 0; i < 6; i++) {
-    res = lw_bin(b, TPUIR_ADD, res, lw_bin(b, TPUIR_DIV, one, lw_bin(b, TPUIR_MUL, x, x)));
-    x = lw_bin_c(b, TPUIR_ADD, x, 1);
+    res = tpulw__bin(b, TPUIR_ADD, res, tpulw__bin(b, TPUIR_DIV, one, tpulw__bin(b, TPUIR_MUL, x, x)));
+    x = tpulw__bin_c(b, TPUIR_ADD, x, 1);
   }
-  tpuir_val ixx = lw_bin(b, TPUIR_DIV, one, lw_bin(b, TPUIR_MUL, x, x));
+  tpuir_val ixx = tpulw__bin(b, TPUIR_DIV, one, tpulw__bin(b, TPUIR_MUL, x, x));
   /* 1 + 1/(2x) + ixx*(1/6 - ixx*(1/30 - ixx/42)) */
-  tpuir_val p = lw_bin(b, TPUIR_SUB, lw_const(b, dt, 1.0 / 30),
-                       lw_bin_c(b, TPUIR_MUL, ixx, 1.0 / 42));
-  p = lw_bin(b, TPUIR_SUB, lw_const(b, dt, 1.0 / 6), lw_bin(b, TPUIR_MUL, ixx, p));
-  p = lw_bin(b, TPUIR_MUL, ixx, p);
-  p = lw_bin(b, TPUIR_ADD, p, lw_bin(b, TPUIR_DIV, one, lw_bin_c(b, TPUIR_MUL, x, 2)));
-  p = lw_bin_c(b, TPUIR_ADD, p, 1);
-  res = lw_bin(b, TPUIR_ADD, res, lw_bin(b, TPUIR_DIV, p, x));
-  return lw_sel(b, refl, lw_un(b, TPUIR_NEG, res), res);
+  tpuir_val p = tpulw__bin(b, TPUIR_SUB, tpulw__const(b, dt, 1.0 / 30),
+                       tpulw__bin_c(b, TPUIR_MUL, ixx, 1.0 / 42));
+  p = tpulw__bin(b, TPUIR_SUB, tpulw__const(b, dt, 1.0 / 6), tpulw__bin(b, TPUIR_MUL, ixx, p));
+  p = tpulw__bin(b, TPUIR_MUL, ixx, p);
+  p = tpulw__bin(b, TPUIR_ADD, p, tpulw__bin(b, TPUIR_DIV, one, tpulw__bin_c(b, TPUIR_MUL, x, 2)));
+  p = tpulw__bin_c(b, TPUIR_ADD, p, 1);
+  res = tpulw__bin(b, TPUIR_ADD, res, tpulw__bin(b, TPUIR_DIV, p, x));
+  return tpulw__sel(b, refl, tpulw__un(b, TPUIR_NEG, res), res);
 }
 
 /* Hurwitz zeta(s, q) in q's dtype (Cephes, as PyTorch: direct terms
@@ -860,71 +860,71 @@ static tpuir_val pg_trigamma(lw_b *b, tpuir_val x) {
  * q >= 9 - DYN_ZETA_TERMS - then Euler-Maclaurin with 12 Bernoulli terms;
  * a non-positive integer q gives inf). */
 #define DYN_ZETA_TERMS 48
-static tpuir_val pg_zeta(lw_b *b, double s, tpuir_val q) {
+static tpuir_val pg_zeta(tpulw__b *b, double s, tpuir_val q) {
   static const double A[12] = {
       12.0, -720.0, 30240.0, -1209600.0, 47900160.0, -1.8924375803183791606e9,
       7.47242496e10, -2.950130727918164224e12, 1.1646782814350067249e14,
       -4.5979787224074726105e15, 1.8152105401943546773e17,
       -7.1661652561756670113e18};
-  int dt = lw_info(b, q).dtype;
-  tpuir_val ms = lw_const(b, dt, -s);
+  int dt = tpulw__info(b, q).dtype;
+  tpuir_val ms = tpulw__const(b, dt, -s);
   /* K = max(9, floor(9 - q) + 1), at most DYN_ZETA_TERMS */
-  tpuir_val kk = lw_bin_c(b, TPUIR_ADD, lw_un(b, TPUIR_FLOOR, lw_bin(b, TPUIR_SUB,
-                                              lw_const(b, dt, 9), q)), 1);
-  kk = lw_bin(b, TPUIR_MIN, lw_bin(b, TPUIR_MAX, kk, lw_const(b, dt, 9)),
-              lw_const(b, dt, DYN_ZETA_TERMS));
-  tpuir_val sum = lw_bin(b, TPUIR_POW, q, ms), zero = lw_const(b, dt, 0);
+  tpuir_val kk = tpulw__bin_c(b, TPUIR_ADD, tpulw__un(b, TPUIR_FLOOR, tpulw__bin(b, TPUIR_SUB,
+                                              tpulw__const(b, dt, 9), q)), 1);
+  kk = tpulw__bin(b, TPUIR_MIN, tpulw__bin(b, TPUIR_MAX, kk, tpulw__const(b, dt, 9)),
+              tpulw__const(b, dt, DYN_ZETA_TERMS));
+  tpuir_val sum = tpulw__bin(b, TPUIR_POW, q, ms), zero = tpulw__const(b, dt, 0);
   for (int k = 1; k <= DYN_ZETA_TERMS; k++) {
-    tpuir_val t = lw_bin(b, TPUIR_POW, lw_bin_c(b, TPUIR_ADD, q, k), ms);
-    if (k > 9) t = lw_sel(b, lw_bin_c(b, TPUIR_LE, kk, k - 0.5), zero, t);
-    sum = lw_bin(b, TPUIR_ADD, sum, t);
+    tpuir_val t = tpulw__bin(b, TPUIR_POW, tpulw__bin_c(b, TPUIR_ADD, q, k), ms);
+    if (k > 9) t = tpulw__sel(b, tpulw__bin_c(b, TPUIR_LE, kk, k - 0.5), zero, t);
+    sum = tpulw__bin(b, TPUIR_ADD, sum, t);
   }
-  tpuir_val w = lw_bin(b, TPUIR_ADD, q, kk);
-  tpuir_val bb = lw_bin(b, TPUIR_POW, w, ms);
-  sum = lw_bin(b, TPUIR_ADD, sum, lw_bin_c(b, TPUIR_MUL, lw_bin(b, TPUIR_MUL, bb, w), 1.0 / (s - 1)));
-  sum = lw_bin(b, TPUIR_SUB, sum, lw_bin_c(b, TPUIR_MUL, bb, 0.5));
+  tpuir_val w = tpulw__bin(b, TPUIR_ADD, q, kk);
+  tpuir_val bb = tpulw__bin(b, TPUIR_POW, w, ms);
+  sum = tpulw__bin(b, TPUIR_ADD, sum, tpulw__bin_c(b, TPUIR_MUL, tpulw__bin(b, TPUIR_MUL, bb, w), 1.0 / (s - 1)));
+  sum = tpulw__bin(b, TPUIR_SUB, sum, tpulw__bin_c(b, TPUIR_MUL, bb, 0.5));
   double ac = 1, k = 0;
   for (int i = 0; i < 12; i++) {
     ac *= s + k;
-    bb = lw_bin(b, TPUIR_DIV, bb, w);
-    sum = lw_bin(b, TPUIR_ADD, sum, lw_bin_c(b, TPUIR_MUL, bb, ac / A[i]));
+    bb = tpulw__bin(b, TPUIR_DIV, bb, w);
+    sum = tpulw__bin(b, TPUIR_ADD, sum, tpulw__bin_c(b, TPUIR_MUL, bb, ac / A[i]));
     k += 1;
-    bb = lw_bin(b, TPUIR_DIV, bb, w);
+    bb = tpulw__bin(b, TPUIR_DIV, bb, w);
     ac *= s + k;
   }
-  tpuir_val pole = lw_bin(b, TPUIR_AND, lw_bin_c(b, TPUIR_LE, q, 0),
-                          lw_bin(b, TPUIR_EQ, q, lw_un(b, TPUIR_FLOOR, q)));
-  return lw_sel(b, pole, lw_const(b, dt, INFINITY), sum);
+  tpuir_val pole = tpulw__bin(b, TPUIR_AND, tpulw__bin_c(b, TPUIR_LE, q, 0),
+                          tpulw__bin(b, TPUIR_EQ, q, tpulw__un(b, TPUIR_FLOOR, q)));
+  return tpulw__sel(b, pole, tpulw__const(b, dt, INFINITY), sum);
 }
 
 /* polygamma(n, self) (+ out=, polygamma_(self, n)): n = 0 digamma, 1
  * trigamma, else (-1)^(n+1) n! zeta(n+1, x), computed in the result's
  * opmath dtype like PyTorch CPU. */
-static int polygamma_fn(lw_b *b) {
-  const tpulw_tensor *self = lw_tensor_arg(b, "self");
+static int polygamma_fn(tpulw__b *b) {
+  const tpulw_tensor *self = tpulw__tensor_arg(b, "self");
   if (!self || self->device < 0)
     return tpu_error(TPU_E_UNSUPPORTED, "polygamma: unsupported arguments");
-  int64_t n = lw_int(b, "n", -1);
+  int64_t n = tpulw__int(b, "n", -1);
   if (n < 0)
     return tpu_error(TPU_E_INVALID, "polygamma(n, x) does not support negative n.");
-  int dt = lw_float_or_default(self->view.dtype);
-  tpuir_val x = lw_tensor(b, self);
+  int dt = tpulw__float_or_default(self->view.dtype);
+  tpuir_val x = tpulw__tensor(b, self);
   if (n == 0)
-    return lw_result(b, lw_un(b, TPUIR_DIGAMMA, lw_convert(b, x, dt)));
-  x = lw_convert(b, x, lw_opmath(dt));
+    return tpulw__result(b, tpulw__un(b, TPUIR_DIGAMMA, tpulw__convert(b, x, dt)));
+  x = tpulw__convert(b, x, tpulw__opmath(dt));
   tpuir_val r;
   if (n == 1) {
     r = pg_trigamma(b, x);
   } else {
     double f = ((n % 2) ? 1.0 : -1.0) * exp(lgamma((double)n + 1.0));
-    r = lw_bin_c(b, TPUIR_MUL, pg_zeta(b, (double)n + 1, x), f);
+    r = tpulw__bin_c(b, TPUIR_MUL, pg_zeta(b, (double)n + 1, x), f);
   }
-  return lw_result_as(b, r, dt);
+  return tpulw__result_as(b, r, dt);
 }
 
 /* ---- table -------------------------------------------------------------- */
 
-const lw_row lw_rows_dynamic[] = {
+const tpulw__row tpulw__rows_dynamic[] = {
     {"nonzero", nonzero_fn, 0},
     {"nonzero.out", nonzero_fn, 0},
     {"masked_select", masked_select_fn, 0},
@@ -947,4 +947,4 @@ const lw_row lw_rows_dynamic[] = {
     {"polygamma.out", polygamma_fn, 0},
     {"polygamma_", polygamma_fn, 0},
 };
-const int lw_nrows_dynamic = sizeof lw_rows_dynamic / sizeof lw_rows_dynamic[0];
+const int tpulw__nrows_dynamic = sizeof tpulw__rows_dynamic / sizeof tpulw__rows_dynamic[0];

@@ -44,12 +44,12 @@ enum {
 
 static int unsupported_dtype(const char *what, int dt) {
   return tpu_error(TPU_E_UNSUPPORTED, "\"%s\" not implemented for '%s'", what,
-                   lw_torch_name(dt));
+                   tpulw__torch_name(dt));
 }
 
-/* The tensor operand "self" as an lw_opnd, or an error. */
-static int get_self(const lw_b *b, const char *name, lw_opnd *o) {
-  *o = lw_opnd_arg(b, name);
+/* The tensor operand "self" as an tpulw__opnd, or an error. */
+static int get_self(const tpulw__b *b, const char *name, tpulw__opnd *o) {
+  *o = tpulw__opnd_arg(b, name);
   if (o->kind != LW_OPND_TENSOR)
     return tpu_error(TPU_E_UNSUPPORTED, "%s: expected a tensor '%s'", b->base,
                      name);
@@ -66,7 +66,7 @@ static const char *c_type_name(int dt) {
   return (dt >= 0 && dt < TPU_NUM_DTYPES) ? n[dt] : "?";
 }
 
-static int check_fits(int dt, lw_scalar s) {
+static int check_fits(int dt, tpulw__scalar s) {
   int bad = 0;
   double lo = 0, hi = 0;
   switch (dt) {
@@ -95,8 +95,8 @@ static int check_fits(int dt, lw_scalar s) {
 
 /* ---- binary ops --------------------------------------------------------- */
 
-static int alpha_checks(const lw_b *b, int dt, lw_scalar *alpha, int *has) {
-  *has = lw_scalar_arg(b, "alpha", alpha);
+static int alpha_checks(const tpulw__b *b, int dt, tpulw__scalar *alpha, int *has) {
+  *has = tpulw__scalar_arg(b, "alpha", alpha);
   if (!*has) return TPU_OK;
   if (!tpu_dtype_is_float(dt) && alpha->kind == LW_SK_FLOAT)
     return tpu_error(TPU_E_INVALID,
@@ -109,109 +109,109 @@ static int alpha_checks(const lw_b *b, int dt, lw_scalar *alpha, int *has) {
   return TPU_OK;
 }
 
-static int is_bool_opnd(const lw_opnd *o) {
+static int is_bool_opnd(const tpulw__opnd *o) {
   if (o->kind == LW_OPND_TENSOR) return o->t->view.dtype == TPU_BOOL;
   return o->kind == LW_OPND_SCALAR && o->s.kind == LW_SK_BOOL;
 }
 
 /* integer floor division / Python remainder fix-ups */
-static tpuir_val int_floor_div(lw_b *b, tpuir_val x, tpuir_val y) {
-  tpuir_val q = lw_bin(b, TPUIR_DIV, x, y);
-  tpuir_val r = lw_bin(b, TPUIR_REM, x, y);
-  lw_shape s = lw_info(b, x);
-  tpuir_val zero = lw_const(b, s.dtype, 0);
-  tpuir_val rnz = lw_bin(b, TPUIR_NE, r, zero);
-  tpuir_val sd = lw_bin(b, TPUIR_NE, lw_bin(b, TPUIR_LT, r, zero),
-                        lw_bin(b, TPUIR_LT, y, zero));
-  tpuir_val fix = lw_bin(b, TPUIR_AND, rnz, sd);
-  return lw_sel(b, fix, lw_bin_c(b, TPUIR_SUB, q, 1), q);
+static tpuir_val int_floor_div(tpulw__b *b, tpuir_val x, tpuir_val y) {
+  tpuir_val q = tpulw__bin(b, TPUIR_DIV, x, y);
+  tpuir_val r = tpulw__bin(b, TPUIR_REM, x, y);
+  tpulw__shape s = tpulw__info(b, x);
+  tpuir_val zero = tpulw__const(b, s.dtype, 0);
+  tpuir_val rnz = tpulw__bin(b, TPUIR_NE, r, zero);
+  tpuir_val sd = tpulw__bin(b, TPUIR_NE, tpulw__bin(b, TPUIR_LT, r, zero),
+                        tpulw__bin(b, TPUIR_LT, y, zero));
+  tpuir_val fix = tpulw__bin(b, TPUIR_AND, rnz, sd);
+  return tpulw__sel(b, fix, tpulw__bin_c(b, TPUIR_SUB, q, 1), q);
 }
 
-static tpuir_val float_floor_div(lw_b *b, tpuir_val a, tpuir_val c) {
+static tpuir_val float_floor_div(tpulw__b *b, tpuir_val a, tpuir_val c) {
   /* c10 div_floor_floating */
-  lw_shape s = lw_info(b, a);
+  tpulw__shape s = tpulw__info(b, a);
   int dt = s.dtype;
-  tpuir_val zero = lw_const(b, dt, 0);
-  tpuir_val mod = lw_bin(b, TPUIR_REM, a, c);
-  tpuir_val div = lw_bin(b, TPUIR_DIV, lw_bin(b, TPUIR_SUB, a, mod), c);
-  tpuir_val fix = lw_bin(b, TPUIR_AND, lw_bin(b, TPUIR_NE, mod, zero),
-                         lw_bin(b, TPUIR_NE, lw_bin(b, TPUIR_LT, c, zero),
-                                lw_bin(b, TPUIR_LT, mod, zero)));
-  div = lw_sel(b, fix, lw_bin_c(b, TPUIR_SUB, div, 1), div);
-  tpuir_val fl = lw_un(b, TPUIR_FLOOR, div);
-  tpuir_val up = lw_bin(b, TPUIR_GT, lw_bin(b, TPUIR_SUB, div, fl),
-                        lw_const(b, dt, 0.5));
-  fl = lw_sel(b, up, lw_bin_c(b, TPUIR_ADD, fl, 1), fl);
-  tpuir_val q = lw_bin(b, TPUIR_DIV, a, c);
-  tpuir_val signed_zero = lw_bin(b, TPUIR_MUL, q, zero);
-  tpuir_val res = lw_sel(b, lw_bin(b, TPUIR_NE, div, zero), fl, signed_zero);
-  return lw_sel(b, lw_bin(b, TPUIR_EQ, c, zero), q, res);
+  tpuir_val zero = tpulw__const(b, dt, 0);
+  tpuir_val mod = tpulw__bin(b, TPUIR_REM, a, c);
+  tpuir_val div = tpulw__bin(b, TPUIR_DIV, tpulw__bin(b, TPUIR_SUB, a, mod), c);
+  tpuir_val fix = tpulw__bin(b, TPUIR_AND, tpulw__bin(b, TPUIR_NE, mod, zero),
+                         tpulw__bin(b, TPUIR_NE, tpulw__bin(b, TPUIR_LT, c, zero),
+                                tpulw__bin(b, TPUIR_LT, mod, zero)));
+  div = tpulw__sel(b, fix, tpulw__bin_c(b, TPUIR_SUB, div, 1), div);
+  tpuir_val fl = tpulw__un(b, TPUIR_FLOOR, div);
+  tpuir_val up = tpulw__bin(b, TPUIR_GT, tpulw__bin(b, TPUIR_SUB, div, fl),
+                        tpulw__const(b, dt, 0.5));
+  fl = tpulw__sel(b, up, tpulw__bin_c(b, TPUIR_ADD, fl, 1), fl);
+  tpuir_val q = tpulw__bin(b, TPUIR_DIV, a, c);
+  tpuir_val signed_zero = tpulw__bin(b, TPUIR_MUL, q, zero);
+  tpuir_val res = tpulw__sel(b, tpulw__bin(b, TPUIR_NE, div, zero), fl, signed_zero);
+  return tpulw__sel(b, tpulw__bin(b, TPUIR_EQ, c, zero), q, res);
 }
 
-static tpuir_val python_rem(lw_b *b, tpuir_val a, tpuir_val c) {
-  lw_shape s = lw_info(b, a);
-  tpuir_val zero = lw_const(b, s.dtype, 0);
-  tpuir_val mod = lw_bin(b, TPUIR_REM, a, c);
-  tpuir_val fix = lw_bin(b, TPUIR_AND, lw_bin(b, TPUIR_NE, mod, zero),
-                         lw_bin(b, TPUIR_NE, lw_bin(b, TPUIR_LT, c, zero),
-                                lw_bin(b, TPUIR_LT, mod, zero)));
-  return lw_sel(b, fix, lw_bin(b, TPUIR_ADD, mod, c), mod);
+static tpuir_val python_rem(tpulw__b *b, tpuir_val a, tpuir_val c) {
+  tpulw__shape s = tpulw__info(b, a);
+  tpuir_val zero = tpulw__const(b, s.dtype, 0);
+  tpuir_val mod = tpulw__bin(b, TPUIR_REM, a, c);
+  tpuir_val fix = tpulw__bin(b, TPUIR_AND, tpulw__bin(b, TPUIR_NE, mod, zero),
+                         tpulw__bin(b, TPUIR_NE, tpulw__bin(b, TPUIR_LT, c, zero),
+                                tpulw__bin(b, TPUIR_LT, mod, zero)));
+  return tpulw__sel(b, fix, tpulw__bin(b, TPUIR_ADD, mod, c), mod);
 }
 
 /* x ** e for integer dtypes with PyTorch's negative-exponent rules */
-static tpuir_val int_pow(lw_b *b, tpuir_val x, tpuir_val e) {
+static tpuir_val int_pow(tpulw__b *b, tpuir_val x, tpuir_val e) {
   tpuir_val v[2] = {x, e};
-  int rc = lw_bcast_all(b, 2, v);
+  int rc = tpulw__bcast_all(b, 2, v);
   if (rc < 0) return rc;
   x = v[0];
   e = v[1];
-  lw_shape s = lw_info(b, x);
+  tpulw__shape s = tpulw__info(b, x);
   int dt = s.dtype;
   if (dt == TPU_U8) return tpuir_binary(b->g, TPUIR_POW, x, e);
-  tpuir_val zero = lw_const(b, dt, 0), one = lw_const(b, dt, 1);
-  tpuir_val neg = lw_bin(b, TPUIR_LT, e, zero);
-  tpuir_val safe_e = lw_sel(b, neg, zero, e);
+  tpuir_val zero = tpulw__const(b, dt, 0), one = tpulw__const(b, dt, 1);
+  tpuir_val neg = tpulw__bin(b, TPUIR_LT, e, zero);
+  tpuir_val safe_e = tpulw__sel(b, neg, zero, e);
   tpuir_val p = tpuir_binary(b->g, TPUIR_POW, x, safe_e);
-  tpuir_val odd = lw_bin(b, TPUIR_NE, lw_bin(b, TPUIR_AND, e, one), zero);
-  tpuir_val mone_val = lw_sel(b, odd, lw_const(b, dt, -1), one);
+  tpuir_val odd = tpulw__bin(b, TPUIR_NE, tpulw__bin(b, TPUIR_AND, e, one), zero);
+  tpuir_val mone_val = tpulw__sel(b, odd, tpulw__const(b, dt, -1), one);
   tpuir_val negval =
-      lw_sel(b, lw_bin(b, TPUIR_EQ, x, one), one,
-             lw_sel(b, lw_bin(b, TPUIR_EQ, x, lw_const(b, dt, -1)), mone_val,
+      tpulw__sel(b, tpulw__bin(b, TPUIR_EQ, x, one), one,
+             tpulw__sel(b, tpulw__bin(b, TPUIR_EQ, x, tpulw__const(b, dt, -1)), mone_val,
                     zero));
-  return lw_sel(b, neg, negval, p);
+  return tpulw__sel(b, neg, negval, p);
 }
 
-static tpuir_val float_pow_scalar(lw_b *b, tpuir_val x, double e) {
-  lw_shape s = lw_info(b, x);
+static tpuir_val float_pow_scalar(tpulw__b *b, tpuir_val x, double e) {
+  tpulw__shape s = tpulw__info(b, x);
   if (e == 1.0) return x;
-  if (e == 2.0) return lw_bin(b, TPUIR_MUL, x, x);
-  if (e == 3.0) return lw_bin(b, TPUIR_MUL, lw_bin(b, TPUIR_MUL, x, x), x);
-  if (e == 0.5) return lw_un(b, TPUIR_SQRT, x);
-  if (e == -0.5) return lw_un(b, TPUIR_RSQRT, x);
-  if (e == -1.0) return lw_bin(b, TPUIR_DIV, lw_const(b, s.dtype, 1), x);
+  if (e == 2.0) return tpulw__bin(b, TPUIR_MUL, x, x);
+  if (e == 3.0) return tpulw__bin(b, TPUIR_MUL, tpulw__bin(b, TPUIR_MUL, x, x), x);
+  if (e == 0.5) return tpulw__un(b, TPUIR_SQRT, x);
+  if (e == -0.5) return tpulw__un(b, TPUIR_RSQRT, x);
+  if (e == -1.0) return tpulw__bin(b, TPUIR_DIV, tpulw__const(b, s.dtype, 1), x);
   if (e == -2.0)
-    return lw_bin(b, TPUIR_DIV, lw_const(b, s.dtype, 1),
-                  lw_bin(b, TPUIR_MUL, x, x));
-  if (e == 0.0) return lw_full(b, s.dtype, s.ndim, s.sizes, 1.0);
-  return lw_bin(b, TPUIR_POW, x, lw_const(b, s.dtype, e));
+    return tpulw__bin(b, TPUIR_DIV, tpulw__const(b, s.dtype, 1),
+                  tpulw__bin(b, TPUIR_MUL, x, x));
+  if (e == 0.0) return tpulw__full(b, s.dtype, s.ndim, s.sizes, 1.0);
+  return tpulw__bin(b, TPUIR_POW, x, tpulw__const(b, s.dtype, e));
 }
 
-static int binary_fn(lw_b *b) {
-  lw_opnd ops[2];
-  ops[0] = lw_opnd_arg(b, "self");
-  ops[1] = lw_opnd_arg(b, "other");
-  if (ops[1].kind == LW_OPND_NONE) ops[1] = lw_opnd_arg(b, "exponent");
-  if (ops[1].kind == LW_OPND_NONE) ops[1] = lw_opnd_arg(b, "values");
+static int binary_fn(tpulw__b *b) {
+  tpulw__opnd ops[2];
+  ops[0] = tpulw__opnd_arg(b, "self");
+  ops[1] = tpulw__opnd_arg(b, "other");
+  if (ops[1].kind == LW_OPND_NONE) ops[1] = tpulw__opnd_arg(b, "exponent");
+  if (ops[1].kind == LW_OPND_NONE) ops[1] = tpulw__opnd_arg(b, "values");
   if (ops[0].kind == LW_OPND_NONE || ops[1].kind == LW_OPND_NONE)
     return tpu_error(TPU_E_UNSUPPORTED, "%s: missing operand", b->base);
   int op = b->op;
-  int dt = lw_result_type(2, ops);
+  int dt = tpulw__result_type(2, ops);
   if (op == P_RSUB) { /* other - alpha * self */
-    lw_opnd t = ops[0];
+    tpulw__opnd t = ops[0];
     ops[0] = ops[1];
     ops[1] = t;
   }
-  int cdt = lw_opmath(dt);
+  int cdt = tpulw__opmath(dt);
   tpuir_val x, y, r;
   switch (op) {
   case P_ADD:
@@ -229,80 +229,80 @@ static int binary_fn(lw_b *b) {
                          "not supported. If you are trying to invert a mask, "
                          "use the `~` or `logical_not()` operator instead.");
     }
-    lw_scalar alpha;
+    tpulw__scalar alpha;
     int has_alpha;
     int rc = alpha_checks(b, dt, &alpha, &has_alpha);
     if (rc < 0) return rc;
-    x = lw_opnd_val(b, &ops[0], cdt);
-    y = lw_opnd_val(b, &ops[1], cdt);
+    x = tpulw__opnd_val(b, &ops[0], cdt);
+    y = tpulw__opnd_val(b, &ops[1], cdt);
     if (dt == TPU_BOOL) {
-      if (has_alpha) y = lw_bin(b, TPUIR_AND, y, lw_const_s(b, TPU_BOOL, alpha));
-      return lw_result(b, lw_bin(b, TPUIR_OR, x, y));
+      if (has_alpha) y = tpulw__bin(b, TPUIR_AND, y, tpulw__const_s(b, TPU_BOOL, alpha));
+      return tpulw__result(b, tpulw__bin(b, TPUIR_OR, x, y));
     }
-    if (has_alpha) y = lw_bin(b, TPUIR_MUL, y, lw_const_s(b, cdt, alpha));
-    r = lw_bin(b, op == P_ADD ? TPUIR_ADD : TPUIR_SUB, x, y);
-    return lw_result_as(b, r, dt);
+    if (has_alpha) y = tpulw__bin(b, TPUIR_MUL, y, tpulw__const_s(b, cdt, alpha));
+    r = tpulw__bin(b, op == P_ADD ? TPUIR_ADD : TPUIR_SUB, x, y);
+    return tpulw__result_as(b, r, dt);
   }
   case P_MUL:
-    x = lw_opnd_val(b, &ops[0], cdt);
-    y = lw_opnd_val(b, &ops[1], cdt);
-    r = lw_bin(b, dt == TPU_BOOL ? TPUIR_AND : TPUIR_MUL, x, y);
-    return lw_result_as(b, r, dt);
+    x = tpulw__opnd_val(b, &ops[0], cdt);
+    y = tpulw__opnd_val(b, &ops[1], cdt);
+    r = tpulw__bin(b, dt == TPU_BOOL ? TPUIR_AND : TPUIR_MUL, x, y);
+    return tpulw__result_as(b, r, dt);
   case P_DIV:
   case P_DIV_MODE:
   case P_FLOOR_DIVIDE: {
     const char *mode = op == P_FLOOR_DIVIDE ? "floor"
-                       : op == P_DIV_MODE   ? lw_str(b, "rounding_mode")
+                       : op == P_DIV_MODE   ? tpulw__str(b, "rounding_mode")
                                             : NULL;
     if (mode && strcmp(mode, "trunc") && strcmp(mode, "floor"))
       return tpu_error(TPU_E_INVALID,
                        "div expected rounding_mode to be one of None, "
                        "'trunc', or 'floor' but found '%s'", mode);
     if (!mode) {
-      dt = lw_float_or_default(dt);
-      cdt = lw_opmath(dt);
-      x = lw_opnd_val(b, &ops[0], cdt);
-      y = lw_opnd_val(b, &ops[1], cdt);
-      return lw_result_as(b, lw_bin(b, TPUIR_DIV, x, y), dt);
+      dt = tpulw__float_or_default(dt);
+      cdt = tpulw__opmath(dt);
+      x = tpulw__opnd_val(b, &ops[0], cdt);
+      y = tpulw__opnd_val(b, &ops[1], cdt);
+      return tpulw__result_as(b, tpulw__bin(b, TPUIR_DIV, x, y), dt);
     }
     if (dt == TPU_BOOL)
       return unsupported_dtype(mode[0] == 't' ? "div_trunc_cpu" : "div_floor_cpu", dt);
-    x = lw_opnd_val(b, &ops[0], cdt);
-    y = lw_opnd_val(b, &ops[1], cdt);
+    x = tpulw__opnd_val(b, &ops[0], cdt);
+    y = tpulw__opnd_val(b, &ops[1], cdt);
     if (tpu_dtype_is_int(dt)) {
       b->sync = 1; /* ZeroDivisionError is raised at the call */
-      r = mode[0] == 't' ? lw_bin(b, TPUIR_DIV, x, y) : int_floor_div(b, x, y);
-      return lw_result(b, r);
+      r = mode[0] == 't' ? tpulw__bin(b, TPUIR_DIV, x, y) : int_floor_div(b, x, y);
+      return tpulw__result(b, r);
     }
-    if (mode[0] == 't') r = lw_un(b, TPUIR_TRUNC, lw_bin(b, TPUIR_DIV, x, y));
+    if (mode[0] == 't') r = tpulw__un(b, TPUIR_TRUNC, tpulw__bin(b, TPUIR_DIV, x, y));
     else {
       tpuir_val v[2] = {x, y};
-      int rc = lw_bcast_all(b, 2, v);
+      int rc = tpulw__bcast_all(b, 2, v);
       if (rc < 0) return rc;
       r = float_floor_div(b, v[0], v[1]);
     }
-    return lw_result_as(b, r, dt);
+    return tpulw__result_as(b, r, dt);
   }
   case P_REMAINDER:
   case P_FMOD: {
     if (dt == TPU_BOOL)
       return unsupported_dtype(op == P_FMOD ? "fmod_cpu" : "remainder_cpu", dt);
-    x = lw_opnd_val(b, &ops[0], cdt);
-    y = lw_opnd_val(b, &ops[1], cdt);
+    x = tpulw__opnd_val(b, &ops[0], cdt);
+    y = tpulw__opnd_val(b, &ops[1], cdt);
     if (tpu_dtype_is_int(dt)) b->sync = 1;
-    if (op == P_FMOD) return lw_result_as(b, lw_bin(b, TPUIR_REM, x, y), dt);
+    if (op == P_FMOD) return tpulw__result_as(b, tpulw__bin(b, TPUIR_REM, x, y), dt);
     tpuir_val v[2] = {x, y};
-    int rc = lw_bcast_all(b, 2, v);
+    int rc = tpulw__bcast_all(b, 2, v);
     if (rc < 0) return rc;
-    return lw_result_as(b, python_rem(b, v[0], v[1]), dt);
+    return tpulw__result_as(b, python_rem(b, v[0], v[1]), dt);
   }
   case P_POW: {
     if (dt == TPU_BOOL && ops[0].kind == LW_OPND_TENSOR && ops[1].kind == LW_OPND_SCALAR &&
         (ops[1].s.f == 1 || ops[1].s.f == 0)) { /* CPU: x ** 1 -> x, x ** 0 -> 1 */
-      x = lw_opnd_val(b, &ops[0], dt);
-      if (ops[1].s.f == 1) return lw_result(b, x);
-      lw_shape xs = lw_info(b, x);
-      return lw_result(b, lw_full(b, dt, xs.ndim, xs.sizes, 1));
+      x = tpulw__opnd_val(b, &ops[0], dt);
+      if (ops[1].s.f == 1) return tpulw__result(b, x);
+      tpulw__shape xs = tpulw__info(b, x);
+      return tpulw__result(b, tpulw__full(b, dt, xs.ndim, xs.sizes, 1));
     }
     if (dt == TPU_BOOL) return unsupported_dtype("pow", dt);
     if (tpu_dtype_is_int(dt)) {
@@ -310,30 +310,30 @@ static int binary_fn(lw_b *b) {
           ops[1].s.i < 0)
         return tpu_error(TPU_E_INVALID,
                          "Integers to negative integer powers are not allowed.");
-      x = lw_opnd_val(b, &ops[0], dt);
-      y = lw_opnd_val(b, &ops[1], dt);
-      return lw_result(b, int_pow(b, x, y));
+      x = tpulw__opnd_val(b, &ops[0], dt);
+      y = tpulw__opnd_val(b, &ops[1], dt);
+      return tpulw__result(b, int_pow(b, x, y));
     }
-    x = lw_opnd_val(b, &ops[0], cdt);
+    x = tpulw__opnd_val(b, &ops[0], cdt);
     if (ops[1].kind == LW_OPND_SCALAR && ops[0].kind == LW_OPND_TENSOR)
-      return lw_result_as(b, float_pow_scalar(b, x, ops[1].s.f), dt);
-    y = lw_opnd_val(b, &ops[1], cdt);
-    return lw_result_as(b, lw_bin(b, TPUIR_POW, x, y), dt);
+      return tpulw__result_as(b, float_pow_scalar(b, x, ops[1].s.f), dt);
+    y = tpulw__opnd_val(b, &ops[1], cdt);
+    return tpulw__result_as(b, tpulw__bin(b, TPUIR_POW, x, y), dt);
   }
   case P_MAXIMUM:
   case P_MINIMUM: {
     int iop = op == P_MAXIMUM ? TPUIR_MAX : TPUIR_MIN;
     if (dt == TPU_BOOL) iop = op == P_MAXIMUM ? TPUIR_OR : TPUIR_AND;
-    x = lw_opnd_val(b, &ops[0], dt);
-    y = lw_opnd_val(b, &ops[1], dt);
-    return lw_result(b, lw_bin(b, iop, x, y));
+    x = tpulw__opnd_val(b, &ops[0], dt);
+    y = tpulw__opnd_val(b, &ops[1], dt);
+    return tpulw__result(b, tpulw__bin(b, iop, x, y));
   }
   case P_ATAN2:
-    dt = lw_float_or_default(dt);
-    cdt = lw_opmath(dt);
-    x = lw_opnd_val(b, &ops[0], cdt);
-    y = lw_opnd_val(b, &ops[1], cdt);
-    return lw_result_as(b, lw_bin(b, TPUIR_ATAN2, x, y), dt);
+    dt = tpulw__float_or_default(dt);
+    cdt = tpulw__opmath(dt);
+    x = tpulw__opnd_val(b, &ops[0], cdt);
+    y = tpulw__opnd_val(b, &ops[1], cdt);
+    return tpulw__result_as(b, tpulw__bin(b, TPUIR_ATAN2, x, y), dt);
   case P_BITAND:
   case P_BITOR:
   case P_BITXOR: {
@@ -343,46 +343,46 @@ static int binary_fn(lw_b *b) {
                                                : "bitwise_xor_cpu",
                                dt);
     int iop = op == P_BITAND ? TPUIR_AND : op == P_BITOR ? TPUIR_OR : TPUIR_XOR;
-    x = lw_opnd_val(b, &ops[0], dt);
-    y = lw_opnd_val(b, &ops[1], dt);
-    return lw_result(b, lw_bin(b, iop, x, y));
+    x = tpulw__opnd_val(b, &ops[0], dt);
+    y = tpulw__opnd_val(b, &ops[1], dt);
+    return tpulw__result(b, tpulw__bin(b, iop, x, y));
   }
   case P_LOGAND:
   case P_LOGOR:
   case P_LOGXOR: {
     int iop = op == P_LOGAND ? TPUIR_AND : op == P_LOGOR ? TPUIR_OR : TPUIR_XOR;
-    x = lw_opnd_val(b, &ops[0], TPU_BOOL);
-    y = lw_opnd_val(b, &ops[1], TPU_BOOL);
-    return lw_result(b, lw_bin(b, iop, x, y));
+    x = tpulw__opnd_val(b, &ops[0], TPU_BOOL);
+    y = tpulw__opnd_val(b, &ops[1], TPU_BOOL);
+    return tpulw__result(b, tpulw__bin(b, iop, x, y));
   }
   case P_EQ: case P_NE: case P_LT: case P_LE: case P_GT: case P_GE: {
     static const int cmp[] = {TPUIR_EQ, TPUIR_NE, TPUIR_LT,
                               TPUIR_LE, TPUIR_GT, TPUIR_GE};
-    x = lw_opnd_val(b, &ops[0], dt);
-    y = lw_opnd_val(b, &ops[1], dt);
-    return lw_result(b, lw_bin(b, cmp[op - P_EQ], x, y));
+    x = tpulw__opnd_val(b, &ops[0], dt);
+    y = tpulw__opnd_val(b, &ops[1], dt);
+    return tpulw__result(b, tpulw__bin(b, cmp[op - P_EQ], x, y));
   }
   case P_SHL:
   case P_SHR: {
     if (!tpu_dtype_is_int(dt))
       return unsupported_dtype(op == P_SHL ? "lshift_cpu" : "rshift_cpu", dt);
-    x = lw_opnd_val(b, &ops[0], dt);
-    y = lw_opnd_val(b, &ops[1], dt);
+    x = tpulw__opnd_val(b, &ops[0], dt);
+    y = tpulw__opnd_val(b, &ops[1], dt);
     tpuir_val v2[2] = {x, y};
-    int rc = lw_bcast_all(b, 2, v2);
+    int rc = tpulw__bcast_all(b, 2, v2);
     if (rc < 0) return rc;
     x = v2[0];
     y = v2[1];
     double bits = 8.0 * (double)tpu_dtype_size(dt);
-    tpuir_val zero = lw_const(b, dt, 0);
+    tpuir_val zero = tpulw__const(b, dt, 0);
     /* shifts by < 0 or >= the width give 0 (or -1 for negative >>) */
-    tpuir_val bad = lw_bin_c(b, TPUIR_GE, y, bits);
-    if (dt != TPU_U8) bad = lw_bin(b, TPUIR_OR, bad, lw_bin(b, TPUIR_LT, y, zero));
-    tpuir_val sh = lw_bin(b, op == P_SHL ? TPUIR_SHL : TPUIR_SHR, x, lw_sel(b, bad, zero, y));
+    tpuir_val bad = tpulw__bin_c(b, TPUIR_GE, y, bits);
+    if (dt != TPU_U8) bad = tpulw__bin(b, TPUIR_OR, bad, tpulw__bin(b, TPUIR_LT, y, zero));
+    tpuir_val sh = tpulw__bin(b, op == P_SHL ? TPUIR_SHL : TPUIR_SHR, x, tpulw__sel(b, bad, zero, y));
     tpuir_val fill = zero;
     if (op == P_SHR && dt != TPU_U8)
-      fill = lw_sel(b, lw_bin(b, TPUIR_LT, x, zero), lw_const(b, dt, -1), zero);
-    return lw_result(b, lw_sel(b, bad, fill, sh));
+      fill = tpulw__sel(b, tpulw__bin(b, TPUIR_LT, x, zero), tpulw__const(b, dt, -1), zero);
+    return tpulw__result(b, tpulw__sel(b, bad, fill, sh));
   }
   case P_XLOGY: case P_COPYSIGN: case P_HYPOT: case P_LOGADDEXP:
   case P_LOGADDEXP2: case P_HEAVISIDE: case P_FMAX: case P_FMIN: {
@@ -391,11 +391,11 @@ static int binary_fn(lw_b *b) {
           ops[0].t->view.dtype != ops[1].t->view.dtype)
         return tpu_error(TPU_E_INVALID,
                          "heaviside is not yet implemented for tensors with different dtypes");
-      x = lw_opnd_val(b, &ops[0], dt);
-      y = lw_opnd_val(b, &ops[1], dt);
-      tpuir_val zero = lw_const(b, dt, 0);
-      tpuir_val pos = lw_convert(b, lw_bin(b, TPUIR_GT, x, zero), dt);
-      return lw_result(b, lw_sel(b, lw_bin(b, TPUIR_EQ, x, zero), y, pos));
+      x = tpulw__opnd_val(b, &ops[0], dt);
+      y = tpulw__opnd_val(b, &ops[1], dt);
+      tpuir_val zero = tpulw__const(b, dt, 0);
+      tpuir_val pos = tpulw__convert(b, tpulw__bin(b, TPUIR_GT, x, zero), dt);
+      return tpulw__result(b, tpulw__sel(b, tpulw__bin(b, TPUIR_EQ, x, zero), y, pos));
     }
     if ((op == P_HYPOT || op == P_LOGADDEXP || op == P_LOGADDEXP2) && !tpu_dtype_is_float(dt))
       return unsupported_dtype(op == P_HYPOT ? "hypot_cpu" : op == P_LOGADDEXP ? "logaddexp_cpu"
@@ -404,64 +404,64 @@ static int binary_fn(lw_b *b) {
     if ((op == P_FMAX || op == P_FMIN) && !tpu_dtype_is_float(dt)) {
       int iop = op == P_FMAX ? (dt == TPU_BOOL ? TPUIR_OR : TPUIR_MAX)
                              : (dt == TPU_BOOL ? TPUIR_AND : TPUIR_MIN);
-      return lw_result(b, lw_bin(b, iop, lw_opnd_val(b, &ops[0], dt), lw_opnd_val(b, &ops[1], dt)));
+      return tpulw__result(b, tpulw__bin(b, iop, tpulw__opnd_val(b, &ops[0], dt), tpulw__opnd_val(b, &ops[1], dt)));
     }
-    dt = lw_float_or_default(dt);
-    cdt = lw_opmath(dt);
-    x = lw_opnd_val(b, &ops[0], cdt);
-    y = lw_opnd_val(b, &ops[1], cdt);
+    dt = tpulw__float_or_default(dt);
+    cdt = tpulw__opmath(dt);
+    x = tpulw__opnd_val(b, &ops[0], cdt);
+    y = tpulw__opnd_val(b, &ops[1], cdt);
     tpuir_val v2[2] = {x, y};
-    int rc = lw_bcast_all(b, 2, v2);
+    int rc = tpulw__bcast_all(b, 2, v2);
     if (rc < 0) return rc;
     x = v2[0];
     y = v2[1];
-    tpuir_val zero = lw_const(b, cdt, 0);
+    tpuir_val zero = tpulw__const(b, cdt, 0);
     switch (op) {
     case P_XLOGY: /* 0 where x == 0 (unless y is NaN) */
-      r = lw_bin(b, TPUIR_MUL, x, lw_un(b, TPUIR_LOG, y));
-      r = lw_sel(b, lw_bin(b, TPUIR_AND, lw_bin(b, TPUIR_EQ, x, zero),
-                           lw_un(b, TPUIR_NOT, lw_un(b, TPUIR_IS_NAN, y))), zero, r);
+      r = tpulw__bin(b, TPUIR_MUL, x, tpulw__un(b, TPUIR_LOG, y));
+      r = tpulw__sel(b, tpulw__bin(b, TPUIR_AND, tpulw__bin(b, TPUIR_EQ, x, zero),
+                           tpulw__un(b, TPUIR_NOT, tpulw__un(b, TPUIR_IS_NAN, y))), zero, r);
       break;
     case P_COPYSIGN: { /* |x| with the sign bit of y (-0.0 counts as negative) */
-      tpuir_val neg = lw_bin(b, TPUIR_OR, lw_bin(b, TPUIR_LT, y, zero),
-                             lw_bin(b, TPUIR_AND, lw_bin(b, TPUIR_EQ, y, zero),
-                                    lw_bin(b, TPUIR_LT, lw_bin(b, TPUIR_DIV, lw_const(b, cdt, 1), y),
+      tpuir_val neg = tpulw__bin(b, TPUIR_OR, tpulw__bin(b, TPUIR_LT, y, zero),
+                             tpulw__bin(b, TPUIR_AND, tpulw__bin(b, TPUIR_EQ, y, zero),
+                                    tpulw__bin(b, TPUIR_LT, tpulw__bin(b, TPUIR_DIV, tpulw__const(b, cdt, 1), y),
                                            zero)));
-      tpuir_val ax = lw_un(b, TPUIR_ABS, x);
-      r = lw_sel(b, neg, lw_un(b, TPUIR_NEG, ax), ax);
+      tpuir_val ax = tpulw__un(b, TPUIR_ABS, x);
+      r = tpulw__sel(b, neg, tpulw__un(b, TPUIR_NEG, ax), ax);
       break;
     }
     case P_HYPOT: {
-      tpuir_val ax = lw_un(b, TPUIR_ABS, x), ay = lw_un(b, TPUIR_ABS, y);
-      tpuir_val mx = lw_bin(b, TPUIR_MAX, ax, ay), mn = lw_bin(b, TPUIR_MIN, ax, ay);
-      tpuir_val q = lw_bin(b, TPUIR_DIV, mn, mx);
-      tpuir_val h = lw_bin(b, TPUIR_MUL, mx, lw_un(b, TPUIR_SQRT, lw_bin_c(b, TPUIR_ADD,
-                                                                        lw_bin(b, TPUIR_MUL, q, q), 1)));
-      h = lw_sel(b, lw_bin(b, TPUIR_EQ, mx, zero), zero, h);
-      r = lw_sel(b, lw_bin(b, TPUIR_OR, lw_un(b, TPUIR_IS_INF, x), lw_un(b, TPUIR_IS_INF, y)),
-                 lw_const(b, cdt, INFINITY), h);
+      tpuir_val ax = tpulw__un(b, TPUIR_ABS, x), ay = tpulw__un(b, TPUIR_ABS, y);
+      tpuir_val mx = tpulw__bin(b, TPUIR_MAX, ax, ay), mn = tpulw__bin(b, TPUIR_MIN, ax, ay);
+      tpuir_val q = tpulw__bin(b, TPUIR_DIV, mn, mx);
+      tpuir_val h = tpulw__bin(b, TPUIR_MUL, mx, tpulw__un(b, TPUIR_SQRT, tpulw__bin_c(b, TPUIR_ADD,
+                                                                        tpulw__bin(b, TPUIR_MUL, q, q), 1)));
+      h = tpulw__sel(b, tpulw__bin(b, TPUIR_EQ, mx, zero), zero, h);
+      r = tpulw__sel(b, tpulw__bin(b, TPUIR_OR, tpulw__un(b, TPUIR_IS_INF, x), tpulw__un(b, TPUIR_IS_INF, y)),
+                 tpulw__const(b, cdt, INFINITY), h);
       break;
     }
     case P_LOGADDEXP:
     case P_LOGADDEXP2: {
       double k = op == P_LOGADDEXP ? 1.0 : M_LN2;
-      tpuir_val mx = lw_bin(b, TPUIR_MAX, x, y);
-      tpuir_val d = lw_un(b, TPUIR_NEG, lw_un(b, TPUIR_ABS, lw_bin(b, TPUIR_SUB, x, y)));
-      tpuir_val t = lw_un(b, TPUIR_LOG1P, lw_un(b, TPUIR_EXP, lw_bin_c(b, TPUIR_MUL, d, k)));
-      r = lw_bin(b, TPUIR_ADD, mx, lw_bin_c(b, TPUIR_DIV, t, k));
+      tpuir_val mx = tpulw__bin(b, TPUIR_MAX, x, y);
+      tpuir_val d = tpulw__un(b, TPUIR_NEG, tpulw__un(b, TPUIR_ABS, tpulw__bin(b, TPUIR_SUB, x, y)));
+      tpuir_val t = tpulw__un(b, TPUIR_LOG1P, tpulw__un(b, TPUIR_EXP, tpulw__bin_c(b, TPUIR_MUL, d, k)));
+      r = tpulw__bin(b, TPUIR_ADD, mx, tpulw__bin_c(b, TPUIR_DIV, t, k));
       /* equal infinities: the result is that infinity */
-      r = lw_sel(b, lw_bin(b, TPUIR_AND, lw_un(b, TPUIR_IS_INF, x), lw_bin(b, TPUIR_EQ, x, y)), x, r);
+      r = tpulw__sel(b, tpulw__bin(b, TPUIR_AND, tpulw__un(b, TPUIR_IS_INF, x), tpulw__bin(b, TPUIR_EQ, x, y)), x, r);
       break;
     }
     default: { /* fmax / fmin: NaN loses */
       int iop = op == P_FMAX ? TPUIR_MAX : TPUIR_MIN;
-      r = lw_bin(b, iop, x, y);
-      r = lw_sel(b, lw_un(b, TPUIR_IS_NAN, x), y, r);
-      r = lw_sel(b, lw_un(b, TPUIR_IS_NAN, y), x, r);
+      r = tpulw__bin(b, iop, x, y);
+      r = tpulw__sel(b, tpulw__un(b, TPUIR_IS_NAN, x), y, r);
+      r = tpulw__sel(b, tpulw__un(b, TPUIR_IS_NAN, y), x, r);
       break;
     }
     }
-    return lw_result_as(b, r, dt);
+    return tpulw__result_as(b, r, dt);
   }
   default:
     return tpu_error(TPU_E_INTERNAL, "binary_fn: bad op %d", op);
@@ -471,62 +471,62 @@ static int binary_fn(lw_b *b) {
 /* ---- unary ops ---------------------------------------------------------- */
 
 /* Unary math with a float result (int/bool inputs -> default float). */
-static int unary_float_fn(lw_b *b) {
-  lw_opnd s;
+static int unary_float_fn(tpulw__b *b) {
+  tpulw__opnd s;
   int rc = get_self(b, "self", &s);
   if (rc < 0) return rc;
-  int dt = lw_float_or_default(s.t->view.dtype);
-  int cdt = lw_opmath(dt);
-  tpuir_val x = lw_opnd_val(b, &s, cdt);
+  int dt = tpulw__float_or_default(s.t->view.dtype);
+  int cdt = tpulw__opmath(dt);
+  tpuir_val x = tpulw__opnd_val(b, &s, cdt);
   tpuir_val r;
   switch (b->op) {
   case P_EXP2: {
-    tpuir_val xd = lw_convert(b, x, TPU_F64);
-    r = lw_bin(b, TPUIR_POW, lw_const(b, TPU_F64, 2.0), xd);
+    tpuir_val xd = tpulw__convert(b, x, TPU_F64);
+    r = tpulw__bin(b, TPUIR_POW, tpulw__const(b, TPU_F64, 2.0), xd);
     break;
   }
   case P_LOG2:
   case P_LOG10: {
-    tpuir_val xd = lw_convert(b, x, TPU_F64);
-    r = lw_bin_c(b, TPUIR_DIV, lw_un(b, TPUIR_LOG, xd),
+    tpuir_val xd = tpulw__convert(b, x, TPU_F64);
+    r = tpulw__bin_c(b, TPUIR_DIV, tpulw__un(b, TPUIR_LOG, xd),
                  b->op == P_LOG2 ? M_LN2 : M_LN10);
     break;
   }
   case P_ERFC: {
-    tpuir_val xd = lw_convert(b, x, TPU_F64);
-    r = lw_bin(b, TPUIR_SUB, lw_const(b, TPU_F64, 1.0), lw_un(b, TPUIR_ERF, xd));
+    tpuir_val xd = tpulw__convert(b, x, TPU_F64);
+    r = tpulw__bin(b, TPUIR_SUB, tpulw__const(b, TPU_F64, 1.0), tpulw__un(b, TPUIR_ERF, xd));
     break;
   }
   case P_RECIP:
-    r = lw_bin(b, TPUIR_DIV, lw_const(b, cdt, 1.0), x);
+    r = tpulw__bin(b, TPUIR_DIV, tpulw__const(b, cdt, 1.0), x);
     break;
   case P_SIGMOID:
-    r = lw_un(b, TPUIR_LOGISTIC, x);
+    r = tpulw__un(b, TPUIR_LOGISTIC, x);
     break;
   default:
-    r = lw_un(b, b->op, x);
+    r = tpulw__un(b, b->op, x);
     break;
   }
-  return lw_result_as(b, r, dt);
+  return tpulw__result_as(b, r, dt);
 }
 
-static tpuir_val sign_of(lw_b *b, tpuir_val x) {
-  lw_shape s = lw_info(b, x);
-  tpuir_val zero = lw_const(b, s.dtype, 0);
-  tpuir_val pos = lw_convert(b, lw_bin(b, TPUIR_GT, x, zero), s.dtype);
+static tpuir_val sign_of(tpulw__b *b, tpuir_val x) {
+  tpulw__shape s = tpulw__info(b, x);
+  tpuir_val zero = tpulw__const(b, s.dtype, 0);
+  tpuir_val pos = tpulw__convert(b, tpulw__bin(b, TPUIR_GT, x, zero), s.dtype);
   if (s.dtype == TPU_U8) return pos;
-  tpuir_val neg = lw_convert(b, lw_bin(b, TPUIR_LT, x, zero), s.dtype);
-  return lw_bin(b, TPUIR_SUB, pos, neg);
+  tpuir_val neg = tpulw__convert(b, tpulw__bin(b, TPUIR_LT, x, zero), s.dtype);
+  return tpulw__bin(b, TPUIR_SUB, pos, neg);
 }
 
 /* Unary ops whose result keeps the input dtype. */
-static int unary_same_fn(lw_b *b) {
-  lw_opnd s;
+static int unary_same_fn(tpulw__b *b) {
+  tpulw__opnd s;
   int rc = get_self(b, "self", &s);
   if (rc < 0) return rc;
   int dt = s.t->view.dtype;
   int isf = tpu_dtype_is_float(dt);
-  tpuir_val x = lw_tensor(b, s.t);
+  tpuir_val x = tpulw__tensor(b, s.t);
   switch (b->op) {
   case P_NEG:
     if (dt == TPU_BOOL)
@@ -534,14 +534,14 @@ static int unary_same_fn(lw_b *b) {
                        "Negation, the `-` operator, on a bool tensor is not "
                        "supported. If you are trying to invert a mask, use the "
                        "`~` or `logical_not()` operator instead.");
-    return lw_result(b, lw_un(b, TPUIR_NEG, x));
+    return tpulw__result(b, tpulw__un(b, TPUIR_NEG, x));
   case P_ABS:
     if (dt == TPU_BOOL) return unsupported_dtype("abs_cpu", dt);
-    if (dt == TPU_U8) return lw_result(b, x);
-    return lw_result(b, lw_un(b, TPUIR_ABS, x));
+    if (dt == TPU_U8) return tpulw__result(b, x);
+    return tpulw__result(b, tpulw__un(b, TPUIR_ABS, x));
   case P_SIGN:
-    if (dt == TPU_BOOL) return lw_result(b, x);
-    return lw_result(b, sign_of(b, x));
+    if (dt == TPU_BOOL) return tpulw__result(b, x);
+    return tpulw__result(b, sign_of(b, x));
   case P_FLOOR:
   case P_CEIL:
   case P_TRUNC:
@@ -549,73 +549,73 @@ static int unary_same_fn(lw_b *b) {
     static const char *const names[] = {"floor_vml_cpu", "ceil_vml_cpu",
                                         "round_vml_cpu", "trunc_vml_cpu"};
     int k = b->op == P_FLOOR ? 0 : b->op == P_CEIL ? 1 : b->op == P_ROUND ? 2 : 3;
-    int64_t decimals = lw_int(b, "decimals", 0);
+    int64_t decimals = tpulw__int(b, "decimals", 0);
     if (decimals != 0 && !isf) return unsupported_dtype("round_cpu", dt);
     if (dt == TPU_BOOL) return unsupported_dtype(names[k], dt);
-    if (!isf) return lw_result(b, x);
+    if (!isf) return tpulw__result(b, x);
     int iop = b->op == P_FLOOR ? TPUIR_FLOOR
               : b->op == P_CEIL ? TPUIR_CEIL
               : b->op == P_ROUND ? TPUIR_ROUND_EVEN
                                  : TPUIR_TRUNC;
-    if (decimals == 0) return lw_result(b, lw_un(b, iop, x));
+    if (decimals == 0) return tpulw__result(b, tpulw__un(b, iop, x));
     /* round(x * 10^d) / 10^d (or the inverse for d < 0), in the dtype */
-    int cdt = lw_opmath(dt);
-    tpuir_val xc = lw_convert(b, x, cdt);
+    int cdt = tpulw__opmath(dt);
+    tpuir_val xc = tpulw__convert(b, x, cdt);
     double tp = pow(10.0, (double)(decimals > 0 ? decimals : -decimals));
-    tpuir_val p = lw_const(b, cdt, tp);
+    tpuir_val p = tpulw__const(b, cdt, tp);
     tpuir_val r;
     if (decimals > 0)
-      r = lw_bin(b, TPUIR_DIV, lw_un(b, iop, lw_bin(b, TPUIR_MUL, xc, p)), p);
+      r = tpulw__bin(b, TPUIR_DIV, tpulw__un(b, iop, tpulw__bin(b, TPUIR_MUL, xc, p)), p);
     else
-      r = lw_bin(b, TPUIR_MUL, lw_un(b, iop, lw_bin(b, TPUIR_DIV, xc, p)), p);
-    return lw_result_as(b, r, dt);
+      r = tpulw__bin(b, TPUIR_MUL, tpulw__un(b, iop, tpulw__bin(b, TPUIR_DIV, xc, p)), p);
+    return tpulw__result_as(b, r, dt);
   }
   case P_FRAC:
     if (!isf) return unsupported_dtype("frac_cpu", dt);
-    return lw_result(b, lw_bin(b, TPUIR_SUB, x, lw_un(b, TPUIR_TRUNC, x)));
+    return tpulw__result(b, tpulw__bin(b, TPUIR_SUB, x, tpulw__un(b, TPUIR_TRUNC, x)));
   case P_BITNOT:
     if (isf) return unsupported_dtype("bitwise_not_cpu", dt);
-    return lw_result(b, lw_un(b, TPUIR_NOT, x));
+    return tpulw__result(b, tpulw__un(b, TPUIR_NOT, x));
   case P_LOGNOT:
-    return lw_result(b, lw_un(b, TPUIR_NOT, lw_convert(b, x, TPU_BOOL)));
+    return tpulw__result(b, tpulw__un(b, TPUIR_NOT, tpulw__convert(b, x, TPU_BOOL)));
   case P_RELU:
     if (dt == TPU_BOOL)
       return tpu_error(TPU_E_INVALID, "Boolean inputs not supported for relu");
-    if (dt == TPU_U8) return lw_result(b, x);
-    return lw_result(b, lw_bin(b, TPUIR_MAX, x, lw_const(b, dt, 0)));
+    if (dt == TPU_U8) return tpulw__result(b, x);
+    return tpulw__result(b, tpulw__bin(b, TPUIR_MAX, x, tpulw__const(b, dt, 0)));
   default:
     return tpu_error(TPU_E_INTERNAL, "unary_same_fn: bad op %d", b->op);
   }
 }
 
-static int predicate_fn(lw_b *b) {
-  lw_opnd s;
+static int predicate_fn(tpulw__b *b) {
+  tpulw__opnd s;
   int rc = get_self(b, "self", &s);
   if (rc < 0) return rc;
   int dt = s.t->view.dtype;
-  tpuir_val x = lw_tensor(b, s.t);
-  lw_shape sh = lw_info(b, x);
+  tpuir_val x = tpulw__tensor(b, s.t);
+  tpulw__shape sh = tpulw__info(b, x);
   if (!tpu_dtype_is_float(dt)) {
     double v = 0;
     if (b->op == P_ISFINITE) v = 1;
     if (b->op == P_SIGNBIT && dt != TPU_BOOL && dt != TPU_U8)
-      return lw_result(b, lw_bin(b, TPUIR_LT, x, lw_const(b, dt, 0)));
-    return lw_result(b, lw_full(b, TPU_BOOL, sh.ndim, sh.sizes, v));
+      return tpulw__result(b, tpulw__bin(b, TPUIR_LT, x, tpulw__const(b, dt, 0)));
+    return tpulw__result(b, tpulw__full(b, TPU_BOOL, sh.ndim, sh.sizes, v));
   }
   switch (b->op) {
-  case P_ISNAN: return lw_result(b, lw_un(b, TPUIR_IS_NAN, x));
-  case P_ISINF: return lw_result(b, lw_un(b, TPUIR_IS_INF, x));
-  case P_ISFINITE: return lw_result(b, lw_un(b, TPUIR_IS_FINITE, x));
-  case P_ISPOSINF: return lw_result(b, lw_bin(b, TPUIR_EQ, x, lw_const(b, dt, INFINITY)));
-  case P_ISNEGINF: return lw_result(b, lw_bin(b, TPUIR_EQ, x, lw_const(b, dt, -INFINITY)));
+  case P_ISNAN: return tpulw__result(b, tpulw__un(b, TPUIR_IS_NAN, x));
+  case P_ISINF: return tpulw__result(b, tpulw__un(b, TPUIR_IS_INF, x));
+  case P_ISFINITE: return tpulw__result(b, tpulw__un(b, TPUIR_IS_FINITE, x));
+  case P_ISPOSINF: return tpulw__result(b, tpulw__bin(b, TPUIR_EQ, x, tpulw__const(b, dt, INFINITY)));
+  case P_ISNEGINF: return tpulw__result(b, tpulw__bin(b, TPUIR_EQ, x, tpulw__const(b, dt, -INFINITY)));
   case P_SIGNBIT: {
     /* x < 0, or x is -0.0 (1/x == -inf), NaN sign not tracked */
-    tpuir_val zero = lw_const(b, dt, 0);
-    tpuir_val lt = lw_bin(b, TPUIR_LT, x, zero);
-    tpuir_val negz = lw_bin(b, TPUIR_AND, lw_bin(b, TPUIR_EQ, x, zero),
-                            lw_bin(b, TPUIR_LT, lw_bin(b, TPUIR_DIV, lw_const(b, dt, 1), x),
+    tpuir_val zero = tpulw__const(b, dt, 0);
+    tpuir_val lt = tpulw__bin(b, TPUIR_LT, x, zero);
+    tpuir_val negz = tpulw__bin(b, TPUIR_AND, tpulw__bin(b, TPUIR_EQ, x, zero),
+                            tpulw__bin(b, TPUIR_LT, tpulw__bin(b, TPUIR_DIV, tpulw__const(b, dt, 1), x),
                                    zero));
-    return lw_result(b, lw_bin(b, TPUIR_OR, lt, negz));
+    return tpulw__result(b, tpulw__bin(b, TPUIR_OR, lt, negz));
   }
   default: return tpu_error(TPU_E_INTERNAL, "predicate_fn: bad op");
   }
@@ -623,18 +623,18 @@ static int predicate_fn(lw_b *b) {
 
 /* ---- clamp family ------------------------------------------------------- */
 
-static int clamp_fn(lw_b *b) {
-  lw_opnd s;
+static int clamp_fn(tpulw__b *b) {
+  tpulw__opnd s;
   int rc = get_self(b, "self", &s);
   if (rc < 0) return rc;
-  lw_opnd lo = {0}, hi = {0};
-  if (b->op == P_CLAMP || b->op == P_CLAMP_MIN) lo = lw_opnd_arg(b, "min");
-  if (b->op == P_CLAMP || b->op == P_CLAMP_MAX) hi = lw_opnd_arg(b, "max");
+  tpulw__opnd lo = {0}, hi = {0};
+  if (b->op == P_CLAMP || b->op == P_CLAMP_MIN) lo = tpulw__opnd_arg(b, "min");
+  if (b->op == P_CLAMP || b->op == P_CLAMP_MAX) hi = tpulw__opnd_arg(b, "max");
   if (b->op == P_HARDTANH) {
-    lo = lw_opnd_arg(b, "min_val");
-    hi = lw_opnd_arg(b, "max_val");
-    if (lo.kind == LW_OPND_NONE) lo = lw_opnd_scalar(lw_scalar_i(-1));
-    if (hi.kind == LW_OPND_NONE) hi = lw_opnd_scalar(lw_scalar_i(1));
+    lo = tpulw__opnd_arg(b, "min_val");
+    hi = tpulw__opnd_arg(b, "max_val");
+    if (lo.kind == LW_OPND_NONE) lo = tpulw__opnd_scalar(tpulw__scalar_i(-1));
+    if (hi.kind == LW_OPND_NONE) hi = tpulw__opnd_scalar(tpulw__scalar_i(1));
   }
   if (lo.kind == LW_OPND_NONE && hi.kind == LW_OPND_NONE)
     return tpu_error(TPU_E_INVALID,
@@ -645,43 +645,43 @@ static int clamp_fn(lw_b *b) {
     dt = s.t->view.dtype;
     if (dt == TPU_BOOL) return unsupported_dtype("hardtanh", dt);
   } else {
-    lw_opnd ops[3] = {s, lo, hi};
-    dt = lw_result_type(3, ops);
+    tpulw__opnd ops[3] = {s, lo, hi};
+    dt = tpulw__result_type(3, ops);
   }
   if (dt == TPU_BOOL) return unsupported_dtype("clamp_cpu", dt);
-  tpuir_val x = lw_opnd_val(b, &s, dt);
-  if (lo.kind != LW_OPND_NONE) x = lw_bin(b, TPUIR_MAX, x, lw_opnd_val(b, &lo, dt));
-  if (hi.kind != LW_OPND_NONE) x = lw_bin(b, TPUIR_MIN, x, lw_opnd_val(b, &hi, dt));
-  return lw_result(b, x);
+  tpuir_val x = tpulw__opnd_val(b, &s, dt);
+  if (lo.kind != LW_OPND_NONE) x = tpulw__bin(b, TPUIR_MAX, x, tpulw__opnd_val(b, &lo, dt));
+  if (hi.kind != LW_OPND_NONE) x = tpulw__bin(b, TPUIR_MIN, x, tpulw__opnd_val(b, &hi, dt));
+  return tpulw__result(b, x);
 }
 
 /* ---- where / masked_fill / fill ---------------------------------------- */
 
-static int where_fn(lw_b *b) {
-  const tpulw_tensor *cond = lw_tensor_arg(b, "condition");
-  lw_opnd ops[2] = {lw_opnd_arg(b, "self"), lw_opnd_arg(b, "other")};
+static int where_fn(tpulw__b *b) {
+  const tpulw_tensor *cond = tpulw__tensor_arg(b, "condition");
+  tpulw__opnd ops[2] = {tpulw__opnd_arg(b, "self"), tpulw__opnd_arg(b, "other")};
   if (!cond || ops[0].kind == LW_OPND_NONE || ops[1].kind == LW_OPND_NONE)
     return tpu_error(TPU_E_UNSUPPORTED, "where: missing operand");
   int cdt = cond->view.dtype;
   if (cdt != TPU_BOOL && cdt != TPU_U8)
     return tpu_error(TPU_E_INVALID,
                      "where expected condition to be a boolean tensor, but got "
-                     "a tensor with dtype %s", lw_torch_name(cdt));
-  int dt = lw_result_type(2, ops);
-  int od = lw_out_dtype(b);
+                     "a tensor with dtype %s", tpulw__torch_name(cdt));
+  int dt = tpulw__result_type(2, ops);
+  int od = tpulw__out_dtype(b);
   if (od >= 0 && od != dt)
-    return tpu_error(TPU_E_INVALID, "Expected out type to be %s but got %s", lw_torch_name(dt),
-                     lw_torch_name(od));
-  tpuir_val c = lw_convert(b, lw_tensor(b, cond), TPU_BOOL);
-  return lw_result(b, lw_sel(b, c, lw_opnd_val(b, &ops[0], dt),
-                             lw_opnd_val(b, &ops[1], dt)));
+    return tpu_error(TPU_E_INVALID, "Expected out type to be %s but got %s", tpulw__torch_name(dt),
+                     tpulw__torch_name(od));
+  tpuir_val c = tpulw__convert(b, tpulw__tensor(b, cond), TPU_BOOL);
+  return tpulw__result(b, tpulw__sel(b, c, tpulw__opnd_val(b, &ops[0], dt),
+                             tpulw__opnd_val(b, &ops[1], dt)));
 }
 
-static int masked_fill_fn(lw_b *b) {
-  lw_opnd s;
+static int masked_fill_fn(tpulw__b *b) {
+  tpulw__opnd s;
   int rc = get_self(b, "self", &s);
   if (rc < 0) return rc;
-  const tpulw_tensor *mask = lw_tensor_arg(b, "mask");
+  const tpulw_tensor *mask = tpulw__tensor_arg(b, "mask");
   if (!mask) return tpu_error(TPU_E_UNSUPPORTED, "masked_fill: no mask");
   if (mask->view.dtype != TPU_BOOL)
     return tpu_error(TPU_E_INVALID,
@@ -690,51 +690,51 @@ static int masked_fill_fn(lw_b *b) {
                      mask->view.dtype == TPU_I64 ? "long int"
                                                  : tpu_dtype_name(mask->view.dtype));
   int dt = s.t->view.dtype;
-  lw_opnd v = lw_opnd_arg(b, "value");
+  tpulw__opnd v = tpulw__opnd_arg(b, "value");
   tpuir_val val;
   if (v.kind == LW_OPND_SCALAR) {
     rc = check_fits(dt, v.s);
     if (rc < 0) return rc;
-    val = lw_const_s(b, dt, v.s);
+    val = tpulw__const_s(b, dt, v.s);
   } else if (v.kind == LW_OPND_TENSOR) {
     if (v.t->view.ndim != 0)
       return tpu_error(TPU_E_INVALID,
                        "masked_fill_ only supports a 0-dimensional value "
                        "tensor, but got tensor with %d dimension(s).",
                        v.t->view.ndim);
-    val = lw_opnd_val(b, &v, dt);
+    val = tpulw__opnd_val(b, &v, dt);
   } else {
     return tpu_error(TPU_E_UNSUPPORTED, "masked_fill: no value");
   }
-  tpuir_val x = lw_tensor(b, s.t);
-  return lw_result(b, lw_sel(b, lw_tensor(b, mask), val, x));
+  tpuir_val x = tpulw__tensor(b, s.t);
+  return tpulw__result(b, tpulw__sel(b, tpulw__tensor(b, mask), val, x));
 }
 
-static int fill_fn(lw_b *b) {
-  const tpulw_tensor *self = lw_tensor_arg(b, "self");
+static int fill_fn(tpulw__b *b) {
+  const tpulw_tensor *self = tpulw__tensor_arg(b, "self");
   if (!self) return tpu_error(TPU_E_UNSUPPORTED, "fill_: no self");
   int dt = self->view.dtype;
   tpuir_val v;
   if (strcmp(b->base, "zero_") == 0) {
-    v = lw_const(b, dt, 0);
+    v = tpulw__const(b, dt, 0);
   } else {
-    lw_opnd val = lw_opnd_arg(b, "value");
+    tpulw__opnd val = tpulw__opnd_arg(b, "value");
     if (val.kind == LW_OPND_SCALAR) {
       int rc = check_fits(dt, val.s);
       if (rc < 0) return rc;
-      v = lw_const_s(b, dt, val.s);
+      v = tpulw__const_s(b, dt, val.s);
     } else if (val.kind == LW_OPND_TENSOR) {
       if (val.t->view.ndim != 0)
         return tpu_error(TPU_E_INVALID,
                          "fill_ only supports 0-dimension value tensor but got "
                          "tensor with %d dimensions.", val.t->view.ndim);
-      v = lw_opnd_val(b, &val, dt);
+      v = tpulw__opnd_val(b, &val, dt);
     } else {
       return tpu_error(TPU_E_UNSUPPORTED, "fill_: no value");
     }
   }
   b->out_rule = LW_OUT_ANY;
-  return lw_result(b, lw_bcast(b, v, self->view.ndim, self->view.sizes));
+  return tpulw__result(b, tpulw__bcast(b, v, self->view.ndim, self->view.sizes));
 }
 
 /* ---- nan_to_num / lerp / addcmul / addcdiv ----------------------------- */
@@ -748,29 +748,29 @@ static double dtype_max(int dt) {
   }
 }
 
-static int nan_to_num_fn(lw_b *b) {
-  const tpulw_tensor *self = lw_tensor_arg(b, "self");
+static int nan_to_num_fn(tpulw__b *b) {
+  const tpulw_tensor *self = tpulw__tensor_arg(b, "self");
   if (!self) return tpu_error(TPU_E_UNSUPPORTED, "nan_to_num: no self");
   int dt = self->view.dtype;
-  tpuir_val x = lw_tensor(b, self);
-  if (!tpu_dtype_is_float(dt)) return lw_result(b, x);
-  double nan = lw_float(b, "nan", 0.0);
-  double pinf = lw_float(b, "posinf", dtype_max(dt));
-  double ninf = lw_float(b, "neginf", -dtype_max(dt));
-  tpuir_val zero = lw_const(b, dt, 0);
-  tpuir_val r = lw_sel(b, lw_un(b, TPUIR_IS_NAN, x), lw_const(b, dt, nan), x);
-  tpuir_val inf = lw_un(b, TPUIR_IS_INF, x);
-  tpuir_val pos = lw_bin(b, TPUIR_GT, x, zero);
-  r = lw_sel(b, lw_bin(b, TPUIR_AND, inf, pos), lw_const(b, dt, pinf), r);
-  r = lw_sel(b, lw_bin(b, TPUIR_AND, inf, lw_un(b, TPUIR_NOT, pos)),
-             lw_const(b, dt, ninf), r);
-  return lw_result(b, r);
+  tpuir_val x = tpulw__tensor(b, self);
+  if (!tpu_dtype_is_float(dt)) return tpulw__result(b, x);
+  double nan = tpulw__float(b, "nan", 0.0);
+  double pinf = tpulw__float(b, "posinf", dtype_max(dt));
+  double ninf = tpulw__float(b, "neginf", -dtype_max(dt));
+  tpuir_val zero = tpulw__const(b, dt, 0);
+  tpuir_val r = tpulw__sel(b, tpulw__un(b, TPUIR_IS_NAN, x), tpulw__const(b, dt, nan), x);
+  tpuir_val inf = tpulw__un(b, TPUIR_IS_INF, x);
+  tpuir_val pos = tpulw__bin(b, TPUIR_GT, x, zero);
+  r = tpulw__sel(b, tpulw__bin(b, TPUIR_AND, inf, pos), tpulw__const(b, dt, pinf), r);
+  r = tpulw__sel(b, tpulw__bin(b, TPUIR_AND, inf, tpulw__un(b, TPUIR_NOT, pos)),
+             tpulw__const(b, dt, ninf), r);
+  return tpulw__result(b, r);
 }
 
-static int lerp_fn(lw_b *b) {
-  const tpulw_tensor *self = lw_tensor_arg(b, "self");
-  const tpulw_tensor *end = lw_tensor_arg(b, "end");
-  lw_opnd w = lw_opnd_arg(b, "weight");
+static int lerp_fn(tpulw__b *b) {
+  const tpulw_tensor *self = tpulw__tensor_arg(b, "self");
+  const tpulw_tensor *end = tpulw__tensor_arg(b, "end");
+  tpulw__opnd w = tpulw__opnd_arg(b, "weight");
   if (!self || !end || w.kind == LW_OPND_NONE)
     return tpu_error(TPU_E_UNSUPPORTED, "lerp: missing operand");
   int dt = self->view.dtype;
@@ -782,27 +782,27 @@ static int lerp_fn(lw_b *b) {
                      "expected dtype %s for `weight` but got dtype %s",
                      tpu_dtype_name(dt), tpu_dtype_name(w.t->view.dtype));
   if (!tpu_dtype_is_float(dt)) return unsupported_dtype("lerp_kernel_scalar", dt);
-  int cdt = lw_opmath(dt);
-  tpuir_val s = lw_convert(b, lw_tensor(b, self), cdt);
-  tpuir_val e = lw_convert(b, lw_tensor(b, end), cdt);
-  tpuir_val wt = lw_opnd_val(b, &w, cdt);
-  tpuir_val diff = lw_bin(b, TPUIR_SUB, e, s);
-  tpuir_val small = lw_bin(b, TPUIR_LT, lw_un(b, TPUIR_ABS, wt), lw_const(b, cdt, 0.5));
-  tpuir_val r1 = lw_bin(b, TPUIR_ADD, s, lw_bin(b, TPUIR_MUL, wt, diff));
-  tpuir_val r2 = lw_bin(b, TPUIR_SUB, e,
-                        lw_bin(b, TPUIR_MUL, diff,
-                               lw_bin(b, TPUIR_SUB, lw_const(b, cdt, 1), wt)));
-  return lw_result_as(b, lw_sel(b, small, r1, r2), dt);
+  int cdt = tpulw__opmath(dt);
+  tpuir_val s = tpulw__convert(b, tpulw__tensor(b, self), cdt);
+  tpuir_val e = tpulw__convert(b, tpulw__tensor(b, end), cdt);
+  tpuir_val wt = tpulw__opnd_val(b, &w, cdt);
+  tpuir_val diff = tpulw__bin(b, TPUIR_SUB, e, s);
+  tpuir_val small = tpulw__bin(b, TPUIR_LT, tpulw__un(b, TPUIR_ABS, wt), tpulw__const(b, cdt, 0.5));
+  tpuir_val r1 = tpulw__bin(b, TPUIR_ADD, s, tpulw__bin(b, TPUIR_MUL, wt, diff));
+  tpuir_val r2 = tpulw__bin(b, TPUIR_SUB, e,
+                        tpulw__bin(b, TPUIR_MUL, diff,
+                               tpulw__bin(b, TPUIR_SUB, tpulw__const(b, cdt, 1), wt)));
+  return tpulw__result_as(b, tpulw__sel(b, small, r1, r2), dt);
 }
 
-static int addc_fn(lw_b *b) {
+static int addc_fn(tpulw__b *b) {
   int is_div = strncmp(b->base, "addcdiv", 7) == 0;
-  lw_opnd ops[3] = {lw_opnd_arg(b, "self"), lw_opnd_arg(b, "tensor1"),
-                    lw_opnd_arg(b, "tensor2")};
+  tpulw__opnd ops[3] = {tpulw__opnd_arg(b, "self"), tpulw__opnd_arg(b, "tensor1"),
+                    tpulw__opnd_arg(b, "tensor2")};
   for (int i = 0; i < 3; i++)
     if (ops[i].kind != LW_OPND_TENSOR)
       return tpu_error(TPU_E_UNSUPPORTED, "%s: missing operand", b->base);
-  int dt = lw_result_type(3, ops);
+  int dt = tpulw__result_type(3, ops);
   if (is_div && !tpu_dtype_is_float(dt))
     return tpu_error(TPU_E_INVALID,
                      "Integer division with addcdiv is no longer supported, and "
@@ -813,31 +813,31 @@ static int addc_fn(lw_b *b) {
                      "(input + value * tensor1 / tensor2) for float inputs. The "
                      "future addcdiv behavior is just the latter implementation: "
                      "(input + value * tensor1 / tensor2), for all dtypes.");
-  lw_scalar value = lw_scalar_i(1);
-  lw_scalar_arg(b, "value", &value);
-  int cdt = lw_opmath(dt);
-  tpuir_val s = lw_opnd_val(b, &ops[0], cdt);
-  tpuir_val t1 = lw_opnd_val(b, &ops[1], cdt);
-  tpuir_val t2 = lw_opnd_val(b, &ops[2], cdt);
+  tpulw__scalar value = tpulw__scalar_i(1);
+  tpulw__scalar_arg(b, "value", &value);
+  int cdt = tpulw__opmath(dt);
+  tpuir_val s = tpulw__opnd_val(b, &ops[0], cdt);
+  tpuir_val t1 = tpulw__opnd_val(b, &ops[1], cdt);
+  tpuir_val t2 = tpulw__opnd_val(b, &ops[2], cdt);
   if (dt == TPU_BOOL) {
-    tpuir_val p = lw_bin(b, TPUIR_AND, t1, t2);
-    if (!value.f) p = lw_full(b, TPU_BOOL, 0, NULL, 0);
-    return lw_result(b, lw_bin(b, TPUIR_OR, s, p));
+    tpuir_val p = tpulw__bin(b, TPUIR_AND, t1, t2);
+    if (!value.f) p = tpulw__full(b, TPU_BOOL, 0, NULL, 0);
+    return tpulw__result(b, tpulw__bin(b, TPUIR_OR, s, p));
   }
-  tpuir_val st = lw_bin(b, TPUIR_MUL, lw_const_s(b, cdt, value), t1);
-  tpuir_val r = lw_bin(b, TPUIR_ADD, s,
-                       lw_bin(b, is_div ? TPUIR_DIV : TPUIR_MUL, st, t2));
-  return lw_result_as(b, r, dt);
+  tpuir_val st = tpulw__bin(b, TPUIR_MUL, tpulw__const_s(b, cdt, value), t1);
+  tpuir_val r = tpulw__bin(b, TPUIR_ADD, s,
+                       tpulw__bin(b, is_div ? TPUIR_DIV : TPUIR_MUL, st, t2));
+  return tpulw__result_as(b, r, dt);
 }
 
 /* ---- activations -------------------------------------------------------- */
 
-static tpuir_val softplus_of(lw_b *b, tpuir_val x) { /* log1p(exp(x)) */
-  return lw_un(b, TPUIR_LOG1P, lw_un(b, TPUIR_EXP, x));
+static tpuir_val softplus_of(tpulw__b *b, tpuir_val x) { /* log1p(exp(x)) */
+  return tpulw__un(b, TPUIR_LOG1P, tpulw__un(b, TPUIR_EXP, x));
 }
 
-static int activation_fn(lw_b *b) {
-  lw_opnd s;
+static int activation_fn(tpulw__b *b) {
+  tpulw__opnd s;
   int rc = get_self(b, "self", &s);
   if (rc < 0) return rc;
   int dt = s.t->view.dtype;
@@ -845,78 +845,78 @@ static int activation_fn(lw_b *b) {
       "GeluKernelImpl", "silu_cpu", "mish_cpu", "hardsigmoid_cpu",
       "hardswish_cpu", "leaky_relu_cpu", "elu_cpu", "softplus_cpu"};
   if (!tpu_dtype_is_float(dt)) return unsupported_dtype(names[b->op - P_GELU], dt);
-  int cdt = lw_opmath(dt);
-  tpuir_val x = lw_convert(b, lw_tensor(b, s.t), cdt);
-  tpuir_val zero = lw_const(b, cdt, 0), r;
-#define C(v) lw_const(b, cdt, (v))
+  int cdt = tpulw__opmath(dt);
+  tpuir_val x = tpulw__convert(b, tpulw__tensor(b, s.t), cdt);
+  tpuir_val zero = tpulw__const(b, cdt, 0), r;
+#define C(v) tpulw__const(b, cdt, (v))
   switch (b->op) {
   case P_GELU: {
-    const char *approx = lw_str(b, "approximate");
+    const char *approx = tpulw__str(b, "approximate");
     if (approx && strcmp(approx, "tanh") == 0) {
-      tpuir_val x3 = lw_bin(b, TPUIR_MUL, lw_bin(b, TPUIR_MUL, x, x), x);
-      tpuir_val inner = lw_bin(b, TPUIR_MUL, C(M_SQRT2 * M_2_SQRTPI * 0.5),
-                               lw_bin(b, TPUIR_ADD, x, lw_bin(b, TPUIR_MUL, C(0.044715), x3)));
-      r = lw_bin(b, TPUIR_MUL, lw_bin(b, TPUIR_MUL, C(0.5), x),
-                 lw_bin(b, TPUIR_ADD, C(1), lw_un(b, TPUIR_TANH, inner)));
+      tpuir_val x3 = tpulw__bin(b, TPUIR_MUL, tpulw__bin(b, TPUIR_MUL, x, x), x);
+      tpuir_val inner = tpulw__bin(b, TPUIR_MUL, C(M_SQRT2 * M_2_SQRTPI * 0.5),
+                               tpulw__bin(b, TPUIR_ADD, x, tpulw__bin(b, TPUIR_MUL, C(0.044715), x3)));
+      r = tpulw__bin(b, TPUIR_MUL, tpulw__bin(b, TPUIR_MUL, C(0.5), x),
+                 tpulw__bin(b, TPUIR_ADD, C(1), tpulw__un(b, TPUIR_TANH, inner)));
     } else if (!approx || strcmp(approx, "none") == 0) {
-      tpuir_val e = lw_un(b, TPUIR_ERF, lw_bin(b, TPUIR_MUL, x, C(M_SQRT1_2)));
-      r = lw_bin(b, TPUIR_MUL, lw_bin(b, TPUIR_MUL, x, C(0.5)),
-                 lw_bin(b, TPUIR_ADD, C(1), e));
+      tpuir_val e = tpulw__un(b, TPUIR_ERF, tpulw__bin(b, TPUIR_MUL, x, C(M_SQRT1_2)));
+      r = tpulw__bin(b, TPUIR_MUL, tpulw__bin(b, TPUIR_MUL, x, C(0.5)),
+                 tpulw__bin(b, TPUIR_ADD, C(1), e));
     } else {
       return tpu_error(TPU_E_INVALID, "approximate argument must be either none or tanh.");
     }
     break;
   }
   case P_SILU:
-    r = lw_bin(b, TPUIR_DIV, x,
-               lw_bin(b, TPUIR_ADD, C(1), lw_un(b, TPUIR_EXP, lw_un(b, TPUIR_NEG, x))));
+    r = tpulw__bin(b, TPUIR_DIV, x,
+               tpulw__bin(b, TPUIR_ADD, C(1), tpulw__un(b, TPUIR_EXP, tpulw__un(b, TPUIR_NEG, x))));
     break;
   case P_MISH:
-    r = lw_bin(b, TPUIR_MUL, x, lw_un(b, TPUIR_TANH, softplus_of(b, x)));
+    r = tpulw__bin(b, TPUIR_MUL, x, tpulw__un(b, TPUIR_TANH, softplus_of(b, x)));
     break;
   case P_HARDSIGMOID:
   case P_HARDSWISH: {
-    tpuir_val h = lw_bin(b, TPUIR_MIN,
-                         lw_bin(b, TPUIR_MAX, lw_bin(b, TPUIR_ADD, x, C(3)), zero), C(6));
-    if (b->op == P_HARDSIGMOID) r = lw_bin(b, TPUIR_DIV, h, C(6));
-    else r = lw_bin(b, TPUIR_DIV, lw_bin(b, TPUIR_MUL, x, h), C(6));
+    tpuir_val h = tpulw__bin(b, TPUIR_MIN,
+                         tpulw__bin(b, TPUIR_MAX, tpulw__bin(b, TPUIR_ADD, x, C(3)), zero), C(6));
+    if (b->op == P_HARDSIGMOID) r = tpulw__bin(b, TPUIR_DIV, h, C(6));
+    else r = tpulw__bin(b, TPUIR_DIV, tpulw__bin(b, TPUIR_MUL, x, h), C(6));
     break;
   }
   case P_LEAKY_RELU: {
-    double slope = lw_float(b, "negative_slope", 0.01);
-    r = lw_sel(b, lw_bin(b, TPUIR_GT, x, zero), x, lw_bin(b, TPUIR_MUL, x, C(slope)));
+    double slope = tpulw__float(b, "negative_slope", 0.01);
+    r = tpulw__sel(b, tpulw__bin(b, TPUIR_GT, x, zero), x, tpulw__bin(b, TPUIR_MUL, x, C(slope)));
     break;
   }
   case P_ELU: {
-    double alpha = lw_float(b, "alpha", 1), scale = lw_float(b, "scale", 1);
-    double iscale = lw_float(b, "input_scale", 1);
-    tpuir_val neg = lw_bin(b, TPUIR_MUL,
-                           lw_un(b, TPUIR_EXPM1, lw_bin(b, TPUIR_MUL, x, C(iscale))),
+    double alpha = tpulw__float(b, "alpha", 1), scale = tpulw__float(b, "scale", 1);
+    double iscale = tpulw__float(b, "input_scale", 1);
+    tpuir_val neg = tpulw__bin(b, TPUIR_MUL,
+                           tpulw__un(b, TPUIR_EXPM1, tpulw__bin(b, TPUIR_MUL, x, C(iscale))),
                            C(alpha * scale));
-    r = lw_sel(b, lw_bin(b, TPUIR_LE, x, zero), neg, lw_bin(b, TPUIR_MUL, x, C(scale)));
+    r = tpulw__sel(b, tpulw__bin(b, TPUIR_LE, x, zero), neg, tpulw__bin(b, TPUIR_MUL, x, C(scale)));
     break;
   }
   case P_SOFTPLUS: {
-    double beta = lw_float(b, "beta", 1), thr = lw_float(b, "threshold", 20);
-    tpuir_val xb = lw_bin(b, TPUIR_MUL, x, C(beta));
-    r = lw_sel(b, lw_bin(b, TPUIR_GT, xb, C(thr)), x,
-               lw_bin(b, TPUIR_DIV, softplus_of(b, xb), C(beta)));
+    double beta = tpulw__float(b, "beta", 1), thr = tpulw__float(b, "threshold", 20);
+    tpuir_val xb = tpulw__bin(b, TPUIR_MUL, x, C(beta));
+    r = tpulw__sel(b, tpulw__bin(b, TPUIR_GT, xb, C(thr)), x,
+               tpulw__bin(b, TPUIR_DIV, softplus_of(b, xb), C(beta)));
     break;
   }
   default:
     return tpu_error(TPU_E_INTERNAL, "activation_fn: bad op");
   }
 #undef C
-  return lw_result_as(b, r, dt);
+  return tpulw__result_as(b, r, dt);
 }
 
 /* log_sigmoid, shrinks, logit, prelu, glu (+ backward) */
-static int activation2_fn(lw_b *b) {
+static int activation2_fn(tpulw__b *b) {
   int op = b->op;
   const char *xname = "self";
-  const tpulw_tensor *self = lw_tensor_arg(b, xname);
-  const tpulw_tensor *go = lw_tensor_arg(b, "grad_output");
-  if (!go) go = lw_tensor_arg(b, "grad_out");
+  const tpulw_tensor *self = tpulw__tensor_arg(b, xname);
+  const tpulw_tensor *go = tpulw__tensor_arg(b, "grad_output");
+  if (!go) go = tpulw__tensor_arg(b, "grad_out");
   int bw = op == P_LOGSIGMOID_BW || op == P_SHRINK_BW || op == P_PRELU_BW || op == P_GLU_BW ||
            op == P_LOGIT_BW;
   if (!self || (bw && !go)) return tpu_error(TPU_E_UNSUPPORTED, "%s: missing operand", b->base);
@@ -925,29 +925,29 @@ static int activation2_fn(lw_b *b) {
     if (op != P_LOGIT || tpu_dtype_is_complex(dt)) return unsupported_dtype(b->base, dt);
     dt = LW_DEFAULT_FLOAT; /* logit promotes ints like a unary float op */
   }
-  int cdt = lw_opmath(dt);
-  tpuir_val x = lw_convert(b, lw_tensor(b, self), cdt);
-  tpuir_val g = bw ? lw_convert(b, lw_tensor(b, go), cdt) : -1;
-  tpuir_val zero = lw_const(b, cdt, 0), one = lw_const(b, cdt, 1), r;
+  int cdt = tpulw__opmath(dt);
+  tpuir_val x = tpulw__convert(b, tpulw__tensor(b, self), cdt);
+  tpuir_val g = bw ? tpulw__convert(b, tpulw__tensor(b, go), cdt) : -1;
+  tpuir_val zero = tpulw__const(b, cdt, 0), one = tpulw__const(b, cdt, 1), r;
   int rc;
   switch (op) {
   case P_LOGSIGMOID: { /* min(x, 0) - log1p(exp(-|x|)); buffer = exp(-|x|) */
-    tpuir_val z = lw_un(b, TPUIR_EXP, lw_un(b, TPUIR_NEG, lw_un(b, TPUIR_ABS, x)));
-    r = lw_bin(b, TPUIR_SUB, lw_bin(b, TPUIR_MIN, x, zero), lw_un(b, TPUIR_LOG1P, z));
-    if ((rc = lw_result_as(b, r, dt)) < 0) return rc;
-    return lw_result_as(b, z, dt);
+    tpuir_val z = tpulw__un(b, TPUIR_EXP, tpulw__un(b, TPUIR_NEG, tpulw__un(b, TPUIR_ABS, x)));
+    r = tpulw__bin(b, TPUIR_SUB, tpulw__bin(b, TPUIR_MIN, x, zero), tpulw__un(b, TPUIR_LOG1P, z));
+    if ((rc = tpulw__result_as(b, r, dt)) < 0) return rc;
+    return tpulw__result_as(b, z, dt);
   }
   case P_LOGSIGMOID_BW: {
-    tpuir_val z = lw_un(b, TPUIR_EXP, lw_un(b, TPUIR_NEG, lw_un(b, TPUIR_ABS, x)));
-    tpuir_val neg = lw_bin(b, TPUIR_LT, x, zero);
-    tpuir_val q = lw_bin(b, TPUIR_DIV, z, lw_bin(b, TPUIR_ADD, one, z));
-    r = lw_sel(b, neg, lw_bin(b, TPUIR_SUB, one, q), q);
-    return lw_result_as(b, lw_bin(b, TPUIR_MUL, r, g), dt);
+    tpuir_val z = tpulw__un(b, TPUIR_EXP, tpulw__un(b, TPUIR_NEG, tpulw__un(b, TPUIR_ABS, x)));
+    tpuir_val neg = tpulw__bin(b, TPUIR_LT, x, zero);
+    tpuir_val q = tpulw__bin(b, TPUIR_DIV, z, tpulw__bin(b, TPUIR_ADD, one, z));
+    r = tpulw__sel(b, neg, tpulw__bin(b, TPUIR_SUB, one, q), q);
+    return tpulw__result_as(b, tpulw__bin(b, TPUIR_MUL, r, g), dt);
   }
   case P_HARDSHRINK:
   case P_SOFTSHRINK:
   case P_SHRINK_BW: {
-    double l = lw_float(b, "lambd", 0.5);
+    double l = tpulw__float(b, "lambd", 0.5);
     if (op == P_SOFTSHRINK && !(l >= 0)) {
       const char *nm = dt == TPU_F64 ? "Double" : dt == TPU_F16 ? "Half"
                        : dt == TPU_BF16 ? "BFloat16" : "Float";
@@ -956,66 +956,66 @@ static int activation2_fn(lw_b *b) {
       return tpu_error(TPU_E_INVALID,
                        "lambda must be in range [0, %s] for input dtype %s, but found %g", mx, nm, l);
     }
-    tpuir_val in = lw_bin(b, TPUIR_AND, lw_bin_c(b, TPUIR_GE, x, -l), lw_bin_c(b, TPUIR_LE, x, l));
-    if (op == P_HARDSHRINK) r = lw_sel(b, in, zero, x);
-    else if (op == P_SHRINK_BW) r = lw_sel(b, in, zero, g);
+    tpuir_val in = tpulw__bin(b, TPUIR_AND, tpulw__bin_c(b, TPUIR_GE, x, -l), tpulw__bin_c(b, TPUIR_LE, x, l));
+    if (op == P_HARDSHRINK) r = tpulw__sel(b, in, zero, x);
+    else if (op == P_SHRINK_BW) r = tpulw__sel(b, in, zero, g);
     else
-      r = lw_sel(b, lw_bin_c(b, TPUIR_GT, x, l), lw_bin_c(b, TPUIR_SUB, x, l),
-                 lw_sel(b, lw_bin_c(b, TPUIR_LT, x, -l), lw_bin_c(b, TPUIR_ADD, x, l), zero));
-    return lw_result_as(b, r, dt);
+      r = tpulw__sel(b, tpulw__bin_c(b, TPUIR_GT, x, l), tpulw__bin_c(b, TPUIR_SUB, x, l),
+                 tpulw__sel(b, tpulw__bin_c(b, TPUIR_LT, x, -l), tpulw__bin_c(b, TPUIR_ADD, x, l), zero));
+    return tpulw__result_as(b, r, dt);
   }
   case P_LOGIT: {
-    double e = lw_none(b, "eps") ? -1.0 : lw_float(b, "eps", 0);
+    double e = tpulw__none(b, "eps") ? -1.0 : tpulw__float(b, "eps", 0);
     if (e >= 0) /* a negative (or NaN) eps means no clamping, like CPU */
-      x = lw_bin_c(b, TPUIR_MIN, lw_bin_c(b, TPUIR_MAX, x, e), 1 - e);
-    r = lw_un(b, TPUIR_LOG, lw_bin(b, TPUIR_DIV, x, lw_bin(b, TPUIR_SUB, one, x)));
-    return lw_result_as(b, r, dt);
+      x = tpulw__bin_c(b, TPUIR_MIN, tpulw__bin_c(b, TPUIR_MAX, x, e), 1 - e);
+    r = tpulw__un(b, TPUIR_LOG, tpulw__bin(b, TPUIR_DIV, x, tpulw__bin(b, TPUIR_SUB, one, x)));
+    return tpulw__result_as(b, r, dt);
   }
   case P_LOGIT_BW: {
-    tpuir_val den = lw_bin(b, TPUIR_MUL, x, lw_bin(b, TPUIR_SUB, one, x));
-    r = lw_bin(b, TPUIR_DIV, g, den);
-    if (!lw_none(b, "eps")) {
-      double e = lw_float(b, "eps", 0);
-      tpuir_val out = lw_bin(b, TPUIR_OR, lw_bin_c(b, TPUIR_LT, x, e), lw_bin_c(b, TPUIR_GT, x, 1 - e));
-      r = lw_sel(b, out, zero, r);
+    tpuir_val den = tpulw__bin(b, TPUIR_MUL, x, tpulw__bin(b, TPUIR_SUB, one, x));
+    r = tpulw__bin(b, TPUIR_DIV, g, den);
+    if (!tpulw__none(b, "eps")) {
+      double e = tpulw__float(b, "eps", 0);
+      tpuir_val out = tpulw__bin(b, TPUIR_OR, tpulw__bin_c(b, TPUIR_LT, x, e), tpulw__bin_c(b, TPUIR_GT, x, 1 - e));
+      r = tpulw__sel(b, out, zero, r);
     } else {
-      tpuir_val out = lw_bin(b, TPUIR_OR, lw_bin(b, TPUIR_LT, x, zero), lw_bin(b, TPUIR_GT, x, one));
-      r = lw_sel(b, out, lw_const(b, cdt, NAN), r);
+      tpuir_val out = tpulw__bin(b, TPUIR_OR, tpulw__bin(b, TPUIR_LT, x, zero), tpulw__bin(b, TPUIR_GT, x, one));
+      r = tpulw__sel(b, out, tpulw__const(b, cdt, NAN), r);
     }
-    return lw_result_as(b, r, dt);
+    return tpulw__result_as(b, r, dt);
   }
   case P_PRELU:
   case P_PRELU_BW: {
-    const tpulw_tensor *wt = lw_tensor_arg(b, "weight");
+    const tpulw_tensor *wt = tpulw__tensor_arg(b, "weight");
     if (!wt) return tpu_error(TPU_E_UNSUPPORTED, "prelu: no weight");
-    tpuir_val w = lw_convert(b, lw_tensor(b, wt), cdt);
-    lw_shape xs = lw_info(b, x), ws = lw_info(b, w);
+    tpuir_val w = tpulw__convert(b, tpulw__tensor(b, wt), cdt);
+    tpulw__shape xs = tpulw__info(b, x), ws = tpulw__info(b, w);
     /* weight [C] applies along dim 1 (or broadcasts if it has one element) */
     if (ws.ndim == 1 && xs.ndim >= 2 && ws.sizes[0] != 1) {
       int64_t sz[TPU_MAX_DIMS];
       for (int d = 0; d < xs.ndim; d++) sz[d] = d == 1 ? ws.sizes[0] : 1;
-      w = lw_reshape(b, w, xs.ndim, sz);
+      w = tpulw__reshape(b, w, xs.ndim, sz);
     }
-    tpuir_val pos = lw_bin(b, TPUIR_GT, x, zero);
-    if (op == P_PRELU) return lw_result_as(b, lw_sel(b, pos, x, lw_bin(b, TPUIR_MUL, w, x)), dt);
-    r = lw_sel(b, pos, g, lw_bin(b, TPUIR_MUL, w, g));
-    if ((rc = lw_result_as(b, r, dt)) < 0) return rc;
+    tpuir_val pos = tpulw__bin(b, TPUIR_GT, x, zero);
+    if (op == P_PRELU) return tpulw__result_as(b, tpulw__sel(b, pos, x, tpulw__bin(b, TPUIR_MUL, w, x)), dt);
+    r = tpulw__sel(b, pos, g, tpulw__bin(b, TPUIR_MUL, w, g));
+    if ((rc = tpulw__result_as(b, r, dt)) < 0) return rc;
     /* grad_weight: sum of g * x where x <= 0, reduced to weight's shape */
-    tpuir_val gw = lw_sel(b, pos, zero, lw_bin(b, TPUIR_MUL, g, x));
-    lw_shape wa = lw_info(b, w); /* weight as broadcast against x */
+    tpuir_val gw = tpulw__sel(b, pos, zero, tpulw__bin(b, TPUIR_MUL, g, x));
+    tpulw__shape wa = tpulw__info(b, w); /* weight as broadcast against x */
     uint32_t m = 0;
     for (int d = 0; d < xs.ndim; d++) {
       int k = d - (xs.ndim - wa.ndim);
       if (k < 0 || wa.sizes[k] == 1) m |= 1u << d;
     }
-    gw = lw_reduce_dims(b, TPUIR_RED_SUM, gw, m, 0);
-    return lw_result_as(b, lw_reshape(b, gw, ws.ndim, ws.sizes), wt->view.dtype);
+    gw = tpulw__reduce_dims(b, TPUIR_RED_SUM, gw, m, 0);
+    return tpulw__result_as(b, tpulw__reshape(b, gw, ws.ndim, ws.sizes), wt->view.dtype);
   }
   case P_GLU:
   case P_GLU_BW: {
-    lw_shape xs = lw_info(b, x);
+    tpulw__shape xs = tpulw__info(b, x);
     int dim;
-    if ((rc = lw_wrap_dim(lw_int(b, "dim", -1), xs.ndim, &dim)) < 0) return rc;
+    if ((rc = tpulw__wrap_dim(tpulw__int(b, "dim", -1), xs.ndim, &dim)) < 0) return rc;
     if (xs.ndim == 0 || xs.sizes[dim] % 2)
       return tpu_error(TPU_E_INVALID,
                        "Halving dimension must be even, but dimension %d is size %lld", dim,
@@ -1031,74 +1031,74 @@ static int activation2_fn(lw_b *b) {
     st[dim] = h;
     lim[dim] = 2 * h;
     tpuir_val c = tpuir_slice(b->g, x, st, lim, str);
-    tpuir_val sg = lw_un(b, TPUIR_LOGISTIC, c);
-    if (op == P_GLU) return lw_result_as(b, lw_bin(b, TPUIR_MUL, a, sg), dt);
-    tpuir_val ga = lw_bin(b, TPUIR_MUL, g, sg);
-    tpuir_val gb = lw_bin(b, TPUIR_MUL, lw_bin(b, TPUIR_MUL, g, a),
-                          lw_bin(b, TPUIR_MUL, sg, lw_bin(b, TPUIR_SUB, one, sg)));
+    tpuir_val sg = tpulw__un(b, TPUIR_LOGISTIC, c);
+    if (op == P_GLU) return tpulw__result_as(b, tpulw__bin(b, TPUIR_MUL, a, sg), dt);
+    tpuir_val ga = tpulw__bin(b, TPUIR_MUL, g, sg);
+    tpuir_val gb = tpulw__bin(b, TPUIR_MUL, tpulw__bin(b, TPUIR_MUL, g, a),
+                          tpulw__bin(b, TPUIR_MUL, sg, tpulw__bin(b, TPUIR_SUB, one, sg)));
     tpuir_val parts[2] = {ga, gb};
     if (ga < 0) return ga;
     if (gb < 0) return gb;
-    return lw_result_as(b, tpuir_concat(b->g, 2, parts, dim), dt);
+    return tpulw__result_as(b, tpuir_concat(b->g, 2, parts, dim), dt);
   }
   default:
     return tpu_error(TPU_E_INTERNAL, "activation2_fn: bad op");
   }
 }
 
-static int threshold_fn(lw_b *b) {
-  lw_opnd s;
+static int threshold_fn(tpulw__b *b) {
+  tpulw__opnd s;
   int rc = get_self(b, "self", &s);
   if (rc < 0) return rc;
-  lw_opnd thr = lw_opnd_arg(b, "threshold"), val = lw_opnd_arg(b, "value");
+  tpulw__opnd thr = tpulw__opnd_arg(b, "threshold"), val = tpulw__opnd_arg(b, "value");
   if (thr.kind == LW_OPND_NONE || val.kind == LW_OPND_NONE)
     return tpu_error(TPU_E_UNSUPPORTED, "threshold: missing operand");
   int dt = s.t->view.dtype;
   if (dt == TPU_BOOL) return unsupported_dtype("threshold_cpu", dt);
-  int cdt = lw_opmath(dt);
-  tpuir_val x = lw_convert(b, lw_tensor(b, s.t), cdt);
-  tpuir_val r = lw_sel(b, lw_bin(b, TPUIR_LE, x, lw_opnd_val(b, &thr, cdt)),
-                       lw_opnd_val(b, &val, cdt), x);
-  return lw_result_as(b, r, dt);
+  int cdt = tpulw__opmath(dt);
+  tpuir_val x = tpulw__convert(b, tpulw__tensor(b, s.t), cdt);
+  tpuir_val r = tpulw__sel(b, tpulw__bin(b, TPUIR_LE, x, tpulw__opnd_val(b, &thr, cdt)),
+                       tpulw__opnd_val(b, &val, cdt), x);
+  return tpulw__result_as(b, r, dt);
 }
 
 /* Backward ops: (grad_output, self/output/...) -> grad_input in the
  * promoted dtype. */
-static int backward_fn(lw_b *b) {
-  lw_opnd g = lw_opnd_arg(b, "grad_output");
+static int backward_fn(tpulw__b *b) {
+  tpulw__opnd g = tpulw__opnd_arg(b, "grad_output");
   const char *xname = "self";
   if (b->op == P_TANH_BW || b->op == P_SIGMOID_BW) xname = "output";
   if (b->op == P_ELU_BW) xname = "self_or_result";
-  lw_opnd xo = lw_opnd_arg(b, xname);
+  tpulw__opnd xo = tpulw__opnd_arg(b, xname);
   if (g.kind != LW_OPND_TENSOR || xo.kind != LW_OPND_TENSOR)
     return tpu_error(TPU_E_UNSUPPORTED, "%s: missing operand", b->base);
-  lw_opnd ops[2] = {g, xo};
-  int dt = lw_result_type(2, ops);
+  tpulw__opnd ops[2] = {g, xo};
+  int dt = tpulw__result_type(2, ops);
   if (!tpu_dtype_is_float(dt) && b->op != P_THRESHOLD_BW)
     return unsupported_dtype(b->base, dt);
-  int cdt = lw_opmath(dt);
-  tpuir_val gv = lw_opnd_val(b, &g, cdt);
-  tpuir_val x = lw_opnd_val(b, &xo, cdt);
-  tpuir_val zero = lw_const(b, cdt, 0), r;
-#define C(v) lw_const(b, cdt, (v))
-#define MUL(a, c) lw_bin(b, TPUIR_MUL, (a), (c))
-#define ADD(a, c) lw_bin(b, TPUIR_ADD, (a), (c))
-#define SUB(a, c) lw_bin(b, TPUIR_SUB, (a), (c))
-#define DIV(a, c) lw_bin(b, TPUIR_DIV, (a), (c))
+  int cdt = tpulw__opmath(dt);
+  tpuir_val gv = tpulw__opnd_val(b, &g, cdt);
+  tpuir_val x = tpulw__opnd_val(b, &xo, cdt);
+  tpuir_val zero = tpulw__const(b, cdt, 0), r;
+#define C(v) tpulw__const(b, cdt, (v))
+#define MUL(a, c) tpulw__bin(b, TPUIR_MUL, (a), (c))
+#define ADD(a, c) tpulw__bin(b, TPUIR_ADD, (a), (c))
+#define SUB(a, c) tpulw__bin(b, TPUIR_SUB, (a), (c))
+#define DIV(a, c) tpulw__bin(b, TPUIR_DIV, (a), (c))
   switch (b->op) {
   case P_THRESHOLD_BW: {
-    lw_opnd thr = lw_opnd_arg(b, "threshold");
+    tpulw__opnd thr = tpulw__opnd_arg(b, "threshold");
     if (thr.kind == LW_OPND_NONE) return tpu_error(TPU_E_UNSUPPORTED, "no threshold");
-    r = lw_sel(b, lw_bin(b, TPUIR_LE, x, lw_opnd_val(b, &thr, cdt)), zero, gv);
+    r = tpulw__sel(b, tpulw__bin(b, TPUIR_LE, x, tpulw__opnd_val(b, &thr, cdt)), zero, gv);
     break;
   }
   case P_GELU_BW: {
-    const char *approx = lw_str(b, "approximate");
+    const char *approx = tpulw__str(b, "approximate");
     if (approx && strcmp(approx, "tanh") == 0) {
       const double kbeta = M_SQRT2 * M_2_SQRTPI * 0.5, kk = 0.044715;
       tpuir_val x2 = MUL(x, x), x3 = MUL(x2, x);
       tpuir_val inner = MUL(C(kbeta), ADD(x, MUL(C(kk), x3)));
-      tpuir_val t = lw_un(b, TPUIR_TANH, inner);
+      tpuir_val t = tpulw__un(b, TPUIR_TANH, inner);
       tpuir_val left = MUL(C(0.5), x), right = ADD(C(1), t);
       tpuir_val ld = MUL(C(0.5), right);
       tpuir_val td = SUB(C(1), MUL(t, t));
@@ -1106,15 +1106,15 @@ static int backward_fn(lw_b *b) {
       tpuir_val rd = MUL(MUL(left, td), id);
       r = MUL(gv, ADD(ld, rd));
     } else {
-      tpuir_val cdf = MUL(C(0.5), ADD(C(1), lw_un(b, TPUIR_ERF, MUL(x, C(M_SQRT1_2)))));
-      tpuir_val pdf = MUL(lw_un(b, TPUIR_EXP, MUL(C(-0.5), MUL(x, x))),
+      tpuir_val cdf = MUL(C(0.5), ADD(C(1), tpulw__un(b, TPUIR_ERF, MUL(x, C(M_SQRT1_2)))));
+      tpuir_val pdf = MUL(tpulw__un(b, TPUIR_EXP, MUL(C(-0.5), MUL(x, x))),
                           C(M_2_SQRTPI * M_SQRT1_2 * 0.5));
       r = MUL(gv, ADD(cdf, MUL(x, pdf)));
     }
     break;
   }
   case P_SILU_BW: {
-    tpuir_val sg = lw_un(b, TPUIR_LOGISTIC, x);
+    tpuir_val sg = tpulw__un(b, TPUIR_LOGISTIC, x);
     r = MUL(MUL(gv, sg), ADD(C(1), MUL(x, SUB(C(1), sg))));
     break;
   }
@@ -1125,52 +1125,52 @@ static int backward_fn(lw_b *b) {
     r = MUL(MUL(gv, SUB(C(1), x)), x);
     break;
   case P_LEAKY_RELU_BW: {
-    double slope = lw_float(b, "negative_slope", 0.01);
-    r = lw_sel(b, lw_bin(b, TPUIR_GT, x, zero), gv, MUL(gv, C(slope)));
+    double slope = tpulw__float(b, "negative_slope", 0.01);
+    r = tpulw__sel(b, tpulw__bin(b, TPUIR_GT, x, zero), gv, MUL(gv, C(slope)));
     break;
   }
   case P_HARDTANH_BW: {
-    double lo = lw_float(b, "min_val", -1), hi = lw_float(b, "max_val", 1);
-    tpuir_val out = lw_bin(b, TPUIR_OR, lw_bin(b, TPUIR_LE, x, C(lo)),
-                           lw_bin(b, TPUIR_GE, x, C(hi)));
-    r = lw_sel(b, out, zero, gv);
+    double lo = tpulw__float(b, "min_val", -1), hi = tpulw__float(b, "max_val", 1);
+    tpuir_val out = tpulw__bin(b, TPUIR_OR, tpulw__bin(b, TPUIR_LE, x, C(lo)),
+                           tpulw__bin(b, TPUIR_GE, x, C(hi)));
+    r = tpulw__sel(b, out, zero, gv);
     break;
   }
   case P_ELU_BW: {
-    double alpha = lw_float(b, "alpha", 1), scale = lw_float(b, "scale", 1);
-    double iscale = lw_float(b, "input_scale", 1);
-    int is_result = (int)lw_int(b, "is_result", 0);
+    double alpha = tpulw__float(b, "alpha", 1), scale = tpulw__float(b, "scale", 1);
+    double iscale = tpulw__float(b, "input_scale", 1);
+    int is_result = (int)tpulw__int(b, "is_result", 0);
     double negcoef = alpha * scale;
     tpuir_val neg;
     if (is_result)
       neg = MUL(MUL(gv, C(iscale)), ADD(x, C(negcoef)));
     else
-      neg = MUL(MUL(gv, C(iscale * negcoef)), lw_un(b, TPUIR_EXP, MUL(x, C(iscale))));
-    r = lw_sel(b, lw_bin(b, TPUIR_LE, x, zero), neg, MUL(gv, C(scale)));
+      neg = MUL(MUL(gv, C(iscale * negcoef)), tpulw__un(b, TPUIR_EXP, MUL(x, C(iscale))));
+    r = tpulw__sel(b, tpulw__bin(b, TPUIR_LE, x, zero), neg, MUL(gv, C(scale)));
     break;
   }
   case P_SOFTPLUS_BW: {
-    double beta = lw_float(b, "beta", 1), thr = lw_float(b, "threshold", 20);
+    double beta = tpulw__float(b, "beta", 1), thr = tpulw__float(b, "threshold", 20);
     tpuir_val xb = MUL(x, C(beta));
-    tpuir_val z = lw_un(b, TPUIR_EXP, xb);
-    r = lw_sel(b, lw_bin(b, TPUIR_GT, xb, C(thr)), gv, DIV(MUL(gv, z), ADD(z, C(1))));
+    tpuir_val z = tpulw__un(b, TPUIR_EXP, xb);
+    r = tpulw__sel(b, tpulw__bin(b, TPUIR_GT, xb, C(thr)), gv, DIV(MUL(gv, z), ADD(z, C(1))));
     break;
   }
   case P_HARDSIGMOID_BW: {
-    tpuir_val in = lw_bin(b, TPUIR_AND, lw_bin(b, TPUIR_GT, x, C(-3)),
-                          lw_bin(b, TPUIR_LT, x, C(3)));
-    r = lw_sel(b, in, DIV(gv, C(6)), zero);
+    tpuir_val in = tpulw__bin(b, TPUIR_AND, tpulw__bin(b, TPUIR_GT, x, C(-3)),
+                          tpulw__bin(b, TPUIR_LT, x, C(3)));
+    r = tpulw__sel(b, in, DIV(gv, C(6)), zero);
     break;
   }
   case P_HARDSWISH_BW: {
     tpuir_val mid = MUL(gv, ADD(DIV(x, C(3)), C(0.5)));
-    r = lw_sel(b, lw_bin(b, TPUIR_LT, x, C(-3)), zero,
-               lw_sel(b, lw_bin(b, TPUIR_LE, x, C(3)), mid, gv));
+    r = tpulw__sel(b, tpulw__bin(b, TPUIR_LT, x, C(-3)), zero,
+               tpulw__sel(b, tpulw__bin(b, TPUIR_LE, x, C(3)), mid, gv));
     break;
   }
   case P_MISH_BW: {
-    tpuir_val t = lw_un(b, TPUIR_TANH, softplus_of(b, x));
-    tpuir_val sg = lw_un(b, TPUIR_LOGISTIC, x);
+    tpuir_val t = tpulw__un(b, TPUIR_TANH, softplus_of(b, x));
+    tpuir_val sg = tpulw__un(b, TPUIR_LOGISTIC, x);
     r = MUL(gv, ADD(t, MUL(MUL(x, sg), SUB(C(1), MUL(t, t)))));
     break;
   }
@@ -1182,19 +1182,19 @@ static int backward_fn(lw_b *b) {
 #undef ADD
 #undef SUB
 #undef DIV
-  return lw_result_as(b, r, dt);
+  return tpulw__result_as(b, r, dt);
 }
 
 /* ---- arange / linspace (out= only: the composite computes the size) ---- */
 
-static int arange_fn(lw_b *b) {
-  const tpulw_tensor *out = lw_tensor_arg(b, "out");
+static int arange_fn(tpulw__b *b) {
+  const tpulw_tensor *out = tpulw__tensor_arg(b, "out");
   if (!out) return tpu_error(TPU_E_UNSUPPORTED, "arange: no out tensor");
-  lw_scalar start = lw_scalar_i(0), end = lw_scalar_i(0), step = lw_scalar_i(1);
-  lw_scalar_arg(b, "start", &start);
-  if (!lw_scalar_arg(b, "end", &end))
+  tpulw__scalar start = tpulw__scalar_i(0), end = tpulw__scalar_i(0), step = tpulw__scalar_i(1);
+  tpulw__scalar_arg(b, "start", &start);
+  if (!tpulw__scalar_arg(b, "end", &end))
     return tpu_error(TPU_E_UNSUPPORTED, "arange: no end");
-  lw_scalar_arg(b, "step", &step);
+  tpulw__scalar_arg(b, "step", &step);
   int dt = out->view.dtype;
   if (dt == TPU_BOOL) return unsupported_dtype("arange_cpu", dt);
   if (!isfinite(start.f) || !isfinite(end.f))
@@ -1217,55 +1217,55 @@ static int arange_fn(lw_b *b) {
   tpuir_val r;
   if (tpu_dtype_is_int(dt)) {
     tpuir_val i = tpuir_iota(b->g, TPU_I64, 1, sz, 0);
-    r = lw_bin(b, TPUIR_ADD, lw_bin(b, TPUIR_MUL, i, lw_const_s(b, TPU_I64, step)),
-               lw_const_s(b, TPU_I64, start));
+    r = tpulw__bin(b, TPUIR_ADD, tpulw__bin(b, TPUIR_MUL, i, tpulw__const_s(b, TPU_I64, step)),
+               tpulw__const_s(b, TPU_I64, start));
   } else {
     tpuir_val i = tpuir_iota(b->g, TPU_F64, 1, sz, 0);
-    r = lw_bin(b, TPUIR_ADD, lw_bin(b, TPUIR_MUL, i, lw_const(b, TPU_F64, step.f)),
-               lw_const(b, TPU_F64, start.f));
+    r = tpulw__bin(b, TPUIR_ADD, tpulw__bin(b, TPUIR_MUL, i, tpulw__const(b, TPU_F64, step.f)),
+               tpulw__const(b, TPU_F64, start.f));
   }
   b->out_rule = LW_OUT_ANY;
-  return lw_result_as(b, r, dt);
+  return tpulw__result_as(b, r, dt);
 }
 
-static int eye_fn(lw_b *b) {
-  const tpulw_tensor *out = lw_tensor_arg(b, "out");
+static int eye_fn(tpulw__b *b) {
+  const tpulw_tensor *out = tpulw__tensor_arg(b, "out");
   if (!out) return tpu_error(TPU_E_UNSUPPORTED, "eye: no out tensor");
-  int64_t n = lw_int(b, "n", -1), m = lw_none(b, "m") ? n : lw_int(b, "m", -1);
+  int64_t n = tpulw__int(b, "n", -1), m = tpulw__none(b, "m") ? n : tpulw__int(b, "m", -1);
   if (n < 0) return tpu_error(TPU_E_INVALID, "n must be greater or equal to 0, got %lld", (long long)n);
   if (m < 0) return tpu_error(TPU_E_INVALID, "m must be greater or equal to 0, got %lld", (long long)m);
   int64_t sz[2] = {n, m};
-  tpuir_val r = lw_bin(b, TPUIR_EQ, tpuir_iota(b->g, TPU_I64, 2, sz, 0), tpuir_iota(b->g, TPU_I64, 2, sz, 1));
+  tpuir_val r = tpulw__bin(b, TPUIR_EQ, tpuir_iota(b->g, TPU_I64, 2, sz, 0), tpuir_iota(b->g, TPU_I64, 2, sz, 1));
   b->out_rule = LW_OUT_ANY;
-  return lw_result_as(b, r, out->view.dtype);
+  return tpulw__result_as(b, r, out->view.dtype);
 }
 
-static int linspace_fn(lw_b *b) {
-  const tpulw_tensor *out = lw_tensor_arg(b, "out");
-  lw_scalar start, end;
-  if (!out || !lw_scalar_arg(b, "start", &start) || !lw_scalar_arg(b, "end", &end))
+static int linspace_fn(tpulw__b *b) {
+  const tpulw_tensor *out = tpulw__tensor_arg(b, "out");
+  tpulw__scalar start, end;
+  if (!out || !tpulw__scalar_arg(b, "start", &start) || !tpulw__scalar_arg(b, "end", &end))
     return tpu_error(TPU_E_UNSUPPORTED, "linspace: needs scalar start/end and out");
-  int64_t steps = lw_int(b, "steps", -1);
+  int64_t steps = tpulw__int(b, "steps", -1);
   if (steps < 0) return tpu_error(TPU_E_INVALID, "number of steps must be non-negative");
   int dt = out->view.dtype;
   if (dt == TPU_BOOL) return unsupported_dtype("linspace_cpu", dt);
-  int cdt = tpu_dtype_is_float(dt) ? lw_opmath(dt) : TPU_F64;
+  int cdt = tpu_dtype_is_float(dt) ? tpulw__opmath(dt) : TPU_F64;
   int64_t sz[1] = {steps};
   tpuir_val r;
   if (steps == 1) {
-    r = lw_full(b, cdt, 1, sz, start.f);
+    r = tpulw__full(b, cdt, 1, sz, start.f);
   } else {
     double stepv = (end.f - start.f) / (double)(steps - 1);
     tpuir_val i = tpuir_iota(b->g, cdt, 1, sz, 0);
-    tpuir_val st = lw_const(b, cdt, stepv);
-    tpuir_val lo = lw_bin(b, TPUIR_ADD, lw_const(b, cdt, start.f), lw_bin(b, TPUIR_MUL, st, i));
-    tpuir_val rev = lw_bin(b, TPUIR_SUB, lw_const(b, cdt, (double)(steps - 1)), i);
-    tpuir_val hi = lw_bin(b, TPUIR_SUB, lw_const(b, cdt, end.f), lw_bin(b, TPUIR_MUL, st, rev));
-    tpuir_val first = lw_bin(b, TPUIR_LT, i, lw_const(b, cdt, (double)(steps / 2)));
-    r = lw_sel(b, first, lo, hi);
+    tpuir_val st = tpulw__const(b, cdt, stepv);
+    tpuir_val lo = tpulw__bin(b, TPUIR_ADD, tpulw__const(b, cdt, start.f), tpulw__bin(b, TPUIR_MUL, st, i));
+    tpuir_val rev = tpulw__bin(b, TPUIR_SUB, tpulw__const(b, cdt, (double)(steps - 1)), i);
+    tpuir_val hi = tpulw__bin(b, TPUIR_SUB, tpulw__const(b, cdt, end.f), tpulw__bin(b, TPUIR_MUL, st, rev));
+    tpuir_val first = tpulw__bin(b, TPUIR_LT, i, tpulw__const(b, cdt, (double)(steps / 2)));
+    r = tpulw__sel(b, first, lo, hi);
   }
   b->out_rule = LW_OUT_ANY;
-  return lw_result_as(b, r, dt);
+  return tpulw__result_as(b, r, dt);
 }
 
 /* ---- the rows ------------------------------------------------------------ */
@@ -1284,7 +1284,7 @@ static int linspace_fn(lw_b *b) {
 #define UF(n, code, ...) FUNC3(n, unary_float_fn, code, __VA_ARGS__)
 #define US(n, code, ...) FUNC3(n, unary_same_fn, code, __VA_ARGS__)
 
-const lw_row lw_rows_pointwise[] = {
+const tpulw__row tpulw__rows_pointwise[] = {
     BIN3("add", P_ADD, LW_COMPLEX_OK),
     BIN3("sub", P_SUB, LW_COMPLEX_OK),
     {"rsub.Tensor", binary_fn, P_RSUB, LW_COMPLEX_OK}, {"rsub.Scalar", binary_fn, P_RSUB, LW_COMPLEX_OK},
@@ -1442,4 +1442,4 @@ const lw_row lw_rows_pointwise[] = {
     {"linspace.out", linspace_fn, 0},
     {"eye.out", eye_fn, 0}, {"eye.m_out", eye_fn, 0},
 };
-const int lw_nrows_pointwise = sizeof lw_rows_pointwise / sizeof lw_rows_pointwise[0];
+const int tpulw__nrows_pointwise = sizeof tpulw__rows_pointwise / sizeof tpulw__rows_pointwise[0];

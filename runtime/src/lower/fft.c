@@ -17,9 +17,9 @@
 enum { F_R2C = 1, F_C2R, F_C2C };
 
 /* fft of `type` along dims[0..k) (k <= 3) of v, with lengths len[]. */
-static tpuir_val fft_along(lw_b *b, tpuir_val v, int type, int k, const int *dims,
+static tpuir_val fft_along(tpulw__b *b, tpuir_val v, int type, int k, const int *dims,
                            const int64_t *len) {
-  lw_shape s = lw_info(b, v);
+  tpulw__shape s = tpulw__info(b, v);
   if (v < 0) return v;
   int64_t perm[TPU_MAX_DIMS], inv[TPU_MAX_DIMS];
   int np = 0;
@@ -39,10 +39,10 @@ static tpuir_val fft_along(lw_b *b, tpuir_val v, int type, int k, const int *dim
 }
 
 /* complex-to-complex transform over dims[0..k) in groups of <= 3 */
-static tpuir_val c2c_groups(lw_b *b, tpuir_val v, int inverse, int k, const int *dims) {
+static tpuir_val c2c_groups(tpulw__b *b, tpuir_val v, int inverse, int k, const int *dims) {
   for (int j = 0; j < k && v >= 0; j += 3) {
     int g = k - j < 3 ? k - j : 3;
-    lw_shape s = lw_info(b, v);
+    tpulw__shape s = tpulw__info(b, v);
     int64_t len[3];
     for (int q = 0; q < g; q++) len[q] = s.sizes[dims[j + q]];
     v = fft_along(b, v, inverse ? TPUIR_FFT_INV : TPUIR_FFT_FWD, g, dims + j, len);
@@ -50,41 +50,41 @@ static tpuir_val c2c_groups(lw_b *b, tpuir_val v, int inverse, int k, const int 
   return v;
 }
 
-static int fft_fn(lw_b *b) {
-  const tpulw_tensor *self = lw_tensor_arg(b, "self");
+static int fft_fn(tpulw__b *b) {
+  const tpulw_tensor *self = tpulw__tensor_arg(b, "self");
   if (!self || self->device < 0) return tpu_error(TPU_E_UNSUPPORTED, "%s: no self", b->base);
   int dt = self->view.dtype, nd = self->view.ndim;
   int op = b->op;
   if (op == F_R2C ? (dt != TPU_F32 && dt != TPU_F64) : !tpu_dtype_is_complex(dt)) {
     if (dt == TPU_F16 || dt == TPU_BF16 || tpu_dtype_is_complex(dt) || tpu_dtype_is_float(dt))
-      return tpu_error(TPU_E_INVALID, "Unsupported dtype %s", lw_torch_name(dt));
-    return tpu_error(TPU_E_UNSUPPORTED, "%s: dtype %s", b->base, lw_torch_name(dt));
+      return tpu_error(TPU_E_INVALID, "Unsupported dtype %s", tpulw__torch_name(dt));
+    return tpu_error(TPU_E_UNSUPPORTED, "%s: dtype %s", b->base, tpulw__torch_name(dt));
   }
   int nlist;
   int64_t scratch;
-  const int64_t *dl = lw_ints(b, "dim", &nlist, &scratch);
+  const int64_t *dl = tpulw__ints(b, "dim", &nlist, &scratch);
   if (nlist < 0) nlist = 0;
   if (nlist > TPU_MAX_DIMS)
     return tpu_error(TPU_E_INVALID, "%s: too many dims", b->base);
   int dims[TPU_MAX_DIMS];
   uint32_t seen = 0;
   for (int j = 0; j < nlist; j++) {
-    int rc = lw_wrap_dim(dl[j], nd, &dims[j]);
+    int rc = tpulw__wrap_dim(dl[j], nd, &dims[j]);
     if (rc < 0) return rc;
     if (seen & (1u << dims[j]))
       return tpu_error(TPU_E_INVALID, "dims must be unique");
     seen |= 1u << dims[j];
   }
-  int norm = (int)lw_int(b, "normalization", 0);
+  int norm = (int)tpulw__int(b, "normalization", 0);
   b->out_rule = LW_OUT_SAME;
-  tpuir_val x = lw_tensor(b, self);
-  lw_shape s = lw_info(b, x);
+  tpuir_val x = tpulw__tensor(b, self);
+  tpulw__shape s = tpulw__info(b, x);
   if (nlist == 0) {
     if (op == F_C2R) return tpu_error(TPU_E_UNSUPPORTED, "_fft_c2r without dims");
-    return lw_result(b, op == F_R2C ? lw_convert(b, x, tpu_dtype_to_complex(dt)) : x);
+    return tpulw__result(b, op == F_R2C ? tpulw__convert(b, x, tpu_dtype_to_complex(dt)) : x);
   }
   /* signal sizes and their product */
-  int64_t last_n = op == F_C2R ? lw_int(b, "last_dim_size", 0) : s.sizes[dims[nlist - 1]];
+  int64_t last_n = op == F_C2R ? tpulw__int(b, "last_dim_size", 0) : s.sizes[dims[nlist - 1]];
   double N = 1;
   for (int j = 0; j < nlist; j++) {
     int64_t n = j == nlist - 1 ? last_n : s.sizes[dims[j]];
@@ -93,15 +93,15 @@ static int fft_fn(lw_b *b) {
                        (long long)n);
     N *= (double)n;
   }
-  int inverse = (op == F_C2R) || (op == F_C2C && !lw_int(b, "forward", 1));
+  int inverse = (op == F_C2R) || (op == F_C2C && !tpulw__int(b, "forward", 1));
   tpuir_val r;
   int last = dims[nlist - 1];
   if (op == F_R2C) {
-    if (lw_int(b, "onesided", 1)) {
+    if (tpulw__int(b, "onesided", 1)) {
       r = fft_along(b, x, TPUIR_FFT_RFFT, 1, &last, &last_n);
       r = c2c_groups(b, r, 0, nlist - 1, dims);
     } else {
-      r = c2c_groups(b, lw_convert(b, x, tpu_dtype_to_complex(dt)), 0, nlist, dims);
+      r = c2c_groups(b, tpulw__convert(b, x, tpu_dtype_to_complex(dt)), 0, nlist, dims);
     }
   } else if (op == F_C2C) {
     r = c2c_groups(b, x, inverse, nlist, dims);
@@ -120,7 +120,7 @@ static int fft_fn(lw_b *b) {
       int64_t zs[TPU_MAX_DIMS];
       memcpy(zs, s.sizes, sizeof zs);
       zs[last] = h - have;
-      tpuir_val parts[2] = {x, lw_full(b, dt, s.ndim, zs, 0)};
+      tpuir_val parts[2] = {x, tpulw__full(b, dt, s.ndim, zs, 0)};
       x = tpuir_concat(b->g, 2, parts, last);
     }
     x = c2c_groups(b, x, 1, nlist - 1, dims);
@@ -130,13 +130,13 @@ static int fft_fn(lw_b *b) {
   double scale;
   if (inverse) scale = norm == 1 ? sqrt(N) : norm == 2 ? 1.0 : N;
   else scale = norm == 1 ? 1.0 / sqrt(N) : norm == 2 ? 1.0 / N : 1.0;
-  if (scale != 1.0) r = lw_bin_c(b, TPUIR_MUL, r, scale);
-  return lw_result(b, r);
+  if (scale != 1.0) r = tpulw__bin_c(b, TPUIR_MUL, r, scale);
+  return tpulw__result(b, r);
 }
 
-const lw_row lw_rows_fft[] = {
+const tpulw__row tpulw__rows_fft[] = {
     {"_fft_r2c", fft_fn, F_R2C}, {"_fft_r2c.out", fft_fn, F_R2C},
     {"_fft_c2r", fft_fn, F_C2R}, {"_fft_c2r.out", fft_fn, F_C2R},
     {"_fft_c2c", fft_fn, F_C2C}, {"_fft_c2c.out", fft_fn, F_C2C},
 };
-const int lw_nrows_fft = (int)(sizeof lw_rows_fft / sizeof lw_rows_fft[0]);
+const int tpulw__nrows_fft = (int)(sizeof tpulw__rows_fft / sizeof tpulw__rows_fft[0]);

@@ -15,24 +15,24 @@ static int idx_dtype_ok(int dt) { return dt == TPU_I64 || dt == TPU_I32; }
 
 /* ---- index_select / gather / scatter_add / index_add ------------------- */
 
-static int index_select_fn(lw_b *b) {
-  const tpulw_tensor *self = lw_tensor_arg(b, "self");
-  const tpulw_tensor *index = lw_tensor_arg(b, "index");
+static int index_select_fn(tpulw__b *b) {
+  const tpulw_tensor *self = tpulw__tensor_arg(b, "self");
+  const tpulw_tensor *index = tpulw__tensor_arg(b, "index");
   if (!self || !index || self->device < 0 || index->device < 0)
     return tpu_error(TPU_E_UNSUPPORTED, "index_select: missing operand");
   if (!idx_dtype_ok(index->view.dtype))
     return tpu_error(TPU_E_INVALID, "index_select(): Expected dtype int32 or int64 for index");
   if (index->view.ndim > 1)
     return tpu_error(TPU_E_INDEX, "index_select(): Index is supposed to be a vector");
-  int od = lw_out_dtype(b);
+  int od = tpulw__out_dtype(b);
   if (od >= 0 && od != self->view.dtype)
     return tpu_error(TPU_E_INVALID, "index_select(): self and result must have the same scalar type");
-  tpuir_val x = lw_tensor(b, self);
-  lw_shape s = lw_info(b, x);
+  tpuir_val x = tpulw__tensor(b, self);
+  tpulw__shape s = tpulw__info(b, x);
   int dim;
-  int rc = lw_wrap_dim(lw_int(b, "dim", 0), s.ndim, &dim);
+  int rc = tpulw__wrap_dim(tpulw__int(b, "dim", 0), s.ndim, &dim);
   if (rc < 0) return rc;
-  tpuir_val idx = lw_tensor(b, index);
+  tpuir_val idx = tpulw__tensor(b, index);
   if (s.ndim == 0) { /* scalar source: index must select element 0 */
     int64_t k = tpu_view_numel(&index->view);
     if (k != 1)
@@ -40,18 +40,18 @@ static int index_select_fn(lw_b *b) {
                        "index_select(): Index to scalar can have only 1 value, got %lld value(s)",
                        (long long)k);
     int64_t one = 1;
-    idx = lw_reshape(b, idx, 1, &one);
-    x = lw_reshape(b, x, 1, &one);
+    idx = tpulw__reshape(b, idx, 1, &one);
+    x = tpulw__reshape(b, x, 1, &one);
   }
   b->sync = 1;
   tpuir_val r = tpuir_index_select(b->g, x, dim, idx);
-  if (s.ndim == 0) r = lw_reshape(b, r, 0, NULL); /* CPU: result is 0-dim */
-  return lw_result(b, r);
+  if (s.ndim == 0) r = tpulw__reshape(b, r, 0, NULL); /* CPU: result is 0-dim */
+  return tpulw__result(b, r);
 }
 
-static int gather_fn(lw_b *b) {
-  const tpulw_tensor *self = lw_tensor_arg(b, "self");
-  const tpulw_tensor *index = lw_tensor_arg(b, "index");
+static int gather_fn(tpulw__b *b) {
+  const tpulw_tensor *self = tpulw__tensor_arg(b, "self");
+  const tpulw_tensor *index = tpulw__tensor_arg(b, "index");
   if (!self || !index || self->device < 0 || index->device < 0)
     return tpu_error(TPU_E_UNSUPPORTED, "gather: missing operand");
   if (tpu_view_numel(&index->view) != 0 && !idx_dtype_ok(index->view.dtype))
@@ -59,7 +59,7 @@ static int gather_fn(lw_b *b) {
   b->out_rule = LW_OUT_SAME;
   const tpu_view *sv = &self->view, *iv = &index->view;
   int dim;
-  int rc = lw_wrap_dim(lw_int(b, "dim", 0), sv->ndim, &dim);
+  int rc = tpulw__wrap_dim(tpulw__int(b, "dim", 0), sv->ndim, &dim);
   if (rc < 0) return rc;
   int snd = sv->ndim ? sv->ndim : 1, ind = iv->ndim ? iv->ndim : 1;
   if (tpu_view_numel(iv) != 0 && snd != ind)
@@ -70,48 +70,48 @@ static int gather_fn(lw_b *b) {
       return tpu_error(TPU_E_INVALID,
                        "Size does not match at dimension %d expected index to be "
                        "smaller than self apart from dimension %d", d, dim);
-  tpuir_val x = lw_tensor(b, self), idx = lw_tensor(b, index);
+  tpuir_val x = tpulw__tensor(b, self), idx = tpulw__tensor(b, index);
   if (tpu_view_numel(iv) == 0)
-    return lw_result(b, lw_full(b, sv->dtype, iv->ndim, iv->sizes, 0));
+    return tpulw__result(b, tpulw__full(b, sv->dtype, iv->ndim, iv->sizes, 0));
   if (sv->ndim == 0 || iv->ndim == 0) {
     int64_t one = 1;
-    x = lw_reshape(b, x, 1, &one);
-    idx = lw_reshape(b, idx, 1, &one);
+    x = tpulw__reshape(b, x, 1, &one);
+    idx = tpulw__reshape(b, idx, 1, &one);
   }
   b->sync = 1;
   b->err_remap = LW_ERR_RUNTIME;
   tpuir_val r = tpuir_gather(b->g, x, dim, idx);
-  return lw_result(b, lw_reshape(b, r, iv->ndim, iv->sizes));
+  return tpulw__result(b, tpulw__reshape(b, r, iv->ndim, iv->sizes));
 }
 
 /* shared checks/values for scatter-like ops; src sliced to index's shape */
-static int scatter_prep(lw_b *b, tpuir_val *x, tpuir_val *idx, tpuir_val *src,
+static int scatter_prep(tpulw__b *b, tpuir_val *x, tpuir_val *idx, tpuir_val *src,
                         int *dim, int dt) {
-  const tpulw_tensor *self = lw_tensor_arg(b, "self");
-  const tpulw_tensor *index = lw_tensor_arg(b, "index");
+  const tpulw_tensor *self = tpulw__tensor_arg(b, "self");
+  const tpulw_tensor *index = tpulw__tensor_arg(b, "index");
   if (!self || !index || self->device < 0 || index->device < 0)
     return tpu_error(TPU_E_UNSUPPORTED, "%s: missing operand", b->base);
   const tpu_view *sv = &self->view, *iv = &index->view;
   /* CPU skips the index dtype check for an empty index */
   if (tpu_view_numel(iv) != 0 && !idx_dtype_ok(iv->dtype))
     return tpu_error(TPU_E_INVALID, "scatter(): Expected dtype int32/int64 for index");
-  const tpulw_tensor *st0 = lw_tensor_arg(b, "src");
+  const tpulw_tensor *st0 = tpulw__tensor_arg(b, "src");
   if (st0 && st0->view.dtype != sv->dtype)
     return tpu_error(TPU_E_INVALID, "scatter(): Expected self.dtype to be equal to src.dtype");
-  int rc = lw_wrap_dim(lw_int(b, "dim", 0), sv->ndim, dim);
+  int rc = tpulw__wrap_dim(tpulw__int(b, "dim", 0), sv->ndim, dim);
   if (rc < 0) return rc;
   if (iv->ndim != sv->ndim && tpu_view_numel(iv) != 0 && sv->ndim > 0)
     return tpu_error(TPU_E_INVALID,
                      "Index tensor must have the same number of dimensions as self tensor");
   if (sv->ndim == 0) return tpu_error(TPU_E_UNSUPPORTED, "%s: 0-dim self", b->base);
-  *x = lw_convert(b, lw_tensor(b, self), dt);
-  *idx = lw_tensor(b, index);
+  *x = tpulw__convert(b, tpulw__tensor(b, self), dt);
+  *idx = tpulw__tensor(b, index);
   if (tpu_view_numel(iv) == 0) { /* CPU: no-op, shape checks skipped */
     *src = *x;
     return TPU_OK;
   }
-  const tpulw_tensor *st = lw_tensor_arg(b, "src");
-  lw_scalar val;
+  const tpulw_tensor *st = tpulw__tensor_arg(b, "src");
+  tpulw__scalar val;
   if (st) {
     if (st->view.ndim != iv->ndim)
       return tpu_error(TPU_E_INVALID,
@@ -121,7 +121,7 @@ static int scatter_prep(lw_b *b, tpuir_val *x, tpuir_val *idx, tpuir_val *src,
         return tpu_error(TPU_E_INVALID,
                          "Expected index %s to be smaller than self apart from "
                          "dimension %d and to be smaller size than src", "shape", *dim);
-    tpuir_val s = lw_convert(b, lw_tensor(b, st), dt);
+    tpuir_val s = tpulw__convert(b, tpulw__tensor(b, st), dt);
     int64_t start[TPU_MAX_DIMS] = {0}, stride[TPU_MAX_DIMS];
     int need = 0;
     for (int d = 0; d < iv->ndim; d++) {
@@ -130,8 +130,8 @@ static int scatter_prep(lw_b *b, tpuir_val *x, tpuir_val *idx, tpuir_val *src,
     }
     if (need) s = tpuir_slice(b->g, s, start, iv->sizes, stride);
     *src = s;
-  } else if (lw_scalar_arg(b, "value", &val)) {
-    *src = lw_bcast(b, lw_const_s(b, dt, val), iv->ndim, iv->sizes);
+  } else if (tpulw__scalar_arg(b, "value", &val)) {
+    *src = tpulw__bcast(b, tpulw__const_s(b, dt, val), iv->ndim, iv->sizes);
   } else {
     return tpu_error(TPU_E_UNSUPPORTED, "%s: no src", b->base);
   }
@@ -140,60 +140,60 @@ static int scatter_prep(lw_b *b, tpuir_val *x, tpuir_val *idx, tpuir_val *src,
   return TPU_OK;
 }
 
-static int scatter_add_fn(lw_b *b) {
-  const tpulw_tensor *self = lw_tensor_arg(b, "self");
+static int scatter_add_fn(tpulw__b *b) {
+  const tpulw_tensor *self = tpulw__tensor_arg(b, "self");
   if (!self) return tpu_error(TPU_E_UNSUPPORTED, "scatter_add: no self");
   int dt = self->view.dtype;
-  const char *reduce = lw_str(b, "reduce");
+  const char *reduce = tpulw__str(b, "reduce");
   if (reduce && strcmp(reduce, "multiply") == 0) { /* scatter_reduce prod, self included */
     tpuir_val x, idx, src;
     int dim;
     int rc = scatter_prep(b, &x, &idx, &src, &dim, dt);
     if (rc < 0) return rc;
-    if (tpu_view_numel(&lw_tensor_arg(b, "index")->view) == 0) return lw_result(b, x);
-    return lw_scatter_reduce(b, self, dim, lw_convert(b, idx, TPU_I64), src, "prod", 1);
+    if (tpu_view_numel(&tpulw__tensor_arg(b, "index")->view) == 0) return tpulw__result(b, x);
+    return tpulw__scatter_reduce(b, self, dim, tpulw__convert(b, idx, TPU_I64), src, "prod", 1);
   }
   if (reduce && strcmp(reduce, "add") != 0 && strcmp(reduce, "sum") != 0)
     return tpu_error(TPU_E_INVALID, "reduce argument must be either add or multiply.");
-  int cdt = dt == TPU_BOOL ? TPU_I32 : lw_opmath(dt);
+  int cdt = dt == TPU_BOOL ? TPU_I32 : tpulw__opmath(dt);
   tpuir_val x, idx, src;
   int dim;
   int rc = scatter_prep(b, &x, &idx, &src, &dim, cdt);
   if (rc < 0) return rc;
-  lw_shape is = lw_info(b, idx);
-  if (lw_numel(&is) == 0) return lw_result_as(b, x, dt);
+  tpulw__shape is = tpulw__info(b, idx);
+  if (tpulw__numel(&is) == 0) return tpulw__result_as(b, x, dt);
   tpuir_val r = tpuir_scatter_add(b->g, x, dim, idx, src);
-  if (dt == TPU_BOOL) r = lw_bin(b, TPUIR_NE, r, lw_const(b, cdt, 0));
-  return lw_result_as(b, r, dt);
+  if (dt == TPU_BOOL) r = tpulw__bin(b, TPUIR_NE, r, tpulw__const(b, cdt, 0));
+  return tpulw__result_as(b, r, dt);
 }
 
 /* scatter (overwrite): positions hit once take src; positions hit several
  * times (undefined order in PyTorch) take the mean of their sources. */
-static int scatter_fn(lw_b *b) {
-  const tpulw_tensor *self = lw_tensor_arg(b, "self");
+static int scatter_fn(tpulw__b *b) {
+  const tpulw_tensor *self = tpulw__tensor_arg(b, "self");
   if (!self) return tpu_error(TPU_E_UNSUPPORTED, "scatter: no self");
-  if (lw_str(b, "reduce")) return scatter_add_fn(b);
+  if (tpulw__str(b, "reduce")) return scatter_add_fn(b);
   int dt = self->view.dtype;
-  int cdt = tpu_dtype_is_float(dt) ? lw_opmath(dt) : TPU_I64;
+  int cdt = tpu_dtype_is_float(dt) ? tpulw__opmath(dt) : TPU_I64;
   tpuir_val x, idx, src;
   int dim;
   int rc = scatter_prep(b, &x, &idx, &src, &dim, cdt);
   if (rc < 0) return rc;
-  lw_shape is = lw_info(b, idx), xs = lw_info(b, x);
-  if (lw_numel(&is) == 0) return lw_result_as(b, x, dt);
-  tpuir_val zeros = lw_full(b, cdt, xs.ndim, xs.sizes, 0);
-  tpuir_val cnt = tpuir_scatter_add(b->g, zeros, dim, idx, lw_full(b, cdt, is.ndim, is.sizes, 1));
+  tpulw__shape is = tpulw__info(b, idx), xs = tpulw__info(b, x);
+  if (tpulw__numel(&is) == 0) return tpulw__result_as(b, x, dt);
+  tpuir_val zeros = tpulw__full(b, cdt, xs.ndim, xs.sizes, 0);
+  tpuir_val cnt = tpuir_scatter_add(b->g, zeros, dim, idx, tpulw__full(b, cdt, is.ndim, is.sizes, 1));
   tpuir_val sum = tpuir_scatter_add(b->g, zeros, dim, idx, src);
-  tpuir_val hit = lw_bin(b, TPUIR_GT, cnt, lw_const(b, cdt, 0));
-  tpuir_val safe = lw_sel(b, hit, cnt, lw_const(b, cdt, 1));
-  tpuir_val r = lw_sel(b, hit, lw_bin(b, TPUIR_DIV, sum, safe), x);
-  return lw_result_as(b, r, dt);
+  tpuir_val hit = tpulw__bin(b, TPUIR_GT, cnt, tpulw__const(b, cdt, 0));
+  tpuir_val safe = tpulw__sel(b, hit, cnt, tpulw__const(b, cdt, 1));
+  tpuir_val r = tpulw__sel(b, hit, tpulw__bin(b, TPUIR_DIV, sum, safe), x);
+  return tpulw__result_as(b, r, dt);
 }
 
-static int index_add_fn(lw_b *b) {
-  const tpulw_tensor *self = lw_tensor_arg(b, "self");
-  const tpulw_tensor *index = lw_tensor_arg(b, "index");
-  const tpulw_tensor *source = lw_tensor_arg(b, "source");
+static int index_add_fn(tpulw__b *b) {
+  const tpulw_tensor *self = tpulw__tensor_arg(b, "self");
+  const tpulw_tensor *index = tpulw__tensor_arg(b, "index");
+  const tpulw_tensor *source = tpulw__tensor_arg(b, "source");
   if (!self || !index || !source || index->device < 0)
     return tpu_error(TPU_E_UNSUPPORTED, "index_add: missing operand");
   if (!idx_dtype_ok(index->view.dtype))
@@ -204,49 +204,49 @@ static int index_add_fn(lw_b *b) {
   if (source->view.dtype != dt)
     return tpu_error(TPU_E_INVALID,
                      "index_add_(): self (%s) and source (%s) must have the same scalar type",
-                     lw_torch_name(dt), lw_torch_name(source->view.dtype));
-  int cdt = dt == TPU_BOOL ? TPU_I32 : lw_opmath(dt);
-  tpuir_val x = lw_convert(b, lw_tensor(b, self), cdt);
-  tpuir_val src = lw_convert(b, lw_tensor(b, source), cdt);
-  lw_shape s = lw_info(b, x);
+                     tpulw__torch_name(dt), tpulw__torch_name(source->view.dtype));
+  int cdt = dt == TPU_BOOL ? TPU_I32 : tpulw__opmath(dt);
+  tpuir_val x = tpulw__convert(b, tpulw__tensor(b, self), cdt);
+  tpuir_val src = tpulw__convert(b, tpulw__tensor(b, source), cdt);
+  tpulw__shape s = tpulw__info(b, x);
   int dim;
-  int rc = lw_wrap_dim(lw_int(b, "dim", 0), s.ndim, &dim);
+  int rc = tpulw__wrap_dim(tpulw__int(b, "dim", 0), s.ndim, &dim);
   if (rc < 0) return rc;
-  lw_scalar alpha = lw_scalar_i(1);
-  lw_scalar_arg(b, "alpha", &alpha);
-  if (alpha.f != 1.0) src = lw_bin(b, TPUIR_MUL, src, lw_const_s(b, cdt, alpha));
-  tpuir_val idx = lw_tensor(b, index);
+  tpulw__scalar alpha = tpulw__scalar_i(1);
+  tpulw__scalar_arg(b, "alpha", &alpha);
+  if (alpha.f != 1.0) src = tpulw__bin(b, TPUIR_MUL, src, tpulw__const_s(b, cdt, alpha));
+  tpuir_val idx = tpulw__tensor(b, index);
   int scalar = s.ndim == 0;
   if (scalar) {
     int64_t one = 1;
-    x = lw_reshape(b, x, 1, &one);
-    src = lw_reshape(b, src, 1, &one);
-    idx = lw_reshape(b, idx, 1, &one);
+    x = tpulw__reshape(b, x, 1, &one);
+    src = tpulw__reshape(b, src, 1, &one);
+    idx = tpulw__reshape(b, idx, 1, &one);
   } else if (index->view.ndim == 0) {
     int64_t one = 1;
-    idx = lw_reshape(b, idx, 1, &one);
+    idx = tpulw__reshape(b, idx, 1, &one);
   }
   b->sync = 1;
   b->err_remap = LW_ERR_RUNTIME;
   tpuir_val r = tpuir_index_add(b->g, x, dim, idx, src);
-  if (scalar) r = lw_reshape(b, r, 0, NULL);
-  if (dt == TPU_BOOL) r = lw_bin(b, TPUIR_NE, r, lw_const(b, cdt, 0));
-  return lw_result_as(b, r, dt);
+  if (scalar) r = tpulw__reshape(b, r, 0, NULL);
+  if (dt == TPU_BOOL) r = tpulw__bin(b, TPUIR_NE, r, tpulw__const(b, cdt, 0));
+  return tpulw__result_as(b, r, dt);
 }
 
 /* index as int64 with negatives wrapped by `size` (values < -size stay
  * negative and fail the executor's range check) */
-static tpuir_val wrap_index(lw_b *b, tpuir_val idx, int64_t size) {
-  idx = lw_convert(b, idx, TPU_I64);
-  tpuir_val zero = lw_const(b, TPU_I64, 0);
-  return lw_sel(b, lw_bin(b, TPUIR_LT, idx, zero), lw_bin_c(b, TPUIR_ADD, idx, (double)size), idx);
+static tpuir_val wrap_index(tpulw__b *b, tpuir_val idx, int64_t size) {
+  idx = tpulw__convert(b, idx, TPU_I64);
+  tpuir_val zero = tpulw__const(b, TPU_I64, 0);
+  return tpulw__sel(b, tpulw__bin(b, TPUIR_LT, idx, zero), tpulw__bin_c(b, TPUIR_ADD, idx, (double)size), idx);
 }
 
 /* index_fill_(self, dim, index, value) / index_copy(self, dim, index, source) */
-static int index_fill_copy_fn(lw_b *b) {
+static int index_fill_copy_fn(tpulw__b *b) {
   int is_copy = strncmp(b->base, "index_copy", 10) == 0;
-  const tpulw_tensor *self = lw_tensor_arg(b, "self");
-  const tpulw_tensor *index = lw_tensor_arg(b, "index");
+  const tpulw_tensor *self = tpulw__tensor_arg(b, "self");
+  const tpulw_tensor *index = tpulw__tensor_arg(b, "index");
   if (!self || !index || index->device < 0)
     return tpu_error(TPU_E_UNSUPPORTED, "%s: missing operand", b->base);
   if (index->view.dtype != TPU_I64)
@@ -255,82 +255,82 @@ static int index_fill_copy_fn(lw_b *b) {
   if (index->view.ndim > 1)
     return tpu_error(TPU_E_INVALID, "Index is supposed to be a vector");
   int dt = self->view.dtype;
-  tpuir_val x = lw_tensor(b, self);
-  lw_shape s = lw_info(b, x);
+  tpuir_val x = tpulw__tensor(b, self);
+  tpulw__shape s = tpulw__info(b, x);
   int dim;
-  int rc = lw_wrap_dim(lw_int(b, "dim", 0), s.ndim, &dim);
+  int rc = tpulw__wrap_dim(tpulw__int(b, "dim", 0), s.ndim, &dim);
   if (rc < 0) return rc;
   int scalar = s.ndim == 0; /* a 0-dim self acts as [1] */
   if (scalar) {
     int64_t one = 1;
-    x = lw_reshape(b, x, 1, &one);
-    s = lw_info(b, x);
+    x = tpulw__reshape(b, x, 1, &one);
+    s = tpulw__info(b, x);
   }
   int64_t size = s.sizes[dim], k = tpu_view_numel(&index->view);
-  tpuir_val idx = lw_reshape(b, lw_tensor(b, index), 1, &k);
+  tpuir_val idx = tpulw__reshape(b, tpulw__tensor(b, index), 1, &k);
   if (!is_copy) idx = wrap_index(b, idx, size);
   b->sync = 1;
   b->err_remap = is_copy ? LW_ERR_RUNTIME : LW_ERR_DIM0 + dim;
   int64_t ms[TPU_MAX_DIMS];
   for (int d = 0; d < s.ndim; d++) ms[d] = d == dim ? size : 1;
-  tpuir_val cnt = tpuir_index_add(b->g, lw_full(b, TPU_I32, 1, &size, 0), 0, idx,
-                                  lw_full(b, TPU_I32, 1, &k, 1));
-  tpuir_val hit = lw_reshape(b, lw_bin_c(b, TPUIR_GT, cnt, 0), s.ndim, ms);
+  tpuir_val cnt = tpuir_index_add(b->g, tpulw__full(b, TPU_I32, 1, &size, 0), 0, idx,
+                                  tpulw__full(b, TPU_I32, 1, &k, 1));
+  tpuir_val hit = tpulw__reshape(b, tpulw__bin_c(b, TPUIR_GT, cnt, 0), s.ndim, ms);
   if (!is_copy) {
-    lw_opnd v = lw_opnd_arg(b, "value");
+    tpulw__opnd v = tpulw__opnd_arg(b, "value");
     if (v.kind == LW_OPND_TENSOR && v.t->view.ndim != 0)
       return tpu_error(TPU_E_INVALID,
                        "index_fill_ only supports a 0-dimensional value tensor, but got tensor "
                        "with %d dimension(s).", v.t->view.ndim);
     if (v.kind == LW_OPND_NONE) return tpu_error(TPU_E_UNSUPPORTED, "index_fill: no value");
-    tpuir_val r = lw_sel(b, hit, lw_opnd_val(b, &v, dt), x);
-    return lw_result(b, scalar ? lw_reshape(b, r, 0, NULL) : r);
+    tpuir_val r = tpulw__sel(b, hit, tpulw__opnd_val(b, &v, dt), x);
+    return tpulw__result(b, scalar ? tpulw__reshape(b, r, 0, NULL) : r);
   }
-  const tpulw_tensor *src = lw_tensor_arg(b, "source");
+  const tpulw_tensor *src = tpulw__tensor_arg(b, "source");
   if (!src) return tpu_error(TPU_E_UNSUPPORTED, "index_copy: no source");
   if (src->view.dtype != dt)
     return tpu_error(TPU_E_INVALID, "index_copy_(): self and source expected to have the same "
-                     "dtype, but got (self) %s and (source) %s", lw_torch_name(dt),
-                     lw_torch_name(src->view.dtype));
-  int cdt = tpu_dtype_is_float(dt) ? lw_opmath(dt) : TPU_I64;
-  tpuir_val sv = lw_convert(b, lw_tensor(b, src), cdt);
+                     "dtype, but got (self) %s and (source) %s", tpulw__torch_name(dt),
+                     tpulw__torch_name(src->view.dtype));
+  int cdt = tpu_dtype_is_float(dt) ? tpulw__opmath(dt) : TPU_I64;
+  tpuir_val sv = tpulw__convert(b, tpulw__tensor(b, src), cdt);
   if (scalar && src->view.ndim == 0) {
     int64_t one = 1;
-    sv = lw_reshape(b, sv, 1, &one);
+    sv = tpulw__reshape(b, sv, 1, &one);
   }
-  lw_shape ss = lw_info(b, sv);
+  tpulw__shape ss = tpulw__info(b, sv);
   if (ss.ndim != s.ndim || ss.sizes[dim] != k)
     return tpu_error(TPU_E_INVALID, "index_copy_(): Source/destination tensor must have same "
                      "slice shapes.");
   /* positions written several times take the mean of their sources */
-  tpuir_val sum = tpuir_index_add(b->g, lw_full(b, cdt, s.ndim, s.sizes, 0), dim, idx, sv);
-  tpuir_val c = lw_convert(b, lw_reshape(b, cnt, s.ndim, ms), cdt);
-  tpuir_val mean = lw_bin(b, TPUIR_DIV, sum, lw_bin_c(b, TPUIR_MAX, c, 1));
-  tpuir_val r = lw_sel(b, hit, lw_convert(b, mean, dt), x);
-  return lw_result(b, scalar ? lw_reshape(b, r, 0, NULL) : r);
+  tpuir_val sum = tpuir_index_add(b->g, tpulw__full(b, cdt, s.ndim, s.sizes, 0), dim, idx, sv);
+  tpuir_val c = tpulw__convert(b, tpulw__reshape(b, cnt, s.ndim, ms), cdt);
+  tpuir_val mean = tpulw__bin(b, TPUIR_DIV, sum, tpulw__bin_c(b, TPUIR_MAX, c, 1));
+  tpuir_val r = tpulw__sel(b, hit, tpulw__convert(b, mean, dt), x);
+  return tpulw__result(b, scalar ? tpulw__reshape(b, r, 0, NULL) : r);
 }
 
 /* take(self, index): self flattened, negative indices wrap */
-static int take_fn(lw_b *b) {
-  const tpulw_tensor *self = lw_tensor_arg(b, "self");
-  const tpulw_tensor *index = lw_tensor_arg(b, "index");
+static int take_fn(tpulw__b *b) {
+  const tpulw_tensor *self = tpulw__tensor_arg(b, "self");
+  const tpulw_tensor *index = tpulw__tensor_arg(b, "index");
   if (!self || !index || index->device < 0)
     return tpu_error(TPU_E_UNSUPPORTED, "take: missing operand");
   if (index->view.dtype != TPU_I64)
     return tpu_error(TPU_E_INVALID, "take(): Expected a long tensor for index, but got %s",
-                     lw_torch_name(index->view.dtype));
+                     tpulw__torch_name(index->view.dtype));
   int64_t n = tpu_view_numel(&self->view), k = tpu_view_numel(&index->view);
-  tpuir_val x = lw_reshape(b, lw_tensor(b, self), 1, &n);
-  tpuir_val idx = wrap_index(b, lw_reshape(b, lw_tensor(b, index), 1, &k), n);
+  tpuir_val x = tpulw__reshape(b, tpulw__tensor(b, self), 1, &n);
+  tpuir_val idx = wrap_index(b, tpulw__reshape(b, tpulw__tensor(b, index), 1, &k), n);
   b->sync = 1;
   b->out_rule = LW_OUT_SAME;
   tpuir_val r = tpuir_index_select(b->g, x, 0, idx);
-  return lw_result(b, lw_reshape(b, r, index->view.ndim, index->view.sizes));
+  return tpulw__result(b, tpulw__reshape(b, r, index->view.ndim, index->view.sizes));
 }
 
-static int embedding_bw_fn(lw_b *b) {
-  const tpulw_tensor *go = lw_tensor_arg(b, "grad_output");
-  const tpulw_tensor *ind = lw_tensor_arg(b, "indices");
+static int embedding_bw_fn(tpulw__b *b) {
+  const tpulw_tensor *go = tpulw__tensor_arg(b, "grad_output");
+  const tpulw_tensor *ind = tpulw__tensor_arg(b, "indices");
   if (!go || !ind || ind->device < 0)
     return tpu_error(TPU_E_UNSUPPORTED, "embedding_dense_backward: missing operand");
   if (!idx_dtype_ok(ind->view.dtype))
@@ -338,33 +338,33 @@ static int embedding_bw_fn(lw_b *b) {
   int dt = go->view.dtype;
   if (!tpu_dtype_is_float(dt))
     return tpu_error(TPU_E_UNSUPPORTED, "embedding_dense_backward: dtype");
-  int cdt = lw_opmath(dt);
-  int64_t nw = lw_int(b, "num_weights", 0);
-  int64_t pad = lw_int(b, "padding_idx", -1);
-  int scale = (int)lw_int(b, "scale_grad_by_freq", 0);
-  tpuir_val g = lw_convert(b, lw_tensor(b, go), cdt);
-  lw_shape gs = lw_info(b, g);
+  int cdt = tpulw__opmath(dt);
+  int64_t nw = tpulw__int(b, "num_weights", 0);
+  int64_t pad = tpulw__int(b, "padding_idx", -1);
+  int scale = (int)tpulw__int(b, "scale_grad_by_freq", 0);
+  tpuir_val g = tpulw__convert(b, tpulw__tensor(b, go), cdt);
+  tpulw__shape gs = tpulw__info(b, g);
   int64_t k = tpu_view_numel(&ind->view);
   int64_t dsz = gs.ndim ? gs.sizes[gs.ndim - 1] : 1;
   int64_t g2[2] = {k, dsz}, o2[2] = {nw, dsz};
-  g = lw_reshape(b, g, 2, g2);
-  tpuir_val idx = lw_convert(b, lw_reshape(b, lw_tensor(b, ind), 1, &k), TPU_I64);
-  tpuir_val zero = lw_const(b, cdt, 0);
+  g = tpulw__reshape(b, g, 2, g2);
+  tpuir_val idx = tpulw__convert(b, tpulw__reshape(b, tpulw__tensor(b, ind), 1, &k), TPU_I64);
+  tpuir_val zero = tpulw__const(b, cdt, 0);
   if (pad >= 0) {
-    tpuir_val keep = lw_bin(b, TPUIR_NE, idx, lw_const(b, TPU_I64, pad));
+    tpuir_val keep = tpulw__bin(b, TPUIR_NE, idx, tpulw__const(b, TPU_I64, pad));
     int64_t k1[2] = {k, 1};
-    g = lw_sel(b, lw_reshape(b, keep, 2, k1), g, zero);
+    g = tpulw__sel(b, tpulw__reshape(b, keep, 2, k1), g, zero);
   }
   if (scale) {
-    tpuir_val cnt = tpuir_index_add(b->g, lw_full(b, cdt, 1, &nw, 0), 0, idx,
-                                    lw_full(b, cdt, 1, &k, 1));
+    tpuir_val cnt = tpuir_index_add(b->g, tpulw__full(b, cdt, 1, &nw, 0), 0, idx,
+                                    tpulw__full(b, cdt, 1, &k, 1));
     tpuir_val per = tpuir_index_select(b->g, cnt, 0, idx);
     int64_t k1[2] = {k, 1};
-    g = lw_bin(b, TPUIR_DIV, g, lw_reshape(b, per, 2, k1));
+    g = tpulw__bin(b, TPUIR_DIV, g, tpulw__reshape(b, per, 2, k1));
   }
   b->sync = 1;
-  tpuir_val r = tpuir_index_add(b->g, lw_full(b, cdt, 2, o2, 0), 0, idx, g);
-  return lw_result_as(b, r, dt);
+  tpuir_val r = tpuir_index_add(b->g, tpulw__full(b, cdt, 2, o2, 0), 0, idx, g);
+  return tpulw__result_as(b, r, dt);
 }
 
 /* ---- advanced indexing ------------------------------------------------- */
@@ -374,11 +374,11 @@ typedef struct adv {
   int k0, m;            /* first indexed dim (in x) and count */
   int permuted;
   int64_t perm[TPU_MAX_DIMS];
-  lw_shape xs;          /* shape of x */
+  tpulw__shape xs;          /* shape of x */
   tpuir_val lin;        /* linear index over the group, flattened [K] */
-  lw_shape bs;          /* broadcast index shape */
+  tpulw__shape bs;          /* broadcast index shape */
   tpuir_val xg;         /* x with the group merged: [pre, G, post] */
-  lw_shape gs;
+  tpulw__shape gs;
 } adv;
 
 /* ---- bool / uint8 masks as index tensors ------------------------------- */
@@ -406,22 +406,22 @@ static int mask_count(int dev, const tpu_view *v, int64_t *k) {
 /* Row-major positions (int64 [k]) of the true elements of the rank-1 bool
  * m of length n: a log-step prefix count gives each true element its slot,
  * scatter_add of the positions into those slots collects them. */
-static tpuir_val mask_compact(lw_b *b, tpuir_val m, int64_t n, int64_t k) {
-  tpuir_val c = lw_convert(b, m, TPU_I64), zero = lw_const(b, TPU_I64, 0);
+static tpuir_val mask_compact(tpulw__b *b, tpuir_val m, int64_t n, int64_t k) {
+  tpuir_val c = tpulw__convert(b, m, TPU_I64), zero = tpulw__const(b, TPU_I64, 0);
   for (int64_t s = 1; s < n && c >= 0; s *= 2) {
     int64_t lo = s, hi = -s, in = 0;
-    c = lw_bin(b, TPUIR_ADD, c, tpuir_pad(b->g, c, zero, &lo, &hi, &in));
+    c = tpulw__bin(b, TPUIR_ADD, c, tpuir_pad(b->g, c, zero, &lo, &hi, &in));
   }
-  tpuir_val slot = lw_sel(b, m, lw_bin_c(b, TPUIR_SUB, c, 1), lw_const(b, TPU_I64, (double)k));
+  tpuir_val slot = tpulw__sel(b, m, tpulw__bin_c(b, TPUIR_SUB, c, 1), tpulw__const(b, TPU_I64, (double)k));
   int64_t k1 = k + 1, st = 0, lim = k, str = 1;
   tpuir_val pos = tpuir_iota(b->g, TPU_I64, 1, &n, 0);
-  tpuir_val r = tpuir_scatter_add(b->g, lw_full(b, TPU_I64, 1, &k1, 0), 0, slot, pos);
+  tpuir_val r = tpuir_scatter_add(b->g, tpulw__full(b, TPU_I64, 1, &k1, 0), 0, slot, pos);
   return tpuir_slice(b->g, r, &st, &lim, &str);
 }
 
 /* Expand mask t (indexing self dims from `at`) into one int64 [k] index
  * per mask dim, like nonzero(mask).unbind(1); appends to pos/out. */
-static int mask_expand(lw_b *b, const tpu_view *sv, const tpulw_tensor *t, int at, int *pos,
+static int mask_expand(tpulw__b *b, const tpu_view *sv, const tpulw_tensor *t, int at, int *pos,
                        tpuir_val *out, int *m) {
   const tpu_view *mv = &t->view;
   if (mv->ndim == 0) return tpu_error(TPU_E_UNSUPPORTED, "index: 0-dim mask");
@@ -443,14 +443,14 @@ static int mask_expand(lw_b *b, const tpu_view *sv, const tpulw_tensor *t, int a
   int64_t n = tpu_view_numel(mv), k;
   int rc = mask_count(b->ctx->device, mv, &k);
   if (rc < 0) return rc;
-  tpuir_val mk = lw_reshape(b, lw_tensor(b, t), 1, &n);
-  if (mv->dtype != TPU_BOOL) mk = lw_bin(b, TPUIR_NE, mk, lw_const(b, mv->dtype, 0));
+  tpuir_val mk = tpulw__reshape(b, tpulw__tensor(b, t), 1, &n);
+  if (mv->dtype != TPU_BOOL) mk = tpulw__bin(b, TPUIR_NE, mk, tpulw__const(b, mv->dtype, 0));
   tpuir_val idx = mask_compact(b, mk, n, k);
   LW_TRY(idx);
   int64_t stride = 1;
   for (int d = mv->ndim - 1; d >= 0; d--) {
-    tpuir_val c = lw_bin_c(b, TPUIR_DIV, idx, (double)stride);
-    if (d > 0) c = lw_bin_c(b, TPUIR_REM, c, (double)mv->sizes[d]);
+    tpuir_val c = tpulw__bin_c(b, TPUIR_DIV, idx, (double)stride);
+    if (d > 0) c = tpulw__bin_c(b, TPUIR_REM, c, (double)mv->sizes[d]);
     LW_TRY(c);
     pos[*m + d] = at + d;
     out[*m + d] = c;
@@ -460,7 +460,7 @@ static int mask_expand(lw_b *b, const tpu_view *sv, const tpulw_tensor *t, int a
   return TPU_OK;
 }
 
-static int adv_prep(lw_b *b, const tpulw_tensor *self, const tpulw_arg *ia, adv *a) {
+static int adv_prep(tpulw__b *b, const tpulw_tensor *self, const tpulw_arg *ia, adv *a) {
   const tpu_view *sv = &self->view;
   int used = 0;
   for (int i = 0; i < ia->n; i++) {
@@ -489,12 +489,12 @@ static int adv_prep(lw_b *b, const tpulw_tensor *self, const tpulw_arg *ia, adv 
     if (!idx_dtype_ok(t->view.dtype))
       return tpu_error(TPU_E_INDEX,
                        "tensors used as indices must be long, int, byte or bool tensors");
-    iv[m] = lw_convert(b, lw_tensor(b, t), TPU_I64);
+    iv[m] = tpulw__convert(b, tpulw__tensor(b, t), TPU_I64);
     pos[m++] = at++;
   }
   if (m == 0) return tpu_error(TPU_E_UNSUPPORTED, "index: no index tensors");
   int adjacent = pos[m - 1] - pos[0] == m - 1;
-  tpuir_val x = lw_tensor(b, self);
+  tpuir_val x = tpulw__tensor(b, self);
   int nd = sv->ndim;
   a->permuted = 0;
   if (!adjacent) {
@@ -513,27 +513,27 @@ static int adv_prep(lw_b *b, const tpulw_tensor *self, const tpulw_arg *ia, adv 
   }
   a->m = m;
   a->x = x;
-  a->xs = lw_info(b, x);
+  a->xs = tpulw__info(b, x);
   /* broadcast the index tensors, wrap negatives, linearize */
-  int rc = m <= 8 ? lw_bcast_all(b, m, iv) : tpu_error(TPU_E_UNSUPPORTED, "index: >8 tensors");
+  int rc = m <= 8 ? tpulw__bcast_all(b, m, iv) : tpu_error(TPU_E_UNSUPPORTED, "index: >8 tensors");
   if (rc < 0) return rc;
-  a->bs = lw_info(b, iv[0]);
+  a->bs = tpulw__info(b, iv[0]);
   tpuir_val lin = -1, bad = -1;
-  tpuir_val zero = lw_const(b, TPU_I64, 0);
+  tpuir_val zero = tpulw__const(b, TPU_I64, 0);
   for (int j = 0; j < m; j++) {
     int64_t size = a->xs.sizes[a->k0 + j];
     tpuir_val t = iv[j];
-    t = lw_sel(b, lw_bin(b, TPUIR_LT, t, zero), lw_bin_c(b, TPUIR_ADD, t, (double)size), t);
+    t = tpulw__sel(b, tpulw__bin(b, TPUIR_LT, t, zero), tpulw__bin_c(b, TPUIR_ADD, t, (double)size), t);
     if (m > 1) {
-      tpuir_val oob = lw_bin(b, TPUIR_OR, lw_bin(b, TPUIR_LT, t, zero),
-                             lw_bin(b, TPUIR_GE, t, lw_const(b, TPU_I64, (double)size)));
-      bad = j == 0 ? oob : lw_bin(b, TPUIR_OR, bad, oob);
+      tpuir_val oob = tpulw__bin(b, TPUIR_OR, tpulw__bin(b, TPUIR_LT, t, zero),
+                             tpulw__bin(b, TPUIR_GE, t, tpulw__const(b, TPU_I64, (double)size)));
+      bad = j == 0 ? oob : tpulw__bin(b, TPUIR_OR, bad, oob);
     }
-    lin = j == 0 ? t : lw_bin(b, TPUIR_ADD, lw_bin_c(b, TPUIR_MUL, lin, (double)size), t);
+    lin = j == 0 ? t : tpulw__bin(b, TPUIR_ADD, tpulw__bin_c(b, TPUIR_MUL, lin, (double)size), t);
   }
-  if (m > 1) lin = lw_sel(b, bad, lw_const(b, TPU_I64, -1), lin);
-  int64_t kk = lw_numel(&a->bs);
-  a->lin = lw_reshape(b, lin, 1, &kk);
+  if (m > 1) lin = tpulw__sel(b, bad, tpulw__const(b, TPU_I64, -1), lin);
+  int64_t kk = tpulw__numel(&a->bs);
+  a->lin = tpulw__reshape(b, lin, 1, &kk);
   /* merge the group dims of x */
   int64_t gsz[TPU_MAX_DIMS];
   int g = 0;
@@ -542,8 +542,8 @@ static int adv_prep(lw_b *b, const tpulw_tensor *self, const tpulw_arg *ia, adv 
   for (int j = 0; j < m; j++) prod *= a->xs.sizes[a->k0 + j];
   gsz[g++] = prod;
   for (int d = a->k0 + m; d < a->xs.ndim; d++) gsz[g++] = a->xs.sizes[d];
-  a->xg = lw_reshape(b, x, g, gsz);
-  a->gs = lw_info(b, a->xg);
+  a->xg = tpulw__reshape(b, x, g, gsz);
+  a->gs = tpulw__info(b, a->xg);
   b->sync = 1;
   return a->xg < 0 ? a->xg : a->lin < 0 ? a->lin : TPU_OK;
 }
@@ -557,9 +557,9 @@ static void adv_result_shape(const adv *a, int *nd, int64_t *sizes) {
   *nd = k;
 }
 
-static int index_fn(lw_b *b) {
-  const tpulw_tensor *self = lw_tensor_arg(b, "self");
-  const tpulw_arg *ia = lw_arg(b, "indices");
+static int index_fn(tpulw__b *b) {
+  const tpulw_tensor *self = tpulw__tensor_arg(b, "self");
+  const tpulw_arg *ia = tpulw__arg(b, "indices");
   if (!self || !ia || ia->kind != TPULW_TENSORS || self->device < 0)
     return tpu_error(TPU_E_UNSUPPORTED, "index: unsupported arguments");
   adv a;
@@ -570,18 +570,18 @@ static int index_fn(lw_b *b) {
   adv_result_shape(&a, &nd, sizes);
   if (nd > TPU_MAX_DIMS) return tpu_error(TPU_E_UNSUPPORTED, "index: rank");
   tpuir_val r = tpuir_index_select(b->g, a.xg, a.k0, a.lin);
-  return lw_result(b, lw_reshape(b, r, nd, sizes));
+  return tpulw__result(b, tpulw__reshape(b, r, nd, sizes));
 }
 
 /* index_put_(self, indices, values, accumulate) */
-static int index_put_fn(lw_b *b) {
-  const tpulw_tensor *self = lw_tensor_arg(b, "self");
-  const tpulw_arg *ia = lw_arg(b, "indices");
-  const tpulw_tensor *vals = lw_tensor_arg(b, "values");
+static int index_put_fn(tpulw__b *b) {
+  const tpulw_tensor *self = tpulw__tensor_arg(b, "self");
+  const tpulw_arg *ia = tpulw__arg(b, "indices");
+  const tpulw_tensor *vals = tpulw__tensor_arg(b, "values");
   if (!self || !ia || ia->kind != TPULW_TENSORS || !vals || self->device < 0)
     return tpu_error(TPU_E_UNSUPPORTED, "index_put: unsupported arguments");
   int dt = self->view.dtype;
-  int accumulate = (int)lw_int(b, "accumulate", 0);
+  int accumulate = (int)tpulw__int(b, "accumulate", 0);
   /* x[mask] = scalar  ->  masked fill */
   if (ia->n == 1 && ia->tensors[0].defined && ia->tensors[0].device >= 0 &&
       ia->tensors[0].view.dtype == TPU_BOOL && tpu_view_numel(&vals->view) == 1 &&
@@ -598,83 +598,83 @@ static int index_put_fn(lw_b *b) {
                          (long long)mv->sizes[d], d, (long long)self->view.sizes[d], d);
     int64_t ms[TPU_MAX_DIMS];
     for (int d = 0; d < self->view.ndim; d++) ms[d] = d < mv->ndim ? mv->sizes[d] : 1;
-    tpuir_val mask = lw_reshape(b, lw_tensor(b, &ia->tensors[0]), self->view.ndim, ms);
-    tpuir_val v = lw_reshape(b, lw_convert(b, lw_tensor(b, vals), dt), 0, NULL);
-    return lw_result(b, lw_sel(b, mask, v, lw_tensor(b, self)));
+    tpuir_val mask = tpulw__reshape(b, tpulw__tensor(b, &ia->tensors[0]), self->view.ndim, ms);
+    tpuir_val v = tpulw__reshape(b, tpulw__convert(b, tpulw__tensor(b, vals), dt), 0, NULL);
+    return tpulw__result(b, tpulw__sel(b, mask, v, tpulw__tensor(b, self)));
   }
   adv a;
   int rc = adv_prep(b, self, ia, &a);
   if (rc < 0) return rc;
-  int cdt = dt == TPU_BOOL ? TPU_I32 : lw_opmath(dt);
+  int cdt = dt == TPU_BOOL ? TPU_I32 : tpulw__opmath(dt);
   int nd;
   int64_t rs[TPU_MAX_DIMS];
   adv_result_shape(&a, &nd, rs);
   /* values broadcast to the indexing result, then to [pre, K, post] */
-  tpuir_val v = lw_bcast(b, lw_convert(b, lw_tensor(b, vals), cdt), nd, rs);
+  tpuir_val v = tpulw__bcast(b, tpulw__convert(b, tpulw__tensor(b, vals), cdt), nd, rs);
   int64_t src_sz[TPU_MAX_DIMS];
   for (int d = 0; d < a.gs.ndim; d++) src_sz[d] = a.gs.sizes[d];
-  src_sz[a.k0] = lw_numel(&a.bs);
-  v = lw_reshape(b, v, a.gs.ndim, src_sz);
-  tpuir_val x = lw_convert(b, a.xg, cdt), r;
+  src_sz[a.k0] = tpulw__numel(&a.bs);
+  v = tpulw__reshape(b, v, a.gs.ndim, src_sz);
+  tpuir_val x = tpulw__convert(b, a.xg, cdt), r;
   if (accumulate) {
     r = tpuir_index_add(b->g, x, a.k0, a.lin, v);
   } else {
-    tpuir_val zeros = lw_full(b, cdt, a.gs.ndim, a.gs.sizes, 0);
+    tpuir_val zeros = tpulw__full(b, cdt, a.gs.ndim, a.gs.sizes, 0);
     tpuir_val cnt = tpuir_index_add(b->g, zeros, a.k0, a.lin,
-                                    lw_full(b, cdt, a.gs.ndim, src_sz, 1));
+                                    tpulw__full(b, cdt, a.gs.ndim, src_sz, 1));
     tpuir_val sum = tpuir_index_add(b->g, zeros, a.k0, a.lin, v);
-    tpuir_val hit = lw_bin(b, TPUIR_GT, cnt, lw_const(b, cdt, 0));
-    tpuir_val safe = lw_sel(b, hit, cnt, lw_const(b, cdt, 1));
-    r = lw_sel(b, hit, lw_bin(b, TPUIR_DIV, sum, safe), x);
+    tpuir_val hit = tpulw__bin(b, TPUIR_GT, cnt, tpulw__const(b, cdt, 0));
+    tpuir_val safe = tpulw__sel(b, hit, cnt, tpulw__const(b, cdt, 1));
+    r = tpulw__sel(b, hit, tpulw__bin(b, TPUIR_DIV, sum, safe), x);
   }
-  if (dt == TPU_BOOL) r = lw_bin(b, TPUIR_NE, r, lw_const(b, cdt, 0));
-  r = lw_reshape(b, lw_convert(b, r, dt), a.xs.ndim, a.xs.sizes);
+  if (dt == TPU_BOOL) r = tpulw__bin(b, TPUIR_NE, r, tpulw__const(b, cdt, 0));
+  r = tpulw__reshape(b, tpulw__convert(b, r, dt), a.xs.ndim, a.xs.sizes);
   if (a.permuted) {
     int64_t inv[TPU_MAX_DIMS];
     for (int d = 0; d < a.xs.ndim; d++) inv[a.perm[d]] = d;
     r = tpuir_transpose(b->g, r, inv);
   }
-  return lw_result(b, r);
+  return tpulw__result(b, r);
 }
 
 /* ---- cat / stack --------------------------------------------------------- */
 
-static int cat_fn(lw_b *b) {
-  const tpulw_arg *ta = lw_arg(b, "tensors");
+static int cat_fn(tpulw__b *b) {
+  const tpulw_arg *ta = tpulw__arg(b, "tensors");
   if (!ta || ta->kind != TPULW_TENSORS)
     return tpu_error(TPU_E_UNSUPPORTED, "cat: no tensor list");
   int is_stack = strncmp(b->base, "stack", 5) == 0;
   if (ta->n == 0)
     return tpu_error(TPU_E_INVALID, "%s expected a non-empty TensorList",
                      is_stack ? "stack" : "torch.cat(): expected a non-empty list of Tensors");
-  lw_opnd ops[64];
+  tpulw__opnd ops[64];
   if (ta->n > 64) return tpu_error(TPU_E_UNSUPPORTED, "cat: more than 64 tensors");
   int ref = -1; /* first tensor that is not a legacy empty 1-D tensor */
   for (int i = 0; i < ta->n; i++) {
     const tpulw_tensor *t = &ta->tensors[i];
     if (!t->defined || t->device < 0)
       return tpu_error(TPU_E_UNSUPPORTED, "cat: non-device tensor");
-    ops[i] = lw_opnd_tensor(t);
+    ops[i] = tpulw__opnd_tensor(t);
     if (!is_stack && t->view.ndim == 0)
       return tpu_error(TPU_E_INVALID,
                        "zero-dimensional tensor (at position %d) cannot be concatenated", i);
     int legacy = t->view.ndim == 1 && t->view.sizes[0] == 0;
     if (ref < 0 && (!legacy || is_stack)) ref = i;
   }
-  int dt = lw_result_type(ta->n, ops);
-  int od = lw_out_dtype(b);
-  if (od >= 0 && !lw_can_cast(dt, od))
+  int dt = tpulw__result_type(ta->n, ops);
+  int od = tpulw__out_dtype(b);
+  if (od >= 0 && !tpulw__can_cast(dt, od))
     return tpu_error(TPU_E_TYPE,
                      "torch.%s(): input types can't be cast to the desired output type %s",
-                     is_stack ? "stack" : "cat", lw_torch_name(od));
+                     is_stack ? "stack" : "cat", tpulw__torch_name(od));
   if (ref < 0) { /* all legacy empties */
     int64_t z = 0;
-    return lw_result(b, lw_full(b, dt, 1, &z, 0));
+    return tpulw__result(b, tpulw__full(b, dt, 1, &z, 0));
   }
   const tpu_view *rv = &ta->tensors[ref].view;
   int nd = rv->ndim + (is_stack ? 1 : 0);
   int dim;
-  int rc = lw_wrap_dim(lw_int(b, "dim", 0), nd, &dim);
+  int rc = tpulw__wrap_dim(tpulw__int(b, "dim", 0), nd, &dim);
   if (rc < 0) return rc;
   tpuir_val vals[64];
   int nv = 0;
@@ -689,7 +689,7 @@ static int cat_fn(lw_b *b) {
                          "different size at entry %d", i);
       int64_t sz[TPU_MAX_DIMS];
       for (int d = 0, k = 0; d < nd; d++) sz[d] = d == dim ? 1 : v->sizes[k++];
-      vals[nv++] = lw_reshape(b, lw_convert(b, lw_tensor(b, &ta->tensors[i]), dt), nd, sz);
+      vals[nv++] = tpulw__reshape(b, tpulw__convert(b, tpulw__tensor(b, &ta->tensors[i]), dt), nd, sz);
       continue;
     }
     if (v->ndim == 1 && v->sizes[0] == 0 && rv->ndim != 1) continue; /* legacy */
@@ -705,33 +705,33 @@ static int cat_fn(lw_b *b) {
                          "%d in the list.", dim, (long long)rv->sizes[d],
                          (long long)v->sizes[d], i);
     if (v->sizes[dim] == 0) continue;
-    vals[nv++] = lw_convert(b, lw_tensor(b, &ta->tensors[i]), dt);
+    vals[nv++] = tpulw__convert(b, tpulw__tensor(b, &ta->tensors[i]), dt);
   }
   if (nv == 0) { /* every part empty along dim */
     int64_t sz[TPU_MAX_DIMS];
     for (int d = 0; d < nd; d++) sz[d] = d == dim ? 0 : rv->sizes[d];
-    return lw_result(b, lw_full(b, dt, nd, sz, 0));
+    return tpulw__result(b, tpulw__full(b, dt, nd, sz, 0));
   }
   for (int i = 0; i < nv; i++)
     if (vals[i] < 0) return vals[i];
-  if (nv == 1) return lw_result(b, vals[0]);
-  return lw_result(b, tpuir_concat(b->g, nv, vals, dim));
+  if (nv == 1) return tpulw__result(b, vals[0]);
+  return tpulw__result(b, tpuir_concat(b->g, nv, vals, dim));
 }
 
 /* ---- flip / roll / tril / triu ------------------------------------------ */
 
-static int flip_fn(lw_b *b) {
-  const tpulw_tensor *self = lw_tensor_arg(b, "self");
+static int flip_fn(tpulw__b *b) {
+  const tpulw_tensor *self = tpulw__tensor_arg(b, "self");
   if (!self) return tpu_error(TPU_E_UNSUPPORTED, "flip: no self");
   int n;
   int64_t scratch, dims[TPU_MAX_DIMS];
-  const int64_t *d = lw_ints(b, "dims", &n, &scratch);
+  const int64_t *d = tpulw__ints(b, "dims", &n, &scratch);
   int nd = self->view.ndim;
   uint32_t seen = 0;
   int k = 0;
   for (int i = 0; i < n; i++) {
     int w;
-    int rc = lw_wrap_dim(d[i], nd, &w);
+    int rc = tpulw__wrap_dim(d[i], nd, &w);
     if (rc < 0) return rc;
     if (nd == 0) continue;
     if (seen & (1u << w))
@@ -740,19 +740,19 @@ static int flip_fn(lw_b *b) {
     seen |= 1u << w;
     dims[k++] = w;
   }
-  tpuir_val x = lw_tensor(b, self);
-  if (k == 0) return lw_result(b, x);
-  return lw_result(b, tpuir_reverse(b->g, x, k, dims));
+  tpuir_val x = tpulw__tensor(b, self);
+  if (k == 0) return tpulw__result(b, x);
+  return tpulw__result(b, tpuir_reverse(b->g, x, k, dims));
 }
 
 /* constant_pad_nd(self, pad, value=0): pad pairs apply from the last dim
  * backwards; negative entries crop (StableHLO pad). */
-static int constant_pad_fn(lw_b *b) {
-  const tpulw_tensor *self = lw_tensor_arg(b, "self");
+static int constant_pad_fn(tpulw__b *b) {
+  const tpulw_tensor *self = tpulw__tensor_arg(b, "self");
   if (!self) return tpu_error(TPU_E_UNSUPPORTED, "constant_pad_nd: no self");
   int n;
   int64_t scratch;
-  const int64_t *pad = lw_ints(b, "pad", &n, &scratch);
+  const int64_t *pad = tpulw__ints(b, "pad", &n, &scratch);
   if (n < 0) n = 0;
   int nd = self->view.ndim;
   if (n % 2)
@@ -773,17 +773,17 @@ static int constant_pad_fn(lw_b *b) {
                        "of your input.", (long long)self->view.sizes[d], (long long)lo[d],
                        (long long)hi[d], d);
   }
-  lw_scalar v = lw_scalar_i(0);
-  if (lw_arg(b, "value")) {
-    int rc = lw_scalar_arg(b, "value", &v);
+  tpulw__scalar v = tpulw__scalar_i(0);
+  if (tpulw__arg(b, "value")) {
+    int rc = tpulw__scalar_arg(b, "value", &v);
     if (rc < 0) return rc;
   }
-  tpuir_val x = lw_tensor(b, self);
-  return lw_result(b, tpuir_pad(b->g, x, lw_const_s(b, self->view.dtype, v), lo, hi, in));
+  tpuir_val x = tpulw__tensor(b, self);
+  return tpulw__result(b, tpuir_pad(b->g, x, tpulw__const_s(b, self->view.dtype, v), lo, hi, in));
 }
 
-static tpuir_val roll1(lw_b *b, tpuir_val x, int64_t shift, int dim) {
-  lw_shape s = lw_info(b, x);
+static tpuir_val roll1(tpulw__b *b, tpuir_val x, int64_t shift, int dim) {
+  tpulw__shape s = tpulw__info(b, x);
   int64_t n = s.sizes[dim];
   if (n == 0) return x;
   int64_t sh = ((shift % n) + n) % n;
@@ -804,22 +804,22 @@ static tpuir_val roll1(lw_b *b, tpuir_val x, int64_t shift, int dim) {
   return tpuir_concat(b->g, 2, parts, dim);
 }
 
-static int roll_fn(lw_b *b) {
-  const tpulw_tensor *self = lw_tensor_arg(b, "self");
+static int roll_fn(tpulw__b *b) {
+  const tpulw_tensor *self = tpulw__tensor_arg(b, "self");
   if (!self) return tpu_error(TPU_E_UNSUPPORTED, "roll: no self");
   int ns, nd;
   int64_t s1, s2;
-  const int64_t *shifts = lw_ints(b, "shifts", &ns, &s1);
-  const int64_t *dims = lw_ints(b, "dims", &nd, &s2);
+  const int64_t *shifts = tpulw__ints(b, "shifts", &ns, &s1);
+  const int64_t *dims = tpulw__ints(b, "dims", &nd, &s2);
   if (nd < 0) nd = 0;
-  tpuir_val x = lw_tensor(b, self);
-  lw_shape s = lw_info(b, x);
+  tpuir_val x = tpulw__tensor(b, self);
+  tpulw__shape s = tpulw__info(b, x);
   if (nd == 0) {
     if (ns != 1)
       return tpu_error(TPU_E_INVALID, "shifts and dimensions must align. shifts: %d, dims:0", ns);
-    int64_t n = lw_numel(&s);
-    tpuir_val f = roll1(b, lw_reshape(b, x, 1, &n), shifts[0], 0);
-    return lw_result(b, lw_reshape(b, f, s.ndim, s.sizes));
+    int64_t n = tpulw__numel(&s);
+    tpuir_val f = roll1(b, tpulw__reshape(b, x, 1, &n), shifts[0], 0);
+    return tpulw__result(b, tpulw__reshape(b, f, s.ndim, s.sizes));
   }
   if (ns != nd)
     return tpu_error(TPU_E_INVALID, "shifts and dimensions must align. shifts: %d, dims:%d",
@@ -829,47 +829,47 @@ static int roll_fn(lw_b *b) {
                      (long long)dims[0]);
   for (int i = 0; i < nd; i++) {
     int d;
-    int rc = lw_wrap_dim(dims[i], s.ndim, &d);
+    int rc = tpulw__wrap_dim(dims[i], s.ndim, &d);
     if (rc < 0) return rc;
     if (s.ndim) x = roll1(b, x, shifts[i], d);
   }
-  return lw_result(b, x);
+  return tpulw__result(b, x);
 }
 
-static int tri_fn(lw_b *b) {
-  const tpulw_tensor *self = lw_tensor_arg(b, "self");
+static int tri_fn(tpulw__b *b) {
+  const tpulw_tensor *self = tpulw__tensor_arg(b, "self");
   if (!self) return tpu_error(TPU_E_UNSUPPORTED, "tril: no self");
   int is_tril = strncmp(b->base, "tril", 4) == 0;
   if (self->view.ndim < 2)
     return tpu_error(TPU_E_INVALID, "%s: input tensor must have at least 2 dimensions",
                      is_tril ? "tril" : "triu");
-  int64_t diag = lw_int(b, "diagonal", 0);
-  tpuir_val x = lw_tensor(b, self);
-  lw_shape s = lw_info(b, x);
+  int64_t diag = tpulw__int(b, "diagonal", 0);
+  tpuir_val x = tpulw__tensor(b, self);
+  tpulw__shape s = tpulw__info(b, x);
   int64_t sz[2] = {s.sizes[s.ndim - 2], s.sizes[s.ndim - 1]};
   tpuir_val row = tpuir_iota(b->g, TPU_I64, 2, sz, 0);
   tpuir_val col = tpuir_iota(b->g, TPU_I64, 2, sz, 1);
-  tpuir_val dif = lw_bin(b, TPUIR_SUB, col, row);
-  tpuir_val keep = lw_bin(b, is_tril ? TPUIR_LE : TPUIR_GE, dif, lw_const(b, TPU_I64, (double)diag));
-  return lw_result(b, lw_sel(b, keep, x, lw_const(b, s.dtype, 0)));
+  tpuir_val dif = tpulw__bin(b, TPUIR_SUB, col, row);
+  tpuir_val keep = tpulw__bin(b, is_tril ? TPUIR_LE : TPUIR_GE, dif, tpulw__const(b, TPU_I64, (double)diag));
+  return tpulw__result(b, tpulw__sel(b, keep, x, tpulw__const(b, s.dtype, 0)));
 }
 
 /* narrow_copy(self, dim, start, length): a contiguous slice, with CPU's
  * checks (a positive out-of-range dim is a RuntimeError there). */
-static int narrow_copy_fn(lw_b *b) {
-  const tpulw_tensor *self = lw_tensor_arg(b, "self");
+static int narrow_copy_fn(tpulw__b *b) {
+  const tpulw_tensor *self = tpulw__tensor_arg(b, "self");
   if (!self || self->device < 0) return tpu_error(TPU_E_UNSUPPORTED, "narrow_copy: no self");
   const tpu_view *v = &self->view;
   if (v->ndim == 0)
     return tpu_error(TPU_E_INVALID, "narrow() cannot be applied to a 0-dim tensor.");
-  int64_t d64 = lw_int(b, "dim", 0), start = lw_int(b, "start", 0), len = lw_int(b, "length", 0);
+  int64_t d64 = tpulw__int(b, "dim", 0), start = tpulw__int(b, "start", 0), len = tpulw__int(b, "length", 0);
   if (d64 >= v->ndim)
     return tpu_error(TPU_E_INVALID,
                      "Expected dim < static_cast<int64_t>(self_sizes.size()) to be true, but "
                      "got false.  (Could this error message be improved?  If so, please "
                      "report an enhancement request to PyTorch.)");
   int dim;
-  int rc = lw_wrap_dim(d64, v->ndim, &dim);
+  int rc = tpulw__wrap_dim(d64, v->ndim, &dim);
   if (rc < 0) return rc;
   int64_t size = v->sizes[dim];
   if (start < -size || start > size)
@@ -886,10 +886,10 @@ static int narrow_copy_fn(lw_b *b) {
     lim[d] = d == dim ? start + len : v->sizes[d];
     str[d] = 1;
   }
-  return lw_result(b, tpuir_slice(b->g, lw_tensor(b, self), st, lim, str));
+  return tpulw__result(b, tpuir_slice(b->g, tpulw__tensor(b, self), st, lim, str));
 }
 
-const lw_row lw_rows_index[] = {
+const tpulw__row tpulw__rows_index[] = {
     {"constant_pad_nd", constant_pad_fn, 0, LW_COMPLEX_OK}, {"constant_pad_nd.out", constant_pad_fn, 0, LW_COMPLEX_OK},
     {"index_select", index_select_fn, 0, LW_COMPLEX_OK | LW_CPU_INDEX},
     {"index_select.out", index_select_fn, 0, LW_COMPLEX_OK | LW_CPU_INDEX},
@@ -925,4 +925,4 @@ const lw_row lw_rows_index[] = {
     {"tril", tri_fn, 0, LW_COMPLEX_OK}, {"tril_", tri_fn, 0, LW_COMPLEX_OK}, {"tril.out", tri_fn, 0, LW_COMPLEX_OK},
     {"triu", tri_fn, 0, LW_COMPLEX_OK}, {"triu_", tri_fn, 0, LW_COMPLEX_OK}, {"triu.out", tri_fn, 0, LW_COMPLEX_OK},
 };
-const int lw_nrows_index = sizeof lw_rows_index / sizeof lw_rows_index[0];
+const int tpulw__nrows_index = sizeof tpulw__rows_index / sizeof tpulw__rows_index[0];

@@ -2,10 +2,10 @@
  * (runtime/src/lower/). Not installed; the public contract is
  * include/tpu_lower.h.
  *
- * A lowering function receives a builder `lw_b` holding the call's
+ * A lowering function receives a builder `tpulw__b` holding the call's
  * arguments and an empty IR graph. It builds the FUNCTIONAL computation
  * from the non-output arguments (tensor args become graph parameters via
- * lw_tensor / lw_opnd_val), then declares its results with lw_result() in
+ * tpulw__tensor / tpulw__opnd_val), then declares its results with tpulw__result() in
  * the op's natural result dtype and shape. The driver (lower/lower.c) then picks
  * destinations (in-place `self`, out= args, or new tensors), checks shapes
  * and dtype casts, and appends converts.
@@ -37,7 +37,7 @@ enum {
   LW_ERR_DIM0 = 16   /* + d: IndexError "... for dimension d ..." */
 };
 
-typedef struct lw_b {
+typedef struct tpulw__b {
   const tpulw_ctx *ctx;
   const char *base;     /* ATen base name, e.g. "add_" */
   const char *overload; /* "Tensor", "out", "" for the default overload */
@@ -59,18 +59,18 @@ typedef struct lw_b {
   int out_rule;   /* LW_OUT_* */
   uint32_t col_major; /* bit i: result i laid out column-major (tpulw_out_info) */
   int elementwise;    /* the row has LW_ELEMENTWISE */
-} lw_b;
+} tpulw__b;
 
-typedef int (*lw_fn)(lw_b *b);
+typedef int (*tpulw__fn)(tpulw__b *b);
 
 /* ---- table rows per family (defined in each lower_<family>.c) ---------- */
 /* One ATen overload: everything the table knows of it is in its row. */
-typedef struct lw_row {
+typedef struct tpulw__row {
   const char *name; /* "add.Tensor", "relu" (default overload) */
-  lw_fn fn;
+  tpulw__fn fn;
   int op;           /* parameter passed as b->op */
   unsigned flags;   /* LW_* below (a family may add some to all its rows) */
-} lw_row;
+} tpulw__row;
 
 enum {
   LW_COMPLEX_OK = 1u << 0,   /* also lowers calls with complex arguments */
@@ -83,180 +83,180 @@ enum {
                                 inputs' memory layout (ti_layout) */
 };
 
-extern const lw_row lw_rows_pointwise[];
-extern const int lw_nrows_pointwise;
-extern const lw_row lw_rows_reduce[];
-extern const int lw_nrows_reduce;
-extern const lw_row lw_rows_linalg[];
-extern const int lw_nrows_linalg;
-extern const lw_row lw_rows_nn[];
-extern const int lw_nrows_nn;
-extern const lw_row lw_rows_index[];
-extern const int lw_nrows_index;
-extern const lw_row lw_rows_random[];
-extern const int lw_nrows_random;
-extern const lw_row lw_rows_conv[];
-extern const int lw_nrows_conv;
-extern const lw_row lw_rows_sort[];
-extern const int lw_nrows_sort;
-extern const lw_row lw_rows_resize[];
-extern const int lw_nrows_resize;
-extern const lw_row lw_rows_dynamic[];
-extern const int lw_nrows_dynamic;
-extern const lw_row lw_rows_compare[];
-extern const int lw_nrows_compare;
-extern const lw_row lw_rows_spectral[];
-extern const int lw_nrows_spectral;
-extern const lw_row lw_rows_linalg_solve[];
-extern const int lw_nrows_linalg_solve;
-extern const lw_row lw_rows_nn2[];
-extern const int lw_nrows_nn2;
-extern const lw_row lw_rows_misc[];
-extern const int lw_nrows_misc;
-extern const lw_row lw_rows_complex[];
-extern const int lw_nrows_complex;
-extern const lw_row lw_rows_fft[];
-extern const int lw_nrows_fft;
+extern const tpulw__row tpulw__rows_pointwise[];
+extern const int tpulw__nrows_pointwise;
+extern const tpulw__row tpulw__rows_reduce[];
+extern const int tpulw__nrows_reduce;
+extern const tpulw__row tpulw__rows_linalg[];
+extern const int tpulw__nrows_linalg;
+extern const tpulw__row tpulw__rows_nn[];
+extern const int tpulw__nrows_nn;
+extern const tpulw__row tpulw__rows_index[];
+extern const int tpulw__nrows_index;
+extern const tpulw__row tpulw__rows_random[];
+extern const int tpulw__nrows_random;
+extern const tpulw__row tpulw__rows_conv[];
+extern const int tpulw__nrows_conv;
+extern const tpulw__row tpulw__rows_sort[];
+extern const int tpulw__nrows_sort;
+extern const tpulw__row tpulw__rows_resize[];
+extern const int tpulw__nrows_resize;
+extern const tpulw__row tpulw__rows_dynamic[];
+extern const int tpulw__nrows_dynamic;
+extern const tpulw__row tpulw__rows_compare[];
+extern const int tpulw__nrows_compare;
+extern const tpulw__row tpulw__rows_spectral[];
+extern const int tpulw__nrows_spectral;
+extern const tpulw__row tpulw__rows_linalg_solve[];
+extern const int tpulw__nrows_linalg_solve;
+extern const tpulw__row tpulw__rows_nn2[];
+extern const int tpulw__nrows_nn2;
+extern const tpulw__row tpulw__rows_misc[];
+extern const int tpulw__nrows_misc;
+extern const tpulw__row tpulw__rows_complex[];
+extern const int tpulw__nrows_complex;
+extern const tpulw__row tpulw__rows_fft[];
+extern const int tpulw__nrows_fft;
 
 /* 1 if any tensor / dtype / Scalar argument is complex (lower/complex.c):
  * such a call needs a row with LW_COMPLEX_OK or LW_COMPLEX_ONLY. */
-int lw_call_is_complex(const tpulw_arg *args, int nargs);
-extern const lw_row lw_rows_special[];
+int tpulw__call_is_complex(const tpulw_arg *args, int nargs);
+extern const tpulw__row tpulw__rows_special[];
 /* torch_tpu::c_kernel (lower/kernel.c), found by name outside the table */
-extern const lw_row lw_row_c_kernel;
-extern const int lw_nrows_special;
+extern const tpulw__row tpulw__row_c_kernel;
+extern const int tpulw__nrows_special;
 
 /* ---- scalars ------------------------------------------------------------ */
 enum { LW_SK_BOOL = 0, LW_SK_INT, LW_SK_FLOAT, LW_SK_COMPLEX };
-typedef struct lw_scalar {
+typedef struct tpulw__scalar {
   int kind; /* LW_SK_* */
   int64_t i;
   double f; /* valid for every kind (the real part of a complex one) */
   double im; /* imaginary part (LW_SK_COMPLEX; 0 otherwise) */
-} lw_scalar;
+} tpulw__scalar;
 
-lw_scalar lw_scalar_f(double f);
-lw_scalar lw_scalar_i(int64_t i);
+tpulw__scalar tpulw__scalar_f(double f);
+tpulw__scalar tpulw__scalar_i(int64_t i);
 /* Complex scalar re + im*i (kind LW_SK_COMPLEX). */
-lw_scalar lw_scalar_c(double re, double im);
+tpulw__scalar tpulw__scalar_c(double re, double im);
 
 /* ---- argument access (lower/args.c) ------------------------------------ */
 /* Argument by schema name, NULL if absent. */
-const tpulw_arg *lw_arg(const lw_b *b, const char *name);
+const tpulw_arg *tpulw__arg(const tpulw__b *b, const char *name);
 /* 1 if the argument is absent or None. */
-int lw_none(const lw_b *b, const char *name);
+int tpulw__none(const tpulw__b *b, const char *name);
 /* int / bool argument (INT, BOOL, or an integral 0-dim CPU tensor); def if
  * absent or None. */
-int64_t lw_int(const lw_b *b, const char *name, int64_t def);
+int64_t tpulw__int(const tpulw__b *b, const char *name, int64_t def);
 /* float argument (FLOAT, INT, BOOL, or 0-dim CPU tensor). */
-double lw_float(const lw_b *b, const char *name, double def);
+double tpulw__float(const tpulw__b *b, const char *name, double def);
 /* str argument (NULL if absent/None). */
-const char *lw_str(const lw_b *b, const char *name);
+const char *tpulw__str(const tpulw__b *b, const char *name);
 /* dtype argument (TPULW_DTYPE), or def. */
-int lw_dtype_arg(const lw_b *b, const char *name, int def);
+int tpulw__dtype_arg(const tpulw__b *b, const char *name, int def);
 /* int[] argument: *n receives its length; NULL (and *n = -1) if absent or
  * None. A single INT is returned as a list of one (static storage in b is
  * not used: caller passes one int64 of scratch). */
-const int64_t *lw_ints(const lw_b *b, const char *name, int *n,
+const int64_t *tpulw__ints(const tpulw__b *b, const char *name, int *n,
                        int64_t *scratch);
 /* Scalar argument (INT/FLOAT/BOOL or 0-dim CPU tensor); returns 0 when
  * absent/None, 1 when found. */
-int lw_scalar_arg(const lw_b *b, const char *name, lw_scalar *out);
+int tpulw__scalar_arg(const tpulw__b *b, const char *name, tpulw__scalar *out);
 /* Tensor argument (device or 0-dim CPU); NULL if absent/None/undefined. */
-const tpulw_tensor *lw_tensor_arg(const lw_b *b, const char *name);
+const tpulw_tensor *tpulw__tensor_arg(const tpulw__b *b, const char *name);
 
 /* ---- operands of elementwise ops --------------------------------------- */
 enum { LW_OPND_NONE = 0, LW_OPND_TENSOR, LW_OPND_SCALAR };
-typedef struct lw_opnd {
+typedef struct tpulw__opnd {
   int kind;
   const tpulw_tensor *t;
-  lw_scalar s;
-} lw_opnd;
+  tpulw__scalar s;
+} tpulw__opnd;
 
 /* Operand from a Tensor or Scalar argument; kind NONE if absent/None. */
-lw_opnd lw_opnd_arg(const lw_b *b, const char *name);
-lw_opnd lw_opnd_scalar(lw_scalar s);
-lw_opnd lw_opnd_tensor(const tpulw_tensor *t);
+tpulw__opnd tpulw__opnd_arg(const tpulw__b *b, const char *name);
+tpulw__opnd tpulw__opnd_scalar(tpulw__scalar s);
+tpulw__opnd tpulw__opnd_tensor(const tpulw_tensor *t);
 
 /* torch.promote_types. */
-int lw_promote(int a, int b);
+int tpulw__promote(int a, int b);
 /* torch.can_cast(from, to). */
-int lw_can_cast(int from, int to);
+int tpulw__can_cast(int from, int to);
 /* PyTorch ScalarType name ("Float", "Long", ...). */
-const char *lw_torch_name(int dt);
+const char *tpulw__torch_name(int dt);
 /* C++ type name PyTorch prints in some messages ("float", "long int"). */
-const char *lw_c_name(int dt);
+const char *tpulw__c_name(int dt);
 /* dtype of the first out= (is_output) tensor argument, or -1. */
-int lw_out_dtype(const lw_b *b);
+int tpulw__out_dtype(const tpulw__b *b);
 /* torch.result_type over n operands (NONE ones skipped). Returns the dtype
  * (or -1 if there are no operands). */
-int lw_result_type(int n, const lw_opnd *ops);
+int tpulw__result_type(int n, const tpulw__opnd *ops);
 /* Default float dtype (torch.get_default_dtype(): float32). */
 #define LW_DEFAULT_FLOAT TPU_F32
 /* Computation dtype for a float result dtype: f16/bf16 -> f32 (PyTorch's
  * opmath), others unchanged. */
-int lw_opmath(int dt);
+int tpulw__opmath(int dt);
 /* dt if floating, else the default float dtype. */
-int lw_float_or_default(int dt); /* complex dtypes are kept too */
+int tpulw__float_or_default(int dt); /* complex dtypes are kept too */
 
 /* ---- graph values ------------------------------------------------------- */
-typedef struct lw_shape {
+typedef struct tpulw__shape {
   int dtype, ndim;
   int64_t sizes[TPU_MAX_DIMS];
-} lw_shape;
+} tpulw__shape;
 
 /* Shape/dtype of a value. */
-lw_shape lw_info(const lw_b *b, tpuir_val v);
-int64_t lw_numel(const lw_shape *s);
+tpulw__shape tpulw__info(const tpulw__b *b, tpuir_val v);
+int64_t tpulw__numel(const tpulw__shape *s);
 /* Value of a tensor arg in its own dtype and shape: a graph parameter
  * bound to the view (identical views share one parameter), or a constant
  * for a 0-dim CPU tensor. */
-tpuir_val lw_tensor(lw_b *b, const tpulw_tensor *t);
+tpuir_val tpulw__tensor(tpulw__b *b, const tpulw_tensor *t);
 /* Operand value converted to dtype (scalars: rank-0 constants). */
-tpuir_val lw_opnd_val(lw_b *b, const lw_opnd *o, int dtype);
+tpuir_val tpulw__opnd_val(tpulw__b *b, const tpulw__opnd *o, int dtype);
 /* Rank-0 constant of dtype with value v (ints/bool converted like C). */
-tpuir_val lw_const(lw_b *b, int dtype, double v);
-tpuir_val lw_const_s(lw_b *b, int dtype, lw_scalar s);
+tpuir_val tpulw__const(tpulw__b *b, int dtype, double v);
+tpuir_val tpulw__const_s(tpulw__b *b, int dtype, tpulw__scalar s);
 /* Constant broadcast to a shape. */
-tpuir_val lw_full(lw_b *b, int dtype, int ndim, const int64_t *sizes,
+tpuir_val tpulw__full(tpulw__b *b, int dtype, int ndim, const int64_t *sizes,
                   double v);
 /* Convert (no-op when dtype already matches). */
-tpuir_val lw_convert(lw_b *b, tpuir_val v, int dtype);
+tpuir_val tpulw__convert(tpulw__b *b, tpuir_val v, int dtype);
 /* numpy-style broadcast of v to (ndim, sizes) (no-op if equal). */
-tpuir_val lw_bcast(lw_b *b, tpuir_val v, int ndim, const int64_t *sizes);
+tpuir_val tpulw__bcast(tpulw__b *b, tpuir_val v, int ndim, const int64_t *sizes);
 /* Broadcast shape of n values (error TPU_E_INVALID like PyTorch's
  * "The size of tensor a (3) must match ..."). */
-int lw_bcast_shape(const lw_b *b, int n, const tpuir_val *vs, int *ndim,
+int tpulw__bcast_shape(const tpulw__b *b, int n, const tpuir_val *vs, int *ndim,
                    int64_t *sizes);
 /* Broadcast all n values (in place in vs) to their common shape. */
-int lw_bcast_all(lw_b *b, int n, tpuir_val *vs);
+int tpulw__bcast_all(tpulw__b *b, int n, tpuir_val *vs);
 /* Binary op after broadcasting both operands to a common shape. */
-tpuir_val lw_bin(lw_b *b, int op, tpuir_val x, tpuir_val y);
+tpuir_val tpulw__bin(tpulw__b *b, int op, tpuir_val x, tpuir_val y);
 /* Unary op. */
-tpuir_val lw_un(lw_b *b, int op, tpuir_val x);
+tpuir_val tpulw__un(tpulw__b *b, int op, tpuir_val x);
 /* Binary op with a scalar constant (of x's dtype) on the right. */
-tpuir_val lw_bin_c(lw_b *b, int op, tpuir_val x, double c);
+tpuir_val tpulw__bin_c(tpulw__b *b, int op, tpuir_val x, double c);
 /* select(pred, t, f) after broadcasting all three. */
-tpuir_val lw_sel(lw_b *b, tpuir_val p, tpuir_val t, tpuir_val f);
+tpuir_val tpulw__sel(tpulw__b *b, tpuir_val p, tpuir_val t, tpuir_val f);
 /* Reshape. */
-tpuir_val lw_reshape(lw_b *b, tpuir_val v, int ndim, const int64_t *sizes);
+tpuir_val tpulw__reshape(tpulw__b *b, tpuir_val v, int ndim, const int64_t *sizes);
 /* Declare the next result. Returns TPU_OK or the error in v. */
-int lw_result(lw_b *b, tpuir_val v);
+int tpulw__result(tpulw__b *b, tpuir_val v);
 /* Convert v to dtype, then declare it as result. */
-int lw_result_as(lw_b *b, tpuir_val v, int dtype);
+int tpulw__result_as(tpulw__b *b, tpuir_val v, int dtype);
 /* Declare a result that is written into tensor argument `name` (a side
  * effect such as batch norm's running stats; shape must match, converted
  * to the argument's dtype). Not one of the op's returns; the argument is
  * no longer an out= destination for the other results. */
-int lw_result_to(lw_b *b, tpuir_val v, const char *name);
+int tpulw__result_to(tpulw__b *b, tpuir_val v, const char *name);
 /* Exclude tensor argument `name` from the out= destinations (an is_output
  * argument that this call leaves untouched). */
-void lw_not_out(lw_b *b, const char *name);
+void tpulw__not_out(tpulw__b *b, const char *name);
 
 /* Normalize a dim against rank ndim (wrap negatives; rank 0 accepts -1, 0).
  * Error: TPU_E_INDEX "Dimension out of range (expected to be in range of
  * [-2, 1], but got 2)". */
-int lw_wrap_dim(int64_t dim, int ndim, int *out);
+int tpulw__wrap_dim(int64_t dim, int ndim, int *out);
 
 /* Propagate a failing tpuir_val / status. */
 #define LW_TRY(v)                                                            \
@@ -268,28 +268,28 @@ int lw_wrap_dim(int64_t dim, int ndim, int *out);
 /* Random numbers (tpuir_rng kind) from the call's "generator" argument;
  * advances its offset by the element count. TPU_E_UNSUPPORTED without a
  * generator. */
-tpuir_val lw_rng(lw_b *b, int kind, int dtype, int nd, const int64_t *sizes);
+tpuir_val tpulw__rng(tpulw__b *b, int kind, int dtype, int nd, const int64_t *sizes);
 /* Stable sort of x along its LAST dim (ascending, or descending; NaN is the
  * largest value): sorted values and the source index of each position
  * (one TPUIR_SORT node for the permutation, the values gathered). */
-int lw_sort_last(lw_b *b, tpuir_val x, int desc, tpuir_val *vals, tpuir_val *perm);
+int tpulw__sort_last(tpulw__b *b, tpuir_val x, int desc, tpuir_val *vals, tpuir_val *perm);
 /* Top-k along the LAST dim (largest or smallest first; the head of the
  * stable sort, so ties keep their order). */
-int lw_topk_last(lw_b *b, tpuir_val x, int64_t k, int largest, tpuir_val *vals,
+int tpulw__topk_last(tpulw__b *b, tpuir_val x, int64_t k, int largest, tpuir_val *vals,
                  tpuir_val *idxs);
 /* torch.scatter_reduce of src (index's shape) into tensor arg self along
  * dim d at int64 positions idx, reduce "sum" | "prod" | "mean" | "amax" |
  * "amin" (lower/dynamic.c); declares the result (self's dtype). */
-int lw_scatter_reduce(lw_b *b, const tpulw_tensor *self, int d, tpuir_val idx, tpuir_val src,
+int tpulw__scatter_reduce(tpulw__b *b, const tpulw_tensor *self, int d, tpuir_val idx, tpuir_val src,
                       const char *reduce, int include_self);
 /* Sum-reduce dims (mask bit d set) of v; keepdim keeps size-1 dims. */
-tpuir_val lw_reduce_dims(lw_b *b, int kind, tpuir_val v, uint32_t mask,
+tpuir_val tpulw__reduce_dims(tpulw__b *b, int kind, tpuir_val v, uint32_t mask,
                          int keepdim);
 /* p-norm (torch.linalg.vector_norm's ord) of the absolute values a over
  * the dims in mask (lower/reduce.c); result in a's dtype. */
-tpuir_val lw_pnorm_dims(lw_b *b, tpuir_val a, double p, uint32_t mask, int keepdim);
+tpuir_val tpulw__pnorm_dims(tpulw__b *b, tpuir_val a, double p, uint32_t mask, int keepdim);
 /* Parse an optional int[] dim list against rank nd into a bit mask (None
  * or [] = all dims). Duplicate -> TPU_E_INVALID like PyTorch. */
-int lw_dim_mask(const lw_b *b, const char *name, int nd, uint32_t *mask);
+int tpulw__dim_mask(const tpulw__b *b, const char *name, int nd, uint32_t *mask);
 
 #endif /* TPU_LOWER_INTERNAL_H */

@@ -16,9 +16,9 @@
 #include "lower/internal.h"
 #include "tpu_exec.h"
 
-static int lower_c_kernel(lw_b *b) {
-  const tpulw_arg *ka = lw_arg(b, "key"), *ta = lw_arg(b, "inputs"),
-                  *fa = lw_arg(b, "fscalars"), *ia = lw_arg(b, "iscalars");
+static int lower_c_kernel(tpulw__b *b) {
+  const tpulw_arg *ka = tpulw__arg(b, "key"), *ta = tpulw__arg(b, "inputs"),
+                  *fa = tpulw__arg(b, "fscalars"), *ia = tpulw__arg(b, "iscalars");
   if (!ka || !ta || !fa || !ia || ka->kind != TPULW_INT || ta->kind != TPULW_TENSORS ||
       fa->kind != TPULW_FLOATS || ia->kind != TPULW_INTS)
     return tpu_error(TPU_E_INVALID, "c_kernel: expected (int key, Tensor[] inputs, "
@@ -56,7 +56,7 @@ static int lower_c_kernel(lw_b *b) {
       dt[k] = t->view.dtype;
       nd[k] = t->view.ndim;
       for (int a = 0; a < t->view.ndim; a++) sz[k][a] = t->view.sizes[a];
-      ops[k] = lw_tensor(b, t);
+      ops[k] = tpulw__tensor(b, t);
     } else if (tpu_dtype_is_float(want_dt[k])) {
       if (fi >= fa->n) break;
       dt[k] = want_dt[k];
@@ -81,10 +81,10 @@ static int lower_c_kernel(lw_b *b) {
   if (rc < 0) return rc;
   for (int o = 0; o < nout; o++) {
     tpuir_val v = tpuir_custom_call(b->g, key, nin, ops, o, nout, odt[o], ond[o], osz[o]);
-    rc = lw_result(b, v);
+    rc = tpulw__result(b, v);
     if (rc < 0) return rc;
   }
   return TPU_OK;
 }
 
-const lw_row lw_row_c_kernel = {"torch_tpu::c_kernel", lower_c_kernel, 0};
+const tpulw__row tpulw__row_c_kernel = {"torch_tpu::c_kernel", lower_c_kernel, 0};

@@ -29,14 +29,14 @@ enum {
 #define CT TPU_F64 /* compute dtype */
 
 /* Tensor argument t as a value in the compute dtype. */
-static tpuir_val ct_arg(lw_b *b, const tpulw_tensor *t) {
-  return lw_convert(b, lw_tensor(b, t), CT);
+static tpuir_val ct_arg(tpulw__b *b, const tpulw_tensor *t) {
+  return tpulw__convert(b, tpulw__tensor(b, t), CT);
 }
 
 /* *_ex ops with check_errors=True raise from inside the op on CPU; not
  * lowered (TPU_E_UNSUPPORTED: the glue falls back). */
-static int no_check_errors(lw_b *b, const char *op) {
-  if (!lw_int(b, "check_errors", 0)) return TPU_OK;
+static int no_check_errors(tpulw__b *b, const char *op) {
+  if (!tpulw__int(b, "check_errors", 0)) return TPU_OK;
   return tpu_error(TPU_E_UNSUPPORTED, "%s: check_errors=True", op);
 }
 
@@ -44,8 +44,8 @@ static int no_check_errors(lw_b *b, const char *op) {
 
 /* tensor argument (a 0-dim CPU tensor too: it fails the rank checks with
  * PyTorch's message) */
-static const tpulw_tensor *targ(const lw_b *b, const char *name) {
-  return lw_tensor_arg(b, name);
+static const tpulw_tensor *targ(const tpulw__b *b, const char *name) {
+  return tpulw__tensor_arg(b, name);
 }
 
 /* float32/float64 matrix (batch) input. `fname` is PyTorch's API name in
@@ -63,9 +63,9 @@ static int check_mat(const tpulw_tensor *t, const char *fname, const char *arg,
       return tpu_error(TPU_E_INVALID,
                        isf ? "%s: Low precision dtypes not supported. Got %s"
                            : "%s: Expected a floating point or complex tensor as input. Got %s",
-                       fname, lw_torch_name(dt));
+                       fname, tpulw__torch_name(dt));
     return tpu_error(TPU_E_UNSUPPORTED, "\"%s\" not implemented for '%s'", disp,
-                     lw_torch_name(dt));
+                     tpulw__torch_name(dt));
   }
   if (t->view.ndim < 2)
     return tpu_error(TPU_E_INVALID,
@@ -86,17 +86,17 @@ static int check_same_dtype(const tpulw_tensor *a, const tpulw_tensor *c, const 
     return tpu_error(TPU_E_INVALID,
                      "%s: Expected %s and %s to have the same dtype, but found %s "
                      "and %s instead",
-                     fname, an, cn, lw_torch_name(a->view.dtype),
-                     lw_torch_name(c->view.dtype));
+                     fname, an, cn, tpulw__torch_name(a->view.dtype),
+                     tpulw__torch_name(c->view.dtype));
   return TPU_OK;
 }
 
 /* ---- small IR helpers --------------------------------------------------- */
 
 /* transpose of the last two dims */
-static tpuir_val mT(lw_b *b, tpuir_val x) {
+static tpuir_val mT(tpulw__b *b, tpuir_val x) {
   if (x < 0) return x;
-  lw_shape s = lw_info(b, x);
+  tpulw__shape s = tpulw__info(b, x);
   int64_t perm[TPU_MAX_DIMS];
   for (int i = 0; i < s.ndim; i++) perm[i] = i;
   perm[s.ndim - 1] = s.ndim - 2;
@@ -105,10 +105,10 @@ static tpuir_val mT(lw_b *b, tpuir_val x) {
 }
 
 /* batched x [.., m, k] @ y [.., k, n] (same batch dims), exact fp64 */
-static tpuir_val mm(lw_b *b, tpuir_val x, tpuir_val y) {
+static tpuir_val mm(tpulw__b *b, tpuir_val x, tpuir_val y) {
   if (x < 0) return x;
   if (y < 0) return y;
-  lw_shape s = lw_info(b, x);
+  tpulw__shape s = tpulw__info(b, x);
   int nb = s.ndim - 2;
   int64_t bd[TPU_MAX_DIMS];
   for (int i = 0; i < nb; i++) bd[i] = i;
@@ -117,13 +117,13 @@ static tpuir_val mm(lw_b *b, tpuir_val x, tpuir_val y) {
 }
 
 /* broadcast the batch dims (all but the last `keep`) of x to bsizes[0..nb) */
-static tpuir_val bcast_batch(lw_b *b, tpuir_val x, int keep, int nb, const int64_t *bs) {
+static tpuir_val bcast_batch(tpulw__b *b, tpuir_val x, int keep, int nb, const int64_t *bs) {
   if (x < 0) return x;
-  lw_shape s = lw_info(b, x);
+  tpulw__shape s = tpulw__info(b, x);
   int64_t sz[TPU_MAX_DIMS];
   for (int i = 0; i < nb; i++) sz[i] = bs[i];
   for (int i = 0; i < keep; i++) sz[nb + i] = s.sizes[s.ndim - keep + i];
-  return lw_bcast(b, x, nb + keep, sz);
+  return tpulw__bcast(b, x, nb + keep, sz);
 }
 
 /* broadcast shape of two batch-dim lists (PyTorch's error on mismatch) */
@@ -145,37 +145,37 @@ static int batch_shape(int na, const int64_t *a, int nc, const int64_t *c, int *
 }
 
 /* iota-based masks over the last two dims of shape s */
-static tpuir_val rowcol(lw_b *b, const lw_shape *s, int which) {
+static tpuir_val rowcol(tpulw__b *b, const tpulw__shape *s, int which) {
   return tpuir_iota(b->g, TPU_I64, s->ndim, s->sizes, s->ndim - 2 + which);
 }
 
 /* tril (lower = 1) / triu of x with diagonal offset k */
-static tpuir_val tri(lw_b *b, tpuir_val x, int lower, int64_t k) {
+static tpuir_val tri(tpulw__b *b, tpuir_val x, int lower, int64_t k) {
   if (x < 0) return x;
-  lw_shape s = lw_info(b, x);
+  tpulw__shape s = tpulw__info(b, x);
   tpuir_val r = rowcol(b, &s, 0), c = rowcol(b, &s, 1);
-  tpuir_val d = lw_bin(b, TPUIR_SUB, c, r); /* c - r */
-  tpuir_val keep = lower ? lw_bin(b, TPUIR_LE, d, lw_const(b, TPU_I64, (double)k))
-                         : lw_bin(b, TPUIR_GE, d, lw_const(b, TPU_I64, (double)k));
-  return lw_sel(b, keep, x, lw_const(b, s.dtype, 0.0));
+  tpuir_val d = tpulw__bin(b, TPUIR_SUB, c, r); /* c - r */
+  tpuir_val keep = lower ? tpulw__bin(b, TPUIR_LE, d, tpulw__const(b, TPU_I64, (double)k))
+                         : tpulw__bin(b, TPUIR_GE, d, tpulw__const(b, TPU_I64, (double)k));
+  return tpulw__sel(b, keep, x, tpulw__const(b, s.dtype, 0.0));
 }
 
 /* identity [bs..., n, n] */
-static tpuir_val eye(lw_b *b, int dt, int nb, const int64_t *bs, int64_t r, int64_t c) {
-  lw_shape s;
+static tpuir_val eye(tpulw__b *b, int dt, int nb, const int64_t *bs, int64_t r, int64_t c) {
+  tpulw__shape s;
   s.dtype = dt;
   s.ndim = nb + 2;
   for (int i = 0; i < nb; i++) s.sizes[i] = bs[i];
   s.sizes[nb] = r;
   s.sizes[nb + 1] = c;
-  tpuir_val e = lw_bin(b, TPUIR_EQ, rowcol(b, &s, 0), rowcol(b, &s, 1));
-  return lw_convert(b, e, dt);
+  tpuir_val e = tpulw__bin(b, TPUIR_EQ, rowcol(b, &s, 0), rowcol(b, &s, 1));
+  return tpulw__convert(b, e, dt);
 }
 
 /* x[..., r0:r1, c0:c1] */
-static tpuir_val sub(lw_b *b, tpuir_val x, int64_t r0, int64_t r1, int64_t c0, int64_t c1) {
+static tpuir_val sub(tpulw__b *b, tpuir_val x, int64_t r0, int64_t r1, int64_t c0, int64_t c1) {
   if (x < 0) return x;
-  lw_shape s = lw_info(b, x);
+  tpulw__shape s = tpulw__info(b, x);
   int64_t st[TPU_MAX_DIMS], li[TPU_MAX_DIMS], sd[TPU_MAX_DIMS];
   for (int i = 0; i < s.ndim; i++) {
     st[i] = 0;
@@ -190,98 +190,98 @@ static tpuir_val sub(lw_b *b, tpuir_val x, int64_t r0, int64_t r1, int64_t c0, i
 }
 
 /* zero-pad the last two dims of x to (r, c) */
-static tpuir_val pad_to(lw_b *b, tpuir_val x, int64_t r, int64_t c) {
+static tpuir_val pad_to(tpulw__b *b, tpuir_val x, int64_t r, int64_t c) {
   if (x < 0) return x;
-  lw_shape s = lw_info(b, x);
+  tpulw__shape s = tpulw__info(b, x);
   int64_t lo[TPU_MAX_DIMS] = {0}, hi[TPU_MAX_DIMS] = {0}, in[TPU_MAX_DIMS] = {0};
   hi[s.ndim - 2] = r - s.sizes[s.ndim - 2];
   hi[s.ndim - 1] = c - s.sizes[s.ndim - 1];
   if (!hi[s.ndim - 2] && !hi[s.ndim - 1]) return x;
-  return tpuir_pad(b->g, x, lw_const(b, s.dtype, 0.0), lo, hi, in);
+  return tpuir_pad(b->g, x, tpulw__const(b, s.dtype, 0.0), lo, hi, in);
 }
 
 /* zero-pad the last dim of x to n */
-static tpuir_val pad_last(lw_b *b, tpuir_val x, int64_t n) {
+static tpuir_val pad_last(tpulw__b *b, tpuir_val x, int64_t n) {
   if (x < 0) return x;
-  lw_shape s = lw_info(b, x);
+  tpulw__shape s = tpulw__info(b, x);
   int64_t lo[TPU_MAX_DIMS] = {0}, hi[TPU_MAX_DIMS] = {0}, in[TPU_MAX_DIMS] = {0};
   hi[s.ndim - 1] = n - s.sizes[s.ndim - 1];
   if (!hi[s.ndim - 1]) return x;
-  return tpuir_pad(b->g, x, lw_const(b, s.dtype, 0.0), lo, hi, in);
+  return tpuir_pad(b->g, x, tpulw__const(b, s.dtype, 0.0), lo, hi, in);
 }
 
 /* diagonal [..., min(m, n)] of x [..., m, n] (exact) */
-static tpuir_val diag(lw_b *b, tpuir_val x) {
+static tpuir_val diag(tpulw__b *b, tpuir_val x) {
   if (x < 0) return x;
-  lw_shape s = lw_info(b, x);
+  tpulw__shape s = tpulw__info(b, x);
   int64_t m = s.sizes[s.ndim - 2], n = s.sizes[s.ndim - 1], k = m < n ? m : n;
   tpuir_val sq = sub(b, x, 0, k, 0, k);
-  lw_shape q = lw_info(b, sq);
-  tpuir_val on = lw_bin(b, TPUIR_EQ, rowcol(b, &q, 0), rowcol(b, &q, 1));
-  tpuir_val z = lw_sel(b, on, sq, lw_const(b, s.dtype, 0.0));
+  tpulw__shape q = tpulw__info(b, sq);
+  tpuir_val on = tpulw__bin(b, TPUIR_EQ, rowcol(b, &q, 0), rowcol(b, &q, 1));
+  tpuir_val z = tpulw__sel(b, on, sq, tpulw__const(b, s.dtype, 0.0));
   int64_t last = s.ndim - 1;
   return tpuir_reduce(b->g, TPUIR_RED_SUM, z, 1, &last);
 }
 
 /* value shape without the trailing `drop` dims */
-static void batch_of(const lw_shape *s, int drop, int *nb, int64_t *bs) {
+static void batch_of(const tpulw__shape *s, int drop, int *nb, int64_t *bs) {
   *nb = s->ndim - drop;
   for (int i = 0; i < *nb; i++) bs[i] = s->sizes[i];
 }
 
 /* rows of x [..., m, n] permuted: out[i] = x[perm[i]] (perm int32 [.., m]) */
-static tpuir_val permute_rows(lw_b *b, tpuir_val x, tpuir_val perm) {
+static tpuir_val permute_rows(tpulw__b *b, tpuir_val x, tpuir_val perm) {
   if (x < 0) return x;
   if (perm < 0) return perm;
-  lw_shape s = lw_info(b, x);
-  lw_shape p = lw_info(b, perm);
+  tpulw__shape s = tpulw__info(b, x);
+  tpulw__shape p = tpulw__info(b, perm);
   int64_t sz[TPU_MAX_DIMS];
   memcpy(sz, p.sizes, sizeof sz);
   sz[p.ndim] = 1;
-  tpuir_val idx = lw_reshape(b, lw_convert(b, perm, TPU_I64), p.ndim + 1, sz);
-  idx = lw_bcast(b, idx, s.ndim, s.sizes);
+  tpuir_val idx = tpulw__reshape(b, tpulw__convert(b, perm, TPU_I64), p.ndim + 1, sz);
+  idx = tpulw__bcast(b, idx, s.ndim, s.sizes);
   return tpuir_gather(b->g, x, s.ndim - 2, idx);
 }
 
 /* inverse permutation (int32 [.., m]) */
-static tpuir_val inv_perm(lw_b *b, tpuir_val perm) {
+static tpuir_val inv_perm(tpulw__b *b, tpuir_val perm) {
   if (perm < 0) return perm;
-  lw_shape p = lw_info(b, perm);
-  tpuir_val pi = lw_convert(b, perm, TPU_I64);
+  tpulw__shape p = tpulw__info(b, perm);
+  tpuir_val pi = tpulw__convert(b, perm, TPU_I64);
   tpuir_val io = tpuir_iota(b->g, TPU_I64, p.ndim, p.sizes, p.ndim - 1);
-  tpuir_val z = lw_full(b, TPU_I64, p.ndim, p.sizes, 0);
+  tpuir_val z = tpulw__full(b, TPU_I64, p.ndim, p.sizes, 0);
   return tpuir_scatter_add(b->g, z, p.ndim - 1, pi, io);
 }
 
 /* permutation matrix P [.., m, m] with A = P L U: P[perm[i], i] = 1 */
-static tpuir_val perm_matrix(lw_b *b, tpuir_val perm, int dt) {
+static tpuir_val perm_matrix(tpulw__b *b, tpuir_val perm, int dt) {
   if (perm < 0) return perm;
-  lw_shape p = lw_info(b, perm);
+  tpulw__shape p = tpulw__info(b, perm);
   int64_t m = p.sizes[p.ndim - 1];
-  lw_shape s = p;
+  tpulw__shape s = p;
   s.ndim = p.ndim + 1;
   s.sizes[p.ndim - 1] = m;
   s.sizes[p.ndim] = m;
   int64_t dims[TPU_MAX_DIMS];
   for (int i = 0; i < p.ndim - 1; i++) dims[i] = i;
   dims[p.ndim - 1] = p.ndim; /* perm indexed by the column */
-  tpuir_val pc = tpuir_broadcast_in_dim(b->g, lw_convert(b, perm, TPU_I64), s.ndim, s.sizes, dims);
-  tpuir_val eq = lw_bin(b, TPUIR_EQ, pc, rowcol(b, &s, 0));
-  return lw_convert(b, eq, dt);
+  tpuir_val pc = tpuir_broadcast_in_dim(b->g, tpulw__convert(b, perm, TPU_I64), s.ndim, s.sizes, dims);
+  tpuir_val eq = tpulw__bin(b, TPUIR_EQ, pc, rowcol(b, &s, 0));
+  return tpulw__convert(b, eq, dt);
 }
 
 /* Declare the next result (converted to dt) with a column-major layout,
  * as PyTorch CPU returns LAPACK outputs. */
-static int res_f(lw_b *b, tpuir_val v, int dt) {
+static int res_f(tpulw__b *b, tpuir_val v, int dt) {
   if (b->nres < 32) b->col_major |= 1u << b->nres;
-  return lw_result_as(b, v, dt);
+  return tpulw__result_as(b, v, dt);
 }
 
 /* ---- LU solve core ------------------------------------------------------ */
 
 /* Solve with A = P L U given (LU, perm) of equal batch dims with B
  * [.., n, k]: left & !adjoint: A X = B; left & adjoint: A^T X = B. */
-static tpuir_val lu_solve_left(lw_b *b, tpuir_val lu, tpuir_val perm, tpuir_val B,
+static tpuir_val lu_solve_left(tpulw__b *b, tpuir_val lu, tpuir_val perm, tpuir_val B,
                                int adjoint) {
   if (!adjoint) {
     tpuir_val y = permute_rows(b, B, perm);
@@ -294,7 +294,7 @@ static tpuir_val lu_solve_left(lw_b *b, tpuir_val lu, tpuir_val perm, tpuir_val 
 }
 
 /* left: as above; right (X A = B): A^T X^T = B^T. */
-static tpuir_val lu_solve_any(lw_b *b, tpuir_val lu, tpuir_val perm, tpuir_val B,
+static tpuir_val lu_solve_any(tpulw__b *b, tpuir_val lu, tpuir_val perm, tpuir_val B,
                               int left, int adjoint) {
   if (left) return lu_solve_left(b, lu, perm, B, adjoint);
   return mT(b, lu_solve_left(b, lu, perm, mT(b, B), !adjoint));
@@ -302,13 +302,13 @@ static tpuir_val lu_solve_any(lw_b *b, tpuir_val lu, tpuir_val perm, tpuir_val B
 
 /* ---- Cholesky family ---------------------------------------------------- */
 
-static int chol_fn(lw_b *b) {
+static int chol_fn(tpulw__b *b) {
   const char *fname = b->op == S_CHOL ? "cholesky" : "linalg.cholesky";
   const tpulw_tensor *a = targ(b, "self");
   int rc = check_mat(a, fname, "A", 1, b->op == S_CHOL_EX, 0, "cholesky_cpu");
   if (rc) return rc;
   if (b->op == S_CHOL_EX && (rc = no_check_errors(b, "linalg_cholesky_ex"))) return rc;
-  int upper = (int)lw_int(b, "upper", 0);
+  int upper = (int)tpulw__int(b, "upper", 0);
   int dt = a->view.dtype;
   b->out_rule = LW_OUT_SAME;
   tpuir_val x = ct_arg(b, a);
@@ -324,19 +324,19 @@ static int chol_fn(lw_b *b) {
   }
   rc = res_f(b, L, dt);
   if (rc) return rc;
-  return lw_result(b, tpuir_cholesky(b->g, x, !upper, TPUIR_CHOL_INFO));
+  return tpulw__result(b, tpuir_cholesky(b->g, x, !upper, TPUIR_CHOL_INFO));
 }
 
-static int chol_solve_fn(lw_b *b) {
+static int chol_solve_fn(tpulw__b *b) {
   const tpulw_tensor *B = targ(b, "self"), *A = targ(b, "A");
   int rc = check_mat(B, "cholesky_solve", "B", 0, 0, 0, "cholesky_solve_cpu");
   if (rc) return rc;
   if ((rc = check_mat(A, "cholesky_solve", "A", 1, 0, 0, "cholesky_solve_cpu"))) return rc;
   if ((rc = check_same_dtype(B, A, "cholesky_solve", "self", "A"))) return rc;
-  int upper = (int)lw_int(b, "upper", 0), dt = B->view.dtype;
+  int upper = (int)tpulw__int(b, "upper", 0), dt = B->view.dtype;
   b->out_rule = LW_OUT_SAME;
   tpuir_val xb = ct_arg(b, B), xa = ct_arg(b, A);
-  lw_shape sb = lw_info(b, xb), sa = lw_info(b, xa);
+  tpulw__shape sb = tpulw__info(b, xb), sa = tpulw__info(b, xa);
   int nb;
   int64_t bs[TPU_MAX_DIMS];
   if ((rc = batch_shape(sb.ndim - 2, sb.sizes, sa.ndim - 2, sa.sizes, &nb, bs))) return rc;
@@ -348,14 +348,14 @@ static int chol_solve_fn(lw_b *b) {
   return res_f(b, y, dt);
 }
 
-static int chol_inv_fn(lw_b *b) {
+static int chol_inv_fn(tpulw__b *b) {
   const tpulw_tensor *A = targ(b, "self");
   int rc = check_mat(A, "cholesky_inverse", "input", 1, 0, 0, "cholesky_inverse_out_cpu");
   if (rc) return rc;
-  int upper = (int)lw_int(b, "upper", 0), dt = A->view.dtype;
+  int upper = (int)tpulw__int(b, "upper", 0), dt = A->view.dtype;
   b->out_rule = LW_OUT_SAME;
   tpuir_val xa = ct_arg(b, A);
-  lw_shape s = lw_info(b, xa);
+  tpulw__shape s = tpulw__info(b, xa);
   int nb;
   int64_t bs[TPU_MAX_DIMS];
   batch_of(&s, 2, &nb, bs);
@@ -368,7 +368,7 @@ static int chol_inv_fn(lw_b *b) {
 
 /* ---- triangular solves -------------------------------------------------- */
 
-static int tri_fn(lw_b *b) {
+static int tri_fn(tpulw__b *b) {
   int legacy = b->op == S_TRI_SOLVE;
   const char *fname = legacy ? "triangular_solve" : "linalg.solve_triangular";
   const tpulw_tensor *A = targ(b, legacy ? "A" : "self"), *B = targ(b, legacy ? "self" : "B");
@@ -377,14 +377,14 @@ static int tri_fn(lw_b *b) {
   if ((rc = check_mat(B, fname, "B", 0, 0, 0, "triangular_solve_cpu")))
     return rc;
   if ((rc = check_same_dtype(B, A, fname, "B", "A"))) return rc;
-  int upper = (int)lw_int(b, "upper", legacy ? 1 : 0);
-  int trans = legacy ? (int)lw_int(b, "transpose", 0) : 0;
-  int unit = (int)lw_int(b, "unitriangular", 0);
-  int left = legacy ? 1 : (int)lw_int(b, "left", 1);
+  int upper = (int)tpulw__int(b, "upper", legacy ? 1 : 0);
+  int trans = legacy ? (int)tpulw__int(b, "transpose", 0) : 0;
+  int unit = (int)tpulw__int(b, "unitriangular", 0);
+  int left = legacy ? 1 : (int)tpulw__int(b, "left", 1);
   int dt = B->view.dtype;
   b->out_rule = LW_OUT_SAME;
   tpuir_val xa = ct_arg(b, A), xb = ct_arg(b, B);
-  lw_shape sa = lw_info(b, xa), sb = lw_info(b, xb);
+  tpulw__shape sa = tpulw__info(b, xa), sb = tpulw__info(b, xb);
   int64_t k = sa.sizes[sa.ndim - 1];
   int64_t need = left ? sb.sizes[sb.ndim - 2] : sb.sizes[sb.ndim - 1];
   if (need != k) {
@@ -408,17 +408,17 @@ static int tri_fn(lw_b *b) {
   tpuir_val x = tpuir_triangular_solve(b->g, xab, xb, left, !upper, unit, trans);
   rc = res_f(b, x, dt);
   if (rc || !legacy) return rc;
-  return res_f(b, bcast_batch(b, lw_tensor(b, A), 2, nb, bs), dt);
+  return res_f(b, bcast_batch(b, tpulw__tensor(b, A), 2, nb, bs), dt);
 }
 
 /* ---- LU family ---------------------------------------------------------- */
 
-static int lu_factor_fn(lw_b *b) {
+static int lu_factor_fn(tpulw__b *b) {
   const char *fname = b->op == S_LU ? "linalg.lu" : "linalg.lu_factor";
   const tpulw_tensor *A = targ(b, "A");
   int rc = check_mat(A, fname, "A", 0, 0, 0, "lu_cpu");
   if (rc) return rc;
-  if (!lw_int(b, "pivot", 1))
+  if (!tpulw__int(b, "pivot", 1))
     return tpu_error(TPU_E_INVALID,
                      "linalg.lu_factor: LU without pivoting is not implemented on the CPU");
   if (b->op == S_LU_FACTOR && (rc = no_check_errors(b, "linalg_lu_factor_ex"))) return rc;
@@ -429,23 +429,23 @@ static int lu_factor_fn(lw_b *b) {
   LW_TRY(lu);
   if (b->op == S_LU_FACTOR) {
     if ((rc = res_f(b, lu, dt))) return rc;
-    if ((rc = lw_result(b, tpuir_lu(b->g, x, TPUIR_LU_PIVOTS)))) return rc;
-    return lw_result(b, tpuir_lu(b->g, x, TPUIR_LU_INFO));
+    if ((rc = tpulw__result(b, tpuir_lu(b->g, x, TPUIR_LU_PIVOTS)))) return rc;
+    return tpulw__result(b, tpuir_lu(b->g, x, TPUIR_LU_INFO));
   }
-  lw_shape s = lw_info(b, lu);
+  tpulw__shape s = tpulw__info(b, lu);
   int64_t m = s.sizes[s.ndim - 2], n = s.sizes[s.ndim - 1], k = m < n ? m : n;
   int nb;
   int64_t bs[TPU_MAX_DIMS];
   batch_of(&s, 2, &nb, bs);
   tpuir_val P = perm_matrix(b, tpuir_lu(b->g, x, TPUIR_LU_PERM), CT);
-  tpuir_val L = lw_bin(b, TPUIR_ADD, tri(b, sub(b, lu, 0, m, 0, k), 1, -1), eye(b, CT, nb, bs, m, k));
+  tpuir_val L = tpulw__bin(b, TPUIR_ADD, tri(b, sub(b, lu, 0, m, 0, k), 1, -1), eye(b, CT, nb, bs, m, k));
   tpuir_val U = tri(b, sub(b, lu, 0, k, 0, n), 0, 0);
-  if ((rc = lw_result_as(b, P, dt))) return rc;
-  if ((rc = lw_result_as(b, L, dt))) return rc;
-  return lw_result_as(b, U, dt);
+  if ((rc = tpulw__result_as(b, P, dt))) return rc;
+  if ((rc = tpulw__result_as(b, L, dt))) return rc;
+  return tpulw__result_as(b, U, dt);
 }
 
-static int lu_unpack_fn(lw_b *b) {
+static int lu_unpack_fn(tpulw__b *b) {
   const tpulw_tensor *LU = targ(b, "LU_data"), *piv = targ(b, "LU_pivots");
   int rc = TPU_OK;
   if (!LU) return tpu_error(TPU_E_UNSUPPORTED, "lu_unpack: no LU");
@@ -462,11 +462,11 @@ static int lu_unpack_fn(lw_b *b) {
                      "torch.lu_unpack: LU_pivots is expected to be a contiguous tensor "
                      "of torch.int32 dtype.\nNote: this function is intended to be used "
                      "with the output produced by torch.linalg.lu_factor");
-  int ud = (int)lw_int(b, "unpack_data", 1), up = (int)lw_int(b, "unpack_pivots", 1);
+  int ud = (int)tpulw__int(b, "unpack_data", 1), up = (int)tpulw__int(b, "unpack_pivots", 1);
   int dt = LU->view.dtype;
   b->out_rule = LW_OUT_SAME;
   tpuir_val lu = ct_arg(b, LU);
-  lw_shape s = lw_info(b, lu);
+  tpulw__shape s = tpulw__info(b, lu);
   int64_t m = s.sizes[s.ndim - 2], n = s.sizes[s.ndim - 1], k = m < n ? m : n;
   int nb;
   int64_t bs[TPU_MAX_DIMS];
@@ -474,8 +474,8 @@ static int lu_unpack_fn(lw_b *b) {
   int64_t z = 0;
   tpuir_val P, L, U;
   if (up) {
-    tpuir_val pv = lw_tensor(b, piv);
-    lw_shape ps = lw_info(b, pv);
+    tpuir_val pv = tpulw__tensor(b, piv);
+    tpulw__shape ps = tpulw__info(b, pv);
     if (ps.ndim < 1 || ps.sizes[ps.ndim - 1] != k)
       return tpu_error(TPU_E_INVALID,
                        "torch.lu_unpack: Expected LU_pivots.size(-1) == min(LU.size(-2), "
@@ -484,21 +484,21 @@ static int lu_unpack_fn(lw_b *b) {
     b->sync = 1; /* out-of-range pivots raise at the call, like CPU */
     P = perm_matrix(b, tpuir_lu_pivots_to_perm(b->g, pv, m), CT);
   } else {
-    P = lw_full(b, CT, 1, &z, 0);
+    P = tpulw__full(b, CT, 1, &z, 0);
   }
   if (ud) {
-    L = lw_bin(b, TPUIR_ADD, tri(b, sub(b, lu, 0, m, 0, k), 1, -1), eye(b, CT, nb, bs, m, k));
+    L = tpulw__bin(b, TPUIR_ADD, tri(b, sub(b, lu, 0, m, 0, k), 1, -1), eye(b, CT, nb, bs, m, k));
     U = tri(b, sub(b, lu, 0, k, 0, n), 0, 0);
   } else {
-    L = lw_full(b, CT, 1, &z, 0);
-    U = lw_full(b, CT, 1, &z, 0);
+    L = tpulw__full(b, CT, 1, &z, 0);
+    U = tpulw__full(b, CT, 1, &z, 0);
   }
-  if ((rc = lw_result_as(b, P, dt))) return rc;
-  if ((rc = lw_result_as(b, L, dt))) return rc;
-  return lw_result_as(b, U, dt);
+  if ((rc = tpulw__result_as(b, P, dt))) return rc;
+  if ((rc = tpulw__result_as(b, L, dt))) return rc;
+  return tpulw__result_as(b, U, dt);
 }
 
-static int lu_solve_fn(lw_b *b) {
+static int lu_solve_fn(tpulw__b *b) {
   const tpulw_tensor *LU = targ(b, "LU"), *piv = targ(b, "pivots"), *B = targ(b, "B");
   const char *fname = "linalg.lu_solve";
   int rc = check_mat(LU, "torch.linalg.lu_solve", "LU", 1, 1, 0, "linalg.lu_solve_cpu");
@@ -507,12 +507,12 @@ static int lu_solve_fn(lw_b *b) {
   if ((rc = check_same_dtype(B, LU, fname, "B", "LU"))) return rc;
   if (!piv || piv->view.dtype != TPU_I32)
     return tpu_error(TPU_E_INVALID, "linalg.lu_solve: pivots should be a Tensor of scalar type Int");
-  int left = (int)lw_int(b, "left", 1), adj = (int)lw_int(b, "adjoint", 0);
+  int left = (int)tpulw__int(b, "left", 1), adj = (int)tpulw__int(b, "adjoint", 0);
   int dt = B->view.dtype;
   b->out_rule = LW_OUT_SAME;
   tpuir_val lu = ct_arg(b, LU), xb = ct_arg(b, B);
-  tpuir_val pv = lw_tensor(b, piv);
-  lw_shape sl = lw_info(b, lu), sb = lw_info(b, xb), sp = lw_info(b, pv);
+  tpuir_val pv = tpulw__tensor(b, piv);
+  tpulw__shape sl = tpulw__info(b, lu), sb = tpulw__info(b, xb), sp = tpulw__info(b, pv);
   int64_t n = sl.sizes[sl.ndim - 1];
   if ((left ? sb.sizes[sb.ndim - 2] : sb.sizes[sb.ndim - 1]) != n)
     return tpu_error(TPU_E_INVALID,
@@ -534,7 +534,7 @@ static int lu_solve_fn(lw_b *b) {
   return res_f(b, lu_solve_any(b, lu, perm, xb, left, adj), dt);
 }
 
-static int inv_fn(lw_b *b) {
+static int inv_fn(tpulw__b *b) {
   const tpulw_tensor *A = targ(b, "A");
   int rc = check_mat(A, "linalg.inv", "A", 1, 1, 1, "lu_cpu");
   if (rc) return rc;
@@ -542,7 +542,7 @@ static int inv_fn(lw_b *b) {
   int dt = A->view.dtype;
   b->out_rule = LW_OUT_SAME;
   tpuir_val x = ct_arg(b, A);
-  lw_shape s = lw_info(b, x);
+  tpulw__shape s = tpulw__info(b, x);
   int nb;
   int64_t bs[TPU_MAX_DIMS];
   batch_of(&s, 2, &nb, bs);
@@ -550,10 +550,10 @@ static int inv_fn(lw_b *b) {
   tpuir_val lu = tpuir_lu(b->g, x, TPUIR_LU_PACKED), perm = tpuir_lu(b->g, x, TPUIR_LU_PERM);
   tpuir_val inv = lu_solve_left(b, lu, perm, eye(b, CT, nb, bs, n, n), 0);
   if ((rc = res_f(b, inv, dt))) return rc;
-  return lw_result(b, tpuir_lu(b->g, x, TPUIR_LU_INFO));
+  return tpulw__result(b, tpuir_lu(b->g, x, TPUIR_LU_INFO));
 }
 
-static int solve_fn(lw_b *b) {
+static int solve_fn(tpulw__b *b) {
   const tpulw_tensor *A = targ(b, "A"), *B = targ(b, "B");
   const char *fname = "linalg.solve";
   int rc = check_mat(A, fname, "A", 1, 1, 0, "lu_cpu");
@@ -563,12 +563,12 @@ static int solve_fn(lw_b *b) {
     return tpu_error(TPU_E_INVALID,
                      "linalg.solve: Expected A and B to have the same dtype, but found "
                      "A of type %s and B of type %s instead",
-                     lw_torch_name(A->view.dtype), lw_torch_name(B->view.dtype));
+                     tpulw__torch_name(A->view.dtype), tpulw__torch_name(B->view.dtype));
   if ((rc = no_check_errors(b, "_linalg_solve_ex"))) return rc;
-  int left = (int)lw_int(b, "left", 1), dt = A->view.dtype;
+  int left = (int)tpulw__int(b, "left", 1), dt = A->view.dtype;
   b->out_rule = LW_OUT_SAME;
   tpuir_val xa = ct_arg(b, A), xb = ct_arg(b, B);
-  lw_shape sa = lw_info(b, xa), sb = lw_info(b, xb);
+  tpulw__shape sa = tpulw__info(b, xa), sb = tpulw__info(b, xb);
   /* vector rhs: B.dim() == 1 or B.shape == A.shape[:-1] */
   int vec = sb.ndim == 1;
   if (sb.ndim == sa.ndim - 1) {
@@ -581,8 +581,8 @@ static int solve_fn(lw_b *b) {
     int64_t sz[TPU_MAX_DIMS];
     memcpy(sz, sb.sizes, sizeof sz);
     sz[sb.ndim] = 1;
-    xb = lw_reshape(b, xb, sb.ndim + 1, sz);
-    sb = lw_info(b, xb);
+    xb = tpulw__reshape(b, xb, sb.ndim + 1, sz);
+    sb = tpulw__info(b, xb);
   }
   if (sb.ndim < 2 || (left ? sb.sizes[sb.ndim - 2] : sb.sizes[sb.ndim - 1]) != n)
     return tpu_error(TPU_E_INVALID,
@@ -598,26 +598,26 @@ static int solve_fn(lw_b *b) {
   tpuir_val x = lu_solve_any(b, bcast_batch(b, lu, 2, nb, bs), bcast_batch(b, perm, 1, nb, bs),
                              bcast_batch(b, xb, 2, nb, bs), left, 0);
   if (vec) {
-    lw_shape sx = lw_info(b, x);
-    x = lw_reshape(b, x, sx.ndim - 1, sx.sizes);
+    tpulw__shape sx = tpulw__info(b, x);
+    x = tpulw__reshape(b, x, sx.ndim - 1, sx.sizes);
   }
   if ((rc = res_f(b, x, dt))) return rc;
   if ((rc = res_f(b, lu, dt))) return rc;
-  if ((rc = lw_result(b, tpuir_lu(b->g, xa, TPUIR_LU_PIVOTS)))) return rc;
-  return lw_result(b, tpuir_lu(b->g, xa, TPUIR_LU_INFO));
+  if ((rc = tpulw__result(b, tpuir_lu(b->g, xa, TPUIR_LU_PIVOTS)))) return rc;
+  return tpulw__result(b, tpuir_lu(b->g, xa, TPUIR_LU_INFO));
 }
 
 /* sign of the row permutation from LAPACK pivots: (-1)^(#piv[i] != i+1) */
-static tpuir_val perm_sign(lw_b *b, tpuir_val piv) {
-  lw_shape p = lw_info(b, piv);
-  tpuir_val io = lw_bin_c(b, TPUIR_ADD, tpuir_iota(b->g, TPU_I32, p.ndim, p.sizes, p.ndim - 1), 1);
-  tpuir_val sw = lw_bin(b, TPUIR_NE, piv, io);
-  tpuir_val f = lw_sel(b, sw, lw_const(b, CT, -1.0), lw_const(b, CT, 1.0));
+static tpuir_val perm_sign(tpulw__b *b, tpuir_val piv) {
+  tpulw__shape p = tpulw__info(b, piv);
+  tpuir_val io = tpulw__bin_c(b, TPUIR_ADD, tpuir_iota(b->g, TPU_I32, p.ndim, p.sizes, p.ndim - 1), 1);
+  tpuir_val sw = tpulw__bin(b, TPUIR_NE, piv, io);
+  tpuir_val f = tpulw__sel(b, sw, tpulw__const(b, CT, -1.0), tpulw__const(b, CT, 1.0));
   int64_t last = p.ndim - 1;
-  return tpuir_reduce(b->g, TPUIR_RED_PROD, lw_bcast(b, f, p.ndim, p.sizes), 1, &last);
+  return tpuir_reduce(b->g, TPUIR_RED_PROD, tpulw__bcast(b, f, p.ndim, p.sizes), 1, &last);
 }
 
-static int det_fn(lw_b *b) {
+static int det_fn(tpulw__b *b) {
   int slog = b->op == S_SLOGDET;
   const tpulw_tensor *A = targ(b, "A");
   int rc = check_mat(A, slog ? "linalg.slogdet" : "linalg.det", "A", 1, 1, slog, "lu_cpu");
@@ -631,26 +631,26 @@ static int det_fn(lw_b *b) {
   tpuir_val lu = tpuir_lu(b->g, x, TPUIR_LU_PACKED), piv = tpuir_lu(b->g, x, TPUIR_LU_PIVOTS);
   LW_TRY(lu);
   tpuir_val d = diag(b, lu), sg = perm_sign(b, piv);
-  lw_shape ds = lw_info(b, d);
+  tpulw__shape ds = tpulw__info(b, d);
   int64_t last = ds.ndim - 1;
   if (!slog) {
-    tpuir_val det = lw_bin(b, TPUIR_MUL, sg, tpuir_reduce(b->g, TPUIR_RED_PROD, d, 1, &last));
-    if ((rc = lw_result_as(b, det, dt))) return rc;
+    tpuir_val det = tpulw__bin(b, TPUIR_MUL, sg, tpuir_reduce(b->g, TPUIR_RED_PROD, d, 1, &last));
+    if ((rc = tpulw__result_as(b, det, dt))) return rc;
   } else {
-    tpuir_val s = lw_bin(b, TPUIR_MUL, sg,
-                         tpuir_reduce(b->g, TPUIR_RED_PROD, lw_un(b, TPUIR_SIGN, d), 1, &last));
-    tpuir_val la = tpuir_reduce(b->g, TPUIR_RED_SUM, lw_un(b, TPUIR_LOG, lw_un(b, TPUIR_ABS, d)),
+    tpuir_val s = tpulw__bin(b, TPUIR_MUL, sg,
+                         tpuir_reduce(b->g, TPUIR_RED_PROD, tpulw__un(b, TPUIR_SIGN, d), 1, &last));
+    tpuir_val la = tpuir_reduce(b->g, TPUIR_RED_SUM, tpulw__un(b, TPUIR_LOG, tpulw__un(b, TPUIR_ABS, d)),
                                 1, &last);
-    if ((rc = lw_result_as(b, s, dt))) return rc;
-    if ((rc = lw_result_as(b, la, dt))) return rc;
+    if ((rc = tpulw__result_as(b, s, dt))) return rc;
+    if ((rc = tpulw__result_as(b, la, dt))) return rc;
   }
   if ((rc = res_f(b, lu, dt))) return rc;
-  return lw_result(b, piv);
+  return tpulw__result(b, piv);
 }
 
 /* ---- QR family ---------------------------------------------------------- */
 
-static int geqrf_fn(lw_b *b) {
+static int geqrf_fn(tpulw__b *b) {
   const tpulw_tensor *A = targ(b, "self");
   int rc = check_mat(A, "geqrf", "input", 0, 0, 0, "geqrf_cpu");
   if (rc) return rc;
@@ -658,10 +658,10 @@ static int geqrf_fn(lw_b *b) {
   b->out_rule = LW_OUT_SAME;
   tpuir_val x = ct_arg(b, A);
   if ((rc = res_f(b, tpuir_geqrf(b->g, x, TPUIR_QR_PACKED), dt))) return rc;
-  return lw_result_as(b, tpuir_geqrf(b->g, x, TPUIR_QR_TAU), dt);
+  return tpulw__result_as(b, tpuir_geqrf(b->g, x, TPUIR_QR_TAU), dt);
 }
 
-static int hh_fn(lw_b *b) {
+static int hh_fn(tpulw__b *b) {
   const tpulw_tensor *A = targ(b, "input"), *tau = targ(b, "tau");
   const char *fname = "torch.linalg.householder_product";
   int rc = check_mat(A, fname, "input", 0, 0, 0, "orgqr_cpu");
@@ -692,7 +692,7 @@ static int hh_fn(lw_b *b) {
     return tpu_error(TPU_E_INVALID,
                      "torch.linalg.householder_product: tau dtype %s does not match input "
                      "dtype %s",
-                     lw_torch_name(vt->dtype), lw_torch_name(va->dtype));
+                     tpulw__torch_name(vt->dtype), tpulw__torch_name(va->dtype));
   int dt = va->dtype;
   b->out_rule = LW_OUT_SAME;
   tpuir_val q = tpuir_householder_product(b->g, ct_arg(b, A),
@@ -702,12 +702,12 @@ static int hh_fn(lw_b *b) {
 
 /* full Q [.., r, r] of the reflectors in a [.., r, c] (c <= r or sliced),
  * tau [.., t] */
-static tpuir_val full_q(lw_b *b, tpuir_val a, tpuir_val tau, int64_t r) {
-  lw_shape s = lw_info(b, a);
+static tpuir_val full_q(tpulw__b *b, tpuir_val a, tpuir_val tau, int64_t r) {
+  tpulw__shape s = tpulw__info(b, a);
   int64_t c = s.sizes[s.ndim - 1];
   if (c > r) a = sub(b, a, 0, r, 0, r);
   a = pad_to(b, a, r, r);
-  lw_shape ts = lw_info(b, tau);
+  tpulw__shape ts = tpulw__info(b, tau);
   if (ts.sizes[ts.ndim - 1] > r) {
     int64_t st[TPU_MAX_DIMS] = {0}, li[TPU_MAX_DIMS], sd[TPU_MAX_DIMS];
     for (int i = 0; i < ts.ndim; i++) { li[i] = ts.sizes[i]; sd[i] = 1; }
@@ -718,15 +718,15 @@ static tpuir_val full_q(lw_b *b, tpuir_val a, tpuir_val tau, int64_t r) {
   return tpuir_householder_product(b->g, a, tau);
 }
 
-static int ormqr_fn(lw_b *b) {
+static int ormqr_fn(tpulw__b *b) {
   const tpulw_tensor *A = targ(b, "self"), *tau = targ(b, "input2"), *C = targ(b, "input3");
-  const tpulw_tensor *A0 = lw_tensor_arg(b, "self"), *C0 = lw_tensor_arg(b, "input3");
+  const tpulw_tensor *A0 = tpulw__tensor_arg(b, "self"), *C0 = tpulw__tensor_arg(b, "input3");
   if (A0 && (A0->device < 0 || A0->view.ndim < 2))
     return tpu_error(TPU_E_INVALID, "torch.ormqr: input must have at least 2 dimensions.");
   if (C0 && (C0->device < 0 || C0->view.ndim < 2))
     return tpu_error(TPU_E_INVALID, "torch.ormqr: other must have at least 2 dimensions.");
   if (!A || !C || !tau) return tpu_error(TPU_E_UNSUPPORTED, "ormqr: missing tensor");
-  int left = (int)lw_int(b, "left", 1), trans = (int)lw_int(b, "transpose", 0);
+  int left = (int)tpulw__int(b, "left", 1), trans = (int)tpulw__int(b, "transpose", 0);
   const tpu_view *va = &A->view, *vt = &tau->view, *vc = &C->view;
   if (va->ndim != vc->ndim)
     return tpu_error(TPU_E_INVALID,
@@ -770,11 +770,11 @@ static int ormqr_fn(lw_b *b) {
   return res_f(b, left ? mm(b, Q, c) : mm(b, c, Q), dt);
 }
 
-static int qr_fn(lw_b *b) {
+static int qr_fn(tpulw__b *b) {
   const tpulw_tensor *A = targ(b, "A");
   int rc = check_mat(A, "linalg.qr", "A", 0, 1, 0, "geqrf_cpu");
   if (rc) return rc;
-  const char *mode = lw_str(b, "mode");
+  const char *mode = tpulw__str(b, "mode");
   if (!mode) mode = "reduced";
   int complete = !strcmp(mode, "complete"), ronly = !strcmp(mode, "r");
   if (!complete && !ronly && strcmp(mode, "reduced"))
@@ -785,14 +785,14 @@ static int qr_fn(lw_b *b) {
   int dt = A->view.dtype;
   b->out_rule = LW_OUT_SAME;
   tpuir_val x = ct_arg(b, A);
-  lw_shape s = lw_info(b, x);
+  tpulw__shape s = tpulw__info(b, x);
   int64_t m = s.sizes[s.ndim - 2], n = s.sizes[s.ndim - 1], k = m < n ? m : n;
   tpuir_val pk = tpuir_geqrf(b->g, x, TPUIR_QR_PACKED), tau = tpuir_geqrf(b->g, x, TPUIR_QR_TAU);
   LW_TRY(pk);
   tpuir_val Q, R;
   int64_t z = 0;
   if (ronly) {
-    Q = lw_full(b, CT, 1, &z, 0);
+    Q = tpulw__full(b, CT, 1, &z, 0);
     R = tri(b, sub(b, pk, 0, k, 0, n), 0, 0);
   } else if (complete) {
     Q = full_q(b, pk, tau, m);
@@ -805,7 +805,7 @@ static int qr_fn(lw_b *b) {
   return res_f(b, R, dt);
 }
 
-static int lstsq_fn(lw_b *b) {
+static int lstsq_fn(tpulw__b *b) {
   const tpulw_tensor *A = targ(b, "self"), *B = targ(b, "b");
   const char *fname = "torch.linalg.lstsq";
   if (!A || !B) return tpu_error(TPU_E_UNSUPPORTED, "lstsq: missing tensor");
@@ -819,8 +819,8 @@ static int lstsq_fn(lw_b *b) {
     return tpu_error(TPU_E_INVALID,
                      "torch.linalg.lstsq: Expected input and other to have the same "
                      "dtype, but got input's dtype %s and other's dtype %s",
-                     lw_torch_name(A->view.dtype), lw_torch_name(B->view.dtype));
-  const char *drv = lw_str(b, "driver");
+                     tpulw__torch_name(A->view.dtype), tpulw__torch_name(B->view.dtype));
+  const char *drv = tpulw__str(b, "driver");
   if (!drv) drv = "gelsy";
   int gels = !strcmp(drv, "gels");
   int svdd = !strcmp(drv, "gelsd") || !strcmp(drv, "gelss");
@@ -832,15 +832,15 @@ static int lstsq_fn(lw_b *b) {
   int dt = A->view.dtype;
   b->out_rule = LW_OUT_SAME;
   tpuir_val xa = ct_arg(b, A), xb = ct_arg(b, B);
-  lw_shape sa = lw_info(b, xa), sb = lw_info(b, xb);
+  tpulw__shape sa = tpulw__info(b, xa), sb = tpulw__info(b, xb);
   int vec = sb.ndim == sa.ndim - 1;
   int64_t m = sa.sizes[sa.ndim - 2], n = sa.sizes[sa.ndim - 1];
   if (vec) {
     int64_t sz[TPU_MAX_DIMS];
     memcpy(sz, sb.sizes, sizeof sz);
     sz[sb.ndim] = 1;
-    xb = lw_reshape(b, xb, sb.ndim + 1, sz);
-    sb = lw_info(b, xb);
+    xb = tpulw__reshape(b, xb, sb.ndim + 1, sz);
+    sb = tpulw__info(b, xb);
   }
   if (sb.ndim < 2 || sb.sizes[sb.ndim - 2] != m)
     return tpu_error(TPU_E_INVALID,
@@ -854,7 +854,7 @@ static int lstsq_fn(lw_b *b) {
   int64_t z = 0, kk = m < n ? m : n;
   if (svdd) { /* pseudo-inverse from the SVD (rank-revealing, like gelsd/gelss) */
     double eps = dt == TPU_F64 ? 2.220446049250313e-16 : 1.1920928955078125e-07;
-    double rcond = lw_none(b, "rcond") ? eps * (double)(m > n ? m : n) : lw_float(b, "rcond", 0);
+    double rcond = tpulw__none(b, "rcond") ? eps * (double)(m > n ? m : n) : tpulw__float(b, "rcond", 0);
     tpuir_val pk = tpuir_svd(b->g, xa, 0, 1, 0);
     LW_TRY(pk);
     int64_t st[TPU_MAX_DIMS] = {0}, li[TPU_MAX_DIMS], sd[TPU_MAX_DIMS], sz[TPU_MAX_DIMS];
@@ -864,23 +864,23 @@ static int lstsq_fn(lw_b *b) {
     sv = tpuir_slice(b->g, pk, st, li, sd); /* [.., k] */
     st[nb] = kk; li[nb] = kk + m * kk;
     sz[nb] = m; sz[nb + 1] = kk;
-    tpuir_val U = lw_reshape(b, tpuir_slice(b->g, pk, st, li, sd), nb + 2, sz);
+    tpuir_val U = tpulw__reshape(b, tpuir_slice(b->g, pk, st, li, sd), nb + 2, sz);
     st[nb] = kk + m * kk; li[nb] = kk + m * kk + kk * n;
     sz[nb] = kk; sz[nb + 1] = n;
-    tpuir_val Vh = lw_reshape(b, tpuir_slice(b->g, pk, st, li, sd), nb + 2, sz);
+    tpuir_val Vh = tpulw__reshape(b, tpuir_slice(b->g, pk, st, li, sd), nb + 2, sz);
     int64_t last = nb;
     tpuir_val smax = tpuir_reduce(b->g, TPUIR_RED_MAX, sv, 1, &last);
     int64_t sz1[TPU_MAX_DIMS];
     for (int i = 0; i < nb; i++) sz1[i] = bs[i];
     sz1[nb] = 1;
-    tpuir_val thr = lw_reshape(b, lw_bin_c(b, TPUIR_MUL, smax, rcond), nb + 1, sz1);
-    tpuir_val keep = lw_bin(b, TPUIR_GT, sv, thr);
-    tpuir_val sinv = lw_sel(b, keep, lw_bin(b, TPUIR_DIV, lw_const(b, CT, 1.0), sv), lw_const(b, CT, 0.0));
+    tpuir_val thr = tpulw__reshape(b, tpulw__bin_c(b, TPUIR_MUL, smax, rcond), nb + 1, sz1);
+    tpuir_val keep = tpulw__bin(b, TPUIR_GT, sv, thr);
+    tpuir_val sinv = tpulw__sel(b, keep, tpulw__bin(b, TPUIR_DIV, tpulw__const(b, CT, 1.0), sv), tpulw__const(b, CT, 0.0));
     sz1[nb] = kk;
     sz1[nb + 1] = 1;
-    tpuir_val y = lw_bin(b, TPUIR_MUL, mm(b, mT(b, U), xb), lw_reshape(b, sinv, nb + 2, sz1));
+    tpuir_val y = tpulw__bin(b, TPUIR_MUL, mm(b, mT(b, U), xb), tpulw__reshape(b, sinv, nb + 2, sz1));
     x = mm(b, mT(b, Vh), y);
-    rank = tpuir_reduce(b->g, TPUIR_RED_SUM, lw_convert(b, keep, TPU_I64), 1, &last);
+    rank = tpuir_reduce(b->g, TPUIR_RED_SUM, tpulw__convert(b, keep, TPU_I64), 1, &last);
   } else if (m >= n) { /* R x = (Q^T b)[:n] */
     tpuir_val pk = tpuir_geqrf(b->g, xa, TPUIR_QR_PACKED), tau = tpuir_geqrf(b->g, xa, TPUIR_QR_TAU);
     tpuir_val Q = tpuir_householder_product(b->g, pk, tau);
@@ -896,30 +896,30 @@ static int lstsq_fn(lw_b *b) {
   LW_TRY(x);
   tpuir_val res;
   if (!strcmp(drv, "gelsy") ? 0 : m > n) { /* assumes full rank (CPU: empty otherwise) */
-    tpuir_val r = lw_bin(b, TPUIR_SUB, mm(b, xa, x), xb);
-    lw_shape rs = lw_info(b, r);
+    tpuir_val r = tpulw__bin(b, TPUIR_SUB, mm(b, xa, x), xb);
+    tpulw__shape rs = tpulw__info(b, r);
     int64_t d = rs.ndim - 2;
-    res = tpuir_reduce(b->g, TPUIR_RED_SUM, lw_bin(b, TPUIR_MUL, r, r), 1, &d);
+    res = tpuir_reduce(b->g, TPUIR_RED_SUM, tpulw__bin(b, TPUIR_MUL, r, r), 1, &d);
   } else {
-    res = lw_full(b, CT, 1, &z, 0);
+    res = tpulw__full(b, CT, 1, &z, 0);
   }
   if (vec) {
-    lw_shape sx = lw_info(b, x);
-    x = lw_reshape(b, x, sx.ndim - 1, sx.sizes);
+    tpulw__shape sx = tpulw__info(b, x);
+    x = tpulw__reshape(b, x, sx.ndim - 1, sx.sizes);
   }
   if (rank < 0)
-    rank = gels ? lw_full(b, TPU_I64, 1, &z, 0) : lw_full(b, TPU_I64, nb, bs, (double)kk);
-  if ((rc = lw_result_as(b, x, dt))) return rc;
-  if ((rc = lw_result_as(b, res, dt))) return rc;
-  if ((rc = lw_result(b, rank))) return rc;
-  return lw_result_as(b, svdd ? sv : lw_full(b, CT, 1, &z, 0), dt);
+    rank = gels ? tpulw__full(b, TPU_I64, 1, &z, 0) : tpulw__full(b, TPU_I64, nb, bs, (double)kk);
+  if ((rc = tpulw__result_as(b, x, dt))) return rc;
+  if ((rc = tpulw__result_as(b, res, dt))) return rc;
+  if ((rc = tpulw__result(b, rank))) return rc;
+  return tpulw__result_as(b, svdd ? sv : tpulw__full(b, CT, 1, &z, 0), dt);
 }
 
 /* ---- matrix exponential ------------------------------------------------- */
 
 #define MEXP_MAX_SQUARINGS 40
 
-static int mexp_fn(lw_b *b) {
+static int mexp_fn(tpulw__b *b) {
   const tpulw_tensor *A = targ(b, "self");
   const char *fname = "linalg.matrix_exp";
   if (!A) return tpu_error(TPU_E_UNSUPPORTED, "matrix_exp: no input");
@@ -927,7 +927,7 @@ static int mexp_fn(lw_b *b) {
   if (!tpu_dtype_is_float(dt))
     return tpu_error(TPU_E_INVALID,
                      "%s: Expected a floating point or complex tensor as input. Got %s",
-                     fname, lw_torch_name(dt));
+                     fname, tpulw__torch_name(dt));
   const tpu_view *v = &A->view;
   if (v->ndim < 2 || v->sizes[v->ndim - 1] != v->sizes[v->ndim - 2])
     return tpu_error(TPU_E_INVALID,
@@ -937,31 +937,31 @@ static int mexp_fn(lw_b *b) {
                      (long long)v->sizes[v->ndim ? v->ndim - 1 : 0]);
   b->out_rule = LW_OUT_SAME;
   tpuir_val x = ct_arg(b, A);
-  lw_shape s = lw_info(b, x);
+  tpulw__shape s = tpulw__info(b, x);
   int nb;
   int64_t bs[TPU_MAX_DIMS];
   batch_of(&s, 2, &nb, bs);
   int64_t n = s.sizes[s.ndim - 1];
-  if (lw_numel(&s) == 0) return lw_result_as(b, x, dt);
+  if (tpulw__numel(&s) == 0) return tpulw__result_as(b, x, dt);
   /* 1-norm (max column sum) -> s = max(0, ceil(log2(norm / theta13))) */
   int64_t rd = s.ndim - 2, cd = s.ndim - 1;
-  tpuir_val colsum = tpuir_reduce(b->g, TPUIR_RED_SUM, lw_un(b, TPUIR_ABS, x), 1, &rd);
+  tpuir_val colsum = tpuir_reduce(b->g, TPUIR_RED_SUM, tpulw__un(b, TPUIR_ABS, x), 1, &rd);
   tpuir_val nrm = tpuir_reduce(b->g, TPUIR_RED_MAX, colsum, 1, &rd); /* [batch] */
   (void)cd;
   const double theta13 = 5.371920351148152;
-  tpuir_val sc = lw_un(b, TPUIR_CEIL,
-                       lw_bin_c(b, TPUIR_MUL, lw_un(b, TPUIR_LOG, lw_bin_c(b, TPUIR_MUL, nrm, 1.0 / theta13)),
+  tpuir_val sc = tpulw__un(b, TPUIR_CEIL,
+                       tpulw__bin_c(b, TPUIR_MUL, tpulw__un(b, TPUIR_LOG, tpulw__bin_c(b, TPUIR_MUL, nrm, 1.0 / theta13)),
                                 1.0 / M_LN2));
-  sc = lw_bin_c(b, TPUIR_MIN, lw_bin_c(b, TPUIR_MAX, sc, 0.0), (double)MEXP_MAX_SQUARINGS);
+  sc = tpulw__bin_c(b, TPUIR_MIN, tpulw__bin_c(b, TPUIR_MAX, sc, 0.0), (double)MEXP_MAX_SQUARINGS);
   /* NaN/inf norms: no squaring (the result is NaN/inf anyway) */
-  sc = lw_sel(b, lw_un(b, TPUIR_IS_NAN, sc), lw_const(b, CT, 0.0), sc);
-  tpuir_val scale = lw_un(b, TPUIR_EXP, lw_bin_c(b, TPUIR_MUL, sc, -M_LN2));
+  sc = tpulw__sel(b, tpulw__un(b, TPUIR_IS_NAN, sc), tpulw__const(b, CT, 0.0), sc);
+  tpuir_val scale = tpulw__un(b, TPUIR_EXP, tpulw__bin_c(b, TPUIR_MUL, sc, -M_LN2));
   int64_t bsz[TPU_MAX_DIMS];
   memcpy(bsz, bs, sizeof bsz);
   bsz[nb] = 1;
   bsz[nb + 1] = 1;
-  tpuir_val sc2 = lw_reshape(b, sc, nb + 2, bsz);
-  tpuir_val As = lw_bin(b, TPUIR_MUL, x, lw_reshape(b, scale, nb + 2, bsz));
+  tpuir_val sc2 = tpulw__reshape(b, sc, nb + 2, bsz);
+  tpuir_val As = tpulw__bin(b, TPUIR_MUL, x, tpulw__reshape(b, scale, nb + 2, bsz));
   static const double c[14] = {64764752532480000.0, 32382376266240000.0, 7771770303897600.0,
                                1187353796428800.0,  129060195264000.0,   10559470521600.0,
                                670442572800.0,      33522128640.0,       1323241920.0,
@@ -969,8 +969,8 @@ static int mexp_fn(lw_b *b) {
                                182.0,               1.0};
   tpuir_val I = eye(b, CT, nb, bs, n, n);
   tpuir_val A2 = mm(b, As, As), A4 = mm(b, A2, A2), A6 = mm(b, A4, A2);
-#define LC(v, k) lw_bin_c(b, TPUIR_MUL, v, c[k])
-#define ADD(p, q) lw_bin(b, TPUIR_ADD, p, q)
+#define LC(v, k) tpulw__bin_c(b, TPUIR_MUL, v, c[k])
+#define ADD(p, q) tpulw__bin(b, TPUIR_ADD, p, q)
   tpuir_val u1 = ADD(ADD(LC(A6, 13), LC(A4, 11)), LC(A2, 9));
   tpuir_val u2 = ADD(ADD(ADD(LC(A6, 7), LC(A4, 5)), LC(A2, 3)), LC(I, 1));
   tpuir_val U = mm(b, As, ADD(mm(b, A6, u1), u2));
@@ -979,7 +979,7 @@ static int mexp_fn(lw_b *b) {
   tpuir_val V = ADD(mm(b, A6, v1), v2);
 #undef LC
 #undef ADD
-  tpuir_val P = lw_bin(b, TPUIR_SUB, V, U), Qm = lw_bin(b, TPUIR_ADD, V, U);
+  tpuir_val P = tpulw__bin(b, TPUIR_SUB, V, U), Qm = tpulw__bin(b, TPUIR_ADD, V, U);
   tpuir_val lu = tpuir_lu(b->g, P, TPUIR_LU_PACKED), perm = tpuir_lu(b->g, P, TPUIR_LU_PERM);
   tpuir_val R = lu_solve_left(b, lu, perm, Qm, 0);
   LW_TRY(R);
@@ -987,16 +987,16 @@ static int mexp_fn(lw_b *b) {
   double smax_all = MEXP_MAX_SQUARINGS;
   (void)smax_all;
   for (int i = 0; i < MEXP_MAX_SQUARINGS; i++) {
-    tpuir_val take = lw_bin(b, TPUIR_GT, sc2, lw_const(b, CT, (double)i));
-    R = lw_sel(b, take, mm(b, R, R), R);
+    tpuir_val take = tpulw__bin(b, TPUIR_GT, sc2, tpulw__const(b, CT, (double)i));
+    R = tpulw__sel(b, take, mm(b, R, R), R);
     LW_TRY(R);
   }
-  return lw_result_as(b, R, dt);
+  return tpulw__result_as(b, R, dt);
 }
 
 /* ---- LDL^T (Bunch-Kaufman) ---------------------------------------------- */
 
-static int ldl_fn(lw_b *b) {
+static int ldl_fn(tpulw__b *b) {
   const tpulw_tensor *A = targ(b, "self");
   int rc = check_mat(A, "torch.linalg.ldl_factor_ex", "A", 1, 1, 0, "ldl_factor_kernel_cpu");
   if (rc) return rc;
@@ -1005,11 +1005,11 @@ static int ldl_fn(lw_b *b) {
   b->out_rule = LW_OUT_SAME;
   tpuir_val x = ct_arg(b, A);
   if ((rc = res_f(b, tpuir_ldl(b->g, x, TPUIR_LDL_LD), dt))) return rc;
-  if ((rc = lw_result(b, tpuir_ldl(b->g, x, TPUIR_LDL_PIVOTS)))) return rc;
-  return lw_result(b, tpuir_ldl(b->g, x, TPUIR_LDL_INFO));
+  if ((rc = tpulw__result(b, tpuir_ldl(b->g, x, TPUIR_LDL_PIVOTS)))) return rc;
+  return tpulw__result(b, tpuir_ldl(b->g, x, TPUIR_LDL_INFO));
 }
 
-static int ldl_solve_fn(lw_b *b) {
+static int ldl_solve_fn(tpulw__b *b) {
   const tpulw_tensor *LD = targ(b, "LD"), *piv = targ(b, "pivots"), *B = targ(b, "B");
   const char *fname = "torch.linalg.ldl_solve";
   int rc = check_mat(LD, fname, "LD", 1, 1, 0, "ldl_solve_kernel_cpu");
@@ -1018,12 +1018,12 @@ static int ldl_solve_fn(lw_b *b) {
   if ((rc = check_same_dtype(B, LD, fname, "B", "LD"))) return rc;
   if (!piv || piv->view.dtype != TPU_I32)
     return tpu_error(TPU_E_INVALID, "torch.linalg.ldl_solve: Expected pivots to be integers. Got %s",
-                     piv ? lw_torch_name(piv->view.dtype) : "None");
+                     piv ? tpulw__torch_name(piv->view.dtype) : "None");
   int dt = B->view.dtype;
   b->out_rule = LW_OUT_SAME;
   tpuir_val ld = ct_arg(b, LD), xb = ct_arg(b, B);
-  tpuir_val pv = lw_tensor(b, piv);
-  lw_shape sl = lw_info(b, ld), sb = lw_info(b, xb), sp = lw_info(b, pv);
+  tpuir_val pv = tpulw__tensor(b, piv);
+  tpulw__shape sl = tpulw__info(b, ld), sb = tpulw__info(b, xb), sp = tpulw__info(b, pv);
   int64_t n = sl.sizes[sl.ndim - 1];
   if (sp.ndim != sl.ndim - 1 || sp.sizes[sp.ndim - 1] != n)
     return tpu_error(TPU_E_INVALID,
@@ -1047,7 +1047,7 @@ static int ldl_solve_fn(lw_b *b) {
 
 #define R2(n, fn, code) {n, fn, code}, {n ".out", fn, code}
 
-const lw_row lw_rows_linalg_solve[] = {
+const tpulw__row tpulw__rows_linalg_solve[] = {
     {"linalg_cholesky_ex", chol_fn, S_CHOL_EX},
     {"linalg_cholesky_ex.L", chol_fn, S_CHOL_EX},
     R2("cholesky", chol_fn, S_CHOL),
@@ -1078,4 +1078,4 @@ const lw_row lw_rows_linalg_solve[] = {
     R2("linalg_ldl_factor_ex", ldl_fn, S_LDL),
     R2("linalg_ldl_solve", ldl_solve_fn, S_LDL_SOLVE),
 };
-const int lw_nrows_linalg_solve = sizeof lw_rows_linalg_solve / sizeof lw_rows_linalg_solve[0];
+const int tpulw__nrows_linalg_solve = sizeof tpulw__rows_linalg_solve / sizeof tpulw__rows_linalg_solve[0];

@@ -15,14 +15,14 @@
 
 /* ---- the table ---------------------------------------------------------- */
 
-static lw_row *g_table; /* sorted by name, a LW_COMPLEX_ONLY row after
+static tpulw__row *g_table; /* sorted by name, a LW_COMPLEX_ONLY row after
                           the real row of its name */
 static const char **g_names; /* distinct names, sorted */
 static int g_ntable, g_nnames;
 static pthread_once_t g_table_once = PTHREAD_ONCE_INIT;
 
 static int row_cmp(const void *a, const void *b) {
-  const lw_row *x = a, *y = b;
+  const tpulw__row *x = a, *y = b;
   int c = strcmp(x->name, y->name);
   if (c) return c;
   return (int)(x->flags & LW_COMPLEX_ONLY) - (int)(y->flags & LW_COMPLEX_ONLY);
@@ -30,30 +30,30 @@ static int row_cmp(const void *a, const void *b) {
 
 static void table_init(void) {
   /* every family's rows, with the flags the whole family shares */
-  const struct { const lw_row *rows; int n; unsigned flags; } fam[] = {
-      {lw_rows_pointwise, lw_nrows_pointwise, LW_ELEMENTWISE},
-      {lw_rows_reduce, lw_nrows_reduce, 0},
-      {lw_rows_linalg, lw_nrows_linalg, 0},
-      {lw_rows_nn, lw_nrows_nn, 0},
-      {lw_rows_index, lw_nrows_index, 0},
-      {lw_rows_random, lw_nrows_random, 0},
-      {lw_rows_conv, lw_nrows_conv, 0},
-      {lw_rows_sort, lw_nrows_sort, 0},
-      {lw_rows_resize, lw_nrows_resize, 0},
-      {lw_rows_dynamic, lw_nrows_dynamic, 0},
-      {lw_rows_compare, lw_nrows_compare, LW_ELEMENTWISE},
-      {lw_rows_spectral, lw_nrows_spectral, 0},
-      {lw_rows_linalg_solve, lw_nrows_linalg_solve, 0},
-      {lw_rows_nn2, lw_nrows_nn2, 0},
-      {lw_rows_misc, lw_nrows_misc, 0},
-      {lw_rows_complex, lw_nrows_complex, LW_COMPLEX_OK},
-      {lw_rows_fft, lw_nrows_fft, LW_COMPLEX_OK},
-      {lw_rows_special, lw_nrows_special, LW_ELEMENTWISE},
+  const struct { const tpulw__row *rows; int n; unsigned flags; } fam[] = {
+      {tpulw__rows_pointwise, tpulw__nrows_pointwise, LW_ELEMENTWISE},
+      {tpulw__rows_reduce, tpulw__nrows_reduce, 0},
+      {tpulw__rows_linalg, tpulw__nrows_linalg, 0},
+      {tpulw__rows_nn, tpulw__nrows_nn, 0},
+      {tpulw__rows_index, tpulw__nrows_index, 0},
+      {tpulw__rows_random, tpulw__nrows_random, 0},
+      {tpulw__rows_conv, tpulw__nrows_conv, 0},
+      {tpulw__rows_sort, tpulw__nrows_sort, 0},
+      {tpulw__rows_resize, tpulw__nrows_resize, 0},
+      {tpulw__rows_dynamic, tpulw__nrows_dynamic, 0},
+      {tpulw__rows_compare, tpulw__nrows_compare, LW_ELEMENTWISE},
+      {tpulw__rows_spectral, tpulw__nrows_spectral, 0},
+      {tpulw__rows_linalg_solve, tpulw__nrows_linalg_solve, 0},
+      {tpulw__rows_nn2, tpulw__nrows_nn2, 0},
+      {tpulw__rows_misc, tpulw__nrows_misc, 0},
+      {tpulw__rows_complex, tpulw__nrows_complex, LW_COMPLEX_OK},
+      {tpulw__rows_fft, tpulw__nrows_fft, LW_COMPLEX_OK},
+      {tpulw__rows_special, tpulw__nrows_special, LW_ELEMENTWISE},
   };
   int total = 0;
   for (size_t f = 0; f < sizeof fam / sizeof fam[0]; f++) total += fam[f].n;
   size_t cnt = (size_t)(total ? total : 1);
-  lw_row *t = malloc(cnt * sizeof *t);
+  tpulw__row *t = malloc(cnt * sizeof *t);
   const char **names = malloc(cnt * sizeof *names);
   if (!t || !names) {
     free(t);
@@ -99,7 +99,7 @@ static void make_key(char *buf, size_t cap, const char *name,
 
 /* The row lowering a call of name.overload (complex: with complex
  * arguments); NULL if none. */
-static const lw_row *find_row(const char *name, const char *overload, int complex) {
+static const tpulw__row *find_row(const char *name, const char *overload, int complex) {
   pthread_once(&g_table_once, table_init);
   if (!g_table) return NULL;
   char key[256];
@@ -111,7 +111,7 @@ static const lw_row *find_row(const char *name, const char *overload, int comple
     else hi = mid;
   }
   if (lo >= g_ntable || strcmp(g_table[lo].name, key) != 0) return NULL;
-  const lw_row *r = &g_table[lo];
+  const tpulw__row *r = &g_table[lo];
   if (!complex) return (r->flags & LW_COMPLEX_ONLY) ? NULL : r;
   if (lo + 1 < g_ntable && strcmp(r[1].name, key) == 0) r++; /* the complex row */
   return (r->flags & (LW_COMPLEX_OK | LW_COMPLEX_ONLY)) ? r : NULL;
@@ -128,7 +128,7 @@ const char *const *tpulw_list(int *n) {
 }
 
 unsigned tpulw_op_flags(const char *name, const char *overload) {
-  const lw_row *r = find_row(name, overload, 0);
+  const tpulw__row *r = find_row(name, overload, 0);
   if (!r) r = find_row(name, overload, 1);
   if (!r) return 0;
   return ((r->flags & LW_NEEDS_GEN) ? TPULW_OP_NEEDS_GENERATOR : 0u) |
@@ -183,17 +183,17 @@ static int same_shape(int nd, const int64_t *s, int nd2, const int64_t *s2) {
   return 1;
 }
 
-static int check_dest_dtype(const lw_b *b, int res_dt, int dest_dt) {
+static int check_dest_dtype(const tpulw__b *b, int res_dt, int dest_dt) {
   if (res_dt == dest_dt) return TPU_OK;
   if (b->out_rule == LW_OUT_ANY) return TPU_OK;
   if (b->out_rule == LW_OUT_SAME)
     return tpu_error(TPU_E_INVALID,
                      "Expected out tensor to have dtype %s, but got %s instead",
-                     lw_c_name(res_dt), lw_c_name(dest_dt));
-  if (!lw_can_cast(res_dt, dest_dt))
+                     tpulw__c_name(res_dt), tpulw__c_name(dest_dt));
+  if (!tpulw__can_cast(res_dt, dest_dt))
     return tpu_error(TPU_E_INVALID,
                      "result type %s can't be cast to the desired output type %s",
-                     lw_torch_name(res_dt), lw_torch_name(dest_dt));
+                     tpulw__torch_name(res_dt), tpulw__torch_name(dest_dt));
   return TPU_OK;
 }
 
@@ -240,7 +240,7 @@ static int ends_with_underscore(const char *s) {
  * strides broken by size (TensorIterator::reorder_dimensions); the result
  * is dense in that order. 0 when that order is the natural one (a plain
  * contiguous result), 1 with strides[] filled otherwise. */
-static int ti_layout(const lw_b *b, int ndim, const int64_t *sizes, int64_t *strides) {
+static int ti_layout(const tpulw__b *b, int ndim, const int64_t *sizes, int64_t *strides) {
   if (ndim < 2) return 0;
   const tpu_view *ops[16];
   int nops = 0;
@@ -296,10 +296,10 @@ static int ti_layout(const lw_b *b, int ndim, const int64_t *sizes, int64_t *str
   return 1;
 }
 
-static int place_outputs(lw_b *b, tpulw_plan *p) {
+static int place_outputs(tpulw__b *b, tpulw_plan *p) {
   int inplace = ends_with_underscore(b->base);
   /* out= destinations: (arg, element) pairs of is_output args, in order,
-   * except args written explicitly (lw_result_to / lw_not_out) */
+   * except args written explicitly (tpulw__result_to / tpulw__not_out) */
   int dargs[LW_MAX_RES], delems[LW_MAX_RES], nd = 0, nauto = 0;
   for (int i = 0; i < b->nres; i++)
     if (b->res_dest[i] < 0 && !(inplace && i == 0)) nauto++;
@@ -323,7 +323,7 @@ static int place_outputs(lw_b *b, tpulw_plan *p) {
   tpuir_val outs[LW_MAX_RES];
   int next = 0;
   for (int i = 0; i < b->nres; i++) {
-    lw_shape s = lw_info(b, b->res[i]);
+    tpulw__shape s = tpulw__info(b, b->res[i]);
     tpulw_out_info *o = &p->outs[i];
     memset(o, 0, sizeof *o);
     o->dtype = s.dtype;
@@ -376,7 +376,7 @@ static int place_outputs(lw_b *b, tpulw_plan *p) {
       }
       o->dtype = dest->view.dtype;
     }
-    outs[i] = lw_convert(b, b->res[i], o->dtype);
+    outs[i] = tpulw__convert(b, b->res[i], o->dtype);
     if (outs[i] < 0) return outs[i];
   }
   p->nout = b->nres;
@@ -389,9 +389,9 @@ int tpulw_prepare(const tpulw_ctx *ctx, const char *name, const char *overload,
   *out = NULL;
   if (!ctx || !name || (nargs > 0 && !args))
     return tpu_error(TPU_E_INVALID, "tpulw_prepare: bad arguments");
-  int complex = lw_call_is_complex(args, nargs);
+  int complex = tpulw__call_is_complex(args, nargs);
   /* user C kernels (lower/kernel.c) are not ATen ops: not in the table */
-  const lw_row *row = strcmp(name, lw_row_c_kernel.name) == 0 ? &lw_row_c_kernel
+  const tpulw__row *row = strcmp(name, tpulw__row_c_kernel.name) == 0 ? &tpulw__row_c_kernel
                                                                : find_row(name, overload, complex);
   if (!row) {
     char key[256];
@@ -402,7 +402,7 @@ int tpulw_prepare(const tpulw_ctx *ctx, const char *name, const char *overload,
   int rc = check_devices(ctx, args, nargs);
   if (rc < 0) return rc;
 
-  lw_b b;
+  tpulw__b b;
   memset(&b, 0, sizeof b);
   b.ctx = ctx;
   b.base = name;

@@ -22,71 +22,71 @@ static uint32_t all_mask(int nd) {
   return nd > 0 ? (uint32_t)((1ull << nd) - 1) : 0;
 }
 
-static int float_only(const lw_b *b, int dt) {
+static int float_only(const tpulw__b *b, int dt) {
   if (tpu_dtype_is_float(dt)) return TPU_OK;
   return tpu_error(TPU_E_UNSUPPORTED, "\"%s\" not implemented for '%s'", b->base,
-                   lw_torch_name(dt));
+                   tpulw__torch_name(dt));
 }
 
 /* ---- softmax ------------------------------------------------------------ */
 
-static int softmax_fn(lw_b *b) {
-  const tpulw_tensor *self = lw_tensor_arg(b, "self");
+static int softmax_fn(tpulw__b *b) {
+  const tpulw_tensor *self = tpulw__tensor_arg(b, "self");
   if (!self) return tpu_error(TPU_E_UNSUPPORTED, "softmax: no self");
   int dt = self->view.dtype;
   int rc = float_only(b, dt);
   if (rc < 0) return rc;
   int rdt = dt;
-  if (lw_int(b, "half_to_float", 0) && (dt == TPU_F16 || dt == TPU_BF16)) rdt = TPU_F32;
-  int cdt = lw_opmath(dt);
-  tpuir_val x = lw_convert(b, lw_tensor(b, self), cdt);
-  lw_shape s = lw_info(b, x);
+  if (tpulw__int(b, "half_to_float", 0) && (dt == TPU_F16 || dt == TPU_BF16)) rdt = TPU_F32;
+  int cdt = tpulw__opmath(dt);
+  tpuir_val x = tpulw__convert(b, tpulw__tensor(b, self), cdt);
+  tpulw__shape s = tpulw__info(b, x);
   int dim;
-  rc = lw_wrap_dim(lw_int(b, "dim", -1), s.ndim, &dim);
+  rc = tpulw__wrap_dim(tpulw__int(b, "dim", -1), s.ndim, &dim);
   if (rc < 0) return rc;
   uint32_t m = s.ndim ? 1u << dim : 0;
-  tpuir_val mx = lw_reduce_dims(b, TPUIR_RED_MAX, x, m, 1);
-  if (lw_numel(&s) == 0) return lw_result_as(b, x, rdt);
-  tpuir_val sh = lw_bin(b, TPUIR_SUB, x, mx);
-  tpuir_val e = lw_un(b, TPUIR_EXP, sh);
-  tpuir_val sum = lw_reduce_dims(b, TPUIR_RED_SUM, e, m, 1);
-  tpuir_val r = b->op == N_SOFTMAX ? lw_bin(b, TPUIR_DIV, e, sum)
-                                   : lw_bin(b, TPUIR_SUB, sh, lw_un(b, TPUIR_LOG, sum));
-  return lw_result_as(b, r, rdt);
+  tpuir_val mx = tpulw__reduce_dims(b, TPUIR_RED_MAX, x, m, 1);
+  if (tpulw__numel(&s) == 0) return tpulw__result_as(b, x, rdt);
+  tpuir_val sh = tpulw__bin(b, TPUIR_SUB, x, mx);
+  tpuir_val e = tpulw__un(b, TPUIR_EXP, sh);
+  tpuir_val sum = tpulw__reduce_dims(b, TPUIR_RED_SUM, e, m, 1);
+  tpuir_val r = b->op == N_SOFTMAX ? tpulw__bin(b, TPUIR_DIV, e, sum)
+                                   : tpulw__bin(b, TPUIR_SUB, sh, tpulw__un(b, TPUIR_LOG, sum));
+  return tpulw__result_as(b, r, rdt);
 }
 
-static int softmax_bw_fn(lw_b *b) {
-  const tpulw_tensor *g = lw_tensor_arg(b, "grad_output");
-  const tpulw_tensor *y = lw_tensor_arg(b, "output");
+static int softmax_bw_fn(tpulw__b *b) {
+  const tpulw_tensor *g = tpulw__tensor_arg(b, "grad_output");
+  const tpulw_tensor *y = tpulw__tensor_arg(b, "output");
   if (!g || !y) return tpu_error(TPU_E_UNSUPPORTED, "softmax backward: missing operand");
-  int dt = lw_dtype_arg(b, "input_dtype", g->view.dtype);
+  int dt = tpulw__dtype_arg(b, "input_dtype", g->view.dtype);
   int rc = float_only(b, g->view.dtype);
   if (rc < 0) return rc;
-  int cdt = lw_opmath(g->view.dtype);
-  tpuir_val gv = lw_convert(b, lw_tensor(b, g), cdt);
-  tpuir_val yv = lw_convert(b, lw_tensor(b, y), cdt);
-  lw_shape s = lw_info(b, gv);
+  int cdt = tpulw__opmath(g->view.dtype);
+  tpuir_val gv = tpulw__convert(b, tpulw__tensor(b, g), cdt);
+  tpuir_val yv = tpulw__convert(b, tpulw__tensor(b, y), cdt);
+  tpulw__shape s = tpulw__info(b, gv);
   int dim;
-  rc = lw_wrap_dim(lw_int(b, "dim", -1), s.ndim, &dim);
+  rc = tpulw__wrap_dim(tpulw__int(b, "dim", -1), s.ndim, &dim);
   if (rc < 0) return rc;
   uint32_t m = s.ndim ? 1u << dim : 0;
   tpuir_val r;
   if (b->op == N_SOFTMAX_BW) {
-    tpuir_val dot = lw_reduce_dims(b, TPUIR_RED_SUM, lw_bin(b, TPUIR_MUL, gv, yv), m, 1);
-    r = lw_bin(b, TPUIR_MUL, yv, lw_bin(b, TPUIR_SUB, gv, dot));
+    tpuir_val dot = tpulw__reduce_dims(b, TPUIR_RED_SUM, tpulw__bin(b, TPUIR_MUL, gv, yv), m, 1);
+    r = tpulw__bin(b, TPUIR_MUL, yv, tpulw__bin(b, TPUIR_SUB, gv, dot));
   } else {
-    tpuir_val gs = lw_reduce_dims(b, TPUIR_RED_SUM, gv, m, 1);
-    r = lw_bin(b, TPUIR_SUB, gv, lw_bin(b, TPUIR_MUL, lw_un(b, TPUIR_EXP, yv), gs));
+    tpuir_val gs = tpulw__reduce_dims(b, TPUIR_RED_SUM, gv, m, 1);
+    r = tpulw__bin(b, TPUIR_SUB, gv, tpulw__bin(b, TPUIR_MUL, tpulw__un(b, TPUIR_EXP, yv), gs));
   }
-  return lw_result_as(b, r, dt);
+  return tpulw__result_as(b, r, dt);
 }
 
 /* ---- layer norm --------------------------------------------------------- */
 
-static int ln_axis(const lw_b *b, const tpulw_tensor *in, int *axis) {
+static int ln_axis(const tpulw__b *b, const tpulw_tensor *in, int *axis) {
   int n;
   int64_t scratch;
-  const int64_t *ns = lw_ints(b, "normalized_shape", &n, &scratch);
+  const int64_t *ns = tpulw__ints(b, "normalized_shape", &n, &scratch);
   const tpu_view *v = &in->view;
   if (n <= 0)
     return tpu_error(TPU_E_INVALID,
@@ -111,15 +111,15 @@ static int ln_axis(const lw_b *b, const tpulw_tensor *in, int *axis) {
   return TPU_OK;
 }
 
-static tpuir_val opt_param(lw_b *b, const char *name, int cdt) {
-  const tpulw_tensor *t = lw_tensor_arg(b, name);
+static tpuir_val opt_param(tpulw__b *b, const char *name, int cdt) {
+  const tpulw_tensor *t = tpulw__tensor_arg(b, name);
   if (!t) return -1000; /* absent */
-  return lw_convert(b, lw_tensor(b, t), cdt);
+  return tpulw__convert(b, tpulw__tensor(b, t), cdt);
 }
 #define ABSENT(v) ((v) == -1000)
 
-static int layer_norm_fn(lw_b *b) {
-  const tpulw_tensor *in = lw_tensor_arg(b, "input");
+static int layer_norm_fn(tpulw__b *b) {
+  const tpulw_tensor *in = tpulw__tensor_arg(b, "input");
   if (!in) return tpu_error(TPU_E_UNSUPPORTED, "layer_norm: no input");
   int dt = in->view.dtype;
   int rc = float_only(b, dt);
@@ -127,43 +127,43 @@ static int layer_norm_fn(lw_b *b) {
   int axis;
   rc = ln_axis(b, in, &axis);
   if (rc < 0) return rc;
-  const tpulw_tensor *w = lw_tensor_arg(b, "weight");
+  const tpulw_tensor *w = tpulw__tensor_arg(b, "weight");
   int sdt = dt; /* dtype of mean/rstd */
   if ((dt == TPU_F16 || dt == TPU_BF16) && w && w->view.dtype == TPU_F32) sdt = TPU_F32;
-  int cdt = lw_opmath(dt);
-  tpuir_val x = lw_convert(b, lw_tensor(b, in), cdt);
-  lw_shape s = lw_info(b, x);
+  int cdt = tpulw__opmath(dt);
+  tpuir_val x = tpulw__convert(b, tpulw__tensor(b, in), cdt);
+  tpulw__shape s = tpulw__info(b, x);
   uint32_t m = 0;
   int64_t n = 1;
   for (int d = axis; d < s.ndim; d++) {
     m |= 1u << d;
     n *= s.sizes[d];
   }
-  tpuir_val mean = lw_bin_c(b, TPUIR_DIV, lw_reduce_dims(b, TPUIR_RED_SUM, x, m, 1), (double)n);
-  tpuir_val d = lw_bin(b, TPUIR_SUB, x, mean);
-  tpuir_val var = lw_bin_c(b, TPUIR_DIV, lw_reduce_dims(b, TPUIR_RED_SUM, lw_bin(b, TPUIR_MUL, d, d), m, 1),
+  tpuir_val mean = tpulw__bin_c(b, TPUIR_DIV, tpulw__reduce_dims(b, TPUIR_RED_SUM, x, m, 1), (double)n);
+  tpuir_val d = tpulw__bin(b, TPUIR_SUB, x, mean);
+  tpuir_val var = tpulw__bin_c(b, TPUIR_DIV, tpulw__reduce_dims(b, TPUIR_RED_SUM, tpulw__bin(b, TPUIR_MUL, d, d), m, 1),
                            (double)n);
-  tpuir_val rstd = lw_un(b, TPUIR_RSQRT, lw_bin_c(b, TPUIR_ADD, var, lw_float(b, "eps", 1e-5)));
-  tpuir_val y = lw_bin(b, TPUIR_MUL, d, rstd);
+  tpuir_val rstd = tpulw__un(b, TPUIR_RSQRT, tpulw__bin_c(b, TPUIR_ADD, var, tpulw__float(b, "eps", 1e-5)));
+  tpuir_val y = tpulw__bin(b, TPUIR_MUL, d, rstd);
   tpuir_val wv = opt_param(b, "weight", cdt), bv = opt_param(b, "bias", cdt);
-  if (!ABSENT(wv)) y = lw_bin(b, TPUIR_MUL, y, wv);
-  if (!ABSENT(bv)) y = lw_bin(b, TPUIR_ADD, y, bv);
-  if ((rc = lw_result_as(b, y, dt)) < 0) return rc;
-  if ((rc = lw_result_as(b, mean, sdt)) < 0) return rc;
-  return lw_result_as(b, rstd, sdt);
+  if (!ABSENT(wv)) y = tpulw__bin(b, TPUIR_MUL, y, wv);
+  if (!ABSENT(bv)) y = tpulw__bin(b, TPUIR_ADD, y, bv);
+  if ((rc = tpulw__result_as(b, y, dt)) < 0) return rc;
+  if ((rc = tpulw__result_as(b, mean, sdt)) < 0) return rc;
+  return tpulw__result_as(b, rstd, sdt);
 }
 
-static int mask_bit(const lw_b *b, int i) {
+static int mask_bit(const tpulw__b *b, int i) {
   int n;
   int64_t scratch;
-  const int64_t *mk = lw_ints(b, "output_mask", &n, &scratch);
+  const int64_t *mk = tpulw__ints(b, "output_mask", &n, &scratch);
   return (mk && i < n) ? mk[i] != 0 : 1;
 }
 
-static int layer_norm_bw_fn(lw_b *b) {
-  const tpulw_tensor *go = lw_tensor_arg(b, "grad_out");
-  const tpulw_tensor *in = lw_tensor_arg(b, "input");
-  const tpulw_tensor *mt = lw_tensor_arg(b, "mean"), *rt = lw_tensor_arg(b, "rstd");
+static int layer_norm_bw_fn(tpulw__b *b) {
+  const tpulw_tensor *go = tpulw__tensor_arg(b, "grad_out");
+  const tpulw_tensor *in = tpulw__tensor_arg(b, "input");
+  const tpulw_tensor *mt = tpulw__tensor_arg(b, "mean"), *rt = tpulw__tensor_arg(b, "rstd");
   if (!go || !in || !mt || !rt)
     return tpu_error(TPU_E_UNSUPPORTED, "layer_norm_backward: missing operand");
   int dt = in->view.dtype;
@@ -172,14 +172,14 @@ static int layer_norm_bw_fn(lw_b *b) {
   int axis;
   rc = ln_axis(b, in, &axis);
   if (rc < 0) return rc;
-  const tpulw_tensor *w = lw_tensor_arg(b, "weight");
-  const tpulw_tensor *bs = lw_tensor_arg(b, "bias");
-  int cdt = lw_opmath(dt);
-  tpuir_val x = lw_convert(b, lw_tensor(b, in), cdt);
-  tpuir_val g = lw_convert(b, lw_tensor(b, go), cdt);
-  tpuir_val mean = lw_convert(b, lw_tensor(b, mt), cdt);
-  tpuir_val rstd = lw_convert(b, lw_tensor(b, rt), cdt);
-  lw_shape s = lw_info(b, x);
+  const tpulw_tensor *w = tpulw__tensor_arg(b, "weight");
+  const tpulw_tensor *bs = tpulw__tensor_arg(b, "bias");
+  int cdt = tpulw__opmath(dt);
+  tpuir_val x = tpulw__convert(b, tpulw__tensor(b, in), cdt);
+  tpuir_val g = tpulw__convert(b, tpulw__tensor(b, go), cdt);
+  tpuir_val mean = tpulw__convert(b, tpulw__tensor(b, mt), cdt);
+  tpuir_val rstd = tpulw__convert(b, tpulw__tensor(b, rt), cdt);
+  tpulw__shape s = tpulw__info(b, x);
   uint32_t inner = 0, outer = 0;
   int64_t n = 1;
   for (int d = 0; d < s.ndim; d++) {
@@ -190,93 +190,93 @@ static int layer_norm_bw_fn(lw_b *b) {
       outer |= 1u << d;
     }
   }
-  tpuir_val xhat = lw_bin(b, TPUIR_MUL, lw_bin(b, TPUIR_SUB, x, mean), rstd);
+  tpuir_val xhat = tpulw__bin(b, TPUIR_MUL, tpulw__bin(b, TPUIR_SUB, x, mean), rstd);
   tpuir_val gw = g;
-  if (w) gw = lw_bin(b, TPUIR_MUL, g, lw_convert(b, lw_tensor(b, w), cdt));
+  if (w) gw = tpulw__bin(b, TPUIR_MUL, g, tpulw__convert(b, tpulw__tensor(b, w), cdt));
   /* grad_input = rstd * (gw - mean(gw) - xhat * mean(gw * xhat)) */
-  tpuir_val m1 = lw_bin_c(b, TPUIR_DIV, lw_reduce_dims(b, TPUIR_RED_SUM, gw, inner, 1), (double)n);
-  tpuir_val m2 = lw_bin_c(b, TPUIR_DIV,
-                          lw_reduce_dims(b, TPUIR_RED_SUM, lw_bin(b, TPUIR_MUL, gw, xhat), inner, 1),
+  tpuir_val m1 = tpulw__bin_c(b, TPUIR_DIV, tpulw__reduce_dims(b, TPUIR_RED_SUM, gw, inner, 1), (double)n);
+  tpuir_val m2 = tpulw__bin_c(b, TPUIR_DIV,
+                          tpulw__reduce_dims(b, TPUIR_RED_SUM, tpulw__bin(b, TPUIR_MUL, gw, xhat), inner, 1),
                           (double)n);
-  tpuir_val gi = lw_bin(b, TPUIR_MUL, rstd,
-                        lw_bin(b, TPUIR_SUB, lw_bin(b, TPUIR_SUB, gw, m1),
-                               lw_bin(b, TPUIR_MUL, xhat, m2)));
-  if (!mask_bit(b, 0)) gi = lw_full(b, cdt, s.ndim, s.sizes, 0);
-  if ((rc = lw_result_as(b, gi, dt)) < 0) return rc;
+  tpuir_val gi = tpulw__bin(b, TPUIR_MUL, rstd,
+                        tpulw__bin(b, TPUIR_SUB, tpulw__bin(b, TPUIR_SUB, gw, m1),
+                               tpulw__bin(b, TPUIR_MUL, xhat, m2)));
+  if (!mask_bit(b, 0)) gi = tpulw__full(b, cdt, s.ndim, s.sizes, 0);
+  if ((rc = tpulw__result_as(b, gi, dt)) < 0) return rc;
   int64_t ns[TPU_MAX_DIMS];
   int nn = s.ndim - axis;
   for (int i = 0; i < nn; i++) ns[i] = s.sizes[axis + i];
   int wdt = w ? w->view.dtype : dt, bdt = bs ? bs->view.dtype : wdt;
   tpuir_val gwt = mask_bit(b, 1)
-                      ? lw_reduce_dims(b, TPUIR_RED_SUM, lw_bin(b, TPUIR_MUL, g, xhat), outer, 0)
-                      : lw_full(b, cdt, nn, ns, 0);
-  if ((rc = lw_result_as(b, lw_reshape(b, gwt, nn, ns), wdt)) < 0) return rc;
-  tpuir_val gbt = mask_bit(b, 2) ? lw_reduce_dims(b, TPUIR_RED_SUM, g, outer, 0)
-                                 : lw_full(b, cdt, nn, ns, 0);
-  return lw_result_as(b, lw_reshape(b, gbt, nn, ns), bdt);
+                      ? tpulw__reduce_dims(b, TPUIR_RED_SUM, tpulw__bin(b, TPUIR_MUL, g, xhat), outer, 0)
+                      : tpulw__full(b, cdt, nn, ns, 0);
+  if ((rc = tpulw__result_as(b, tpulw__reshape(b, gwt, nn, ns), wdt)) < 0) return rc;
+  tpuir_val gbt = mask_bit(b, 2) ? tpulw__reduce_dims(b, TPUIR_RED_SUM, g, outer, 0)
+                                 : tpulw__full(b, cdt, nn, ns, 0);
+  return tpulw__result_as(b, tpulw__reshape(b, gbt, nn, ns), bdt);
 }
 
 /* native_group_norm_backward: input [N, C, *] viewed as [N, G, C/G, HxW];
  * mean/rstd [N, G]; weight [C]. */
-static int group_norm_bw_fn(lw_b *b) {
-  const tpulw_tensor *go = lw_tensor_arg(b, "grad_out");
-  const tpulw_tensor *in = lw_tensor_arg(b, "input");
-  const tpulw_tensor *mt = lw_tensor_arg(b, "mean"), *rt = lw_tensor_arg(b, "rstd");
+static int group_norm_bw_fn(tpulw__b *b) {
+  const tpulw_tensor *go = tpulw__tensor_arg(b, "grad_out");
+  const tpulw_tensor *in = tpulw__tensor_arg(b, "input");
+  const tpulw_tensor *mt = tpulw__tensor_arg(b, "mean"), *rt = tpulw__tensor_arg(b, "rstd");
   if (!go || !in || !mt || !rt)
     return tpu_error(TPU_E_UNSUPPORTED, "native_group_norm_backward: missing operand");
   int dt = in->view.dtype;
   int rc = float_only(b, dt);
   if (rc < 0) return rc;
-  int64_t n = lw_int(b, "N", 0), c = lw_int(b, "C", 0), hw = lw_int(b, "HxW", 0);
-  int64_t grp = lw_int(b, "group", 1);
+  int64_t n = tpulw__int(b, "N", 0), c = tpulw__int(b, "C", 0), hw = tpulw__int(b, "HxW", 0);
+  int64_t grp = tpulw__int(b, "group", 1);
   if (grp <= 0 || c % grp != 0 || n * c * hw != tpu_view_numel(&in->view))
     return tpu_error(TPU_E_INVALID, "native_group_norm_backward: bad N/C/HxW/group");
-  const tpulw_tensor *w = lw_tensor_arg(b, "weight");
-  int cdt = lw_opmath(dt);
+  const tpulw_tensor *w = tpulw__tensor_arg(b, "weight");
+  int cdt = tpulw__opmath(dt);
   int64_t s4[4] = {n, grp, c / grp, hw}, s2[4] = {n, grp, 1, 1}, wc[4] = {1, grp, c / grp, 1};
-  tpuir_val x = lw_reshape(b, lw_convert(b, lw_tensor(b, in), cdt), 4, s4);
-  tpuir_val g = lw_reshape(b, lw_convert(b, lw_tensor(b, go), cdt), 4, s4);
-  tpuir_val mean = lw_reshape(b, lw_convert(b, lw_tensor(b, mt), cdt), 4, s2);
-  tpuir_val rstd = lw_reshape(b, lw_convert(b, lw_tensor(b, rt), cdt), 4, s2);
-  tpuir_val xhat = lw_bin(b, TPUIR_MUL, lw_bin(b, TPUIR_SUB, x, mean), rstd);
+  tpuir_val x = tpulw__reshape(b, tpulw__convert(b, tpulw__tensor(b, in), cdt), 4, s4);
+  tpuir_val g = tpulw__reshape(b, tpulw__convert(b, tpulw__tensor(b, go), cdt), 4, s4);
+  tpuir_val mean = tpulw__reshape(b, tpulw__convert(b, tpulw__tensor(b, mt), cdt), 4, s2);
+  tpuir_val rstd = tpulw__reshape(b, tpulw__convert(b, tpulw__tensor(b, rt), cdt), 4, s2);
+  tpuir_val xhat = tpulw__bin(b, TPUIR_MUL, tpulw__bin(b, TPUIR_SUB, x, mean), rstd);
   tpuir_val gw = g;
-  if (w) gw = lw_bin(b, TPUIR_MUL, g, lw_reshape(b, lw_convert(b, lw_tensor(b, w), cdt), 4, wc));
+  if (w) gw = tpulw__bin(b, TPUIR_MUL, g, tpulw__reshape(b, tpulw__convert(b, tpulw__tensor(b, w), cdt), 4, wc));
   double cnt = (double)(c / grp * hw);
   uint32_t inner = (1u << 2) | (1u << 3);
-  tpuir_val m1 = lw_bin_c(b, TPUIR_DIV, lw_reduce_dims(b, TPUIR_RED_SUM, gw, inner, 1), cnt);
-  tpuir_val m2 = lw_bin_c(b, TPUIR_DIV,
-                          lw_reduce_dims(b, TPUIR_RED_SUM, lw_bin(b, TPUIR_MUL, gw, xhat), inner, 1),
+  tpuir_val m1 = tpulw__bin_c(b, TPUIR_DIV, tpulw__reduce_dims(b, TPUIR_RED_SUM, gw, inner, 1), cnt);
+  tpuir_val m2 = tpulw__bin_c(b, TPUIR_DIV,
+                          tpulw__reduce_dims(b, TPUIR_RED_SUM, tpulw__bin(b, TPUIR_MUL, gw, xhat), inner, 1),
                           cnt);
-  tpuir_val gi = lw_bin(b, TPUIR_MUL, rstd,
-                        lw_bin(b, TPUIR_SUB, lw_bin(b, TPUIR_SUB, gw, m1),
-                               lw_bin(b, TPUIR_MUL, xhat, m2)));
-  if (!mask_bit(b, 0)) gi = lw_full(b, cdt, 4, s4, 0);
-  gi = lw_reshape(b, gi, in->view.ndim, in->view.sizes);
-  if ((rc = lw_result_as(b, gi, dt)) < 0) return rc;
+  tpuir_val gi = tpulw__bin(b, TPUIR_MUL, rstd,
+                        tpulw__bin(b, TPUIR_SUB, tpulw__bin(b, TPUIR_SUB, gw, m1),
+                               tpulw__bin(b, TPUIR_MUL, xhat, m2)));
+  if (!mask_bit(b, 0)) gi = tpulw__full(b, cdt, 4, s4, 0);
+  gi = tpulw__reshape(b, gi, in->view.ndim, in->view.sizes);
+  if ((rc = tpulw__result_as(b, gi, dt)) < 0) return rc;
   uint32_t outer = (1u << 0) | (1u << 3);
   int pdt = w ? w->view.dtype : dt;
   tpuir_val gwt = mask_bit(b, 1)
-                      ? lw_reduce_dims(b, TPUIR_RED_SUM, lw_bin(b, TPUIR_MUL, g, xhat), outer, 0)
-                      : lw_full(b, cdt, 1, &c, 0);
-  if ((rc = lw_result_as(b, lw_reshape(b, gwt, 1, &c), pdt)) < 0) return rc;
-  tpuir_val gbt = mask_bit(b, 2) ? lw_reduce_dims(b, TPUIR_RED_SUM, g, outer, 0)
-                                 : lw_full(b, cdt, 1, &c, 0);
-  return lw_result_as(b, lw_reshape(b, gbt, 1, &c), pdt);
+                      ? tpulw__reduce_dims(b, TPUIR_RED_SUM, tpulw__bin(b, TPUIR_MUL, g, xhat), outer, 0)
+                      : tpulw__full(b, cdt, 1, &c, 0);
+  if ((rc = tpulw__result_as(b, tpulw__reshape(b, gwt, 1, &c), pdt)) < 0) return rc;
+  tpuir_val gbt = mask_bit(b, 2) ? tpulw__reduce_dims(b, TPUIR_RED_SUM, g, outer, 0)
+                                 : tpulw__full(b, cdt, 1, &c, 0);
+  return tpulw__result_as(b, tpulw__reshape(b, gbt, 1, &c), pdt);
 }
 
 /* ---- batch norm --------------------------------------------------------- */
 
 /* per-channel [C] value -> shape [1, C, 1, ...] of rank nd */
-static tpuir_val chan(lw_b *b, tpuir_val v, int nd) {
-  lw_shape s = lw_info(b, v);
+static tpuir_val chan(tpulw__b *b, tpuir_val v, int nd) {
+  tpulw__shape s = tpulw__info(b, v);
   int64_t sizes[TPU_MAX_DIMS];
   for (int d = 0; d < nd; d++) sizes[d] = 1;
   if (nd > 1) sizes[1] = s.sizes[0];
-  return lw_reshape(b, v, nd, sizes);
+  return tpulw__reshape(b, v, nd, sizes);
 }
 
-static int batch_norm_fn(lw_b *b) {
-  const tpulw_tensor *in = lw_tensor_arg(b, "input");
+static int batch_norm_fn(tpulw__b *b) {
+  const tpulw_tensor *in = tpulw__tensor_arg(b, "input");
   if (!in) return tpu_error(TPU_E_UNSUPPORTED, "batch_norm: no input");
   int dt = in->view.dtype;
   int rc = float_only(b, dt);
@@ -284,19 +284,19 @@ static int batch_norm_fn(lw_b *b) {
   if (in->view.ndim < 2)
     return tpu_error(TPU_E_UNSUPPORTED, "batch_norm: input of rank %d", in->view.ndim);
   int training = b->op == N_BN_WITH_UPDATE || b->op == N_BN_NO_STATS
-                     ? 1 : (int)lw_int(b, "training", 0);
-  const tpulw_tensor *rm = lw_tensor_arg(b, "running_mean");
-  const tpulw_tensor *rv = lw_tensor_arg(b, "running_var");
+                     ? 1 : (int)tpulw__int(b, "training", 0);
+  const tpulw_tensor *rm = tpulw__tensor_arg(b, "running_mean");
+  const tpulw_tensor *rv = tpulw__tensor_arg(b, "running_var");
   if (b->op == N_BN_NO_STATS) rm = rv = NULL;
   if (!training && (!rm || !rv))
     return tpu_error(TPU_E_INVALID, "running_mean must be defined in evaluation mode");
-  double eps = lw_float(b, "eps", 1e-5), mom = lw_float(b, "momentum", 0.1);
-  const tpulw_tensor *w = lw_tensor_arg(b, "weight");
+  double eps = tpulw__float(b, "eps", 1e-5), mom = tpulw__float(b, "momentum", 0.1);
+  const tpulw_tensor *w = tpulw__tensor_arg(b, "weight");
   int sdt = dt;
   if ((dt == TPU_F16 || dt == TPU_BF16) && w && w->view.dtype == TPU_F32) sdt = TPU_F32;
-  int cdt = lw_opmath(dt);
-  tpuir_val x = lw_convert(b, lw_tensor(b, in), cdt);
-  lw_shape s = lw_info(b, x);
+  int cdt = tpulw__opmath(dt);
+  tpuir_val x = tpulw__convert(b, tpulw__tensor(b, in), cdt);
+  tpulw__shape s = tpulw__info(b, x);
   int nd = s.ndim;
   uint32_t m = all_mask(nd) & ~2u;
   int64_t n = 1;
@@ -304,66 +304,66 @@ static int batch_norm_fn(lw_b *b) {
     if (d != 1) n *= s.sizes[d];
   tpuir_val mean, invstd, var = -1;
   if (training) {
-    mean = lw_bin_c(b, TPUIR_DIV, lw_reduce_dims(b, TPUIR_RED_SUM, x, m, 0), (double)n);
-    tpuir_val d = lw_bin(b, TPUIR_SUB, x, chan(b, mean, nd));
-    var = lw_bin_c(b, TPUIR_DIV, lw_reduce_dims(b, TPUIR_RED_SUM, lw_bin(b, TPUIR_MUL, d, d), m, 0),
+    mean = tpulw__bin_c(b, TPUIR_DIV, tpulw__reduce_dims(b, TPUIR_RED_SUM, x, m, 0), (double)n);
+    tpuir_val d = tpulw__bin(b, TPUIR_SUB, x, chan(b, mean, nd));
+    var = tpulw__bin_c(b, TPUIR_DIV, tpulw__reduce_dims(b, TPUIR_RED_SUM, tpulw__bin(b, TPUIR_MUL, d, d), m, 0),
                    (double)n);
-    invstd = lw_un(b, TPUIR_RSQRT, lw_bin_c(b, TPUIR_ADD, var, eps));
+    invstd = tpulw__un(b, TPUIR_RSQRT, tpulw__bin_c(b, TPUIR_ADD, var, eps));
   } else {
-    mean = lw_convert(b, lw_tensor(b, rm), cdt);
-    invstd = lw_un(b, TPUIR_RSQRT,
-                   lw_bin_c(b, TPUIR_ADD, lw_convert(b, lw_tensor(b, rv), cdt), eps));
+    mean = tpulw__convert(b, tpulw__tensor(b, rm), cdt);
+    invstd = tpulw__un(b, TPUIR_RSQRT,
+                   tpulw__bin_c(b, TPUIR_ADD, tpulw__convert(b, tpulw__tensor(b, rv), cdt), eps));
   }
-  tpuir_val y = lw_bin(b, TPUIR_MUL, lw_bin(b, TPUIR_SUB, x, chan(b, mean, nd)), chan(b, invstd, nd));
+  tpuir_val y = tpulw__bin(b, TPUIR_MUL, tpulw__bin(b, TPUIR_SUB, x, chan(b, mean, nd)), chan(b, invstd, nd));
   tpuir_val wv = opt_param(b, "weight", cdt), bv = opt_param(b, "bias", cdt);
-  if (!ABSENT(wv)) y = lw_bin(b, TPUIR_MUL, y, chan(b, wv, nd));
-  if (!ABSENT(bv)) y = lw_bin(b, TPUIR_ADD, y, chan(b, bv, nd));
-  if ((rc = lw_result_as(b, y, dt)) < 0) return rc;
+  if (!ABSENT(wv)) y = tpulw__bin(b, TPUIR_MUL, y, chan(b, wv, nd));
+  if (!ABSENT(bv)) y = tpulw__bin(b, TPUIR_ADD, y, chan(b, bv, nd));
+  if ((rc = tpulw__result_as(b, y, dt)) < 0) return rc;
   int64_t zero[1] = {0};
   if (training) {
-    if ((rc = lw_result_as(b, mean, sdt)) < 0) return rc;
-    if ((rc = lw_result_as(b, invstd, sdt)) < 0) return rc;
+    if ((rc = tpulw__result_as(b, mean, sdt)) < 0) return rc;
+    if ((rc = tpulw__result_as(b, invstd, sdt)) < 0) return rc;
   } else {
-    if ((rc = lw_result(b, lw_full(b, sdt, 1, zero, 0))) < 0) return rc;
-    if ((rc = lw_result(b, lw_full(b, sdt, 1, zero, 0))) < 0) return rc;
+    if ((rc = tpulw__result(b, tpulw__full(b, sdt, 1, zero, 0))) < 0) return rc;
+    if ((rc = tpulw__result(b, tpulw__full(b, sdt, 1, zero, 0))) < 0) return rc;
   }
   if (b->op == N_BN_WITH_UPDATE)
-    if ((rc = lw_result(b, lw_full(b, TPU_U8, 1, zero, 0))) < 0) return rc;
+    if ((rc = tpulw__result(b, tpulw__full(b, TPU_U8, 1, zero, 0))) < 0) return rc;
   if (training && rm && rv) { /* running stats, updated in place */
-    tpuir_val rmv = lw_convert(b, lw_tensor(b, rm), cdt);
-    tpuir_val rvv = lw_convert(b, lw_tensor(b, rv), cdt);
+    tpuir_val rmv = tpulw__convert(b, tpulw__tensor(b, rm), cdt);
+    tpuir_val rvv = tpulw__convert(b, tpulw__tensor(b, rv), cdt);
     double unb = n > 1 ? (double)n / (double)(n - 1) : INFINITY;
-    tpuir_val nm = lw_bin(b, TPUIR_ADD, lw_bin_c(b, TPUIR_MUL, rmv, 1 - mom),
-                          lw_bin_c(b, TPUIR_MUL, mean, mom));
-    tpuir_val nv = lw_bin(b, TPUIR_ADD, lw_bin_c(b, TPUIR_MUL, rvv, 1 - mom),
-                          lw_bin_c(b, TPUIR_MUL, lw_bin_c(b, TPUIR_MUL, var, unb), mom));
-    if ((rc = lw_result_to(b, nm, "running_mean")) < 0) return rc;
-    if ((rc = lw_result_to(b, nv, "running_var")) < 0) return rc;
+    tpuir_val nm = tpulw__bin(b, TPUIR_ADD, tpulw__bin_c(b, TPUIR_MUL, rmv, 1 - mom),
+                          tpulw__bin_c(b, TPUIR_MUL, mean, mom));
+    tpuir_val nv = tpulw__bin(b, TPUIR_ADD, tpulw__bin_c(b, TPUIR_MUL, rvv, 1 - mom),
+                          tpulw__bin_c(b, TPUIR_MUL, tpulw__bin_c(b, TPUIR_MUL, var, unb), mom));
+    if ((rc = tpulw__result_to(b, nm, "running_mean")) < 0) return rc;
+    if ((rc = tpulw__result_to(b, nv, "running_var")) < 0) return rc;
   } else {
-    lw_not_out(b, "running_mean");
-    lw_not_out(b, "running_var");
+    tpulw__not_out(b, "running_mean");
+    tpulw__not_out(b, "running_var");
   }
   return TPU_OK;
 }
 
-static int batch_norm_bw_fn(lw_b *b) {
-  const tpulw_tensor *go = lw_tensor_arg(b, "grad_out");
-  const tpulw_tensor *in = lw_tensor_arg(b, "input");
+static int batch_norm_bw_fn(tpulw__b *b) {
+  const tpulw_tensor *go = tpulw__tensor_arg(b, "grad_out");
+  const tpulw_tensor *in = tpulw__tensor_arg(b, "input");
   if (!go || !in) return tpu_error(TPU_E_UNSUPPORTED, "batch_norm_backward: missing operand");
   int dt = in->view.dtype;
   int rc = float_only(b, dt);
   if (rc < 0) return rc;
   if (in->view.ndim < 2) return tpu_error(TPU_E_UNSUPPORTED, "batch_norm_backward: rank");
-  int train = (int)lw_int(b, b->op == N_BN_BW ? "update" : "train", 0);
+  int train = (int)tpulw__int(b, b->op == N_BN_BW ? "update" : "train", 0);
   const char *sv_name = b->op == N_BN_BW ? "save_var" : "save_invstd";
-  const tpulw_tensor *sm = lw_tensor_arg(b, "save_mean"), *si = lw_tensor_arg(b, sv_name);
-  const tpulw_tensor *rm = lw_tensor_arg(b, "running_mean"), *rv = lw_tensor_arg(b, "running_var");
-  const tpulw_tensor *w = lw_tensor_arg(b, "weight");
-  double eps = lw_float(b, "eps", 1e-5);
-  int cdt = lw_opmath(dt);
-  tpuir_val x = lw_convert(b, lw_tensor(b, in), cdt);
-  tpuir_val g = lw_convert(b, lw_tensor(b, go), cdt);
-  lw_shape s = lw_info(b, x);
+  const tpulw_tensor *sm = tpulw__tensor_arg(b, "save_mean"), *si = tpulw__tensor_arg(b, sv_name);
+  const tpulw_tensor *rm = tpulw__tensor_arg(b, "running_mean"), *rv = tpulw__tensor_arg(b, "running_var");
+  const tpulw_tensor *w = tpulw__tensor_arg(b, "weight");
+  double eps = tpulw__float(b, "eps", 1e-5);
+  int cdt = tpulw__opmath(dt);
+  tpuir_val x = tpulw__convert(b, tpulw__tensor(b, in), cdt);
+  tpuir_val g = tpulw__convert(b, tpulw__tensor(b, go), cdt);
+  tpulw__shape s = tpulw__info(b, x);
   int nd = s.ndim;
   uint32_t m = all_mask(nd) & ~2u;
   int64_t n = 1;
@@ -372,35 +372,35 @@ static int batch_norm_bw_fn(lw_b *b) {
   tpuir_val mean, invstd;
   if (train) {
     if (!sm || !si) return tpu_error(TPU_E_UNSUPPORTED, "batch_norm_backward: no saved stats");
-    mean = lw_convert(b, lw_tensor(b, sm), cdt);
-    invstd = lw_convert(b, lw_tensor(b, si), cdt);
+    mean = tpulw__convert(b, tpulw__tensor(b, sm), cdt);
+    invstd = tpulw__convert(b, tpulw__tensor(b, si), cdt);
   } else {
     if (!rm || !rv) return tpu_error(TPU_E_UNSUPPORTED, "batch_norm_backward: no running stats");
-    mean = lw_convert(b, lw_tensor(b, rm), cdt);
-    invstd = lw_un(b, TPUIR_RSQRT, lw_bin_c(b, TPUIR_ADD, lw_convert(b, lw_tensor(b, rv), cdt), eps));
+    mean = tpulw__convert(b, tpulw__tensor(b, rm), cdt);
+    invstd = tpulw__un(b, TPUIR_RSQRT, tpulw__bin_c(b, TPUIR_ADD, tpulw__convert(b, tpulw__tensor(b, rv), cdt), eps));
   }
-  tpuir_val wv = w ? lw_convert(b, lw_tensor(b, w), cdt) : lw_const(b, cdt, 1);
-  tpuir_val xhat = lw_bin(b, TPUIR_MUL, lw_bin(b, TPUIR_SUB, x, chan(b, mean, nd)),
+  tpuir_val wv = w ? tpulw__convert(b, tpulw__tensor(b, w), cdt) : tpulw__const(b, cdt, 1);
+  tpuir_val xhat = tpulw__bin(b, TPUIR_MUL, tpulw__bin(b, TPUIR_SUB, x, chan(b, mean, nd)),
                           chan(b, invstd, nd));
-  tpuir_val gsum = lw_reduce_dims(b, TPUIR_RED_SUM, g, m, 0);
-  tpuir_val gx = lw_reduce_dims(b, TPUIR_RED_SUM, lw_bin(b, TPUIR_MUL, g, xhat), m, 0);
-  tpuir_val scale = lw_bin(b, TPUIR_MUL, invstd, wv); /* [C] */
+  tpuir_val gsum = tpulw__reduce_dims(b, TPUIR_RED_SUM, g, m, 0);
+  tpuir_val gx = tpulw__reduce_dims(b, TPUIR_RED_SUM, tpulw__bin(b, TPUIR_MUL, g, xhat), m, 0);
+  tpuir_val scale = tpulw__bin(b, TPUIR_MUL, invstd, wv); /* [C] */
   if (!w) scale = invstd;
   tpuir_val gi;
   if (train) {
-    tpuir_val t = lw_bin(b, TPUIR_SUB, g, chan(b, lw_bin_c(b, TPUIR_DIV, gsum, (double)n), nd));
-    t = lw_bin(b, TPUIR_SUB, t, lw_bin(b, TPUIR_MUL, xhat,
-                                       chan(b, lw_bin_c(b, TPUIR_DIV, gx, (double)n), nd)));
-    gi = lw_bin(b, TPUIR_MUL, t, chan(b, scale, nd));
+    tpuir_val t = tpulw__bin(b, TPUIR_SUB, g, chan(b, tpulw__bin_c(b, TPUIR_DIV, gsum, (double)n), nd));
+    t = tpulw__bin(b, TPUIR_SUB, t, tpulw__bin(b, TPUIR_MUL, xhat,
+                                       chan(b, tpulw__bin_c(b, TPUIR_DIV, gx, (double)n), nd)));
+    gi = tpulw__bin(b, TPUIR_MUL, t, chan(b, scale, nd));
   } else {
-    gi = lw_bin(b, TPUIR_MUL, g, chan(b, scale, nd));
+    gi = tpulw__bin(b, TPUIR_MUL, g, chan(b, scale, nd));
   }
-  if (!mask_bit(b, 0)) gi = lw_full(b, cdt, s.ndim, s.sizes, 0);
-  if ((rc = lw_result_as(b, gi, dt)) < 0) return rc;
+  if (!mask_bit(b, 0)) gi = tpulw__full(b, cdt, s.ndim, s.sizes, 0);
+  if ((rc = tpulw__result_as(b, gi, dt)) < 0) return rc;
   int pdt = w ? w->view.dtype : dt;
   int64_t c[1] = {s.sizes[1]};
-  if ((rc = lw_result_as(b, mask_bit(b, 1) ? gx : lw_full(b, cdt, 1, c, 0), pdt)) < 0) return rc;
-  return lw_result_as(b, mask_bit(b, 2) ? gsum : lw_full(b, cdt, 1, c, 0), pdt);
+  if ((rc = tpulw__result_as(b, mask_bit(b, 1) ? gx : tpulw__full(b, cdt, 1, c, 0), pdt)) < 0) return rc;
+  return tpulw__result_as(b, mask_bit(b, 2) ? gsum : tpulw__full(b, cdt, 1, c, 0), pdt);
 }
 
 /* ---- nll_loss ----------------------------------------------------------- */
@@ -412,12 +412,12 @@ typedef struct nll_ctx {
   tpuir_val w;      /* per-element weight [N, ...] (0 where ignored) */
   int one_d;        /* self was [C] */
   int cdt, dt;
-  lw_shape ts;      /* target shape (after the 1-D fix-up) */
+  tpulw__shape ts;      /* target shape (after the 1-D fix-up) */
 } nll_ctx;
 
-static int nll_setup(lw_b *b, nll_ctx *c) {
-  const tpulw_tensor *self = lw_tensor_arg(b, "self");
-  const tpulw_tensor *tg = lw_tensor_arg(b, "target");
+static int nll_setup(tpulw__b *b, nll_ctx *c) {
+  const tpulw_tensor *self = tpulw__tensor_arg(b, "self");
+  const tpulw_tensor *tg = tpulw__tensor_arg(b, "target");
   if (!self || !tg) return tpu_error(TPU_E_UNSUPPORTED, "nll_loss: missing operand");
   c->dt = self->view.dtype;
   int rc = float_only(b, c->dt);
@@ -425,11 +425,11 @@ static int nll_setup(lw_b *b, nll_ctx *c) {
   int tdt = tg->view.dtype;
   if (tdt != TPU_I64 && tdt != TPU_U8)
     return tpu_error(TPU_E_INVALID, "expected scalar type Long but found %s",
-                     lw_torch_name(tdt));
-  c->cdt = lw_opmath(c->dt);
-  tpuir_val x = lw_convert(b, lw_tensor(b, self), c->cdt);
-  tpuir_val t = lw_convert(b, lw_tensor(b, tg), TPU_I64);
-  lw_shape xs = lw_info(b, x), ts = lw_info(b, t);
+                     tpulw__torch_name(tdt));
+  c->cdt = tpulw__opmath(c->dt);
+  tpuir_val x = tpulw__convert(b, tpulw__tensor(b, self), c->cdt);
+  tpuir_val t = tpulw__convert(b, tpulw__tensor(b, tg), TPU_I64);
+  tpulw__shape xs = tpulw__info(b, x), ts = tpulw__info(b, t);
   int is2d = strncmp(b->base, "nll_loss2d", 10) == 0;
   c->one_d = 0;
   if (!is2d && xs.ndim == 1) {
@@ -437,11 +437,11 @@ static int nll_setup(lw_b *b, nll_ctx *c) {
       return tpu_error(TPU_E_INVALID,
                        "0D or 1D target tensor expected, multi-target not supported");
     int64_t s2[2] = {1, xs.sizes[0]}, s1[1] = {1};
-    x = lw_reshape(b, x, 2, s2);
-    t = lw_reshape(b, t, 1, s1);
+    x = tpulw__reshape(b, x, 2, s2);
+    t = tpulw__reshape(b, t, 1, s1);
     c->one_d = 1;
-    xs = lw_info(b, x);
-    ts = lw_info(b, t);
+    xs = tpulw__info(b, x);
+    ts = tpulw__info(b, t);
   }
   if (!is2d && xs.ndim != 2)
     return tpu_error(TPU_E_INVALID, "input tensor should be 1D or 2D");
@@ -457,20 +457,20 @@ static int nll_setup(lw_b *b, nll_ctx *c) {
     if (ts.sizes[d] != xs.sizes[d + 1])
       return tpu_error(TPU_E_INVALID, "size mismatch (got input: %lldx%lld, target: %lld)",
                        (long long)xs.sizes[0], (long long)xs.sizes[1], (long long)ts.sizes[0]);
-  int64_t ignore = lw_int(b, "ignore_index", -100);
-  c->valid = lw_bin(b, TPUIR_NE, t, lw_const(b, TPU_I64, ignore));
-  c->tgt = lw_sel(b, c->valid, t, lw_const(b, TPU_I64, 0));
-  const tpulw_tensor *wt = lw_tensor_arg(b, "weight");
+  int64_t ignore = tpulw__int(b, "ignore_index", -100);
+  c->valid = tpulw__bin(b, TPUIR_NE, t, tpulw__const(b, TPU_I64, ignore));
+  c->tgt = tpulw__sel(b, c->valid, t, tpulw__const(b, TPU_I64, 0));
+  const tpulw_tensor *wt = tpulw__tensor_arg(b, "weight");
   tpuir_val w;
   if (wt) {
-    int64_t n = lw_numel(&ts);
-    tpuir_val wv = lw_convert(b, lw_tensor(b, wt), c->cdt);
-    w = lw_reshape(b, tpuir_index_select(b->g, wv, 0, lw_reshape(b, c->tgt, 1, &n)),
+    int64_t n = tpulw__numel(&ts);
+    tpuir_val wv = tpulw__convert(b, tpulw__tensor(b, wt), c->cdt);
+    w = tpulw__reshape(b, tpuir_index_select(b->g, wv, 0, tpulw__reshape(b, c->tgt, 1, &n)),
                    ts.ndim, ts.sizes);
   } else {
-    w = lw_full(b, c->cdt, ts.ndim, ts.sizes, 1);
+    w = tpulw__full(b, c->cdt, ts.ndim, ts.sizes, 1);
   }
-  c->w = lw_sel(b, c->valid, w, lw_const(b, c->cdt, 0));
+  c->w = tpulw__sel(b, c->valid, w, tpulw__const(b, c->cdt, 0));
   c->x = x;
   c->ts = ts;
   b->sync = 1; /* target range check: IndexError at the call */
@@ -478,164 +478,164 @@ static int nll_setup(lw_b *b, nll_ctx *c) {
   return TPU_OK;
 }
 
-static int nll_fn(lw_b *b) {
+static int nll_fn(tpulw__b *b) {
   nll_ctx c;
   int rc = nll_setup(b, &c);
   if (rc < 0) return rc;
-  lw_shape xs = lw_info(b, c.x);
+  tpulw__shape xs = tpulw__info(b, c.x);
   /* picked[i, ...] = x[i, t[i, ...], ...] */
   int64_t isz[TPU_MAX_DIMS];
   isz[0] = xs.sizes[0];
   isz[1] = 1;
   for (int d = 1; d < c.ts.ndim; d++) isz[d + 1] = c.ts.sizes[d];
-  tpuir_val idx = lw_reshape(b, c.tgt, xs.ndim, isz);
-  tpuir_val picked = lw_reshape(b, tpuir_gather(b->g, c.x, 1, idx), c.ts.ndim, c.ts.sizes);
-  tpuir_val loss = lw_un(b, TPUIR_NEG, lw_bin(b, TPUIR_MUL, picked, c.w));
-  int red = (int)lw_int(b, "reduction", RED_MEAN);
+  tpuir_val idx = tpulw__reshape(b, c.tgt, xs.ndim, isz);
+  tpuir_val picked = tpulw__reshape(b, tpuir_gather(b->g, c.x, 1, idx), c.ts.ndim, c.ts.sizes);
+  tpuir_val loss = tpulw__un(b, TPUIR_NEG, tpulw__bin(b, TPUIR_MUL, picked, c.w));
+  int red = (int)tpulw__int(b, "reduction", RED_MEAN);
   uint32_t m = all_mask(c.ts.ndim);
   tpuir_val out, tw;
   if (red == RED_NONE) {
     out = loss;
-    if (c.one_d) out = lw_reshape(b, out, 0, NULL);
-    tw = lw_const(b, c.cdt, 0);
+    if (c.one_d) out = tpulw__reshape(b, out, 0, NULL);
+    tw = tpulw__const(b, c.cdt, 0);
   } else {
-    tw = lw_reduce_dims(b, TPUIR_RED_SUM, c.w, m, 0);
-    out = lw_reduce_dims(b, TPUIR_RED_SUM, loss, m, 0);
-    if (red == RED_MEAN) out = lw_bin(b, TPUIR_DIV, out, tw);
+    tw = tpulw__reduce_dims(b, TPUIR_RED_SUM, c.w, m, 0);
+    out = tpulw__reduce_dims(b, TPUIR_RED_SUM, loss, m, 0);
+    if (red == RED_MEAN) out = tpulw__bin(b, TPUIR_DIV, out, tw);
   }
-  if ((rc = lw_result_as(b, out, c.dt)) < 0) return rc;
-  return lw_result_as(b, tw, c.dt);
+  if ((rc = tpulw__result_as(b, out, c.dt)) < 0) return rc;
+  return tpulw__result_as(b, tw, c.dt);
 }
 
-static int nll_bw_fn(lw_b *b) {
+static int nll_bw_fn(tpulw__b *b) {
   nll_ctx c;
   int rc = nll_setup(b, &c);
   if (rc < 0) return rc;
   b->sync = 0; /* no gather here */
-  const tpulw_tensor *go = lw_tensor_arg(b, "grad_output");
+  const tpulw_tensor *go = tpulw__tensor_arg(b, "grad_output");
   if (!go) return tpu_error(TPU_E_UNSUPPORTED, "nll_loss_backward: no grad_output");
-  lw_shape xs = lw_info(b, c.x);
-  int red = (int)lw_int(b, "reduction", RED_MEAN);
-  tpuir_val g = lw_convert(b, lw_tensor(b, go), c.cdt);
+  tpulw__shape xs = tpulw__info(b, c.x);
+  int red = (int)tpulw__int(b, "reduction", RED_MEAN);
+  tpuir_val g = tpulw__convert(b, tpulw__tensor(b, go), c.cdt);
   if (red == RED_NONE) {
-    g = lw_reshape(b, g, c.ts.ndim, c.ts.sizes);
+    g = tpulw__reshape(b, g, c.ts.ndim, c.ts.sizes);
   } else {
-    g = lw_reshape(b, g, 0, NULL);
+    g = tpulw__reshape(b, g, 0, NULL);
     if (red == RED_MEAN) {
-      const tpulw_tensor *tw = lw_tensor_arg(b, "total_weight");
+      const tpulw_tensor *tw = tpulw__tensor_arg(b, "total_weight");
       if (!tw) return tpu_error(TPU_E_UNSUPPORTED, "nll_loss_backward: no total_weight");
-      g = lw_bin(b, TPUIR_DIV, g, lw_reshape(b, lw_convert(b, lw_tensor(b, tw), c.cdt), 0, NULL));
+      g = tpulw__bin(b, TPUIR_DIV, g, tpulw__reshape(b, tpulw__convert(b, tpulw__tensor(b, tw), c.cdt), 0, NULL));
     }
   }
-  tpuir_val gw = lw_un(b, TPUIR_NEG, lw_bin(b, TPUIR_MUL, c.w, g)); /* [N, ...] */
+  tpuir_val gw = tpulw__un(b, TPUIR_NEG, tpulw__bin(b, TPUIR_MUL, c.w, g)); /* [N, ...] */
   int64_t isz[TPU_MAX_DIMS];
   isz[0] = xs.sizes[0];
   isz[1] = 1;
   for (int d = 1; d < c.ts.ndim; d++) isz[d + 1] = c.ts.sizes[d];
   tpuir_val cls = tpuir_iota(b->g, TPU_I64, xs.ndim, xs.sizes, 1);
-  tpuir_val hit = lw_bin(b, TPUIR_EQ, cls, lw_reshape(b, c.tgt, xs.ndim, isz));
-  tpuir_val r = lw_sel(b, hit, lw_reshape(b, gw, xs.ndim, isz), lw_const(b, c.cdt, 0));
-  if (c.one_d) r = lw_reshape(b, r, 1, &xs.sizes[1]);
-  return lw_result_as(b, r, c.dt);
+  tpuir_val hit = tpulw__bin(b, TPUIR_EQ, cls, tpulw__reshape(b, c.tgt, xs.ndim, isz));
+  tpuir_val r = tpulw__sel(b, hit, tpulw__reshape(b, gw, xs.ndim, isz), tpulw__const(b, c.cdt, 0));
+  if (c.one_d) r = tpulw__reshape(b, r, 1, &xs.sizes[1]);
+  return tpulw__result_as(b, r, c.dt);
 }
 
 /* ---- pointwise losses --------------------------------------------------- */
 
-static tpuir_val reduce_loss(lw_b *b, tpuir_val l, int red) {
+static tpuir_val reduce_loss(tpulw__b *b, tpuir_val l, int red) {
   if (red == RED_NONE) return l;
-  lw_shape s = lw_info(b, l);
-  tpuir_val r = lw_reduce_dims(b, TPUIR_RED_SUM, l, all_mask(s.ndim), 0);
-  if (red == RED_MEAN) r = lw_bin_c(b, TPUIR_DIV, r, (double)lw_numel(&s));
+  tpulw__shape s = tpulw__info(b, l);
+  tpuir_val r = tpulw__reduce_dims(b, TPUIR_RED_SUM, l, all_mask(s.ndim), 0);
+  if (red == RED_MEAN) r = tpulw__bin_c(b, TPUIR_DIV, r, (double)tpulw__numel(&s));
   return r;
 }
 
-static int loss_fn(lw_b *b) {
-  lw_opnd ops[2] = {lw_opnd_arg(b, "self"), lw_opnd_arg(b, "target")};
+static int loss_fn(tpulw__b *b) {
+  tpulw__opnd ops[2] = {tpulw__opnd_arg(b, "self"), tpulw__opnd_arg(b, "target")};
   if (ops[0].kind != LW_OPND_TENSOR || ops[1].kind != LW_OPND_TENSOR)
     return tpu_error(TPU_E_UNSUPPORTED, "%s: missing operand", b->base);
   int bw = b->op == N_MSE_BW || b->op == N_SMOOTH_L1_BW || b->op == N_HUBER_BW ||
            b->op == N_BCE_BW;
-  lw_opnd go = lw_opnd_arg(b, "grad_output");
+  tpulw__opnd go = tpulw__opnd_arg(b, "grad_output");
   int dt;
   if (b->op == N_BCE || b->op == N_BCE_BW) {
     dt = ops[0].t->view.dtype;
   } else if (bw && go.kind == LW_OPND_TENSOR) {
-    lw_opnd o3[3] = {go, ops[0], ops[1]};
-    dt = lw_result_type(3, o3);
+    tpulw__opnd o3[3] = {go, ops[0], ops[1]};
+    dt = tpulw__result_type(3, o3);
   } else {
-    dt = lw_result_type(2, ops);
+    dt = tpulw__result_type(2, ops);
   }
   int rc = float_only(b, dt);
   if (rc < 0) return rc;
-  int cdt = lw_opmath(dt);
-  tpuir_val x = lw_opnd_val(b, &ops[0], cdt), y = lw_opnd_val(b, &ops[1], cdt);
-  int red = (int)lw_int(b, "reduction", RED_MEAN);
+  int cdt = tpulw__opmath(dt);
+  tpuir_val x = tpulw__opnd_val(b, &ops[0], cdt), y = tpulw__opnd_val(b, &ops[1], cdt);
+  int red = (int)tpulw__int(b, "reduction", RED_MEAN);
   tpuir_val v[2] = {x, y};
-  if ((rc = lw_bcast_all(b, 2, v)) < 0) return rc;
+  if ((rc = tpulw__bcast_all(b, 2, v)) < 0) return rc;
   x = v[0];
   y = v[1];
-  lw_shape s = lw_info(b, x);
-  tpuir_val d = lw_bin(b, TPUIR_SUB, x, y), ad = lw_un(b, TPUIR_ABS, d), r;
-  tpuir_val zero = lw_const(b, cdt, 0);
-  double beta = lw_float(b, "beta", 1.0), delta = lw_float(b, "delta", 1.0);
+  tpulw__shape s = tpulw__info(b, x);
+  tpuir_val d = tpulw__bin(b, TPUIR_SUB, x, y), ad = tpulw__un(b, TPUIR_ABS, d), r;
+  tpuir_val zero = tpulw__const(b, cdt, 0);
+  double beta = tpulw__float(b, "beta", 1.0), delta = tpulw__float(b, "delta", 1.0);
   if (b->op == N_HUBER && !(delta > 0))
     return tpu_error(TPU_E_INVALID, "huber_loss does not support non-positive values for delta.");
   switch (b->op) {
-  case N_MSE: r = lw_bin(b, TPUIR_MUL, d, d); break;
+  case N_MSE: r = tpulw__bin(b, TPUIR_MUL, d, d); break;
   case N_SMOOTH_L1:
     if (beta == 0) r = ad;
     else
-      r = lw_sel(b, lw_bin_c(b, TPUIR_LT, ad, beta),
-                 lw_bin_c(b, TPUIR_DIV, lw_bin_c(b, TPUIR_MUL, lw_bin(b, TPUIR_MUL, ad, ad), 0.5), beta),
-                 lw_bin_c(b, TPUIR_SUB, ad, 0.5 * beta));
+      r = tpulw__sel(b, tpulw__bin_c(b, TPUIR_LT, ad, beta),
+                 tpulw__bin_c(b, TPUIR_DIV, tpulw__bin_c(b, TPUIR_MUL, tpulw__bin(b, TPUIR_MUL, ad, ad), 0.5), beta),
+                 tpulw__bin_c(b, TPUIR_SUB, ad, 0.5 * beta));
     break;
   case N_HUBER:
-    r = lw_sel(b, lw_bin_c(b, TPUIR_LT, ad, delta),
-               lw_bin_c(b, TPUIR_MUL, lw_bin(b, TPUIR_MUL, ad, ad), 0.5),
-               lw_bin_c(b, TPUIR_MUL, lw_bin_c(b, TPUIR_SUB, ad, 0.5 * delta), delta));
+    r = tpulw__sel(b, tpulw__bin_c(b, TPUIR_LT, ad, delta),
+               tpulw__bin_c(b, TPUIR_MUL, tpulw__bin(b, TPUIR_MUL, ad, ad), 0.5),
+               tpulw__bin_c(b, TPUIR_MUL, tpulw__bin_c(b, TPUIR_SUB, ad, 0.5 * delta), delta));
     break;
   case N_BCE: {
-    tpuir_val lx = lw_bin_c(b, TPUIR_MAX, lw_un(b, TPUIR_LOG, x), -100);
-    tpuir_val l1x = lw_bin_c(b, TPUIR_MAX,
-                             lw_un(b, TPUIR_LOG, lw_bin(b, TPUIR_SUB, lw_const(b, cdt, 1), x)), -100);
-    r = lw_bin(b, TPUIR_ADD, lw_bin(b, TPUIR_MUL, y, lx),
-               lw_bin(b, TPUIR_MUL, lw_bin(b, TPUIR_SUB, lw_const(b, cdt, 1), y), l1x));
-    r = lw_un(b, TPUIR_NEG, r);
+    tpuir_val lx = tpulw__bin_c(b, TPUIR_MAX, tpulw__un(b, TPUIR_LOG, x), -100);
+    tpuir_val l1x = tpulw__bin_c(b, TPUIR_MAX,
+                             tpulw__un(b, TPUIR_LOG, tpulw__bin(b, TPUIR_SUB, tpulw__const(b, cdt, 1), x)), -100);
+    r = tpulw__bin(b, TPUIR_ADD, tpulw__bin(b, TPUIR_MUL, y, lx),
+               tpulw__bin(b, TPUIR_MUL, tpulw__bin(b, TPUIR_SUB, tpulw__const(b, cdt, 1), y), l1x));
+    r = tpulw__un(b, TPUIR_NEG, r);
     break;
   }
   /* backward: d(loss)/dx, then * grad (/N for mean) */
-  case N_MSE_BW: r = lw_bin_c(b, TPUIR_MUL, d, 2.0); break;
+  case N_MSE_BW: r = tpulw__bin_c(b, TPUIR_MUL, d, 2.0); break;
   case N_SMOOTH_L1_BW: {
-    tpuir_val sg = lw_sel(b, lw_bin(b, TPUIR_GT, d, zero), lw_const(b, cdt, 1),
-                          lw_sel(b, lw_bin(b, TPUIR_LT, d, zero), lw_const(b, cdt, -1), zero));
-    r = beta == 0 ? sg : lw_sel(b, lw_bin_c(b, TPUIR_LT, ad, beta), lw_bin_c(b, TPUIR_DIV, d, beta), sg);
+    tpuir_val sg = tpulw__sel(b, tpulw__bin(b, TPUIR_GT, d, zero), tpulw__const(b, cdt, 1),
+                          tpulw__sel(b, tpulw__bin(b, TPUIR_LT, d, zero), tpulw__const(b, cdt, -1), zero));
+    r = beta == 0 ? sg : tpulw__sel(b, tpulw__bin_c(b, TPUIR_LT, ad, beta), tpulw__bin_c(b, TPUIR_DIV, d, beta), sg);
     break;
   }
   case N_HUBER_BW:
-    r = lw_bin_c(b, TPUIR_MIN, lw_bin_c(b, TPUIR_MAX, d, -delta), delta);
+    r = tpulw__bin_c(b, TPUIR_MIN, tpulw__bin_c(b, TPUIR_MAX, d, -delta), delta);
     break;
   case N_BCE_BW: {
-    tpuir_val den = lw_bin_c(b, TPUIR_MAX,
-                             lw_bin(b, TPUIR_MUL, lw_bin(b, TPUIR_SUB, lw_const(b, cdt, 1), x), x),
+    tpuir_val den = tpulw__bin_c(b, TPUIR_MAX,
+                             tpulw__bin(b, TPUIR_MUL, tpulw__bin(b, TPUIR_SUB, tpulw__const(b, cdt, 1), x), x),
                              1e-12);
-    r = lw_bin(b, TPUIR_DIV, d, den);
+    r = tpulw__bin(b, TPUIR_DIV, d, den);
     break;
   }
   default: return tpu_error(TPU_E_INTERNAL, "loss_fn: bad op");
   }
   if (b->op == N_BCE || b->op == N_BCE_BW) {
-    const tpulw_tensor *w = lw_tensor_arg(b, "weight");
-    if (w) r = lw_bin(b, TPUIR_MUL, r, lw_convert(b, lw_tensor(b, w), cdt));
+    const tpulw_tensor *w = tpulw__tensor_arg(b, "weight");
+    if (w) r = tpulw__bin(b, TPUIR_MUL, r, tpulw__convert(b, tpulw__tensor(b, w), cdt));
   }
-  if (!bw) return lw_result_as(b, reduce_loss(b, r, red), dt);
+  if (!bw) return tpulw__result_as(b, reduce_loss(b, r, red), dt);
   if (go.kind != LW_OPND_TENSOR) return tpu_error(TPU_E_UNSUPPORTED, "no grad_output");
-  tpuir_val g = lw_opnd_val(b, &go, cdt);
-  r = lw_bin(b, TPUIR_MUL, r, g);
-  if (red == RED_MEAN) r = lw_bin_c(b, TPUIR_DIV, r, (double)lw_numel(&s));
-  return lw_result_as(b, r, dt);
+  tpuir_val g = tpulw__opnd_val(b, &go, cdt);
+  r = tpulw__bin(b, TPUIR_MUL, r, g);
+  if (red == RED_MEAN) r = tpulw__bin_c(b, TPUIR_DIV, r, (double)tpulw__numel(&s));
+  return tpulw__result_as(b, r, dt);
 }
 
-const lw_row lw_rows_nn[] = {
+const tpulw__row tpulw__rows_nn[] = {
     {"_softmax", softmax_fn, N_SOFTMAX}, {"_softmax.out", softmax_fn, N_SOFTMAX},
     {"_log_softmax", softmax_fn, N_LOG_SOFTMAX}, {"_log_softmax.out", softmax_fn, N_LOG_SOFTMAX},
     {"_softmax_backward_data", softmax_bw_fn, N_SOFTMAX_BW},
@@ -673,4 +673,4 @@ const lw_row lw_rows_nn[] = {
     {"binary_cross_entropy_backward", loss_fn, N_BCE_BW},
     {"binary_cross_entropy_backward.grad_input", loss_fn, N_BCE_BW},
 };
-const int lw_nrows_nn = sizeof lw_rows_nn / sizeof lw_rows_nn[0];
+const int tpulw__nrows_nn = sizeof tpulw__rows_nn / sizeof tpulw__rows_nn[0];

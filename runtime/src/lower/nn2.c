@@ -42,15 +42,15 @@ static const char *fmt_sizes(char *buf, size_t cap, int nd, const int64_t *s) {
   return buf;
 }
 
-static int nsp_of(const lw_b *b) { return strstr(b->base, "3d") ? 3 : 2; }
+static int nsp_of(const tpulw__b *b) { return strstr(b->base, "3d") ? 3 : 2; }
 
-static int float_only(const lw_b *b, int dt) {
+static int float_only(const tpulw__b *b, int dt) {
   if (tpu_dtype_is_float(dt)) return TPU_OK;
   return tpu_error(TPU_E_UNSUPPORTED, "\"%s\" not implemented for '%s'", b->base,
-                   lw_torch_name(dt));
+                   tpulw__torch_name(dt));
 }
 
-static int need_tpu(const lw_b *b, const tpulw_tensor *t) {
+static int need_tpu(const tpulw__b *b, const tpulw_tensor *t) {
   if (!t || t->device < 0)
     return tpu_error(TPU_E_UNSUPPORTED, "%s: operands must be tpu tensors", b->base);
   return TPU_OK;
@@ -58,9 +58,9 @@ static int need_tpu(const lw_b *b, const tpulw_tensor *t) {
 
 /* Scatter-add grad [lead..., out...] into zeros [lead..., in...] at the flat
  * spatial positions idx (same shape as grad) over the last nsp dims. */
-static tpuir_val flat_scatter(lw_b *b, tpuir_val grad, tpuir_val idx, int rank, int nsp,
+static tpuir_val flat_scatter(tpulw__b *b, tpuir_val grad, tpuir_val idx, int rank, int nsp,
                               const int64_t *in_sizes, int cdt) {
-  lw_shape gs = lw_info(b, grad);
+  tpulw__shape gs = tpulw__info(b, grad);
   int lead = rank - nsp;
   int64_t bs[TPU_MAX_DIMS], ss[TPU_MAX_DIMS];
   int64_t fin = 1, fout = 1;
@@ -71,16 +71,16 @@ static tpuir_val flat_scatter(lw_b *b, tpuir_val grad, tpuir_val idx, int rank, 
   for (int i = 0; i < lead; i++) bs[i] = ss[i] = in_sizes[i];
   bs[lead] = fin;
   ss[lead] = fout;
-  tpuir_val g = lw_reshape(b, lw_convert(b, grad, cdt), lead + 1, ss);
-  tpuir_val id = lw_reshape(b, idx, lead + 1, ss);
-  tpuir_val r = tpuir_scatter_add(b->g, lw_full(b, cdt, lead + 1, bs, 0), lead, id, g);
-  return lw_reshape(b, r, rank, in_sizes);
+  tpuir_val g = tpulw__reshape(b, tpulw__convert(b, grad, cdt), lead + 1, ss);
+  tpuir_val id = tpulw__reshape(b, idx, lead + 1, ss);
+  tpuir_val r = tpuir_scatter_add(b->g, tpulw__full(b, cdt, lead + 1, bs, 0), lead, id, g);
+  return tpulw__reshape(b, r, rank, in_sizes);
 }
 
 /* ---- max_unpool ---------------------------------------------------------- */
 
-static int unpool_fn(lw_b *b) {
-  const tpulw_tensor *in = lw_tensor_arg(b, "self"), *ix = lw_tensor_arg(b, "indices");
+static int unpool_fn(tpulw__b *b) {
+  const tpulw_tensor *in = tpulw__tensor_arg(b, "self"), *ix = tpulw__tensor_arg(b, "indices");
   int rc;
   if ((rc = need_tpu(b, in)) || (rc = need_tpu(b, ix))) return rc;
   int nsp = nsp_of(b);
@@ -88,10 +88,10 @@ static int unpool_fn(lw_b *b) {
   char s1[256], s2[256];
   int no;
   int64_t sc[3];
-  const int64_t *os = lw_ints(b, "output_size", &no, &sc[0]);
+  const int64_t *os = tpulw__ints(b, "output_size", &no, &sc[0]);
   if (iv->dtype != TPU_I64)
     return tpu_error(TPU_E_INVALID, "elements in indices should be type int64 but got: %s",
-                     lw_torch_name(iv->dtype));
+                     tpulw__torch_name(iv->dtype));
   if (nsp == 2 && no != 2)
     return tpu_error(TPU_E_INVALID, "There should be exactly two elements (height, width) in "
                      "output_size, but got %d elements.", no);
@@ -100,8 +100,8 @@ static int unpool_fn(lw_b *b) {
                      "but got a tensor with %d dimensions.", nsp, nsp + 1, nsp + 2, v->ndim);
   if (nsp == 3) {
     int ns, np;
-    const int64_t *st = lw_ints(b, "stride", &ns, &sc[1]);
-    const int64_t *pd = lw_ints(b, "padding", &np, &sc[2]);
+    const int64_t *st = tpulw__ints(b, "stride", &ns, &sc[1]);
+    const int64_t *pd = tpulw__ints(b, "padding", &np, &sc[2]);
     (void)pd;
     if (no != 3)
       return tpu_error(TPU_E_INVALID, "There should be exactly three elements (depth, height, "
@@ -137,18 +137,18 @@ static int unpool_fn(lw_b *b) {
     if (os[i] < 0) return tpu_error(TPU_E_INVALID, "max_unpool: negative output_size");
     osz[lead + i] = os[i];
   }
-  int cdt = tpu_dtype_is_float(dt) ? lw_opmath(dt) : (dt == TPU_U8 ? TPU_I64 : dt);
+  int cdt = tpu_dtype_is_float(dt) ? tpulw__opmath(dt) : (dt == TPU_U8 ? TPU_I64 : dt);
   if (!tpu_dtype_is_float(dt)) cdt = TPU_I64;
-  tpuir_val x = lw_convert(b, lw_tensor(b, in), cdt);
-  tpuir_val id = lw_tensor(b, ix);
+  tpuir_val x = tpulw__convert(b, tpulw__tensor(b, in), cdt);
+  tpuir_val id = tpulw__tensor(b, ix);
   /* assignment semantics: duplicate indices (overlapping pooling windows)
    * hold the same input element; sum / count gives it back */
   tpuir_val sum = flat_scatter(b, x, id, rank, nsp, osz, cdt);
-  tpuir_val cnt = flat_scatter(b, lw_full(b, cdt, rank, v->sizes, 1), id, rank, nsp, osz, cdt);
-  tpuir_val r = lw_bin(b, TPUIR_DIV, sum, lw_bin_c(b, TPUIR_MAX, cnt, 1));
+  tpuir_val cnt = flat_scatter(b, tpulw__full(b, cdt, rank, v->sizes, 1), id, rank, nsp, osz, cdt);
+  tpuir_val r = tpulw__bin(b, TPUIR_DIV, sum, tpulw__bin_c(b, TPUIR_MAX, cnt, 1));
   b->sync = 1;
   b->err_remap = LW_ERR_RUNTIME;
-  return lw_result_as(b, r, dt);
+  return tpulw__result_as(b, r, dt);
 }
 
 /* ---- windowed max over gathered windows --------------------------------- */
@@ -157,16 +157,16 @@ static int unpool_fn(lw_b *b) {
  * the spatial plane (lead' = lead dims or all-1 to broadcast), P = prod
  * out: the op's two results, max value and its flat index, both of shape
  * [lead..., out...]. */
-static int window_max(lw_b *b, tpuir_val x, tpuir_val pos, int rank, int nsp,
+static int window_max(tpulw__b *b, tpuir_val x, tpuir_val pos, int rank, int nsp,
                       const int64_t *out) {
-  lw_shape xs = lw_info(b, x);
+  tpulw__shape xs = tpulw__info(b, x);
   int lead = rank - nsp;
   int64_t fin = 1, P = 1;
   for (int i = 0; i < nsp; i++) {
     fin *= xs.sizes[lead + i];
     P *= out[i];
   }
-  lw_shape ps = lw_info(b, pos);
+  tpulw__shape ps = tpulw__info(b, pos);
   int64_t K = ps.sizes[ps.ndim - 1];
   int64_t fs[TPU_MAX_DIMS], gs[TPU_MAX_DIMS], ks[TPU_MAX_DIMS], os[TPU_MAX_DIMS];
   for (int i = 0; i < lead; i++) fs[i] = gs[i] = ks[i] = os[i] = xs.sizes[i];
@@ -175,25 +175,25 @@ static int window_max(lw_b *b, tpuir_val x, tpuir_val pos, int rank, int nsp,
   ks[lead] = P;
   ks[lead + 1] = K;
   for (int i = 0; i < nsp; i++) os[lead + i] = out[i];
-  tpuir_val pk = lw_bcast(b, pos, lead + 2, ks);
-  tpuir_val xf = lw_reshape(b, x, lead + 1, fs);
-  tpuir_val w = tpuir_gather(b->g, xf, lead, lw_reshape(b, pk, lead + 1, gs));
-  w = lw_reshape(b, w, lead + 2, ks);
+  tpuir_val pk = tpulw__bcast(b, pos, lead + 2, ks);
+  tpuir_val xf = tpulw__reshape(b, x, lead + 1, fs);
+  tpuir_val w = tpuir_gather(b->g, xf, lead, tpulw__reshape(b, pk, lead + 1, gs));
+  w = tpulw__reshape(b, w, lead + 2, ks);
   LW_TRY(w);
   tpuir_val am = tpuir_argreduce(b->g, TPUIR_RED_MAX, w, lead + 1);
   LW_TRY(am);
   ks[lead + 1] = 1;
-  tpuir_val am1 = lw_reshape(b, am, lead + 2, ks);
-  int rc = lw_result(b, lw_reshape(b, tpuir_gather(b->g, w, lead + 1, am1), rank, os));
+  tpuir_val am1 = tpulw__reshape(b, am, lead + 2, ks);
+  int rc = tpulw__result(b, tpulw__reshape(b, tpuir_gather(b->g, w, lead + 1, am1), rank, os));
   if (rc < 0) return rc;
-  return lw_result(b, lw_reshape(b, tpuir_gather(b->g, pk, lead + 1, am1), rank, os));
+  return tpulw__result(b, tpulw__reshape(b, tpuir_gather(b->g, pk, lead + 1, am1), rank, os));
 }
 
 /* flat positions [P, K] (shape [1.., P, K] at rank lead + 2) from per-dim
  * window starts st[j] (int64 [s..., out_j], s = leading dims shared) and
  * window lengths: pos = sum_j clamp(st_j + k_j, st_j, st_j + len_j - 1) *
  * stride_j. st values may have leading batch dims `bl` (rank bl + 1). */
-static tpuir_val window_pos(lw_b *b, int bl, const int64_t *bsz, int nsp, const tpuir_val *st,
+static tpuir_val window_pos(tpulw__b *b, int bl, const int64_t *bsz, int nsp, const tpuir_val *st,
                             const tpuir_val *len, const int64_t *out, const int64_t *kk,
                             const int64_t *in) {
   /* full index space [bl..., o_0, .., o_{n-1}, k_0, .., k_{n-1}] */
@@ -214,10 +214,10 @@ static tpuir_val window_pos(lw_b *b, int bl, const int64_t *bsz, int nsp, const 
     tpuir_val s = tpuir_broadcast_in_dim(b->g, st[j], nd, sz, dims);
     tpuir_val l = tpuir_broadcast_in_dim(b->g, len[j], nd, sz, dims);
     tpuir_val k = tpuir_iota(b->g, TPU_I64, nd, sz, bl + nsp + j);
-    tpuir_val lim = lw_bin_c(b, TPUIR_SUB, lw_bin(b, TPUIR_ADD, s, l), 1);
-    tpuir_val p = lw_bin(b, TPUIR_MIN, lw_bin(b, TPUIR_ADD, s, k), lim);
-    p = lw_bin_c(b, TPUIR_MUL, p, (double)stride);
-    pos = pos < 0 ? p : lw_bin(b, TPUIR_ADD, pos, p);
+    tpuir_val lim = tpulw__bin_c(b, TPUIR_SUB, tpulw__bin(b, TPUIR_ADD, s, l), 1);
+    tpuir_val p = tpulw__bin(b, TPUIR_MIN, tpulw__bin(b, TPUIR_ADD, s, k), lim);
+    p = tpulw__bin_c(b, TPUIR_MUL, p, (double)stride);
+    pos = pos < 0 ? p : tpulw__bin(b, TPUIR_ADD, pos, p);
     LW_TRY(pos);
     stride *= in[j];
   }
@@ -230,11 +230,11 @@ static tpuir_val window_pos(lw_b *b, int bl, const int64_t *bsz, int nsp, const 
   for (int i = 0; i < bl; i++) rs[i] = bsz[i];
   rs[bl] = P;
   rs[bl + 1] = K;
-  return lw_reshape(b, pos, bl + 2, rs);
+  return tpulw__reshape(b, pos, bl + 2, rs);
 }
 
-static int adapt_max_fn(lw_b *b) {
-  const tpulw_tensor *in = lw_tensor_arg(b, "self");
+static int adapt_max_fn(tpulw__b *b) {
+  const tpulw_tensor *in = tpulw__tensor_arg(b, "self");
   int rc;
   if ((rc = need_tpu(b, in))) return rc;
   int nsp = nsp_of(b);
@@ -252,21 +252,21 @@ static int adapt_max_fn(lw_b *b) {
                        "size for non-batch dimensions, but input has sizes [%s] with dimension "
                        "%d being empty", nsp, fmt_sizes(s1, sizeof s1, rank, v->sizes), i);
   if (b->op == K_ADAPT_MAX_BW) {
-    const tpulw_tensor *go = lw_tensor_arg(b, "grad_output"), *ix = lw_tensor_arg(b, "indices");
+    const tpulw_tensor *go = tpulw__tensor_arg(b, "grad_output"), *ix = tpulw__tensor_arg(b, "indices");
     if ((rc = need_tpu(b, go)) || (rc = need_tpu(b, ix))) return rc;
     if (go->view.ndim != rank || ix->view.ndim != rank)
       return tpu_error(TPU_E_INVALID, "adaptive_max_pool%dd_backward(): Expected %dD or %dD "
                        "grad_output", nsp, nsp + 1, nsp + 2);
     if (go->view.dtype != dt)
       return tpu_error(TPU_E_INVALID, "expected dtype %s for `gradOutput` but got dtype %s",
-                       lw_torch_name(dt), lw_torch_name(go->view.dtype));
-    tpuir_val r = flat_scatter(b, lw_tensor(b, go), lw_tensor(b, ix), rank, nsp, v->sizes,
-                               lw_opmath(dt));
-    return lw_result_as(b, r, dt);
+                       tpulw__torch_name(dt), tpulw__torch_name(go->view.dtype));
+    tpuir_val r = flat_scatter(b, tpulw__tensor(b, go), tpulw__tensor(b, ix), rank, nsp, v->sizes,
+                               tpulw__opmath(dt));
+    return tpulw__result_as(b, r, dt);
   }
   int no;
   int64_t sc;
-  const int64_t *os = lw_ints(b, "output_size", &no, &sc);
+  const int64_t *os = tpulw__ints(b, "output_size", &no, &sc);
   if (no != nsp)
     return tpu_error(TPU_E_INVALID, "adaptive_max_pool%dd(): internal error: output_size.size() "
                      "must be %d", nsp, nsp);
@@ -284,12 +284,12 @@ static int adapt_max_fn(lw_b *b) {
     }
     kk[j] = K;
     tpuir_val o = tpuir_iota(b->g, TPU_I64, 1, &out[j], 0);
-    tpuir_val s = lw_bin_c(b, TPUIR_DIV, lw_bin_c(b, TPUIR_MUL, o, (double)I), (double)(O ? O : 1));
-    tpuir_val e = lw_bin_c(b, TPUIR_DIV, lw_bin_c(b, TPUIR_ADD, lw_bin_c(b, TPUIR_MUL, o, (double)I),
+    tpuir_val s = tpulw__bin_c(b, TPUIR_DIV, tpulw__bin_c(b, TPUIR_MUL, o, (double)I), (double)(O ? O : 1));
+    tpuir_val e = tpulw__bin_c(b, TPUIR_DIV, tpulw__bin_c(b, TPUIR_ADD, tpulw__bin_c(b, TPUIR_MUL, o, (double)I),
                                                   (double)(I + O - 1)),
                            (double)(O ? O : 1));
     st[j] = s;
-    len[j] = lw_bin(b, TPUIR_SUB, e, s);
+    len[j] = tpulw__bin(b, TPUIR_SUB, e, s);
     LW_TRY(len[j]);
   }
   int64_t osz[TPU_MAX_DIMS];
@@ -297,25 +297,25 @@ static int adapt_max_fn(lw_b *b) {
   for (int j = 0; j < nsp; j++) osz[lead + j] = out[j];
   int64_t P = 1;
   for (int j = 0; j < nsp; j++) P *= out[j];
-  tpuir_val x = lw_tensor(b, in);
+  tpuir_val x = tpulw__tensor(b, in);
   if (P == 0 || v->sizes[0] == 0) {
-    if ((rc = lw_result(b, lw_full(b, dt, rank, osz, 0))) < 0) return rc;
-    return lw_result(b, lw_full(b, TPU_I64, rank, osz, 0));
+    if ((rc = tpulw__result(b, tpulw__full(b, dt, rank, osz, 0))) < 0) return rc;
+    return tpulw__result(b, tpulw__full(b, TPU_I64, rank, osz, 0));
   }
   tpuir_val pos = window_pos(b, 0, NULL, nsp, st, len, out, kk, ins);
   LW_TRY(pos);
   int64_t ps[TPU_MAX_DIMS];
   for (int i = 0; i < lead; i++) ps[i] = 1;
   ps[lead] = P;
-  ps[lead + 1] = lw_info(b, pos).sizes[1];
-  pos = lw_reshape(b, pos, lead + 2, ps);
+  ps[lead + 1] = tpulw__info(b, pos).sizes[1];
+  pos = tpulw__reshape(b, pos, lead + 2, ps);
   return window_max(b, x, pos, rank, nsp, out);
 }
 
 /* ---- fractional max pool ----------------------------------------------- */
 
-static int frac_fn(lw_b *b) {
-  const tpulw_tensor *in = lw_tensor_arg(b, "self");
+static int frac_fn(tpulw__b *b) {
+  const tpulw_tensor *in = tpulw__tensor_arg(b, "self");
   int rc;
   if ((rc = need_tpu(b, in))) return rc;
   int nsp = nsp_of(b);
@@ -325,8 +325,8 @@ static int frac_fn(lw_b *b) {
   char s1[256];
   int nk, no;
   int64_t sc[2];
-  const int64_t *ks = lw_ints(b, "kernel_size", &nk, &sc[0]);
-  const int64_t *os = lw_ints(b, "output_size", &no, &sc[1]);
+  const int64_t *ks = tpulw__ints(b, "kernel_size", &nk, &sc[0]);
+  const int64_t *os = tpulw__ints(b, "output_size", &no, &sc[1]);
   int rank = v->ndim, lead = rank - nsp;
   if (nk != nsp || no != nsp)
     return tpu_error(TPU_E_INVALID, "fractional_max_pool%dd: kernel_size and output_size must "
@@ -351,7 +351,7 @@ static int frac_fn(lw_b *b) {
                        "relative to input %s %lld", nsp, name, (long long)ks[j], name, (long long)I);
   }
   if (b->op == K_FRAC_BW) {
-    const tpulw_tensor *go = lw_tensor_arg(b, "grad_output"), *ix = lw_tensor_arg(b, "indices");
+    const tpulw_tensor *go = tpulw__tensor_arg(b, "grad_output"), *ix = tpulw__tensor_arg(b, "indices");
     if ((rc = need_tpu(b, go)) || (rc = need_tpu(b, ix))) return rc;
     int ok = go->view.ndim == rank && ix->view.ndim == rank;
     for (int i = 0; ok && i < rank; i++) {
@@ -361,11 +361,11 @@ static int frac_fn(lw_b *b) {
     if (!ok)
       return tpu_error(TPU_E_INVALID, "fractional_max_pool%dd_backward(): gradOutput / indices "
                        "do not have the pooled output's shape", nsp);
-    tpuir_val r = flat_scatter(b, lw_tensor(b, go), lw_tensor(b, ix), rank, nsp, v->sizes,
-                               lw_opmath(dt));
-    return lw_result_as(b, r, dt);
+    tpuir_val r = flat_scatter(b, tpulw__tensor(b, go), tpulw__tensor(b, ix), rank, nsp, v->sizes,
+                               tpulw__opmath(dt));
+    return tpulw__result_as(b, r, dt);
   }
-  const tpulw_tensor *rs = lw_tensor_arg(b, "random_samples");
+  const tpulw_tensor *rs = tpulw__tensor_arg(b, "random_samples");
   if ((rc = need_tpu(b, rs))) return rc;
   int64_t N = lead == 2 ? v->sizes[0] : 1, C = v->sizes[lead - 1];
   const tpu_view *rv = &rs->view;
@@ -373,20 +373,20 @@ static int frac_fn(lw_b *b) {
     return tpu_error(TPU_E_INVALID, "fractional_max_pool%dd(): random_samples must have shape "
                      "[N, C, %d]", nsp, nsp);
   if (rv->dtype != dt)
-    return tpu_error(TPU_E_INVALID, "expected scalar type %s but found %s", lw_torch_name(dt),
-                     lw_torch_name(rv->dtype));
+    return tpu_error(TPU_E_INVALID, "expected scalar type %s but found %s", tpulw__torch_name(dt),
+                     tpulw__torch_name(rv->dtype));
   int64_t osz[TPU_MAX_DIMS];
   for (int i = 0; i < lead; i++) osz[i] = v->sizes[i];
   for (int j = 0; j < nsp; j++) osz[lead + j] = os[j];
   if (N == 0) {
-    if ((rc = lw_result(b, lw_full(b, dt, rank, osz, 0))) < 0) return rc;
-    return lw_result(b, lw_full(b, TPU_I64, rank, osz, 0));
+    if ((rc = tpulw__result(b, tpulw__full(b, dt, rank, osz, 0))) < 0) return rc;
+    return tpulw__result(b, tpulw__full(b, TPU_I64, rank, osz, 0));
   }
   /* window starts [N, C, out_j] from the samples, in the sample dtype:
    * seq[i] = int((i + u) * alpha) - int(u * alpha), seq[out-1] = in - k;
    * 2d: sample 0 is for W, 1 for H; 3d: 0 T, 1 H, 2 W */
   int wdt = dt == TPU_F64 ? TPU_F64 : TPU_F32;
-  tpuir_val r = lw_convert(b, lw_tensor(b, rs), wdt);
+  tpuir_val r = tpulw__convert(b, tpulw__tensor(b, rs), wdt);
   int64_t z3[3] = {0, 0, 0}, one3[3] = {1, 1, 1};
   tpuir_val st[3], len[3];
   int64_t out[3], kk[3], ins[3], bsz[2] = {N, C};
@@ -407,37 +407,37 @@ static int frac_fn(lw_b *b) {
       double alpha = (double)(I - K) / (double)(O - 1);
       if (wdt == TPU_F32) alpha = (float)((float)(I - K) / (float)(O - 1));
       tpuir_val fi = tpuir_iota(b->g, wdt, 3, s3, 2);
-      tpuir_val a = lw_convert(b, lw_bin_c(b, TPUIR_MUL, lw_bin(b, TPUIR_ADD, fi, u), alpha), TPU_I64);
-      tpuir_val c = lw_convert(b, lw_bin_c(b, TPUIR_MUL, u, alpha), TPU_I64);
-      seq = lw_bin(b, TPUIR_SUB, a, c);
-      seq = lw_sel(b, lw_bin_c(b, TPUIR_EQ, i, (double)(O - 1)), lw_const(b, TPU_I64, (double)(I - K)), seq);
+      tpuir_val a = tpulw__convert(b, tpulw__bin_c(b, TPUIR_MUL, tpulw__bin(b, TPUIR_ADD, fi, u), alpha), TPU_I64);
+      tpuir_val c = tpulw__convert(b, tpulw__bin_c(b, TPUIR_MUL, u, alpha), TPU_I64);
+      seq = tpulw__bin(b, TPUIR_SUB, a, c);
+      seq = tpulw__sel(b, tpulw__bin_c(b, TPUIR_EQ, i, (double)(O - 1)), tpulw__const(b, TPU_I64, (double)(I - K)), seq);
     } else {
-      seq = lw_full(b, TPU_I64, 3, s3, (double)(I - K));
+      seq = tpulw__full(b, TPU_I64, 3, s3, (double)(I - K));
     }
     st[j] = seq;
-    len[j] = lw_full(b, TPU_I64, 3, s3, (double)K);
+    len[j] = tpulw__full(b, TPU_I64, 3, s3, (double)K);
     LW_TRY(len[j]);
   }
   tpuir_val pos = window_pos(b, 2, bsz, nsp, st, len, out, kk, ins);
   LW_TRY(pos);
   if (lead == 1) {
-    lw_shape p = lw_info(b, pos);
+    tpulw__shape p = tpulw__info(b, pos);
     /* unbatched: [1, C, P, K] -> [C, P, K] */
     int64_t s3[3] = {C, p.sizes[2], p.sizes[3]};
-    pos = lw_reshape(b, pos, 3, s3);
+    pos = tpulw__reshape(b, pos, 3, s3);
   }
-  return window_max(b, lw_tensor(b, in), pos, rank, nsp, out);
+  return window_max(b, tpulw__tensor(b, in), pos, rank, nsp, out);
 }
 
 /* ---- channel_shuffle ----------------------------------------------------- */
 
-static int shuffle_fn(lw_b *b) {
-  const tpulw_tensor *in = lw_tensor_arg(b, "self");
+static int shuffle_fn(tpulw__b *b) {
+  const tpulw_tensor *in = tpulw__tensor_arg(b, "self");
   int rc;
   if ((rc = need_tpu(b, in))) return rc;
   const tpu_view *v = &in->view;
   char s1[256];
-  int64_t g = lw_int(b, "groups", 1);
+  int64_t g = tpulw__int(b, "groups", 1);
   if (v->ndim <= 2)
     return tpu_error(TPU_E_INVALID, "channel_shuffle expects input to have at least 3 "
                      "dimensions, but got input with sizes [%s]",
@@ -458,28 +458,28 @@ static int shuffle_fn(lw_b *b) {
   for (int i = 0; i <= v->ndim; i++) perm[i] = i;
   perm[1] = 2;
   perm[2] = 1;
-  tpuir_val x = lw_reshape(b, lw_tensor(b, in), v->ndim + 1, s);
+  tpuir_val x = tpulw__reshape(b, tpulw__tensor(b, in), v->ndim + 1, s);
   x = tpuir_transpose(b->g, x, perm);
-  return lw_result(b, lw_reshape(b, x, v->ndim, v->sizes));
+  return tpulw__result(b, tpulw__reshape(b, x, v->ndim, v->sizes));
 }
 
 /* ---- rrelu_with_noise ---------------------------------------------------- */
 
-static int rrelu_fn(lw_b *b) {
-  const tpulw_tensor *in = lw_tensor_arg(b, "self"), *nz = lw_tensor_arg(b, "noise");
+static int rrelu_fn(tpulw__b *b) {
+  const tpulw_tensor *in = tpulw__tensor_arg(b, "self"), *nz = tpulw__tensor_arg(b, "noise");
   int rc;
   if ((rc = need_tpu(b, in))) return rc;
   int dt = in->view.dtype;
   if ((rc = float_only(b, dt))) return rc;
-  double lo = lw_float(b, "lower", 1.0 / 8), up = lw_float(b, "upper", 1.0 / 3);
-  int training = (int)lw_int(b, "training", 0);
-  int cdt = lw_opmath(dt);
-  tpuir_val x = lw_convert(b, lw_tensor(b, in), cdt);
-  lw_shape s = lw_info(b, x);
+  double lo = tpulw__float(b, "lower", 1.0 / 8), up = tpulw__float(b, "upper", 1.0 / 3);
+  int training = (int)tpulw__int(b, "training", 0);
+  int cdt = tpulw__opmath(dt);
+  tpuir_val x = tpulw__convert(b, tpulw__tensor(b, in), cdt);
+  tpulw__shape s = tpulw__info(b, x);
   if (!training) {
-    tpuir_val r = lw_sel(b, lw_bin_c(b, TPUIR_GE, x, 0), x, lw_bin_c(b, TPUIR_MUL, x, (lo + up) / 2));
-    if (nz) lw_not_out(b, "noise");
-    return lw_result_as(b, r, dt);
+    tpuir_val r = tpulw__sel(b, tpulw__bin_c(b, TPUIR_GE, x, 0), x, tpulw__bin_c(b, TPUIR_MUL, x, (lo + up) / 2));
+    if (nz) tpulw__not_out(b, "noise");
+    return tpulw__result_as(b, r, dt);
   }
   if ((rc = need_tpu(b, nz))) return rc;
   if (!(lo <= up))
@@ -489,121 +489,121 @@ static int rrelu_fn(lw_b *b) {
   for (int i = 0; same && i < s.ndim; i++) same = nz->view.sizes[i] == s.sizes[i];
   if (!same) return tpu_error(TPU_E_UNSUPPORTED, "rrelu_with_noise: noise shape");
   int wdt = dt == TPU_F64 ? TPU_F64 : TPU_F32;
-  tpuir_val u = lw_rng(b, TPUIR_RNG_UNIFORM, wdt, s.ndim, s.sizes);
+  tpuir_val u = tpulw__rng(b, TPUIR_RNG_UNIFORM, wdt, s.ndim, s.sizes);
   LW_TRY(u);
-  u = lw_convert(b, lw_bin_c(b, TPUIR_ADD, lw_bin_c(b, TPUIR_MUL, u, up - lo), lo), cdt);
-  tpuir_val neg = lw_bin_c(b, TPUIR_LE, x, 0);
-  tpuir_val noise = lw_sel(b, neg, u, lw_const(b, cdt, 1));
-  tpuir_val r = lw_bin(b, TPUIR_MUL, x, noise);
-  if ((rc = lw_result_as(b, r, dt)) < 0) return rc;
-  return lw_result_to(b, lw_convert(b, noise, ndt), "noise");
+  u = tpulw__convert(b, tpulw__bin_c(b, TPUIR_ADD, tpulw__bin_c(b, TPUIR_MUL, u, up - lo), lo), cdt);
+  tpuir_val neg = tpulw__bin_c(b, TPUIR_LE, x, 0);
+  tpuir_val noise = tpulw__sel(b, neg, u, tpulw__const(b, cdt, 1));
+  tpuir_val r = tpulw__bin(b, TPUIR_MUL, x, noise);
+  if ((rc = tpulw__result_as(b, r, dt)) < 0) return rc;
+  return tpulw__result_to(b, tpulw__convert(b, noise, ndt), "noise");
 }
 
 /* ---- pdist / cdist ------------------------------------------------------- */
 
 /* p-norm of d along its last dim (dim removed), in d's dtype. */
-static tpuir_val pnorm_last(lw_b *b, tpuir_val d, double p) {
-  lw_shape s = lw_info(b, d);
+static tpuir_val pnorm_last(tpulw__b *b, tpuir_val d, double p) {
+  tpulw__shape s = tpulw__info(b, d);
   uint32_t m = 1u << (s.ndim - 1);
-  tpuir_val a = lw_un(b, TPUIR_ABS, d);
-  if (p == 0) return lw_reduce_dims(b, TPUIR_RED_SUM, lw_convert(b, lw_bin_c(b, TPUIR_NE, d, 0), s.dtype), m, 0);
-  if (p == 1) return lw_reduce_dims(b, TPUIR_RED_SUM, a, m, 0);
-  if (p == 2) return lw_un(b, TPUIR_SQRT, lw_reduce_dims(b, TPUIR_RED_SUM, lw_bin(b, TPUIR_MUL, d, d), m, 0));
-  if (isinf(p)) return lw_reduce_dims(b, TPUIR_RED_MAX, a, m, 0);
-  tpuir_val sp = lw_reduce_dims(b, TPUIR_RED_SUM, lw_bin_c(b, TPUIR_POW, a, p), m, 0);
-  return lw_bin_c(b, TPUIR_POW, sp, 1.0 / p);
+  tpuir_val a = tpulw__un(b, TPUIR_ABS, d);
+  if (p == 0) return tpulw__reduce_dims(b, TPUIR_RED_SUM, tpulw__convert(b, tpulw__bin_c(b, TPUIR_NE, d, 0), s.dtype), m, 0);
+  if (p == 1) return tpulw__reduce_dims(b, TPUIR_RED_SUM, a, m, 0);
+  if (p == 2) return tpulw__un(b, TPUIR_SQRT, tpulw__reduce_dims(b, TPUIR_RED_SUM, tpulw__bin(b, TPUIR_MUL, d, d), m, 0));
+  if (isinf(p)) return tpulw__reduce_dims(b, TPUIR_RED_MAX, a, m, 0);
+  tpuir_val sp = tpulw__reduce_dims(b, TPUIR_RED_SUM, tpulw__bin_c(b, TPUIR_POW, a, p), m, 0);
+  return tpulw__bin_c(b, TPUIR_POW, sp, 1.0 / p);
 }
 
 /* d(dist)/d(diff) for the p-norm (PyTorch's pdist/cdist backward rules),
  * dist broadcast against d. */
-static tpuir_val pnorm_grad(lw_b *b, tpuir_val d, tpuir_val dist, double p) {
-  lw_shape s = lw_info(b, d);
-  tpuir_val zero = lw_const(b, s.dtype, 0);
-  tpuir_val sg = lw_un(b, TPUIR_SIGN, d);
-  tpuir_val dz = lw_bin_c(b, TPUIR_EQ, dist, 0);
-  if (p == 0) return lw_full(b, s.dtype, s.ndim, s.sizes, 0);
+static tpuir_val pnorm_grad(tpulw__b *b, tpuir_val d, tpuir_val dist, double p) {
+  tpulw__shape s = tpulw__info(b, d);
+  tpuir_val zero = tpulw__const(b, s.dtype, 0);
+  tpuir_val sg = tpulw__un(b, TPUIR_SIGN, d);
+  tpuir_val dz = tpulw__bin_c(b, TPUIR_EQ, dist, 0);
+  if (p == 0) return tpulw__full(b, s.dtype, s.ndim, s.sizes, 0);
   if (p == 1) return sg;
-  if (p == 2) return lw_sel(b, dz, zero, lw_bin(b, TPUIR_DIV, d, dist));
+  if (p == 2) return tpulw__sel(b, dz, zero, tpulw__bin(b, TPUIR_DIV, d, dist));
   if (isinf(p))
-    return lw_bin(b, TPUIR_MUL, sg, lw_convert(b, lw_bin(b, TPUIR_EQ, lw_un(b, TPUIR_ABS, d), lw_bcast(b, dist, s.ndim, s.sizes)), s.dtype));
-  tpuir_val a = lw_un(b, TPUIR_ABS, d);
+    return tpulw__bin(b, TPUIR_MUL, sg, tpulw__convert(b, tpulw__bin(b, TPUIR_EQ, tpulw__un(b, TPUIR_ABS, d), tpulw__bcast(b, dist, s.ndim, s.sizes)), s.dtype));
+  tpuir_val a = tpulw__un(b, TPUIR_ABS, d);
   tpuir_val r;
   if (p < 2) {
-    r = lw_bin(b, TPUIR_DIV, lw_bin(b, TPUIR_MUL, sg, lw_bin_c(b, TPUIR_POW, a, p - 1)),
-               lw_bin_c(b, TPUIR_POW, dist, p - 1));
-    if (p < 1) r = lw_sel(b, lw_bin_c(b, TPUIR_EQ, d, 0), zero, r);
+    r = tpulw__bin(b, TPUIR_DIV, tpulw__bin(b, TPUIR_MUL, sg, tpulw__bin_c(b, TPUIR_POW, a, p - 1)),
+               tpulw__bin_c(b, TPUIR_POW, dist, p - 1));
+    if (p < 1) r = tpulw__sel(b, tpulw__bin_c(b, TPUIR_EQ, d, 0), zero, r);
   } else {
-    r = lw_bin(b, TPUIR_DIV, lw_bin(b, TPUIR_MUL, d, lw_bin_c(b, TPUIR_POW, a, p - 2)),
-               lw_bin_c(b, TPUIR_POW, dist, p - 1));
+    r = tpulw__bin(b, TPUIR_DIV, tpulw__bin(b, TPUIR_MUL, d, tpulw__bin_c(b, TPUIR_POW, a, p - 2)),
+               tpulw__bin_c(b, TPUIR_POW, dist, p - 1));
   }
-  return lw_sel(b, dz, zero, r);
+  return tpulw__sel(b, dz, zero, r);
 }
 
 /* pair indices (i, j), i < j, of the k-th pdist entry (row-major upper
  * triangle of n x n), as PyTorch computes them */
-static int pdist_pairs(lw_b *b, int64_t n, int64_t P, tpuir_val *pi, tpuir_val *pj) {
+static int pdist_pairs(tpulw__b *b, int64_t n, int64_t P, tpuir_val *pi, tpuir_val *pj) {
   double n2 = (double)n - .5;
   tpuir_val k = tpuir_iota(b->g, TPU_F64, 1, &P, 0);
-  tpuir_val t = lw_un(b, TPUIR_SQRT, lw_bin(b, TPUIR_SUB, lw_const(b, TPU_F64, n2 * n2 - 1),
-                                            lw_bin_c(b, TPUIR_MUL, k, 2)));
-  tpuir_val i = lw_convert(b, lw_bin(b, TPUIR_SUB, lw_const(b, TPU_F64, n2), t), TPU_I64);
-  tpuir_val ki = lw_convert(b, k, TPU_I64);
+  tpuir_val t = tpulw__un(b, TPUIR_SQRT, tpulw__bin(b, TPUIR_SUB, tpulw__const(b, TPU_F64, n2 * n2 - 1),
+                                            tpulw__bin_c(b, TPUIR_MUL, k, 2)));
+  tpuir_val i = tpulw__convert(b, tpulw__bin(b, TPUIR_SUB, tpulw__const(b, TPU_F64, n2), t), TPU_I64);
+  tpuir_val ki = tpulw__convert(b, k, TPU_I64);
   /* j = k - n*i + i*(i+1)/2 + i + 1 */
-  tpuir_val j = lw_bin(b, TPUIR_SUB, ki, lw_bin_c(b, TPUIR_MUL, i, (double)n));
-  j = lw_bin(b, TPUIR_ADD, j, lw_bin_c(b, TPUIR_DIV, lw_bin(b, TPUIR_MUL, i, lw_bin_c(b, TPUIR_ADD, i, 1)), 2));
-  j = lw_bin_c(b, TPUIR_ADD, lw_bin(b, TPUIR_ADD, j, i), 1);
+  tpuir_val j = tpulw__bin(b, TPUIR_SUB, ki, tpulw__bin_c(b, TPUIR_MUL, i, (double)n));
+  j = tpulw__bin(b, TPUIR_ADD, j, tpulw__bin_c(b, TPUIR_DIV, tpulw__bin(b, TPUIR_MUL, i, tpulw__bin_c(b, TPUIR_ADD, i, 1)), 2));
+  j = tpulw__bin_c(b, TPUIR_ADD, tpulw__bin(b, TPUIR_ADD, j, i), 1);
   *pi = i;
   *pj = j;
   return j < 0 ? j : TPU_OK;
 }
 
-static int pdist_fn(lw_b *b) {
+static int pdist_fn(tpulw__b *b) {
   int bw = b->op == K_PDIST_BW;
-  const tpulw_tensor *in = lw_tensor_arg(b, "self");
+  const tpulw_tensor *in = tpulw__tensor_arg(b, "self");
   int rc;
   if ((rc = need_tpu(b, in))) return rc;
   const tpu_view *v = &in->view;
-  double p = lw_float(b, "p", 2);
+  double p = tpulw__float(b, "p", 2);
   if (v->ndim != 2)
     return tpu_error(TPU_E_INVALID, "pdist only supports 2D tensors, got: %dD", v->ndim);
   if (!tpu_dtype_is_float(v->dtype))
     return tpu_error(TPU_E_INVALID, "pdist only supports floating-point dtypes");
   if (!(p >= 0)) return tpu_error(TPU_E_INVALID, "pdist only supports non-negative p values");
-  int dt = v->dtype, cdt = lw_opmath(dt);
+  int dt = v->dtype, cdt = tpulw__opmath(dt);
   int64_t n = v->sizes[0], m = v->sizes[1], P = n * (n - 1) / 2;
-  if (!bw && (P == 0 || m == 0)) return lw_result(b, lw_full(b, dt, 1, &P, 0));
-  if (bw && (P == 0 || m == 0)) return lw_result(b, lw_full(b, dt, 2, v->sizes, 0));
+  if (!bw && (P == 0 || m == 0)) return tpulw__result(b, tpulw__full(b, dt, 1, &P, 0));
+  if (bw && (P == 0 || m == 0)) return tpulw__result(b, tpulw__full(b, dt, 2, v->sizes, 0));
   tpuir_val i, j;
   if ((rc = pdist_pairs(b, n, P, &i, &j)) < 0) return rc;
-  tpuir_val x = lw_convert(b, lw_tensor(b, in), cdt);
-  tpuir_val d = lw_bin(b, TPUIR_SUB, tpuir_index_select(b->g, x, 0, i), tpuir_index_select(b->g, x, 0, j));
-  if (!bw) return lw_result_as(b, pnorm_last(b, d, p), dt);
-  const tpulw_tensor *gt = lw_tensor_arg(b, "grad"), *pt = lw_tensor_arg(b, "pdist");
+  tpuir_val x = tpulw__convert(b, tpulw__tensor(b, in), cdt);
+  tpuir_val d = tpulw__bin(b, TPUIR_SUB, tpuir_index_select(b->g, x, 0, i), tpuir_index_select(b->g, x, 0, j));
+  if (!bw) return tpulw__result_as(b, pnorm_last(b, d, p), dt);
+  const tpulw_tensor *gt = tpulw__tensor_arg(b, "grad"), *pt = tpulw__tensor_arg(b, "pdist");
   if ((rc = need_tpu(b, gt)) || (rc = need_tpu(b, pt))) return rc;
   if (gt->view.ndim != 1 || gt->view.sizes[0] != P || pt->view.ndim != 1 || pt->view.sizes[0] != P)
     return tpu_error(TPU_E_INVALID, "_pdist_backward: grad and pdist must have %lld elements", (long long)P);
   int64_t s2[2] = {P, 1};
-  tpuir_val dist = lw_reshape(b, lw_convert(b, lw_tensor(b, pt), cdt), 2, s2);
-  tpuir_val g = lw_reshape(b, lw_convert(b, lw_tensor(b, gt), cdt), 2, s2);
-  tpuir_val gd = lw_bin(b, TPUIR_MUL, pnorm_grad(b, d, dist, p), g);
-  tpuir_val r = tpuir_index_add(b->g, lw_full(b, cdt, 2, v->sizes, 0), 0, i, gd);
-  r = tpuir_index_add(b->g, r, 0, j, lw_un(b, TPUIR_NEG, gd));
-  return lw_result_as(b, r, dt);
+  tpuir_val dist = tpulw__reshape(b, tpulw__convert(b, tpulw__tensor(b, pt), cdt), 2, s2);
+  tpuir_val g = tpulw__reshape(b, tpulw__convert(b, tpulw__tensor(b, gt), cdt), 2, s2);
+  tpuir_val gd = tpulw__bin(b, TPUIR_MUL, pnorm_grad(b, d, dist, p), g);
+  tpuir_val r = tpuir_index_add(b->g, tpulw__full(b, cdt, 2, v->sizes, 0), 0, i, gd);
+  r = tpuir_index_add(b->g, r, 0, j, tpulw__un(b, TPUIR_NEG, gd));
+  return tpulw__result_as(b, r, dt);
 }
 
-static int cdist_fn(lw_b *b) {
+static int cdist_fn(tpulw__b *b) {
   int bw = b->op == K_CDIST_BW;
-  const tpulw_tensor *t1 = lw_tensor_arg(b, "x1"), *t2 = lw_tensor_arg(b, "x2");
+  const tpulw_tensor *t1 = tpulw__tensor_arg(b, "x1"), *t2 = tpulw__tensor_arg(b, "x2");
   int rc;
   if ((rc = need_tpu(b, t1)) || (rc = need_tpu(b, t2))) return rc;
   const tpu_view *v1 = &t1->view, *v2 = &t2->view;
-  double p = lw_float(b, "p", 2);
+  double p = tpulw__float(b, "p", 2);
   if (!tpu_dtype_is_float(v1->dtype))
     return tpu_error(TPU_E_INVALID, "cdist only supports floating-point dtypes, X1 got: %s",
-                     lw_torch_name(v1->dtype));
+                     tpulw__torch_name(v1->dtype));
   if (!tpu_dtype_is_float(v2->dtype))
     return tpu_error(TPU_E_INVALID, "cdist only supports floating-point dtypes, X2 got: %s",
-                     lw_torch_name(v2->dtype));
+                     tpulw__torch_name(v2->dtype));
   if (v1->ndim < 2)
     return tpu_error(TPU_E_INVALID, "cdist only supports at least 2D tensors, X1 got: %dD", v1->ndim);
   if (v2->ndim < 2)
@@ -614,8 +614,8 @@ static int cdist_fn(lw_b *b) {
   if (!(p >= 0)) return tpu_error(TPU_E_INVALID, "cdist only supports non-negative p values");
   if (v1->dtype != v2->dtype)
     return tpu_error(TPU_E_INVALID, "X1 and X2 must have the same dtype, but got %s and %s",
-                     lw_torch_name(v1->dtype), lw_torch_name(v2->dtype));
-  int dt = v1->dtype, cdt = lw_opmath(dt);
+                     tpulw__torch_name(v1->dtype), tpulw__torch_name(v2->dtype));
+  int dt = v1->dtype, cdt = tpulw__opmath(dt);
   int nb1 = v1->ndim - 2, nb2 = v2->ndim - 2;
   int nb = nb1 > nb2 ? nb1 : nb2;
   if (nb + 3 > TPU_MAX_DIMS) return tpu_error(TPU_E_UNSUPPORTED, "cdist: rank");
@@ -635,7 +635,7 @@ static int cdist_fn(lw_b *b) {
   s4[nb + 1] = r2;
   s4[nb + 2] = m;
   int64_t dims1[TPU_MAX_DIMS], dims2[TPU_MAX_DIMS];
-  tpuir_val x1 = lw_convert(b, lw_tensor(b, t1), cdt), x2 = lw_convert(b, lw_tensor(b, t2), cdt);
+  tpuir_val x1 = tpulw__convert(b, tpulw__tensor(b, t1), cdt), x2 = tpulw__convert(b, tpulw__tensor(b, t2), cdt);
   /* x1 [b1.., r1, m] -> [b.., r1, 1, m] -> [b.., r1, r2, m] */
   int64_t e1[TPU_MAX_DIMS], e2[TPU_MAX_DIMS];
   for (int i = 0; i < nb; i++) {
@@ -647,15 +647,15 @@ static int cdist_fn(lw_b *b) {
   e1[nb] = r1; e1[nb + 1] = 1; e1[nb + 2] = m;
   e2[nb] = 1; e2[nb + 1] = r2; e2[nb + 2] = m;
   for (int i = nb; i < nb + 3; i++) dims1[i] = dims2[i] = i;
-  tpuir_val a1 = tpuir_broadcast_in_dim(b->g, lw_reshape(b, x1, nb + 3, e1), nb + 3, s4, dims1);
-  tpuir_val a2 = tpuir_broadcast_in_dim(b->g, lw_reshape(b, x2, nb + 3, e2), nb + 3, s4, dims2);
-  tpuir_val d = lw_bin(b, TPUIR_SUB, a1, a2);
+  tpuir_val a1 = tpuir_broadcast_in_dim(b->g, tpulw__reshape(b, x1, nb + 3, e1), nb + 3, s4, dims1);
+  tpuir_val a2 = tpuir_broadcast_in_dim(b->g, tpulw__reshape(b, x2, nb + 3, e2), nb + 3, s4, dims2);
+  tpuir_val d = tpulw__bin(b, TPUIR_SUB, a1, a2);
   LW_TRY(d);
   if (!bw) {
-    if (m == 0) return lw_result(b, lw_full(b, dt, nb + 2, s4, 0));
-    return lw_result_as(b, pnorm_last(b, d, p), dt);
+    if (m == 0) return tpulw__result(b, tpulw__full(b, dt, nb + 2, s4, 0));
+    return tpulw__result_as(b, pnorm_last(b, d, p), dt);
   }
-  const tpulw_tensor *gt = lw_tensor_arg(b, "grad"), *ct = lw_tensor_arg(b, "cdist");
+  const tpulw_tensor *gt = tpulw__tensor_arg(b, "grad"), *ct = tpulw__tensor_arg(b, "cdist");
   if ((rc = need_tpu(b, gt)) || (rc = need_tpu(b, ct))) return rc;
   int64_t o3[TPU_MAX_DIMS];
   for (int i = 0; i < nb + 2; i++) o3[i] = s4[i];
@@ -670,16 +670,16 @@ static int cdist_fn(lw_b *b) {
   int64_t gs[TPU_MAX_DIMS];
   for (int i = 0; i < nb + 1; i++) gs[i] = s4[i];
   gs[nb + 1] = m;
-  if (m == 0 || want == 0) return lw_result(b, lw_full(b, dt, nb + 2, gs, 0));
-  tpuir_val dist = lw_reshape(b, lw_convert(b, lw_tensor(b, ct), cdt), nb + 3, o3);
-  tpuir_val g = lw_reshape(b, lw_convert(b, lw_tensor(b, gt), cdt), nb + 3, o3);
-  tpuir_val gd = lw_bin(b, TPUIR_MUL, pnorm_grad(b, d, dist, p), g);
-  return lw_result_as(b, lw_reduce_dims(b, TPUIR_RED_SUM, gd, 1u << (nb + 1), 0), dt);
+  if (m == 0 || want == 0) return tpulw__result(b, tpulw__full(b, dt, nb + 2, gs, 0));
+  tpuir_val dist = tpulw__reshape(b, tpulw__convert(b, tpulw__tensor(b, ct), cdt), nb + 3, o3);
+  tpuir_val g = tpulw__reshape(b, tpulw__convert(b, tpulw__tensor(b, gt), cdt), nb + 3, o3);
+  tpuir_val gd = tpulw__bin(b, TPUIR_MUL, pnorm_grad(b, d, dist, p), g);
+  return tpulw__result_as(b, tpulw__reduce_dims(b, TPUIR_RED_SUM, gd, 1u << (nb + 1), 0), dt);
 }
 
 /* ---- multi_margin_loss --------------------------------------------------- */
 
-static int margin_shape(const lw_b *b, const tpu_view *v, int64_t *nframe, int64_t *dim) {
+static int margin_shape(const tpulw__b *b, const tpu_view *v, int64_t *nframe, int64_t *dim) {
   char s1[256];
   int nd = v->ndim;
   if (!((nd == 2 && v->sizes[1] != 0) || (nd == 1 && v->sizes[0] != 0) || nd == 0))
@@ -691,19 +691,19 @@ static int margin_shape(const lw_b *b, const tpu_view *v, int64_t *nframe, int64
   return TPU_OK;
 }
 
-static int multi_margin_fn(lw_b *b) {
+static int multi_margin_fn(tpulw__b *b) {
   int bw = b->op == K_MULTI_MARGIN_BW;
-  const tpulw_tensor *in = lw_tensor_arg(b, "self"), *tg = lw_tensor_arg(b, "target");
-  const tpulw_tensor *wt = lw_tensor_arg(b, "weight");
+  const tpulw_tensor *in = tpulw__tensor_arg(b, "self"), *tg = tpulw__tensor_arg(b, "target");
+  const tpulw_tensor *wt = tpulw__tensor_arg(b, "weight");
   int rc;
   if ((rc = need_tpu(b, in)) || (rc = need_tpu(b, tg))) return rc;
   if (wt && (rc = need_tpu(b, wt))) return rc;
   const tpu_view *v = &in->view;
   int dt = v->dtype;
   if ((rc = float_only(b, dt))) return rc;
-  lw_scalar ps, ms;
-  double p = lw_scalar_arg(b, "p", &ps) ? ps.f : 1, margin = lw_scalar_arg(b, "margin", &ms) ? ms.f : 1;
-  int red = (int)lw_int(b, "reduction", RED_MEAN);
+  tpulw__scalar ps, ms;
+  double p = tpulw__scalar_arg(b, "p", &ps) ? ps.f : 1, margin = tpulw__scalar_arg(b, "margin", &ms) ? ms.f : 1;
+  int red = (int)tpulw__int(b, "reduction", RED_MEAN);
   char s1[256];
   if (p != 1 && p != 2) return tpu_error(TPU_E_INVALID, "only p == 1 and p == 2 supported");
   int64_t nframe = 0, dim = 0;
@@ -727,68 +727,68 @@ static int multi_margin_fn(lw_b *b) {
                        (long long)dim, fmt_sizes(s1, sizeof s1, wt->view.ndim, wt->view.sizes));
   }
   if (tv->dtype != TPU_I64)
-    return tpu_error(TPU_E_INVALID, "expected scalar type Long but found %s", lw_torch_name(tv->dtype));
-  int cdt = lw_opmath(dt);
+    return tpu_error(TPU_E_INVALID, "expected scalar type Long but found %s", tpulw__torch_name(tv->dtype));
+  int cdt = tpulw__opmath(dt);
   int64_t s2[2] = {nframe, dim}, s1n[2] = {nframe, 1};
-  tpuir_val x = lw_reshape(b, lw_convert(b, lw_tensor(b, in), cdt), 2, s2);
-  tpuir_val y = lw_reshape(b, lw_convert(b, lw_tensor(b, tg), TPU_I64), 2, s1n);
+  tpuir_val x = tpulw__reshape(b, tpulw__convert(b, tpulw__tensor(b, in), cdt), 2, s2);
+  tpuir_val y = tpulw__reshape(b, tpulw__convert(b, tpulw__tensor(b, tg), TPU_I64), 2, s1n);
   tpuir_val xy = tpuir_gather(b->g, x, 1, y);
-  tpuir_val notyv = lw_bin(b, TPUIR_NE, tpuir_iota(b->g, TPU_I64, 2, s2, 1), y);
-  tpuir_val z = lw_bin(b, TPUIR_ADD, lw_bin(b, TPUIR_SUB, lw_const(b, cdt, margin), xy), x);
-  tpuir_val pos = lw_bin(b, TPUIR_AND, lw_bin_c(b, TPUIR_GT, z, 0), notyv);
-  tpuir_val zero = lw_const(b, cdt, 0);
+  tpuir_val notyv = tpulw__bin(b, TPUIR_NE, tpuir_iota(b->g, TPU_I64, 2, s2, 1), y);
+  tpuir_val z = tpulw__bin(b, TPUIR_ADD, tpulw__bin(b, TPUIR_SUB, tpulw__const(b, cdt, margin), xy), x);
+  tpuir_val pos = tpulw__bin(b, TPUIR_AND, tpulw__bin_c(b, TPUIR_GT, z, 0), notyv);
+  tpuir_val zero = tpulw__const(b, cdt, 0);
   tpuir_val wy = -1;
   if (wt) {
     int64_t wd = dim;
-    tpuir_val w = lw_reshape(b, lw_convert(b, lw_tensor(b, wt), cdt), 1, &wd);
-    wy = lw_reshape(b, tpuir_index_select(b->g, w, 0, lw_reshape(b, y, 1, &nframe)), 2, s1n);
+    tpuir_val w = tpulw__reshape(b, tpulw__convert(b, tpulw__tensor(b, wt), cdt), 1, &wd);
+    wy = tpulw__reshape(b, tpuir_index_select(b->g, w, 0, tpulw__reshape(b, y, 1, &nframe)), 2, s1n);
   }
   b->sync = 1;
   b->err_remap = LW_ERR_RUNTIME;
   int64_t outn = nframe;
   int out_nd = (red == RED_NONE && tv->ndim > 0) ? 1 : 0;
   if (!bw) {
-    tpuir_val h = p == 1 ? z : lw_bin(b, TPUIR_MUL, z, z);
-    if (wt) h = lw_bin(b, TPUIR_MUL, h, wy);
-    h = lw_sel(b, pos, h, zero);
-    tpuir_val l = lw_bin_c(b, TPUIR_DIV, lw_reduce_dims(b, TPUIR_RED_SUM, h, 2u, 0), (double)dim);
-    if (red == RED_NONE) return lw_result_as(b, lw_reshape(b, l, out_nd, &outn), dt);
-    tpuir_val sum = lw_reduce_dims(b, TPUIR_RED_SUM, l, 1u, 0);
-    if (red == RED_MEAN) sum = lw_bin_c(b, TPUIR_DIV, sum, (double)nframe);
-    return lw_result_as(b, sum, dt);
+    tpuir_val h = p == 1 ? z : tpulw__bin(b, TPUIR_MUL, z, z);
+    if (wt) h = tpulw__bin(b, TPUIR_MUL, h, wy);
+    h = tpulw__sel(b, pos, h, zero);
+    tpuir_val l = tpulw__bin_c(b, TPUIR_DIV, tpulw__reduce_dims(b, TPUIR_RED_SUM, h, 2u, 0), (double)dim);
+    if (red == RED_NONE) return tpulw__result_as(b, tpulw__reshape(b, l, out_nd, &outn), dt);
+    tpuir_val sum = tpulw__reduce_dims(b, TPUIR_RED_SUM, l, 1u, 0);
+    if (red == RED_MEAN) sum = tpulw__bin_c(b, TPUIR_DIV, sum, (double)nframe);
+    return tpulw__result_as(b, sum, dt);
   }
-  const tpulw_tensor *go = lw_tensor_arg(b, "grad_output");
+  const tpulw_tensor *go = tpulw__tensor_arg(b, "grad_output");
   if ((rc = need_tpu(b, go))) return rc;
-  tpuir_val g = lw_convert(b, lw_tensor(b, go), cdt);
+  tpuir_val g = tpulw__convert(b, tpulw__tensor(b, go), cdt);
   double scale = red == RED_MEAN ? 1.0 / ((double)nframe * (double)dim) : 1.0 / (double)dim;
   if (red == RED_NONE) {
     int64_t gn = 1;
     for (int i = 0; i < go->view.ndim; i++) gn *= go->view.sizes[i];
     if (gn != nframe) return tpu_error(TPU_E_INVALID, "multi_margin_loss_backward: grad_output size");
-    g = lw_reshape(b, g, 2, s1n);
+    g = tpulw__reshape(b, g, 2, s1n);
   } else {
-    g = lw_reshape(b, g, 0, NULL);
+    g = tpulw__reshape(b, g, 0, NULL);
   }
-  tpuir_val h = p == 1 ? lw_full(b, cdt, 2, s2, 1) : lw_bin_c(b, TPUIR_MUL, z, 2);
-  if (wt) h = lw_bin(b, TPUIR_MUL, h, wy);
-  h = lw_sel(b, pos, lw_bin_c(b, TPUIR_MUL, h, scale), zero);
-  tpuir_val sumh = lw_reduce_dims(b, TPUIR_RED_SUM, h, 2u, 1);
-  tpuir_val gi = lw_sel(b, notyv, h, lw_un(b, TPUIR_NEG, sumh));
-  gi = lw_bin(b, TPUIR_MUL, gi, g);
-  return lw_result_as(b, lw_reshape(b, gi, v->ndim, v->sizes), dt);
+  tpuir_val h = p == 1 ? tpulw__full(b, cdt, 2, s2, 1) : tpulw__bin_c(b, TPUIR_MUL, z, 2);
+  if (wt) h = tpulw__bin(b, TPUIR_MUL, h, wy);
+  h = tpulw__sel(b, pos, tpulw__bin_c(b, TPUIR_MUL, h, scale), zero);
+  tpuir_val sumh = tpulw__reduce_dims(b, TPUIR_RED_SUM, h, 2u, 1);
+  tpuir_val gi = tpulw__sel(b, notyv, h, tpulw__un(b, TPUIR_NEG, sumh));
+  gi = tpulw__bin(b, TPUIR_MUL, gi, g);
+  return tpulw__result_as(b, tpulw__reshape(b, gi, v->ndim, v->sizes), dt);
 }
 
 /* ---- multilabel_margin_loss ---------------------------------------------- */
 
-static int mlml_fn(lw_b *b) {
+static int mlml_fn(tpulw__b *b) {
   int bw = b->op == K_MLML_BW;
-  const tpulw_tensor *in = lw_tensor_arg(b, "self"), *tg = lw_tensor_arg(b, "target");
+  const tpulw_tensor *in = tpulw__tensor_arg(b, "self"), *tg = tpulw__tensor_arg(b, "target");
   int rc;
   if ((rc = need_tpu(b, in)) || (rc = need_tpu(b, tg))) return rc;
   const tpu_view *v = &in->view, *tv = &tg->view;
   int dt = v->dtype;
   if ((rc = float_only(b, dt))) return rc;
-  int red = (int)lw_int(b, "reduction", RED_MEAN);
+  int red = (int)tpulw__int(b, "reduction", RED_MEAN);
   char s1[256], s2c[256];
   int64_t nframe = 0, dim = 0;
   if ((rc = margin_shape(b, v, &nframe, &dim))) return rc;
@@ -801,25 +801,25 @@ static int mlml_fn(lw_b *b) {
                      fmt_sizes(s1, sizeof s1, tv->ndim, tv->sizes),
                      fmt_sizes(s2c, sizeof s2c, v->ndim, v->sizes));
   if (tv->dtype != TPU_I64)
-    return tpu_error(TPU_E_INVALID, "expected scalar type Long but found %s", lw_torch_name(tv->dtype));
-  int cdt = lw_opmath(dt);
+    return tpu_error(TPU_E_INVALID, "expected scalar type Long but found %s", tpulw__torch_name(tv->dtype));
+  int cdt = tpulw__opmath(dt);
   int64_t s2[2] = {nframe, dim}, s3[3] = {nframe, dim, dim};
-  tpuir_val x = lw_reshape(b, lw_convert(b, lw_tensor(b, in), cdt), 2, s2);
-  tpuir_val t = lw_reshape(b, lw_tensor(b, tg), 2, s2);
+  tpuir_val x = tpulw__reshape(b, tpulw__convert(b, tpulw__tensor(b, in), cdt), 2, s2);
+  tpuir_val t = tpulw__reshape(b, tpulw__tensor(b, tg), 2, s2);
   /* valid[n,k] = k < first position of a negative target */
   tpuir_val kio = tpuir_iota(b->g, TPU_I64, 2, s2, 1);
-  tpuir_val firstneg = lw_reduce_dims(b, TPUIR_RED_MIN,
-                                      lw_sel(b, lw_bin_c(b, TPUIR_LT, t, 0), kio, lw_const(b, TPU_I64, (double)dim)),
+  tpuir_val firstneg = tpulw__reduce_dims(b, TPUIR_RED_MIN,
+                                      tpulw__sel(b, tpulw__bin_c(b, TPUIR_LT, t, 0), kio, tpulw__const(b, TPU_I64, (double)dim)),
                                       2u, 1);
-  tpuir_val valid = lw_bin(b, TPUIR_LT, kio, firstneg);
-  tpuir_val tc = lw_sel(b, valid, t, lw_const(b, TPU_I64, 0));
+  tpuir_val valid = tpulw__bin(b, TPUIR_LT, kio, firstneg);
+  tpuir_val tc = tpulw__sel(b, valid, t, tpulw__const(b, TPU_I64, 0));
   /* is_target[n,i] = any_k valid[n,k] && t[n,k] == i  ([n,k,i]) */
   int64_t d01[2] = {0, 1};
   tpuir_val t3 = tpuir_broadcast_in_dim(b->g, tc, 3, s3, d01);
   tpuir_val v3 = tpuir_broadcast_in_dim(b->g, valid, 3, s3, d01);
   tpuir_val i3 = tpuir_iota(b->g, TPU_I64, 3, s3, 2);
-  tpuir_val hit = lw_bin(b, TPUIR_AND, v3, lw_bin(b, TPUIR_EQ, t3, i3));
-  tpuir_val ist = lw_reduce_dims(b, TPUIR_RED_OR, hit, 2u, 0); /* [n, i] bool */
+  tpuir_val hit = tpulw__bin(b, TPUIR_AND, v3, tpulw__bin(b, TPUIR_EQ, t3, i3));
+  tpuir_val ist = tpulw__reduce_dims(b, TPUIR_RED_OR, hit, 2u, 0); /* [n, i] bool */
   LW_TRY(ist);
   tpuir_val xt = tpuir_gather(b->g, x, 1, tc); /* [n, k] */
   b->sync = 1;
@@ -827,37 +827,37 @@ static int mlml_fn(lw_b *b) {
   int64_t d02[2] = {0, 2};
   tpuir_val xt3 = tpuir_broadcast_in_dim(b->g, xt, 3, s3, d01);
   tpuir_val x3 = tpuir_broadcast_in_dim(b->g, x, 3, s3, d02);
-  tpuir_val nt3 = tpuir_broadcast_in_dim(b->g, lw_un(b, TPUIR_NOT, ist), 3, s3, d02);
-  tpuir_val z = lw_bin(b, TPUIR_ADD, lw_bin(b, TPUIR_SUB, lw_const(b, cdt, 1), xt3), x3);
-  tpuir_val act = lw_bin(b, TPUIR_AND, lw_bin(b, TPUIR_AND, v3, nt3), lw_bin_c(b, TPUIR_GT, z, 0));
-  tpuir_val zero = lw_const(b, cdt, 0);
+  tpuir_val nt3 = tpuir_broadcast_in_dim(b->g, tpulw__un(b, TPUIR_NOT, ist), 3, s3, d02);
+  tpuir_val z = tpulw__bin(b, TPUIR_ADD, tpulw__bin(b, TPUIR_SUB, tpulw__const(b, cdt, 1), xt3), x3);
+  tpuir_val act = tpulw__bin(b, TPUIR_AND, tpulw__bin(b, TPUIR_AND, v3, nt3), tpulw__bin_c(b, TPUIR_GT, z, 0));
+  tpuir_val zero = tpulw__const(b, cdt, 0);
   int64_t outn = nframe;
   if (!bw) {
-    tpuir_val l = lw_reduce_dims(b, TPUIR_RED_SUM, lw_sel(b, act, z, zero), 6u, 0);
-    l = lw_bin_c(b, TPUIR_DIV, l, (double)dim);
+    tpuir_val l = tpulw__reduce_dims(b, TPUIR_RED_SUM, tpulw__sel(b, act, z, zero), 6u, 0);
+    l = tpulw__bin_c(b, TPUIR_DIV, l, (double)dim);
     tpuir_val out;
     if (red == RED_NONE) {
-      out = v->ndim <= 1 ? lw_reshape(b, l, 0, NULL) : lw_reshape(b, l, 1, &outn);
+      out = v->ndim <= 1 ? tpulw__reshape(b, l, 0, NULL) : tpulw__reshape(b, l, 1, &outn);
     } else {
-      out = lw_reduce_dims(b, TPUIR_RED_SUM, l, 1u, 0);
-      if (red == RED_MEAN) out = lw_bin_c(b, TPUIR_DIV, out, (double)nframe);
+      out = tpulw__reduce_dims(b, TPUIR_RED_SUM, l, 1u, 0);
+      if (red == RED_MEAN) out = tpulw__bin_c(b, TPUIR_DIV, out, (double)nframe);
     }
-    if ((rc = lw_result_as(b, out, dt)) < 0) return rc;
-    return lw_result_as(b, lw_reshape(b, lw_convert(b, ist, dt), tv->ndim, tv->sizes), dt);
+    if ((rc = tpulw__result_as(b, out, dt)) < 0) return rc;
+    return tpulw__result_as(b, tpulw__reshape(b, tpulw__convert(b, ist, dt), tv->ndim, tv->sizes), dt);
   }
-  const tpulw_tensor *go = lw_tensor_arg(b, "grad_output");
+  const tpulw_tensor *go = tpulw__tensor_arg(b, "grad_output");
   if ((rc = need_tpu(b, go))) return rc;
-  tpuir_val g = lw_convert(b, lw_tensor(b, go), cdt);
+  tpuir_val g = tpulw__convert(b, tpulw__tensor(b, go), cdt);
   int64_t s1n[2] = {nframe, 1};
-  if (red == RED_NONE && v->ndim == 2) g = lw_reshape(b, g, 2, s1n);
-  else g = lw_reshape(b, g, 0, NULL);
+  if (red == RED_NONE && v->ndim == 2) g = tpulw__reshape(b, g, 2, s1n);
+  else g = tpulw__reshape(b, g, 0, NULL);
   double scale = red == RED_MEAN ? 1.0 / ((double)nframe * (double)dim) : 1.0 / (double)dim;
-  tpuir_val a = lw_convert(b, act, cdt);
-  tpuir_val plus = lw_reduce_dims(b, TPUIR_RED_SUM, a, 2u, 0);  /* [n, i] */
-  tpuir_val minus = lw_reduce_dims(b, TPUIR_RED_SUM, a, 4u, 0); /* [n, k] */
-  tpuir_val gi = tpuir_scatter_add(b->g, plus, 1, tc, lw_un(b, TPUIR_NEG, minus));
-  gi = lw_bin(b, TPUIR_MUL, lw_bin_c(b, TPUIR_MUL, gi, scale), g);
-  return lw_result_as(b, lw_reshape(b, gi, v->ndim, v->sizes), dt);
+  tpuir_val a = tpulw__convert(b, act, cdt);
+  tpuir_val plus = tpulw__reduce_dims(b, TPUIR_RED_SUM, a, 2u, 0);  /* [n, i] */
+  tpuir_val minus = tpulw__reduce_dims(b, TPUIR_RED_SUM, a, 4u, 0); /* [n, k] */
+  tpuir_val gi = tpuir_scatter_add(b->g, plus, 1, tc, tpulw__un(b, TPUIR_NEG, minus));
+  gi = tpulw__bin(b, TPUIR_MUL, tpulw__bin_c(b, TPUIR_MUL, gi, scale), g);
+  return tpulw__result_as(b, tpulw__reshape(b, gi, v->ndim, v->sizes), dt);
 }
 
 /* ---- upsample_bicubic2d / _upsample_bilinear2d_aa (+ backward) ---------- */
@@ -866,7 +866,7 @@ static int mlml_fn(lw_b *b) {
  * bicubic: the four Keys taps (A = -0.75) at clamped indices, as
  * UpSampleKernel.cpp; bilinear aa: PIL-style triangle filter with support
  * scaled by the downsampling factor, normalized per output. */
-static tpuir_val interp_matrix(lw_b *b, int aa, int64_t in, int64_t out, int align,
+static tpuir_val interp_matrix(tpulw__b *b, int aa, int64_t in, int64_t out, int align,
                                int has_scale, double scale_arg, int wdt) {
   double scale;
   if (align) scale = out > 1 ? (double)(in - 1) / (double)(out - 1) : 0;
@@ -876,30 +876,30 @@ static tpuir_val interp_matrix(lw_b *b, int aa, int64_t in, int64_t out, int ali
   int64_t sz[2] = {out, in};
   tpuir_val o = tpuir_iota(b->g, wdt, 2, sz, 0);
   tpuir_val i = tpuir_iota(b->g, wdt, 2, sz, 1);
-  tpuir_val zero = lw_const(b, wdt, 0);
+  tpuir_val zero = tpulw__const(b, wdt, 0);
   if (!aa) {
-    tpuir_val real = align ? lw_bin_c(b, TPUIR_MUL, o, scale)
-                           : lw_bin_c(b, TPUIR_SUB, lw_bin_c(b, TPUIR_MUL, lw_bin_c(b, TPUIR_ADD, o, 0.5), scale), 0.5);
-    tpuir_val i0 = lw_bin_c(b, TPUIR_MIN, lw_un(b, TPUIR_FLOOR, real), (double)(in - 1));
-    tpuir_val t = lw_bin_c(b, TPUIR_MIN, lw_bin_c(b, TPUIR_MAX, lw_bin(b, TPUIR_SUB, real, i0), 0), 1);
+    tpuir_val real = align ? tpulw__bin_c(b, TPUIR_MUL, o, scale)
+                           : tpulw__bin_c(b, TPUIR_SUB, tpulw__bin_c(b, TPUIR_MUL, tpulw__bin_c(b, TPUIR_ADD, o, 0.5), scale), 0.5);
+    tpuir_val i0 = tpulw__bin_c(b, TPUIR_MIN, tpulw__un(b, TPUIR_FLOOR, real), (double)(in - 1));
+    tpuir_val t = tpulw__bin_c(b, TPUIR_MIN, tpulw__bin_c(b, TPUIR_MAX, tpulw__bin(b, TPUIR_SUB, real, i0), 0), 1);
     const double A = -0.75;
     tpuir_val m = -1;
     for (int k = 0; k < 4; k++) {
-      tpuir_val x = k < 2 ? lw_bin_c(b, TPUIR_ADD, t, (double)(1 - k))
-                          : lw_bin_c(b, TPUIR_ADD, lw_bin(b, TPUIR_SUB, lw_const(b, wdt, 1), t), (double)(k - 2));
+      tpuir_val x = k < 2 ? tpulw__bin_c(b, TPUIR_ADD, t, (double)(1 - k))
+                          : tpulw__bin_c(b, TPUIR_ADD, tpulw__bin(b, TPUIR_SUB, tpulw__const(b, wdt, 1), t), (double)(k - 2));
       tpuir_val w;
       if (k == 1 || k == 2) { /* ((A + 2) x - (A + 3)) x x + 1 */
-        w = lw_bin_c(b, TPUIR_SUB, lw_bin_c(b, TPUIR_MUL, x, A + 2), A + 3);
-        w = lw_bin_c(b, TPUIR_ADD, lw_bin(b, TPUIR_MUL, lw_bin(b, TPUIR_MUL, w, x), x), 1);
+        w = tpulw__bin_c(b, TPUIR_SUB, tpulw__bin_c(b, TPUIR_MUL, x, A + 2), A + 3);
+        w = tpulw__bin_c(b, TPUIR_ADD, tpulw__bin(b, TPUIR_MUL, tpulw__bin(b, TPUIR_MUL, w, x), x), 1);
       } else { /* ((A x - 5A) x + 8A) x - 4A */
-        w = lw_bin_c(b, TPUIR_SUB, lw_bin_c(b, TPUIR_MUL, x, A), 5 * A);
-        w = lw_bin_c(b, TPUIR_ADD, lw_bin(b, TPUIR_MUL, w, x), 8 * A);
-        w = lw_bin_c(b, TPUIR_SUB, lw_bin(b, TPUIR_MUL, w, x), 4 * A);
+        w = tpulw__bin_c(b, TPUIR_SUB, tpulw__bin_c(b, TPUIR_MUL, x, A), 5 * A);
+        w = tpulw__bin_c(b, TPUIR_ADD, tpulw__bin(b, TPUIR_MUL, w, x), 8 * A);
+        w = tpulw__bin_c(b, TPUIR_SUB, tpulw__bin(b, TPUIR_MUL, w, x), 4 * A);
       }
-      tpuir_val idx = lw_bin_c(b, TPUIR_MIN, lw_bin_c(b, TPUIR_MAX, lw_bin_c(b, TPUIR_ADD, i0, (double)(k - 1)), 0),
+      tpuir_val idx = tpulw__bin_c(b, TPUIR_MIN, tpulw__bin_c(b, TPUIR_MAX, tpulw__bin_c(b, TPUIR_ADD, i0, (double)(k - 1)), 0),
                                (double)(in - 1));
-      tpuir_val c = lw_sel(b, lw_bin(b, TPUIR_EQ, idx, i), w, zero);
-      m = m < 0 ? c : lw_bin(b, TPUIR_ADD, m, c);
+      tpuir_val c = tpulw__sel(b, tpulw__bin(b, TPUIR_EQ, idx, i), w, zero);
+      m = m < 0 ? c : tpulw__bin(b, TPUIR_ADD, m, c);
     }
     return m;
   }
@@ -910,31 +910,31 @@ static tpuir_val interp_matrix(lw_b *b, int aa, int64_t in, int64_t out, int ali
     invscale = (float)invscale;
   }
   int64_t maxi = (int64_t)ceil(support) * 2 + 1;
-  tpuir_val center = lw_bin_c(b, TPUIR_MUL, lw_bin_c(b, TPUIR_ADD, o, 0.5), scale);
-  tpuir_val xmin = lw_bin_c(b, TPUIR_MAX, lw_un(b, TPUIR_TRUNC, lw_bin_c(b, TPUIR_ADD, lw_bin_c(b, TPUIR_SUB, center, support), 0.5)), 0);
-  tpuir_val xmax = lw_bin_c(b, TPUIR_MIN, lw_un(b, TPUIR_TRUNC, lw_bin_c(b, TPUIR_ADD, lw_bin_c(b, TPUIR_ADD, center, support), 0.5)), (double)in);
-  xmax = lw_bin(b, TPUIR_MIN, xmax, lw_bin_c(b, TPUIR_ADD, xmin, (double)maxi));
-  tpuir_val in_rng = lw_bin(b, TPUIR_AND, lw_bin(b, TPUIR_GE, i, xmin), lw_bin(b, TPUIR_LT, i, xmax));
-  tpuir_val a = lw_un(b, TPUIR_ABS, lw_bin_c(b, TPUIR_MUL, lw_bin_c(b, TPUIR_ADD, lw_bin(b, TPUIR_SUB, i, center), 0.5), invscale));
-  tpuir_val w = lw_bin_c(b, TPUIR_MAX, lw_bin(b, TPUIR_SUB, lw_const(b, wdt, 1), a), 0);
-  w = lw_sel(b, in_rng, w, zero);
-  tpuir_val tot = lw_reduce_dims(b, TPUIR_RED_SUM, w, 2u, 1);
-  tpuir_val nz = lw_bin_c(b, TPUIR_NE, tot, 0);
-  return lw_sel(b, lw_bcast(b, nz, 2, sz), lw_bin(b, TPUIR_DIV, w, lw_sel(b, nz, tot, lw_const(b, wdt, 1))), zero);
+  tpuir_val center = tpulw__bin_c(b, TPUIR_MUL, tpulw__bin_c(b, TPUIR_ADD, o, 0.5), scale);
+  tpuir_val xmin = tpulw__bin_c(b, TPUIR_MAX, tpulw__un(b, TPUIR_TRUNC, tpulw__bin_c(b, TPUIR_ADD, tpulw__bin_c(b, TPUIR_SUB, center, support), 0.5)), 0);
+  tpuir_val xmax = tpulw__bin_c(b, TPUIR_MIN, tpulw__un(b, TPUIR_TRUNC, tpulw__bin_c(b, TPUIR_ADD, tpulw__bin_c(b, TPUIR_ADD, center, support), 0.5)), (double)in);
+  xmax = tpulw__bin(b, TPUIR_MIN, xmax, tpulw__bin_c(b, TPUIR_ADD, xmin, (double)maxi));
+  tpuir_val in_rng = tpulw__bin(b, TPUIR_AND, tpulw__bin(b, TPUIR_GE, i, xmin), tpulw__bin(b, TPUIR_LT, i, xmax));
+  tpuir_val a = tpulw__un(b, TPUIR_ABS, tpulw__bin_c(b, TPUIR_MUL, tpulw__bin_c(b, TPUIR_ADD, tpulw__bin(b, TPUIR_SUB, i, center), 0.5), invscale));
+  tpuir_val w = tpulw__bin_c(b, TPUIR_MAX, tpulw__bin(b, TPUIR_SUB, tpulw__const(b, wdt, 1), a), 0);
+  w = tpulw__sel(b, in_rng, w, zero);
+  tpuir_val tot = tpulw__reduce_dims(b, TPUIR_RED_SUM, w, 2u, 1);
+  tpuir_val nz = tpulw__bin_c(b, TPUIR_NE, tot, 0);
+  return tpulw__sel(b, tpulw__bcast(b, nz, 2, sz), tpulw__bin(b, TPUIR_DIV, w, tpulw__sel(b, nz, tot, tpulw__const(b, wdt, 1))), zero);
 }
 
-static int interp_fn(lw_b *b) {
+static int interp_fn(tpulw__b *b) {
   int aa = b->op == K_BILINEAR_AA;
   int bw = strstr(b->base, "_backward") != NULL;
-  const tpulw_tensor *t = lw_tensor_arg(b, bw ? "grad_output" : "self");
+  const tpulw_tensor *t = tpulw__tensor_arg(b, bw ? "grad_output" : "self");
   int rc;
   if ((rc = need_tpu(b, t))) return rc;
   int dt = t->view.dtype;
   if ((rc = float_only(b, dt))) return rc;
   int no, ni = 0;
   int64_t sa, sb;
-  const int64_t *osz = lw_ints(b, "output_size", &no, &sa);
-  const int64_t *isz = bw ? lw_ints(b, "input_size", &ni, &sb) : NULL;
+  const int64_t *osz = tpulw__ints(b, "output_size", &no, &sa);
+  const int64_t *isz = bw ? tpulw__ints(b, "input_size", &ni, &sb) : NULL;
   if (no != 2 || (bw && ni != 4))
     return tpu_error(TPU_E_INVALID, "It is expected output_size equals to 2, but got size %d", no);
   if (!bw && t->view.ndim != 4)
@@ -952,19 +952,19 @@ static int interp_fn(lw_b *b) {
     if (!ok)
       return tpu_error(TPU_E_INVALID, "Expected grad_output to have the same shape as output");
   }
-  int align = (int)lw_int(b, "align_corners", 0);
+  int align = (int)tpulw__int(b, "align_corners", 0);
   int wdt = dt == TPU_F64 ? TPU_F64 : TPU_F32;
-  tpuir_val v = lw_convert(b, lw_tensor(b, t), wdt);
+  tpuir_val v = tpulw__convert(b, tpulw__tensor(b, t), wdt);
   static const char *const sn[2] = {"scales_h", "scales_w"};
   for (int j = 0; j < 2; j++) {
-    tpuir_val M = interp_matrix(b, aa, in_sizes[2 + j], osz[j], align, !lw_none(b, sn[j]),
-                                lw_float(b, sn[j], 0), wdt);
+    tpuir_val M = interp_matrix(b, aa, in_sizes[2 + j], osz[j], align, !tpulw__none(b, sn[j]),
+                                tpulw__float(b, sn[j], 0), wdt);
     LW_TRY(M);
     int64_t lc[1] = {2}, rc1[1] = {bw ? 0 : 1};
     v = tpuir_dot_general(b->g, v, M, 0, NULL, NULL, 1, lc, rc1, TPU_PREC_FP32, wdt);
     LW_TRY(v);
   }
-  return lw_result_as(b, v, dt);
+  return tpulw__result_as(b, v, dt);
 }
 
 /* ---- embedding_bag --------------------------------------------------------- */
@@ -972,18 +972,18 @@ static int interp_fn(lw_b *b) {
 enum { EB_SUM = 0, EB_MEAN, EB_MAX };
 
 /* offset2bag [I] int64: bag of each index (number of offsets <= i, minus 1) */
-static tpuir_val offset2bag(lw_b *b, tpuir_val offs, int64_t I, int64_t B) {
+static tpuir_val offset2bag(tpulw__b *b, tpuir_val offs, int64_t I, int64_t B) {
   int64_t s[2] = {I, B}, d1[1] = {1};
   tpuir_val i = tpuir_iota(b->g, TPU_I64, 2, s, 0);
   tpuir_val o = tpuir_broadcast_in_dim(b->g, offs, 2, s, d1);
-  tpuir_val c = lw_reduce_dims(b, TPUIR_RED_SUM, lw_convert(b, lw_bin(b, TPUIR_GE, i, o), TPU_I64), 2u, 0);
-  return lw_bin_c(b, TPUIR_MAX, lw_bin_c(b, TPUIR_SUB, c, 1), 0);
+  tpuir_val c = tpulw__reduce_dims(b, TPUIR_RED_SUM, tpulw__convert(b, tpulw__bin(b, TPUIR_GE, i, o), TPU_I64), 2u, 0);
+  return tpulw__bin_c(b, TPUIR_MAX, tpulw__bin_c(b, TPUIR_SUB, c, 1), 0);
 }
 
-static int ebag_common(lw_b *b, const tpulw_tensor **idx, const tpulw_tensor **off, int64_t *I,
+static int ebag_common(tpulw__b *b, const tpulw_tensor **idx, const tpulw_tensor **off, int64_t *I,
                        int64_t *B) {
-  *idx = lw_tensor_arg(b, "indices");
-  *off = lw_tensor_arg(b, "offsets");
+  *idx = tpulw__tensor_arg(b, "indices");
+  *off = tpulw__tensor_arg(b, "offsets");
   int rc;
   if ((rc = need_tpu(b, *idx))) return rc;
   if (*off && (rc = need_tpu(b, *off))) return rc;
@@ -993,7 +993,7 @@ static int ebag_common(lw_b *b, const tpulw_tensor **idx, const tpulw_tensor **o
   int it = (*idx)->view.dtype;
   if (it != TPU_I64 && it != TPU_I32)
     return tpu_error(TPU_E_INVALID, "Expected tensor for argument #1 'indices' to have one of the "
-                     "following scalar types: Long, Int; but got %s instead", lw_torch_name(it));
+                     "following scalar types: Long, Int; but got %s instead", tpulw__torch_name(it));
   *I = (*idx)->view.sizes[0];
   if (*off) {
     if ((*off)->view.ndim != 1)
@@ -1002,14 +1002,14 @@ static int ebag_common(lw_b *b, const tpulw_tensor **idx, const tpulw_tensor **o
     int ot = (*off)->view.dtype;
     if (ot != TPU_I64 && ot != TPU_I32)
       return tpu_error(TPU_E_INVALID, "Expected tensor for argument #1 'offsets' to have one of the "
-                       "following scalar types: Long, Int; but got %s instead", lw_torch_name(ot));
+                       "following scalar types: Long, Int; but got %s instead", tpulw__torch_name(ot));
     *B = (*off)->view.sizes[0];
   }
   return TPU_OK;
 }
 
-static int ebag_fn(lw_b *b) {
-  const tpulw_tensor *wt = lw_tensor_arg(b, "weight"), *idx, *off;
+static int ebag_fn(tpulw__b *b) {
+  const tpulw_tensor *wt = tpulw__tensor_arg(b, "weight"), *idx, *off;
   int rc;
   int64_t I, B = 0;
   if ((rc = need_tpu(b, wt))) return rc;
@@ -1020,12 +1020,12 @@ static int ebag_fn(lw_b *b) {
   if ((rc = float_only(b, dt))) return rc;
   if (wv->ndim != 2)
     return tpu_error(TPU_E_INVALID, "weight has to be a 2D Tensor, but got Tensor of dimension %d", wv->ndim);
-  int mode = (int)lw_int(b, "mode", EB_SUM);
-  int last = (int)lw_int(b, "include_last_offset", 0);
-  int64_t pad = lw_int(b, "padding_idx", -1);
+  int mode = (int)tpulw__int(b, "mode", EB_SUM);
+  int last = (int)tpulw__int(b, "include_last_offset", 0);
+  int64_t pad = tpulw__int(b, "padding_idx", -1);
   int64_t V = wv->sizes[0], D = wv->sizes[1];
   if (pad < -1 || pad >= V) pad = -1; /* ATen passes a wrapped index or -1 */
-  const tpulw_tensor *psw = lw_tensor_arg(b, "per_sample_weights");
+  const tpulw_tensor *psw = tpulw__tensor_arg(b, "per_sample_weights");
   if (psw) {
     if ((rc = need_tpu(b, psw))) return rc;
     if (mode != EB_SUM)
@@ -1033,30 +1033,30 @@ static int ebag_fn(lw_b *b) {
     if (psw->view.dtype != dt)
       return tpu_error(TPU_E_INVALID, "Expected tensor for argument #1 'per_sample_weights' to have "
                        "the same type as tensor for argument #1 'weight'; but type %s does not "
-                       "equal %s", lw_torch_name(psw->view.dtype), lw_torch_name(dt));
+                       "equal %s", tpulw__torch_name(psw->view.dtype), tpulw__torch_name(dt));
     if (psw->view.ndim != 1 || psw->view.sizes[0] != I)
       return tpu_error(TPU_E_INVALID, "expected per_sample_weights to be a 1D tensor of the same size as indices");
   }
   if (last && B < 1)
     return tpu_error(TPU_E_INVALID, "include_last_offset: number of offset should be at least 1");
   int64_t nb = last ? B - 1 : B;
-  int cdt = lw_opmath(dt);
-  tpuir_val ix = lw_convert(b, lw_tensor(b, idx), TPU_I64);
-  tpuir_val ofs = lw_convert(b, lw_tensor(b, off), TPU_I64);
+  int cdt = tpulw__opmath(dt);
+  tpuir_val ix = tpulw__convert(b, tpulw__tensor(b, idx), TPU_I64);
+  tpuir_val ofs = tpulw__convert(b, tpulw__tensor(b, off), TPU_I64);
   int64_t one = 1;
   if (last) ofs = tpuir_slice(b->g, ofs, (int64_t[1]){0}, &nb, &one);
   int64_t s2[2] = {nb, D}, i2[2] = {I, 1}, ib[2] = {nb, I};
-  tpuir_val o2b = nb > 0 ? offset2bag(b, ofs, I, nb) : lw_full(b, TPU_I64, 1, &I, 0);
-  tpuir_val notpad = lw_bin_c(b, TPUIR_NE, ix, (double)pad);
+  tpuir_val o2b = nb > 0 ? offset2bag(b, ofs, I, nb) : tpulw__full(b, TPU_I64, 1, &I, 0);
+  tpuir_val notpad = tpulw__bin_c(b, TPUIR_NE, ix, (double)pad);
   /* bag_size: non-padding entries per bag (entries past the last bag with
    * include_last_offset are dropped) */
   tpuir_val inbag = notpad;
   if (last && nb > 0 && mode != EB_MAX) { /* (CPU's max mode keeps them in the last bag) */
-    tpuir_val lastoff = lw_reshape(b, tpuir_slice(b->g, lw_convert(b, lw_tensor(b, off), TPU_I64), &nb,
+    tpuir_val lastoff = tpulw__reshape(b, tpuir_slice(b->g, tpulw__convert(b, tpulw__tensor(b, off), TPU_I64), &nb,
                                                  (int64_t[1]){nb + 1}, &one), 0, NULL);
-    inbag = lw_bin(b, TPUIR_AND, inbag, lw_bin(b, TPUIR_LT, tpuir_iota(b->g, TPU_I64, 1, &I, 0), lastoff));
+    inbag = tpulw__bin(b, TPUIR_AND, inbag, tpulw__bin(b, TPUIR_LT, tpuir_iota(b->g, TPU_I64, 1, &I, 0), lastoff));
   }
-  tpuir_val w = lw_convert(b, lw_tensor(b, wt), cdt);
+  tpuir_val w = tpulw__convert(b, tpulw__tensor(b, wt), cdt);
   tpuir_val rows = tpuir_index_select(b->g, w, 0, ix); /* [I, D] */
   b->sync = 1;
   b->err_remap = LW_ERR_RUNTIME;
@@ -1064,136 +1064,136 @@ static int ebag_fn(lw_b *b) {
   if (nb > 0) {
     int64_t d1[1] = {1};
     tpuir_val bi = tpuir_iota(b->g, TPU_I64, 2, ib, 0);
-    member = lw_bin(b, TPUIR_AND, lw_bin(b, TPUIR_EQ, bi, tpuir_broadcast_in_dim(b->g, o2b, 2, ib, d1)),
+    member = tpulw__bin(b, TPUIR_AND, tpulw__bin(b, TPUIR_EQ, bi, tpuir_broadcast_in_dim(b->g, o2b, 2, ib, d1)),
                     tpuir_broadcast_in_dim(b->g, inbag, 2, ib, d1)); /* [nb, I] */
-    bsz = lw_reduce_dims(b, TPUIR_RED_SUM, lw_convert(b, member, TPU_I64), 2u, 0);
+    bsz = tpulw__reduce_dims(b, TPUIR_RED_SUM, tpulw__convert(b, member, TPU_I64), 2u, 0);
   } else {
-    bsz = lw_full(b, TPU_I64, 1, &nb, 0);
+    bsz = tpulw__full(b, TPU_I64, 1, &nb, 0);
   }
   LW_TRY(bsz);
   tpuir_val out, maxi;
   if (mode != EB_MAX) {
-    tpuir_val r = lw_sel(b, lw_reshape(b, inbag, 2, i2), rows, lw_const(b, cdt, 0));
-    if (psw) r = lw_bin(b, TPUIR_MUL, r, lw_reshape(b, lw_convert(b, lw_tensor(b, psw), cdt), 2, i2));
-    out = tpuir_index_add(b->g, lw_full(b, cdt, 2, s2, 0), 0, o2b, r);
+    tpuir_val r = tpulw__sel(b, tpulw__reshape(b, inbag, 2, i2), rows, tpulw__const(b, cdt, 0));
+    if (psw) r = tpulw__bin(b, TPUIR_MUL, r, tpulw__reshape(b, tpulw__convert(b, tpulw__tensor(b, psw), cdt), 2, i2));
+    out = tpuir_index_add(b->g, tpulw__full(b, cdt, 2, s2, 0), 0, o2b, r);
     if (mode == EB_MEAN) {
       int64_t b1[2] = {nb, 1};
-      tpuir_val div = lw_reshape(b, lw_convert(b, lw_bin_c(b, TPUIR_MAX, bsz, 1), cdt), 2, b1);
-      out = lw_bin(b, TPUIR_DIV, out, div);
+      tpuir_val div = tpulw__reshape(b, tpulw__convert(b, tpulw__bin_c(b, TPUIR_MAX, bsz, 1), cdt), 2, b1);
+      out = tpulw__bin(b, TPUIR_DIV, out, div);
     }
-    maxi = lw_full(b, TPU_I64, 1, &nb, 0);
+    maxi = tpulw__full(b, TPU_I64, 1, &nb, 0);
   } else if (nb == 0 || I == 0 || D == 0) {
-    out = lw_full(b, cdt, 2, s2, 0);
-    maxi = lw_full(b, TPU_I64, 2, s2, 0);
+    out = tpulw__full(b, cdt, 2, s2, 0);
+    maxi = tpulw__full(b, TPU_I64, 2, s2, 0);
   } else {
     int64_t s3[3] = {nb, I, D}, d12[2] = {1, 2}, d01[2] = {0, 1};
     tpuir_val m3 = tpuir_broadcast_in_dim(b->g, member, 3, s3, d01);
     tpuir_val r3 = tpuir_broadcast_in_dim(b->g, rows, 3, s3, d12);
-    tpuir_val vals = lw_sel(b, m3, r3, lw_const(b, cdt, -INFINITY));
+    tpuir_val vals = tpulw__sel(b, m3, r3, tpulw__const(b, cdt, -INFINITY));
     tpuir_val am = tpuir_argreduce(b->g, TPUIR_RED_MAX, vals, 1); /* [nb, D] */
     LW_TRY(am);
     int64_t s31[3] = {nb, 1, D};
-    tpuir_val mx = lw_reshape(b, tpuir_gather(b->g, vals, 1, lw_reshape(b, am, 3, s31)), 2, s2);
-    tpuir_val nonempty = lw_reshape(b, lw_bin_c(b, TPUIR_GT, bsz, 0), 2, (int64_t[2]){nb, 1});
-    out = lw_sel(b, nonempty, mx, lw_const(b, cdt, 0));
-    tpuir_val wi = tpuir_index_select(b->g, ix, 0, lw_reshape(b, am, 1, (int64_t[1]){nb * D}));
-    maxi = lw_sel(b, nonempty, lw_reshape(b, wi, 2, s2), lw_const(b, TPU_I64, 0));
+    tpuir_val mx = tpulw__reshape(b, tpuir_gather(b->g, vals, 1, tpulw__reshape(b, am, 3, s31)), 2, s2);
+    tpuir_val nonempty = tpulw__reshape(b, tpulw__bin_c(b, TPUIR_GT, bsz, 0), 2, (int64_t[2]){nb, 1});
+    out = tpulw__sel(b, nonempty, mx, tpulw__const(b, cdt, 0));
+    tpuir_val wi = tpuir_index_select(b->g, ix, 0, tpulw__reshape(b, am, 1, (int64_t[1]){nb * D}));
+    maxi = tpulw__sel(b, nonempty, tpulw__reshape(b, wi, 2, s2), tpulw__const(b, TPU_I64, 0));
   }
-  if ((rc = lw_result_as(b, out, dt)) < 0) return rc;
-  if ((rc = lw_result(b, o2b)) < 0) return rc;
-  if ((rc = lw_result(b, bsz)) < 0) return rc;
-  return lw_result(b, maxi);
+  if ((rc = tpulw__result_as(b, out, dt)) < 0) return rc;
+  if ((rc = tpulw__result(b, o2b)) < 0) return rc;
+  if ((rc = tpulw__result(b, bsz)) < 0) return rc;
+  return tpulw__result(b, maxi);
 }
 
 /* _embedding_bag_backward (dense) / _embedding_bag_dense_backward */
-static int ebag_bw_fn(lw_b *b) {
-  const tpulw_tensor *gt = lw_tensor_arg(b, "grad"), *idx, *off;
-  const tpulw_tensor *o2t = lw_tensor_arg(b, "offset2bag"), *bst = lw_tensor_arg(b, "bag_size");
-  const tpulw_tensor *mit = lw_tensor_arg(b, "maximum_indices");
+static int ebag_bw_fn(tpulw__b *b) {
+  const tpulw_tensor *gt = tpulw__tensor_arg(b, "grad"), *idx, *off;
+  const tpulw_tensor *o2t = tpulw__tensor_arg(b, "offset2bag"), *bst = tpulw__tensor_arg(b, "bag_size");
+  const tpulw_tensor *mit = tpulw__tensor_arg(b, "maximum_indices");
   int rc;
   int64_t I, B = 0;
   if ((rc = need_tpu(b, gt)) || (rc = need_tpu(b, o2t)) || (rc = need_tpu(b, bst))) return rc;
   if ((rc = ebag_common(b, &idx, &off, &I, &B))) return rc;
-  if (b->op == K_EBAG_BW && lw_int(b, "sparse", 0))
+  if (b->op == K_EBAG_BW && tpulw__int(b, "sparse", 0))
     return tpu_error(TPU_E_UNSUPPORTED, "embedding_bag: sparse gradients");
   int dt = gt->view.dtype;
   if ((rc = float_only(b, dt))) return rc;
   if (gt->view.ndim != 2) return tpu_error(TPU_E_INVALID, "embedding_bag backward: grad must be 2D");
-  int64_t V = lw_int(b, "num_weights", 0), nb = gt->view.sizes[0], D = gt->view.sizes[1];
-  int mode = (int)lw_int(b, "mode", EB_SUM);
-  int64_t pad = lw_int(b, "padding_idx", -1);
-  int sgf = (int)lw_int(b, "scale_grad_by_freq", 0);
-  const tpulw_tensor *psw = lw_tensor_arg(b, "per_sample_weights");
-  int cdt = lw_opmath(dt);
+  int64_t V = tpulw__int(b, "num_weights", 0), nb = gt->view.sizes[0], D = gt->view.sizes[1];
+  int mode = (int)tpulw__int(b, "mode", EB_SUM);
+  int64_t pad = tpulw__int(b, "padding_idx", -1);
+  int sgf = (int)tpulw__int(b, "scale_grad_by_freq", 0);
+  const tpulw_tensor *psw = tpulw__tensor_arg(b, "per_sample_weights");
+  int cdt = tpulw__opmath(dt);
   int64_t s2[2] = {V, D}, i2[2] = {I, 1};
-  tpuir_val g = lw_convert(b, lw_tensor(b, gt), cdt);
-  tpuir_val ix = lw_convert(b, lw_tensor(b, idx), TPU_I64);
-  tpuir_val bs = lw_convert(b, lw_tensor(b, bst), TPU_I64);
+  tpuir_val g = tpulw__convert(b, tpulw__tensor(b, gt), cdt);
+  tpuir_val ix = tpulw__convert(b, tpulw__tensor(b, idx), TPU_I64);
+  tpuir_val bs = tpulw__convert(b, tpulw__tensor(b, bst), TPU_I64);
   b->sync = 1;
   b->err_remap = LW_ERR_RUNTIME;
   if (mode == EB_MAX) {
     if ((rc = need_tpu(b, mit))) return rc;
-    if (nb == 0 || D == 0) return lw_result_as(b, lw_full(b, cdt, 2, s2, 0), dt);
+    if (nb == 0 || D == 0) return tpulw__result_as(b, tpulw__full(b, cdt, 2, s2, 0), dt);
     int64_t b1[2] = {nb, 1}, bd[2] = {nb, D};
-    tpuir_val nonempty = lw_reshape(b, lw_bin_c(b, TPUIR_GT, bs, 0), 2, b1);
-    tpuir_val mi = lw_reshape(b, lw_convert(b, lw_tensor(b, mit), TPU_I64), 2, bd);
-    mi = lw_sel(b, nonempty, mi, lw_const(b, TPU_I64, 0));
-    tpuir_val src = lw_sel(b, nonempty, g, lw_const(b, cdt, 0));
-    return lw_result_as(b, tpuir_scatter_add(b->g, lw_full(b, cdt, 2, s2, 0), 0, mi, src), dt);
+    tpuir_val nonempty = tpulw__reshape(b, tpulw__bin_c(b, TPUIR_GT, bs, 0), 2, b1);
+    tpuir_val mi = tpulw__reshape(b, tpulw__convert(b, tpulw__tensor(b, mit), TPU_I64), 2, bd);
+    mi = tpulw__sel(b, nonempty, mi, tpulw__const(b, TPU_I64, 0));
+    tpuir_val src = tpulw__sel(b, nonempty, g, tpulw__const(b, cdt, 0));
+    return tpulw__result_as(b, tpuir_scatter_add(b->g, tpulw__full(b, cdt, 2, s2, 0), 0, mi, src), dt);
   }
-  if (I == 0 || nb == 0) return lw_result_as(b, lw_full(b, cdt, 2, s2, 0), dt);
-  tpuir_val o2b = lw_convert(b, lw_tensor(b, o2t), TPU_I64);
+  if (I == 0 || nb == 0) return tpulw__result_as(b, tpulw__full(b, cdt, 2, s2, 0), dt);
+  tpuir_val o2b = tpulw__convert(b, tpulw__tensor(b, o2t), TPU_I64);
   tpuir_val r = tpuir_index_select(b->g, g, 0, o2b); /* [I, D] */
   if (mode == EB_MEAN) {
     tpuir_val bsi = tpuir_index_select(b->g, bs, 0, o2b);
-    r = lw_bin(b, TPUIR_DIV, r, lw_reshape(b, lw_convert(b, lw_bin_c(b, TPUIR_MAX, bsi, 1), cdt), 2, i2));
+    r = tpulw__bin(b, TPUIR_DIV, r, tpulw__reshape(b, tpulw__convert(b, tpulw__bin_c(b, TPUIR_MAX, bsi, 1), cdt), 2, i2));
   }
-  if (psw) r = lw_bin(b, TPUIR_MUL, r, lw_reshape(b, lw_convert(b, lw_tensor(b, psw), cdt), 2, i2));
+  if (psw) r = tpulw__bin(b, TPUIR_MUL, r, tpulw__reshape(b, tpulw__convert(b, tpulw__tensor(b, psw), cdt), 2, i2));
   if (sgf) {
     int64_t ss[2] = {I, I};
     int64_t d0[1] = {0}, d1[1] = {1};
-    tpuir_val eq = lw_bin(b, TPUIR_EQ, tpuir_broadcast_in_dim(b->g, ix, 2, ss, d0),
+    tpuir_val eq = tpulw__bin(b, TPUIR_EQ, tpuir_broadcast_in_dim(b->g, ix, 2, ss, d0),
                           tpuir_broadcast_in_dim(b->g, ix, 2, ss, d1));
-    tpuir_val cnt = lw_reduce_dims(b, TPUIR_RED_SUM, lw_convert(b, eq, cdt), 2u, 0);
-    r = lw_bin(b, TPUIR_DIV, r, lw_reshape(b, cnt, 2, i2));
+    tpuir_val cnt = tpulw__reduce_dims(b, TPUIR_RED_SUM, tpulw__convert(b, eq, cdt), 2u, 0);
+    r = tpulw__bin(b, TPUIR_DIV, r, tpulw__reshape(b, cnt, 2, i2));
   }
-  r = lw_sel(b, lw_reshape(b, lw_bin_c(b, TPUIR_NE, ix, (double)pad), 2, i2), r, lw_const(b, cdt, 0));
+  r = tpulw__sel(b, tpulw__reshape(b, tpulw__bin_c(b, TPUIR_NE, ix, (double)pad), 2, i2), r, tpulw__const(b, cdt, 0));
   /* padding / dropped entries (offset2bag of an index past the last bag)
    * add zeros */
-  return lw_result_as(b, tpuir_index_add(b->g, lw_full(b, cdt, 2, s2, 0), 0, ix, r), dt);
+  return tpulw__result_as(b, tpuir_index_add(b->g, tpulw__full(b, cdt, 2, s2, 0), 0, ix, r), dt);
 }
 
-static int ebag_psw_bw_fn(lw_b *b) {
-  const tpulw_tensor *gt = lw_tensor_arg(b, "grad"), *wt = lw_tensor_arg(b, "weight"), *idx, *off;
-  const tpulw_tensor *o2t = lw_tensor_arg(b, "offset2bag");
+static int ebag_psw_bw_fn(tpulw__b *b) {
+  const tpulw_tensor *gt = tpulw__tensor_arg(b, "grad"), *wt = tpulw__tensor_arg(b, "weight"), *idx, *off;
+  const tpulw_tensor *o2t = tpulw__tensor_arg(b, "offset2bag");
   int rc;
   int64_t I, B = 0;
   if ((rc = need_tpu(b, gt)) || (rc = need_tpu(b, wt)) || (rc = need_tpu(b, o2t))) return rc;
   if ((rc = ebag_common(b, &idx, &off, &I, &B))) return rc;
-  int mode = (int)lw_int(b, "mode", EB_SUM);
+  int mode = (int)tpulw__int(b, "mode", EB_SUM);
   if (mode != EB_SUM)
     return tpu_error(TPU_E_INVALID, "embedding_bag_backward: per_sample_weights only supported for mode='sum'");
   int dt = gt->view.dtype;
   if ((rc = float_only(b, dt))) return rc;
-  int64_t pad = lw_int(b, "padding_idx", -1);
-  int cdt = lw_opmath(dt);
-  if (I == 0 || gt->view.sizes[0] == 0) return lw_result_as(b, lw_full(b, cdt, 1, &I, 0), dt);
-  tpuir_val ix = lw_convert(b, lw_tensor(b, idx), TPU_I64);
-  tpuir_val o2b = lw_convert(b, lw_tensor(b, o2t), TPU_I64);
-  tpuir_val g = tpuir_index_select(b->g, lw_convert(b, lw_tensor(b, gt), cdt), 0, o2b);
-  tpuir_val w = tpuir_index_select(b->g, lw_convert(b, lw_tensor(b, wt), cdt), 0, ix);
+  int64_t pad = tpulw__int(b, "padding_idx", -1);
+  int cdt = tpulw__opmath(dt);
+  if (I == 0 || gt->view.sizes[0] == 0) return tpulw__result_as(b, tpulw__full(b, cdt, 1, &I, 0), dt);
+  tpuir_val ix = tpulw__convert(b, tpulw__tensor(b, idx), TPU_I64);
+  tpuir_val o2b = tpulw__convert(b, tpulw__tensor(b, o2t), TPU_I64);
+  tpuir_val g = tpuir_index_select(b->g, tpulw__convert(b, tpulw__tensor(b, gt), cdt), 0, o2b);
+  tpuir_val w = tpuir_index_select(b->g, tpulw__convert(b, tpulw__tensor(b, wt), cdt), 0, ix);
   b->sync = 1;
   b->err_remap = LW_ERR_RUNTIME;
-  tpuir_val r = lw_reduce_dims(b, TPUIR_RED_SUM, lw_bin(b, TPUIR_MUL, g, w), 2u, 0);
-  r = lw_sel(b, lw_bin_c(b, TPUIR_NE, ix, (double)pad), r, lw_const(b, cdt, 0));
-  return lw_result_as(b, r, dt);
+  tpuir_val r = tpulw__reduce_dims(b, TPUIR_RED_SUM, tpulw__bin(b, TPUIR_MUL, g, w), 2u, 0);
+  r = tpulw__sel(b, tpulw__bin_c(b, TPUIR_NE, ix, (double)pad), r, tpulw__const(b, cdt, 0));
+  return tpulw__result_as(b, r, dt);
 }
 
 /* embedding_renorm_ (max_norm of embedding / embedding_bag): rows named
  * by indices whose p-norm exceeds max_norm are scaled by
  * max_norm / (norm + 1e-7) (scale in double, like CPU). */
-static int renorm_fn(lw_b *b) {
-  const tpulw_tensor *self = lw_tensor_arg(b, "self"), *it = lw_tensor_arg(b, "indices");
+static int renorm_fn(tpulw__b *b) {
+  const tpulw_tensor *self = tpulw__tensor_arg(b, "self"), *it = tpulw__tensor_arg(b, "indices");
   int rc;
   if ((rc = need_tpu(b, self)) || (rc = need_tpu(b, it))) return rc;
   const tpu_view *v = &self->view;
@@ -1206,23 +1206,23 @@ static int renorm_fn(lw_b *b) {
   if (idt != TPU_I64 && idt != TPU_I32)
     return tpu_error(TPU_E_INVALID, "Expected tensor for argument #2 'indices' to have one of the "
                      "following scalar types: Long, Int; but got %s instead (while checking "
-                     "arguments for embedding_renorm_)", lw_torch_name(idt));
-  double max_norm = lw_float(b, "max_norm", 0), p = lw_float(b, "norm_type", 2);
+                     "arguments for embedding_renorm_)", tpulw__torch_name(idt));
+  double max_norm = tpulw__float(b, "max_norm", 0), p = tpulw__float(b, "norm_type", 2);
   int64_t V = v->sizes[0], D = v->sizes[1], n = 1;
   for (int i = 0; i < it->view.ndim; i++) n *= it->view.sizes[i];
-  int cdt = lw_opmath(dt);
-  tpuir_val w = lw_convert(b, lw_tensor(b, self), cdt);
-  if (n == 0 || V == 0) return lw_result_as(b, w, dt);
-  tpuir_val ix = lw_reshape(b, lw_convert(b, lw_tensor(b, it), TPU_I64), 1, &n);
-  tpuir_val hit = tpuir_index_add(b->g, lw_full(b, TPU_I64, 1, &V, 0), 0, ix, lw_full(b, TPU_I64, 1, &n, 1));
+  int cdt = tpulw__opmath(dt);
+  tpuir_val w = tpulw__convert(b, tpulw__tensor(b, self), cdt);
+  if (n == 0 || V == 0) return tpulw__result_as(b, w, dt);
+  tpuir_val ix = tpulw__reshape(b, tpulw__convert(b, tpulw__tensor(b, it), TPU_I64), 1, &n);
+  tpuir_val hit = tpuir_index_add(b->g, tpulw__full(b, TPU_I64, 1, &V, 0), 0, ix, tpulw__full(b, TPU_I64, 1, &n, 1));
   b->sync = 1;
-  tpuir_val norm = D ? pnorm_last(b, w, p) : lw_full(b, cdt, 1, &V, 0);
-  tpuir_val nd = lw_convert(b, norm, TPU_F64);
-  tpuir_val scale = lw_bin(b, TPUIR_DIV, lw_const(b, TPU_F64, max_norm), lw_bin_c(b, TPUIR_ADD, nd, 1e-7));
-  tpuir_val on = lw_bin(b, TPUIR_AND, lw_bin_c(b, TPUIR_GT, hit, 0), lw_bin_c(b, TPUIR_GT, nd, max_norm));
+  tpuir_val norm = D ? pnorm_last(b, w, p) : tpulw__full(b, cdt, 1, &V, 0);
+  tpuir_val nd = tpulw__convert(b, norm, TPU_F64);
+  tpuir_val scale = tpulw__bin(b, TPUIR_DIV, tpulw__const(b, TPU_F64, max_norm), tpulw__bin_c(b, TPUIR_ADD, nd, 1e-7));
+  tpuir_val on = tpulw__bin(b, TPUIR_AND, tpulw__bin_c(b, TPUIR_GT, hit, 0), tpulw__bin_c(b, TPUIR_GT, nd, max_norm));
   int64_t v1[2] = {V, 1};
-  tpuir_val sc = lw_reshape(b, lw_convert(b, lw_sel(b, on, scale, lw_const(b, TPU_F64, 1)), cdt), 2, v1);
-  return lw_result_as(b, lw_bin(b, TPUIR_MUL, w, sc), dt);
+  tpuir_val sc = tpulw__reshape(b, tpulw__convert(b, tpulw__sel(b, on, scale, tpulw__const(b, TPU_F64, 1)), cdt), 2, v1);
+  return tpulw__result_as(b, tpulw__bin(b, TPUIR_MUL, w, sc), dt);
 }
 
 /* ---- grid_sampler_2d / grid_sampler_3d (+ backward) ---------------------- */
@@ -1231,43 +1231,43 @@ enum { GS_BILINEAR = 0, GS_NEAREST, GS_BICUBIC };
 enum { GS_ZEROS = 0, GS_BORDER, GS_REFLECTION };
 
 /* clip to [0, size - 1]; *gm (if non-NULL) *= d/dx (0 where clipped) */
-static tpuir_val gs_clip(lw_b *b, tpuir_val x, int64_t size, tpuir_val *gm) {
-  tpuir_val r = lw_bin_c(b, TPUIR_MIN, lw_bin_c(b, TPUIR_MAX, x, 0), (double)(size - 1));
+static tpuir_val gs_clip(tpulw__b *b, tpuir_val x, int64_t size, tpuir_val *gm) {
+  tpuir_val r = tpulw__bin_c(b, TPUIR_MIN, tpulw__bin_c(b, TPUIR_MAX, x, 0), (double)(size - 1));
   if (gm) {
-    lw_shape s = lw_info(b, x);
-    tpuir_val inside = lw_bin(b, TPUIR_AND, lw_bin_c(b, TPUIR_GT, x, 0), lw_bin_c(b, TPUIR_LT, x, (double)(size - 1)));
-    *gm = lw_sel(b, inside, *gm, lw_const(b, s.dtype, 0));
+    tpulw__shape s = tpulw__info(b, x);
+    tpuir_val inside = tpulw__bin(b, TPUIR_AND, tpulw__bin_c(b, TPUIR_GT, x, 0), tpulw__bin_c(b, TPUIR_LT, x, (double)(size - 1)));
+    *gm = tpulw__sel(b, inside, *gm, tpulw__const(b, s.dtype, 0));
   }
   return r;
 }
 
 /* reflect x into [tl/2, th/2] (GridSampler.h reflect_coordinates[_set_grad]) */
-static tpuir_val gs_reflect(lw_b *b, tpuir_val x, int64_t tl, int64_t th, tpuir_val *gm) {
-  lw_shape s = lw_info(b, x);
+static tpuir_val gs_reflect(tpulw__b *b, tpuir_val x, int64_t tl, int64_t th, tpuir_val *gm) {
+  tpulw__shape s = tpulw__info(b, x);
   if (tl == th) {
-    if (gm) *gm = lw_full(b, s.dtype, s.ndim, s.sizes, 0);
-    return lw_full(b, s.dtype, s.ndim, s.sizes, 0);
+    if (gm) *gm = tpulw__full(b, s.dtype, s.ndim, s.sizes, 0);
+    return tpulw__full(b, s.dtype, s.ndim, s.sizes, 0);
   }
   double mn = (double)tl / 2, span = (double)(th - tl) / 2;
-  tpuir_val d = lw_bin_c(b, TPUIR_SUB, x, mn);
-  tpuir_val neg = lw_bin_c(b, TPUIR_LT, d, 0);
-  tpuir_val a = lw_un(b, TPUIR_ABS, d);
-  tpuir_val extra = lw_bin_c(b, TPUIR_REM, a, span);
-  tpuir_val flips = lw_un(b, TPUIR_FLOOR, lw_bin_c(b, TPUIR_DIV, a, span));
-  tpuir_val even = lw_bin_c(b, TPUIR_EQ, lw_bin_c(b, TPUIR_REM, flips, 2), 0);
-  tpuir_val r = lw_sel(b, even, lw_bin_c(b, TPUIR_ADD, extra, mn),
-                       lw_bin_c(b, TPUIR_ADD, lw_bin(b, TPUIR_SUB, lw_const(b, s.dtype, span), extra), mn));
+  tpuir_val d = tpulw__bin_c(b, TPUIR_SUB, x, mn);
+  tpuir_val neg = tpulw__bin_c(b, TPUIR_LT, d, 0);
+  tpuir_val a = tpulw__un(b, TPUIR_ABS, d);
+  tpuir_val extra = tpulw__bin_c(b, TPUIR_REM, a, span);
+  tpuir_val flips = tpulw__un(b, TPUIR_FLOOR, tpulw__bin_c(b, TPUIR_DIV, a, span));
+  tpuir_val even = tpulw__bin_c(b, TPUIR_EQ, tpulw__bin_c(b, TPUIR_REM, flips, 2), 0);
+  tpuir_val r = tpulw__sel(b, even, tpulw__bin_c(b, TPUIR_ADD, extra, mn),
+                       tpulw__bin_c(b, TPUIR_ADD, tpulw__bin(b, TPUIR_SUB, tpulw__const(b, s.dtype, span), extra), mn));
   if (gm) {
-    tpuir_val one = lw_const(b, s.dtype, 1), mone = lw_const(b, s.dtype, -1);
-    tpuir_val m = lw_sel(b, neg, mone, one);
-    m = lw_sel(b, even, m, lw_un(b, TPUIR_NEG, m));
-    *gm = lw_bin(b, TPUIR_MUL, *gm, m);
+    tpuir_val one = tpulw__const(b, s.dtype, 1), mone = tpulw__const(b, s.dtype, -1);
+    tpuir_val m = tpulw__sel(b, neg, mone, one);
+    m = tpulw__sel(b, even, m, tpulw__un(b, TPUIR_NEG, m));
+    *gm = tpulw__bin(b, TPUIR_MUL, *gm, m);
   }
   return r;
 }
 
 /* padding applied to an unnormalized coordinate (compute_coordinates) */
-static tpuir_val gs_pad(lw_b *b, tpuir_val x, int64_t size, int pad, int align, tpuir_val *gm) {
+static tpuir_val gs_pad(tpulw__b *b, tpuir_val x, int64_t size, int pad, int align, tpuir_val *gm) {
   if (pad == GS_BORDER) {
     x = gs_clip(b, x, size, gm);
   } else if (pad == GS_REFLECTION) {
@@ -1275,57 +1275,57 @@ static tpuir_val gs_pad(lw_b *b, tpuir_val x, int64_t size, int pad, int align, 
     x = gs_clip(b, x, size, gm);
   }
   /* safe_downgrade_to_int_range: non-finite / huge -> -100 */
-  lw_shape s = lw_info(b, x);
-  tpuir_val ok = lw_bin(b, TPUIR_AND, lw_un(b, TPUIR_IS_FINITE, x),
-                        lw_bin(b, TPUIR_AND, lw_bin_c(b, TPUIR_LT, x, 2147483646.0), lw_bin_c(b, TPUIR_GE, x, -2147483648.0)));
-  return lw_sel(b, ok, x, lw_const(b, s.dtype, -100));
+  tpulw__shape s = tpulw__info(b, x);
+  tpuir_val ok = tpulw__bin(b, TPUIR_AND, tpulw__un(b, TPUIR_IS_FINITE, x),
+                        tpulw__bin(b, TPUIR_AND, tpulw__bin_c(b, TPUIR_LT, x, 2147483646.0), tpulw__bin_c(b, TPUIR_GE, x, -2147483648.0)));
+  return tpulw__sel(b, ok, x, tpulw__const(b, s.dtype, -100));
 }
 
-static tpuir_val gs_unnorm(lw_b *b, tpuir_val c, int64_t size, int align, double *mult) {
+static tpuir_val gs_unnorm(tpulw__b *b, tpuir_val c, int64_t size, int align, double *mult) {
   if (align) {
     *mult = (double)(size - 1) / 2;
-    return lw_bin_c(b, TPUIR_MUL, lw_bin_c(b, TPUIR_ADD, c, 1), (double)(size - 1) / 2);
+    return tpulw__bin_c(b, TPUIR_MUL, tpulw__bin_c(b, TPUIR_ADD, c, 1), (double)(size - 1) / 2);
   }
   *mult = (double)size / 2;
-  return lw_bin_c(b, TPUIR_DIV, lw_bin_c(b, TPUIR_SUB, lw_bin_c(b, TPUIR_MUL, lw_bin_c(b, TPUIR_ADD, c, 1), (double)size), 1), 2);
+  return tpulw__bin_c(b, TPUIR_DIV, tpulw__bin_c(b, TPUIR_SUB, tpulw__bin_c(b, TPUIR_MUL, tpulw__bin_c(b, TPUIR_ADD, c, 1), (double)size), 1), 2);
 }
 
 /* Keys cubic coefficients (A = -0.75) of tap k at fraction t, and their
  * derivative (get_cubic_coefficients_grad) */
-static tpuir_val cubic_coef(lw_b *b, tpuir_val t, int k, int grad) {
+static tpuir_val cubic_coef(tpulw__b *b, tpuir_val t, int k, int grad) {
   const double A = -0.75;
-  lw_shape s = lw_info(b, t);
-  tpuir_val one = lw_const(b, s.dtype, 1);
+  tpulw__shape s = tpulw__info(b, t);
+  tpuir_val one = tpulw__const(b, s.dtype, 1);
   tpuir_val x, w;
   if (!grad) {
-    x = k == 0 ? lw_bin_c(b, TPUIR_ADD, t, 1) : k == 1 ? t : k == 2 ? lw_bin(b, TPUIR_SUB, one, t)
-                                                         : lw_bin_c(b, TPUIR_ADD, lw_bin(b, TPUIR_SUB, one, t), 1);
+    x = k == 0 ? tpulw__bin_c(b, TPUIR_ADD, t, 1) : k == 1 ? t : k == 2 ? tpulw__bin(b, TPUIR_SUB, one, t)
+                                                         : tpulw__bin_c(b, TPUIR_ADD, tpulw__bin(b, TPUIR_SUB, one, t), 1);
     if (k == 1 || k == 2) {
-      w = lw_bin_c(b, TPUIR_SUB, lw_bin_c(b, TPUIR_MUL, x, A + 2), A + 3);
-      return lw_bin_c(b, TPUIR_ADD, lw_bin(b, TPUIR_MUL, lw_bin(b, TPUIR_MUL, w, x), x), 1);
+      w = tpulw__bin_c(b, TPUIR_SUB, tpulw__bin_c(b, TPUIR_MUL, x, A + 2), A + 3);
+      return tpulw__bin_c(b, TPUIR_ADD, tpulw__bin(b, TPUIR_MUL, tpulw__bin(b, TPUIR_MUL, w, x), x), 1);
     }
-    w = lw_bin_c(b, TPUIR_SUB, lw_bin_c(b, TPUIR_MUL, x, A), 5 * A);
-    w = lw_bin_c(b, TPUIR_ADD, lw_bin(b, TPUIR_MUL, w, x), 8 * A);
-    return lw_bin_c(b, TPUIR_SUB, lw_bin(b, TPUIR_MUL, w, x), 4 * A);
+    w = tpulw__bin_c(b, TPUIR_SUB, tpulw__bin_c(b, TPUIR_MUL, x, A), 5 * A);
+    w = tpulw__bin_c(b, TPUIR_ADD, tpulw__bin(b, TPUIR_MUL, w, x), 8 * A);
+    return tpulw__bin_c(b, TPUIR_SUB, tpulw__bin(b, TPUIR_MUL, w, x), 4 * A);
   }
   if (k == 0) {
-    x = lw_bin(b, TPUIR_SUB, lw_const(b, s.dtype, -1), t);
-    w = lw_bin_c(b, TPUIR_SUB, lw_bin_c(b, TPUIR_MUL, x, -3 * A), 10 * A);
-    return lw_bin_c(b, TPUIR_SUB, lw_bin(b, TPUIR_MUL, w, x), 8 * A);
+    x = tpulw__bin(b, TPUIR_SUB, tpulw__const(b, s.dtype, -1), t);
+    w = tpulw__bin_c(b, TPUIR_SUB, tpulw__bin_c(b, TPUIR_MUL, x, -3 * A), 10 * A);
+    return tpulw__bin_c(b, TPUIR_SUB, tpulw__bin(b, TPUIR_MUL, w, x), 8 * A);
   }
   if (k == 1) {
-    x = lw_un(b, TPUIR_NEG, t);
-    w = lw_bin_c(b, TPUIR_SUB, lw_bin_c(b, TPUIR_MUL, x, -3 * (A + 2)), 2 * (A + 3));
-    return lw_bin(b, TPUIR_MUL, w, x);
+    x = tpulw__un(b, TPUIR_NEG, t);
+    w = tpulw__bin_c(b, TPUIR_SUB, tpulw__bin_c(b, TPUIR_MUL, x, -3 * (A + 2)), 2 * (A + 3));
+    return tpulw__bin(b, TPUIR_MUL, w, x);
   }
   if (k == 2) {
-    x = lw_bin(b, TPUIR_SUB, one, t);
-    w = lw_bin_c(b, TPUIR_SUB, lw_bin_c(b, TPUIR_MUL, x, 3 * (A + 2)), 2 * (A + 3));
-    return lw_bin(b, TPUIR_MUL, w, x);
+    x = tpulw__bin(b, TPUIR_SUB, one, t);
+    w = tpulw__bin_c(b, TPUIR_SUB, tpulw__bin_c(b, TPUIR_MUL, x, 3 * (A + 2)), 2 * (A + 3));
+    return tpulw__bin(b, TPUIR_MUL, w, x);
   }
-  x = lw_bin(b, TPUIR_SUB, lw_const(b, s.dtype, 2), t);
-  w = lw_bin_c(b, TPUIR_SUB, lw_bin_c(b, TPUIR_MUL, x, 3 * A), 10 * A);
-  return lw_bin_c(b, TPUIR_ADD, lw_bin(b, TPUIR_MUL, w, x), 8 * A);
+  x = tpulw__bin(b, TPUIR_SUB, tpulw__const(b, s.dtype, 2), t);
+  w = tpulw__bin_c(b, TPUIR_SUB, tpulw__bin_c(b, TPUIR_MUL, x, 3 * A), 10 * A);
+  return tpulw__bin_c(b, TPUIR_ADD, tpulw__bin(b, TPUIR_MUL, w, x), 8 * A);
 }
 
 #define GS_MAXT 64
@@ -1335,10 +1335,10 @@ typedef struct gs_tap {
   tpuir_val dw[3];          /* cdt [N, P] d weight / d source coord per dim */
 } gs_tap;
 
-static int grid_fn(lw_b *b) {
+static int grid_fn(tpulw__b *b) {
   int bw = strstr(b->base, "_backward") != NULL;
   int nsp = nsp_of(b);
-  const tpulw_tensor *in = lw_tensor_arg(b, "input"), *gr = lw_tensor_arg(b, "grid");
+  const tpulw_tensor *in = tpulw__tensor_arg(b, "input"), *gr = tpulw__tensor_arg(b, "grid");
   int rc;
   if ((rc = need_tpu(b, in)) || (rc = need_tpu(b, gr))) return rc;
   const tpu_view *iv = &in->view, *gv = &gr->view;
@@ -1347,7 +1347,7 @@ static int grid_fn(lw_b *b) {
   if ((rc = float_only(b, dt))) return rc;
   if (gv->dtype != dt)
     return tpu_error(TPU_E_INVALID, "grid_sampler(): expected input and grid to have same dtype, "
-                     "but input has %s and grid has %s", lw_c_name(dt), lw_c_name(gv->dtype));
+                     "but input has %s and grid has %s", tpulw__c_name(dt), tpulw__c_name(gv->dtype));
   if (iv->ndim != nsp + 2 || gv->ndim != iv->ndim)
     return tpu_error(TPU_E_INVALID, "grid_sampler(): expected %dD input and grid with same number "
                      "of dimensions, but got input with sizes [%s] and grid with sizes [%s]", nsp + 2,
@@ -1364,8 +1364,8 @@ static int grid_fn(lw_b *b) {
       return tpu_error(TPU_E_INVALID, "grid_sampler(): expected input to have non-empty spatial "
                        "dimensions, but input has sizes [%s] with dimension %d being empty",
                        fmt_sizes(s1, sizeof s1, iv->ndim, iv->sizes), i);
-  int mode = (int)lw_int(b, "interpolation_mode", 0), pad = (int)lw_int(b, "padding_mode", 0);
-  int align = (int)lw_int(b, "align_corners", 0);
+  int mode = (int)tpulw__int(b, "interpolation_mode", 0), pad = (int)tpulw__int(b, "padding_mode", 0);
+  int align = (int)tpulw__int(b, "align_corners", 0);
   if (mode == GS_BICUBIC && nsp == 3)
     return tpu_error(TPU_E_INVALID, "grid_sampler(): bicubic interpolation only supports 4D input");
   if (mode < 0 || mode > 2 || pad < 0 || pad > 2)
@@ -1377,30 +1377,30 @@ static int grid_fn(lw_b *b) {
   }
   int64_t osz[5] = {N, C};
   for (int i = 0; i < nsp; i++) osz[2 + i] = gv->sizes[1 + i];
-  int cdt = lw_opmath(dt);
+  int cdt = tpulw__opmath(dt);
   const tpulw_tensor *go = NULL;
   int m0 = 1, m1 = 1;
   if (bw) {
-    go = lw_tensor_arg(b, "grad_output");
+    go = tpulw__tensor_arg(b, "grad_output");
     if ((rc = need_tpu(b, go))) return rc;
     int ok = go->view.ndim == nsp + 2;
     for (int i = 0; ok && i < nsp + 2; i++) ok = go->view.sizes[i] == osz[i];
     if (!ok) return tpu_error(TPU_E_INVALID, "grid_sampler backward: grad_output shape");
     int n;
     int64_t sc;
-    const int64_t *mk = lw_ints(b, "output_mask", &n, &sc);
+    const int64_t *mk = tpulw__ints(b, "output_mask", &n, &sc);
     if (mk && n == 2) {
       m0 = mk[0] != 0;
       m1 = mk[1] != 0;
     }
   }
   if (N == 0 || P == 0 || C == 0) {
-    if (!bw) return lw_result(b, lw_full(b, dt, nsp + 2, osz, 0));
-    if ((rc = lw_result(b, lw_full(b, dt, iv->ndim, iv->sizes, 0))) < 0) return rc;
-    return lw_result(b, lw_full(b, dt, gv->ndim, gv->sizes, 0));
+    if (!bw) return tpulw__result(b, tpulw__full(b, dt, nsp + 2, osz, 0));
+    if ((rc = tpulw__result(b, tpulw__full(b, dt, iv->ndim, iv->sizes, 0))) < 0) return rc;
+    return tpulw__result(b, tpulw__full(b, dt, gv->ndim, gv->sizes, 0));
   }
   int64_t g3[3] = {N, P, nsp}, np2[2] = {N, P}, one3[3] = {1, 1, 1};
-  tpuir_val g = lw_reshape(b, lw_convert(b, lw_tensor(b, gr), cdt), 3, g3);
+  tpuir_val g = tpulw__reshape(b, tpulw__convert(b, tpulw__tensor(b, gr), cdt), 3, g3);
   tpuir_val gmul[3], i0[3], t[3];
   int64_t size[3], stride[3];
   int64_t st = 1;
@@ -1409,17 +1409,17 @@ static int grid_fn(lw_b *b) {
     stride[d] = st;
     st *= size[d];
     int64_t lo[3] = {0, 0, d}, hi[3] = {N, P, d + 1};
-    tpuir_val c = lw_reshape(b, tpuir_slice(b->g, g, lo, hi, one3), 2, np2);
+    tpuir_val c = tpulw__reshape(b, tpuir_slice(b->g, g, lo, hi, one3), 2, np2);
     double um;
     tpuir_val x = gs_unnorm(b, c, size[d], align, &um);
-    gmul[d] = lw_full(b, cdt, 2, np2, um);
+    gmul[d] = tpulw__full(b, cdt, 2, np2, um);
     if (mode != GS_BICUBIC) x = gs_pad(b, x, size[d], pad, align, &gmul[d]);
     LW_TRY(x);
     if (mode == GS_NEAREST) {
-      i0[d] = lw_un(b, TPUIR_ROUND_EVEN, x);
+      i0[d] = tpulw__un(b, TPUIR_ROUND_EVEN, x);
     } else {
-      i0[d] = lw_un(b, TPUIR_FLOOR, x);
-      t[d] = lw_bin(b, TPUIR_SUB, x, i0[d]);
+      i0[d] = tpulw__un(b, TPUIR_FLOOR, x);
+      t[d] = tpulw__bin(b, TPUIR_SUB, x, i0[d]);
     }
   }
   /* taps */
@@ -1428,7 +1428,7 @@ static int grid_fn(lw_b *b) {
   int per = mode == GS_NEAREST ? 1 : mode == GS_BILINEAR ? 2 : 4;
   int total = 1;
   for (int d = 0; d < nsp; d++) total *= per;
-  tpuir_val zero = lw_const(b, cdt, 0);
+  tpuir_val zero = tpulw__const(b, cdt, 0);
   for (int k = 0; k < total; k++) {
     int kd[3], kk = k;
     for (int d = 0; d < nsp; d++) {
@@ -1440,115 +1440,115 @@ static int grid_fn(lw_b *b) {
       tpuir_val pos;
       if (mode == GS_NEAREST) {
         pos = i0[d];
-        wd[d] = lw_full(b, cdt, 2, np2, 1);
-        dwd[d] = lw_full(b, cdt, 2, np2, 0);
+        wd[d] = tpulw__full(b, cdt, 2, np2, 1);
+        dwd[d] = tpulw__full(b, cdt, 2, np2, 0);
       } else if (mode == GS_BILINEAR) {
-        pos = kd[d] ? lw_bin_c(b, TPUIR_ADD, i0[d], 1) : i0[d];
-        wd[d] = kd[d] ? t[d] : lw_bin(b, TPUIR_SUB, lw_const(b, cdt, 1), t[d]);
-        dwd[d] = lw_full(b, cdt, 2, np2, kd[d] ? 1 : -1);
+        pos = kd[d] ? tpulw__bin_c(b, TPUIR_ADD, i0[d], 1) : i0[d];
+        wd[d] = kd[d] ? t[d] : tpulw__bin(b, TPUIR_SUB, tpulw__const(b, cdt, 1), t[d]);
+        dwd[d] = tpulw__full(b, cdt, 2, np2, kd[d] ? 1 : -1);
       } else {
-        pos = gs_pad(b, lw_bin_c(b, TPUIR_ADD, i0[d], (double)(kd[d] - 1)), size[d], pad, align, NULL);
+        pos = gs_pad(b, tpulw__bin_c(b, TPUIR_ADD, i0[d], (double)(kd[d] - 1)), size[d], pad, align, NULL);
         wd[d] = cubic_coef(b, t[d], kd[d], 0);
-        dwd[d] = lw_un(b, TPUIR_NEG, cubic_coef(b, t[d], kd[d], 1));
+        dwd[d] = tpulw__un(b, TPUIR_NEG, cubic_coef(b, t[d], kd[d], 1));
       }
-      tpuir_val ok = lw_bin(b, TPUIR_AND, lw_bin_c(b, TPUIR_GE, pos, 0), lw_bin_c(b, TPUIR_LE, pos, (double)(size[d] - 1)));
-      valid = valid < 0 ? ok : lw_bin(b, TPUIR_AND, valid, ok);
-      tpuir_val pi = lw_convert(b, lw_sel(b, ok, pos, zero), TPU_I64);
-      pi = lw_bin_c(b, TPUIR_MUL, pi, (double)stride[d]);
-      flat = flat < 0 ? pi : lw_bin(b, TPUIR_ADD, flat, pi);
+      tpuir_val ok = tpulw__bin(b, TPUIR_AND, tpulw__bin_c(b, TPUIR_GE, pos, 0), tpulw__bin_c(b, TPUIR_LE, pos, (double)(size[d] - 1)));
+      valid = valid < 0 ? ok : tpulw__bin(b, TPUIR_AND, valid, ok);
+      tpuir_val pi = tpulw__convert(b, tpulw__sel(b, ok, pos, zero), TPU_I64);
+      pi = tpulw__bin_c(b, TPUIR_MUL, pi, (double)stride[d]);
+      flat = flat < 0 ? pi : tpulw__bin(b, TPUIR_ADD, flat, pi);
       LW_TRY(flat);
     }
     gs_tap *tp = &taps[ntap++];
-    tp->flat = lw_sel(b, valid, flat, lw_const(b, TPU_I64, 0));
-    for (int d = 0; d < nsp; d++) w = w < 0 ? wd[d] : lw_bin(b, TPUIR_MUL, w, wd[d]);
-    tp->w = lw_sel(b, valid, w, zero);
+    tp->flat = tpulw__sel(b, valid, flat, tpulw__const(b, TPU_I64, 0));
+    for (int d = 0; d < nsp; d++) w = w < 0 ? wd[d] : tpulw__bin(b, TPUIR_MUL, w, wd[d]);
+    tp->w = tpulw__sel(b, valid, w, zero);
     for (int d = 0; d < nsp; d++) {
       tpuir_val dw = dwd[d];
       for (int e = 0; e < nsp; e++)
-        if (e != d) dw = lw_bin(b, TPUIR_MUL, dw, wd[e]);
-      tp->dw[d] = lw_sel(b, valid, dw, zero);
+        if (e != d) dw = tpulw__bin(b, TPUIR_MUL, dw, wd[e]);
+      tp->dw[d] = tpulw__sel(b, valid, dw, zero);
     }
     LW_TRY(tp->w);
   }
   int64_t ins[3] = {N, C, S}, outs[3] = {N, C, P}, d02[2] = {0, 2};
-  tpuir_val x = lw_reshape(b, lw_convert(b, lw_tensor(b, in), cdt), 3, ins);
+  tpuir_val x = tpulw__reshape(b, tpulw__convert(b, tpulw__tensor(b, in), cdt), 3, ins);
   tpuir_val gsrc[3] = {-1, -1, -1}, acc = -1, gin = -1;
-  tpuir_val gout = bw ? lw_reshape(b, lw_convert(b, lw_tensor(b, go), cdt), 3, outs) : -1;
-  if (bw && m0) gin = lw_full(b, cdt, 3, ins, 0);
+  tpuir_val gout = bw ? tpulw__reshape(b, tpulw__convert(b, tpulw__tensor(b, go), cdt), 3, outs) : -1;
+  if (bw && m0) gin = tpulw__full(b, cdt, 3, ins, 0);
   for (int k = 0; k < ntap; k++) {
     tpuir_val idx = tpuir_broadcast_in_dim(b->g, taps[k].flat, 3, outs, d02);
     tpuir_val w3 = tpuir_broadcast_in_dim(b->g, taps[k].w, 3, outs, d02);
     if (!bw) {
-      tpuir_val v = lw_bin(b, TPUIR_MUL, tpuir_gather(b->g, x, 2, idx), w3);
-      acc = acc < 0 ? v : lw_bin(b, TPUIR_ADD, acc, v);
+      tpuir_val v = tpulw__bin(b, TPUIR_MUL, tpuir_gather(b->g, x, 2, idx), w3);
+      acc = acc < 0 ? v : tpulw__bin(b, TPUIR_ADD, acc, v);
       LW_TRY(acc);
       continue;
     }
-    if (m0) gin = tpuir_scatter_add(b->g, gin, 2, idx, lw_bin(b, TPUIR_MUL, gout, w3));
+    if (m0) gin = tpuir_scatter_add(b->g, gin, 2, idx, tpulw__bin(b, TPUIR_MUL, gout, w3));
     if (m1 && mode != GS_NEAREST) {
-      tpuir_val vg = lw_reduce_dims(b, TPUIR_RED_SUM, lw_bin(b, TPUIR_MUL, tpuir_gather(b->g, x, 2, idx), gout), 2u, 0);
+      tpuir_val vg = tpulw__reduce_dims(b, TPUIR_RED_SUM, tpulw__bin(b, TPUIR_MUL, tpuir_gather(b->g, x, 2, idx), gout), 2u, 0);
       for (int d = 0; d < nsp; d++) {
-        tpuir_val c = lw_bin(b, TPUIR_MUL, vg, taps[k].dw[d]);
-        gsrc[d] = gsrc[d] < 0 ? c : lw_bin(b, TPUIR_ADD, gsrc[d], c);
+        tpuir_val c = tpulw__bin(b, TPUIR_MUL, vg, taps[k].dw[d]);
+        gsrc[d] = gsrc[d] < 0 ? c : tpulw__bin(b, TPUIR_ADD, gsrc[d], c);
         LW_TRY(gsrc[d]);
       }
     }
   }
-  if (!bw) return lw_result_as(b, lw_reshape(b, acc, nsp + 2, osz), dt);
+  if (!bw) return tpulw__result_as(b, tpulw__reshape(b, acc, nsp + 2, osz), dt);
   if (m0) {
-    if ((rc = lw_result_as(b, lw_reshape(b, gin, iv->ndim, iv->sizes), dt)) < 0) return rc;
+    if ((rc = tpulw__result_as(b, tpulw__reshape(b, gin, iv->ndim, iv->sizes), dt)) < 0) return rc;
   } else {
-    if ((rc = lw_result(b, lw_full(b, dt, iv->ndim, iv->sizes, 0))) < 0) return rc;
+    if ((rc = tpulw__result(b, tpulw__full(b, dt, iv->ndim, iv->sizes, 0))) < 0) return rc;
   }
-  if (!m1 || mode == GS_NEAREST) return lw_result(b, lw_full(b, dt, gv->ndim, gv->sizes, 0));
+  if (!m1 || mode == GS_NEAREST) return tpulw__result(b, tpulw__full(b, dt, gv->ndim, gv->sizes, 0));
   tpuir_val parts[3];
   int64_t np1[3] = {N, P, 1};
-  for (int d = 0; d < nsp; d++) parts[d] = lw_reshape(b, lw_bin(b, TPUIR_MUL, gsrc[d], gmul[d]), 3, np1);
+  for (int d = 0; d < nsp; d++) parts[d] = tpulw__reshape(b, tpulw__bin(b, TPUIR_MUL, gsrc[d], gmul[d]), 3, np1);
   tpuir_val gg = tpuir_concat(b->g, nsp, parts, 2);
-  return lw_result_as(b, lw_reshape(b, gg, gv->ndim, gv->sizes), dt);
+  return tpulw__result_as(b, tpulw__reshape(b, gg, gv->ndim, gv->sizes), dt);
 }
 
 /* ---- CTC loss (_ctc_loss / _ctc_loss_backward, int-list lengths) ------- */
 
 /* int64 [n] vector of host values */
-static tpuir_val host_vec(lw_b *b, int n, const int64_t *v) {
+static tpuir_val host_vec(tpulw__b *b, int n, const int64_t *v) {
   if (n == 0) {
     int64_t z = 0;
-    return lw_full(b, TPU_I64, 1, &z, 0);
+    return tpulw__full(b, TPU_I64, 1, &z, 0);
   }
   tpuir_val parts[256];
   if (n > 256) return tpu_error(TPU_E_UNSUPPORTED, "ctc_loss: batch too large");
   int64_t one = 1;
-  for (int i = 0; i < n; i++) parts[i] = lw_reshape(b, lw_const(b, TPU_I64, (double)v[i]), 1, &one);
+  for (int i = 0; i < n; i++) parts[i] = tpulw__reshape(b, tpulw__const(b, TPU_I64, (double)v[i]), 1, &one);
   return n == 1 ? parts[0] : tpuir_concat(b->g, n, parts, 0);
 }
 
 /* logsumexp of k values (same shape), -inf safe like PyTorch's CTC code */
-static tpuir_val lse(lw_b *b, int k, const tpuir_val *v) {
+static tpuir_val lse(tpulw__b *b, int k, const tpuir_val *v) {
   tpuir_val m = v[0];
-  for (int i = 1; i < k; i++) m = lw_bin(b, TPUIR_MAX, m, v[i]);
-  lw_shape s = lw_info(b, m);
-  m = lw_sel(b, lw_bin_c(b, TPUIR_EQ, m, -INFINITY), lw_const(b, s.dtype, 0), m);
+  for (int i = 1; i < k; i++) m = tpulw__bin(b, TPUIR_MAX, m, v[i]);
+  tpulw__shape s = tpulw__info(b, m);
+  m = tpulw__sel(b, tpulw__bin_c(b, TPUIR_EQ, m, -INFINITY), tpulw__const(b, s.dtype, 0), m);
   tpuir_val acc = -1;
   for (int i = 0; i < k; i++) {
-    tpuir_val e = lw_un(b, TPUIR_EXP, lw_bin(b, TPUIR_SUB, v[i], m));
-    acc = acc < 0 ? e : lw_bin(b, TPUIR_ADD, acc, e);
+    tpuir_val e = tpulw__un(b, TPUIR_EXP, tpulw__bin(b, TPUIR_SUB, v[i], m));
+    acc = acc < 0 ? e : tpulw__bin(b, TPUIR_ADD, acc, e);
   }
-  return lw_bin(b, TPUIR_ADD, lw_un(b, TPUIR_LOG, acc), m);
+  return tpulw__bin(b, TPUIR_ADD, tpulw__un(b, TPUIR_LOG, acc), m);
 }
 
 /* shift along dim 1 of [N, L] by k (> 0: towards higher s), filling -inf */
-static tpuir_val shift1(lw_b *b, tpuir_val v, int k) {
-  lw_shape s = lw_info(b, v);
+static tpuir_val shift1(tpulw__b *b, tpuir_val v, int k) {
+  tpulw__shape s = tpulw__info(b, v);
   int64_t lo[2] = {0, k}, hi[2] = {0, -k}, in[2] = {0, 0};
-  if (k > s.sizes[1] || -k > s.sizes[1]) return lw_full(b, s.dtype, 2, s.sizes, -INFINITY);
-  return tpuir_pad(b->g, v, lw_const(b, s.dtype, -INFINITY), lo, hi, in);
+  if (k > s.sizes[1] || -k > s.sizes[1]) return tpulw__full(b, s.dtype, 2, s.sizes, -INFINITY);
+  return tpuir_pad(b->g, v, tpulw__const(b, s.dtype, -INFINITY), lo, hi, in);
 }
 
 #define CTC_MAXT 4096
-static int ctc_fn(lw_b *b) {
+static int ctc_fn(tpulw__b *b) {
   int bw = strstr(b->base, "_backward") != NULL;
-  const tpulw_tensor *lpt = lw_tensor_arg(b, "log_probs"), *tgt = lw_tensor_arg(b, "targets");
+  const tpulw_tensor *lpt = tpulw__tensor_arg(b, "log_probs"), *tgt = tpulw__tensor_arg(b, "targets");
   int rc;
   if ((rc = need_tpu(b, lpt)) || (rc = need_tpu(b, tgt))) return rc;
   const tpu_view *lv = &lpt->view, *tv = &tgt->view;
@@ -1556,13 +1556,13 @@ static int ctc_fn(lw_b *b) {
   if ((rc = float_only(b, dt))) return rc;
   int nil, ntl;
   int64_t sc1, sc2;
-  const int64_t *il = lw_ints(b, "input_lengths", &nil, &sc1);
-  const int64_t *tl = lw_ints(b, "target_lengths", &ntl, &sc2);
+  const int64_t *il = tpulw__ints(b, "input_lengths", &nil, &sc1);
+  const int64_t *tl = tpulw__ints(b, "target_lengths", &ntl, &sc2);
   if (!il || !tl) return tpu_error(TPU_E_UNSUPPORTED, "ctc_loss: lengths must be int lists");
   if (lv->ndim != 3) return tpu_error(TPU_E_INVALID, "ctc_loss: log_probs must be 3-D (T, N, C)");
   int64_t T = lv->sizes[0], N = lv->sizes[1], C = lv->sizes[2];
-  int64_t blank = lw_int(b, "blank", 0);
-  int zinf = (int)lw_int(b, "zero_infinity", 0);
+  int64_t blank = tpulw__int(b, "blank", 0);
+  int zinf = (int)tpulw__int(b, "zero_infinity", 0);
   if (blank < 0 || blank >= C) return tpu_error(TPU_E_INVALID, "blank must be in label range");
   if (nil != N) return tpu_error(TPU_E_INVALID, "input_lengths must be of size batch_size");
   if (ntl != N) return tpu_error(TPU_E_INVALID, "target_lengths must be of size batch_size");
@@ -1601,22 +1601,22 @@ static int ctc_fn(lw_b *b) {
   int cdt = dt == TPU_F64 ? TPU_F64 : TPU_F32;
   int64_t nl[2] = {N, L}, n1[2] = {N, 1}, tnl[3] = {T, N, L};
   if (N == 0 || T == 0) {
-    if (bw) return lw_result(b, lw_full(b, dt, 3, lv->sizes, 0));
-    if ((rc = lw_result(b, lw_full(b, dt, 1, &N, 0))) < 0) return rc;
+    if (bw) return tpulw__result(b, tpulw__full(b, dt, 3, lv->sizes, 0));
+    if ((rc = tpulw__result(b, tpulw__full(b, dt, 1, &N, 0))) < 0) return rc;
     int64_t ntl3[3] = {N, T, L};
-    return lw_result(b, lw_full(b, dt, 3, ntl3, -INFINITY));
+    return tpulw__result(b, tpulw__full(b, dt, 3, ntl3, -INFINITY));
   }
   /* extended targets tprime [N, L] (blank at even s) */
   tpuir_val sio = tpuir_iota(b->g, TPU_I64, 2, nl, 1);
-  tpuir_val half = lw_bin_c(b, TPUIR_DIV, sio, 2);
-  tpuir_val tg = lw_convert(b, lw_tensor(b, tgt), TPU_I64);
+  tpuir_val half = tpulw__bin_c(b, TPUIR_DIV, sio, 2);
+  tpuir_val tg = tpulw__convert(b, tpulw__tensor(b, tgt), TPU_I64);
   tpuir_val lab;
   if (tv->ndim == 2) {
     int64_t S = tv->sizes[1];
     if (S == 0) {
-      lab = lw_full(b, TPU_I64, 2, nl, (double)blank);
+      lab = tpulw__full(b, TPU_I64, 2, nl, (double)blank);
     } else {
-      lab = tpuir_gather(b->g, tg, 1, lw_bin_c(b, TPUIR_MIN, half, (double)(S - 1)));
+      lab = tpuir_gather(b->g, tg, 1, tpulw__bin_c(b, TPUIR_MIN, half, (double)(S - 1)));
     }
   } else {
     int64_t offs[256], o = 0;
@@ -1627,62 +1627,62 @@ static int ctc_fn(lw_b *b) {
     }
     int64_t tn = tv->sizes[0];
     if (tn == 0) {
-      lab = lw_full(b, TPU_I64, 2, nl, (double)blank);
+      lab = tpulw__full(b, TPU_I64, 2, nl, (double)blank);
     } else {
-      tpuir_val ov = lw_reshape(b, host_vec(b, (int)N, offs), 2, n1);
-      tpuir_val fi = lw_bin_c(b, TPUIR_MIN, lw_bin(b, TPUIR_ADD, half, ov), (double)(tn - 1));
+      tpuir_val ov = tpulw__reshape(b, host_vec(b, (int)N, offs), 2, n1);
+      tpuir_val fi = tpulw__bin_c(b, TPUIR_MIN, tpulw__bin(b, TPUIR_ADD, half, ov), (double)(tn - 1));
       int64_t nln = N * L;
-      lab = lw_reshape(b, tpuir_index_select(b->g, tg, 0, lw_reshape(b, fi, 1, &nln)), 2, nl);
+      lab = tpulw__reshape(b, tpuir_index_select(b->g, tg, 0, tpulw__reshape(b, fi, 1, &nln)), 2, nl);
     }
   }
-  tpuir_val tlv = lw_reshape(b, host_vec(b, (int)N, tl), 2, n1);
-  tpuir_val ilv = lw_reshape(b, host_vec(b, (int)N, il), 2, n1);
-  tpuir_val odd = lw_bin_c(b, TPUIR_EQ, lw_bin_c(b, TPUIR_REM, sio, 2), 1);
-  tpuir_val svalid = lw_bin(b, TPUIR_LE, sio, lw_bin_c(b, TPUIR_MUL, tlv, 2)); /* s <= 2 tl */
-  tpuir_val tprime = lw_sel(b, lw_bin(b, TPUIR_AND, odd, svalid), lab, lw_const(b, TPU_I64, (double)blank));
+  tpuir_val tlv = tpulw__reshape(b, host_vec(b, (int)N, tl), 2, n1);
+  tpuir_val ilv = tpulw__reshape(b, host_vec(b, (int)N, il), 2, n1);
+  tpuir_val odd = tpulw__bin_c(b, TPUIR_EQ, tpulw__bin_c(b, TPUIR_REM, sio, 2), 1);
+  tpuir_val svalid = tpulw__bin(b, TPUIR_LE, sio, tpulw__bin_c(b, TPUIR_MUL, tlv, 2)); /* s <= 2 tl */
+  tpuir_val tprime = tpulw__sel(b, tpulw__bin(b, TPUIR_AND, odd, svalid), lab, tpulw__const(b, TPU_I64, (double)blank));
   b->sync = 1;
   b->err_remap = LW_ERR_RUNTIME;
   /* skip transition s-2 -> s allowed where tprime[s] != tprime[s-2] */
   int64_t lo2[2] = {0, 2}, hi2[2] = {0, -2}, z2[2] = {0, 0};
-  tpuir_val tp2 = tpuir_pad(b->g, tprime, lw_const(b, TPU_I64, (double)blank), lo2, hi2, z2);
-  tpuir_val skip = lw_bin(b, TPUIR_AND, lw_bin_c(b, TPUIR_GE, sio, 2), lw_bin(b, TPUIR_NE, tprime, tp2));
-  tpuir_val lp = lw_convert(b, lw_tensor(b, lpt), cdt);
+  tpuir_val tp2 = tpuir_pad(b->g, tprime, tpulw__const(b, TPU_I64, (double)blank), lo2, hi2, z2);
+  tpuir_val skip = tpulw__bin(b, TPUIR_AND, tpulw__bin_c(b, TPUIR_GE, sio, 2), tpulw__bin(b, TPUIR_NE, tprime, tp2));
+  tpuir_val lp = tpulw__convert(b, tpulw__tensor(b, lpt), cdt);
   int64_t d12[2] = {1, 2};
   tpuir_val lpg = tpuir_gather(b->g, lp, 2, tpuir_broadcast_in_dim(b->g, tprime, 3, tnl, d12)); /* [T,N,L] */
   LW_TRY(lpg);
-  tpuir_val ninf = lw_const(b, cdt, -INFINITY);
+  tpuir_val ninf = tpulw__const(b, cdt, -INFINITY);
   int64_t one3[3] = {1, 1, 1};
-  #define LPG_T(t) lw_reshape(b, tpuir_slice(b->g, lpg, (int64_t[3]){(t), 0, 0}, (int64_t[3]){(t) + 1, N, L}, one3), 2, nl)
+  #define LPG_T(t) tpulw__reshape(b, tpuir_slice(b->g, lpg, (int64_t[3]){(t), 0, 0}, (int64_t[3]){(t) + 1, N, L}, one3), 2, nl)
   if (!bw) {
     tpuir_val parts[CTC_MAXT];
-    tpuir_val a = lw_sel(b, lw_bin(b, TPUIR_AND, lw_bin_c(b, TPUIR_LE, sio, 1), svalid), LPG_T(0), ninf);
-    a = lw_sel(b, lw_bin_c(b, TPUIR_LT, ilv, 1), ninf, a);
+    tpuir_val a = tpulw__sel(b, tpulw__bin(b, TPUIR_AND, tpulw__bin_c(b, TPUIR_LE, sio, 1), svalid), LPG_T(0), ninf);
+    a = tpulw__sel(b, tpulw__bin_c(b, TPUIR_LT, ilv, 1), ninf, a);
     tpuir_val fin = a;
     int64_t n1l[3] = {N, 1, L};
-    parts[0] = lw_reshape(b, a, 3, n1l);
+    parts[0] = tpulw__reshape(b, a, 3, n1l);
     for (int64_t t = 1; t < T; t++) {
-      tpuir_val v3[3] = {a, shift1(b, a, 1), lw_sel(b, skip, shift1(b, a, 2), ninf)};
-      tpuir_val na = lw_bin(b, TPUIR_ADD, lse(b, 3, v3), LPG_T(t));
-      na = lw_sel(b, svalid, na, ninf);
-      tpuir_val live = lw_bin_c(b, TPUIR_GT, ilv, (double)t);
-      a = lw_sel(b, live, na, ninf);
-      fin = lw_sel(b, live, na, fin);
-      parts[t] = lw_reshape(b, a, 3, n1l);
+      tpuir_val v3[3] = {a, shift1(b, a, 1), tpulw__sel(b, skip, shift1(b, a, 2), ninf)};
+      tpuir_val na = tpulw__bin(b, TPUIR_ADD, lse(b, 3, v3), LPG_T(t));
+      na = tpulw__sel(b, svalid, na, ninf);
+      tpuir_val live = tpulw__bin_c(b, TPUIR_GT, ilv, (double)t);
+      a = tpulw__sel(b, live, na, ninf);
+      fin = tpulw__sel(b, live, na, fin);
+      parts[t] = tpulw__reshape(b, a, 3, n1l);
       LW_TRY(parts[t]);
     }
     /* nll = -logaddexp(alpha[2tl], alpha[2tl-1]) (tl == 0: -alpha[0]) */
-    tpuir_val i1 = lw_bin_c(b, TPUIR_MUL, tlv, 2);
-    tpuir_val i2 = lw_bin_c(b, TPUIR_MAX, lw_bin_c(b, TPUIR_SUB, i1, 1), 0);
+    tpuir_val i1 = tpulw__bin_c(b, TPUIR_MUL, tlv, 2);
+    tpuir_val i2 = tpulw__bin_c(b, TPUIR_MAX, tpulw__bin_c(b, TPUIR_SUB, i1, 1), 0);
     tpuir_val l1 = tpuir_gather(b->g, fin, 1, i1);
-    tpuir_val l2 = lw_sel(b, lw_bin_c(b, TPUIR_GT, tlv, 0), tpuir_gather(b->g, fin, 1, i2), ninf);
+    tpuir_val l2 = tpulw__sel(b, tpulw__bin_c(b, TPUIR_GT, tlv, 0), tpuir_gather(b->g, fin, 1, i2), ninf);
     tpuir_val v2[2] = {l1, l2};
-    tpuir_val nll = lw_un(b, TPUIR_NEG, lw_reshape(b, lse(b, 2, v2), 1, &N));
+    tpuir_val nll = tpulw__un(b, TPUIR_NEG, tpulw__reshape(b, lse(b, 2, v2), 1, &N));
     tpuir_val la = T == 1 ? parts[0] : tpuir_concat(b->g, (int)T, parts, 1);
-    if ((rc = lw_result_as(b, nll, dt)) < 0) return rc;
-    return lw_result_as(b, la, dt);
+    if ((rc = tpulw__result_as(b, nll, dt)) < 0) return rc;
+    return tpulw__result_as(b, la, dt);
   }
-  const tpulw_tensor *gt = lw_tensor_arg(b, "grad"), *nt = lw_tensor_arg(b, "neg_log_likelihood");
-  const tpulw_tensor *at = lw_tensor_arg(b, "log_alpha");
+  const tpulw_tensor *gt = tpulw__tensor_arg(b, "grad"), *nt = tpulw__tensor_arg(b, "neg_log_likelihood");
+  const tpulw_tensor *at = tpulw__tensor_arg(b, "log_alpha");
   if ((rc = need_tpu(b, gt)) || (rc = need_tpu(b, nt)) || (rc = need_tpu(b, at))) return rc;
   const tpu_view *av = &at->view;
   if (av->ndim != 3 || av->sizes[0] != N || av->sizes[1] != T || av->sizes[2] != L)
@@ -1691,55 +1691,55 @@ static int ctc_fn(lw_b *b) {
   for (int i = 0; i < gt->view.ndim; i++) gn *= gt->view.sizes[i];
   if (gn != N) return tpu_error(TPU_E_INVALID, "_ctc_loss_backward: grad must have batch_size elements");
   int64_t perm[3] = {1, 0, 2};
-  tpuir_val la = tpuir_transpose(b->g, lw_convert(b, lw_tensor(b, at), cdt), perm); /* [T,N,L] */
+  tpuir_val la = tpuir_transpose(b->g, tpulw__convert(b, tpulw__tensor(b, at), cdt), perm); /* [T,N,L] */
   tpuir_val parts[CTC_MAXT];
   tpuir_val bt = -1;
-  tpuir_val i1 = lw_bin_c(b, TPUIR_MUL, tlv, 2);
-  tpuir_val endm = lw_bin(b, TPUIR_AND, lw_bin(b, TPUIR_GE, sio, lw_bin_c(b, TPUIR_SUB, i1, 1)), svalid);
+  tpuir_val i1 = tpulw__bin_c(b, TPUIR_MUL, tlv, 2);
+  tpuir_val endm = tpulw__bin(b, TPUIR_AND, tpulw__bin(b, TPUIR_GE, sio, tpulw__bin_c(b, TPUIR_SUB, i1, 1)), svalid);
   int64_t lom2[2] = {0, -2}, hip2[2] = {0, 2};
-  tpuir_val skipb = tpuir_pad(b->g, skip, lw_const(b, TPU_BOOL, 0), lom2, hip2, z2); /* skip[s + 2] */
+  tpuir_val skipb = tpuir_pad(b->g, skip, tpulw__const(b, TPU_BOOL, 0), lom2, hip2, z2); /* skip[s + 2] */
   int64_t t1l[3] = {1, N, L};
   for (int64_t t = T - 1; t >= 0; t--) {
     tpuir_val lpt_ = LPG_T(t);
-    tpuir_val init = lw_sel(b, endm, lpt_, ninf);
+    tpuir_val init = tpulw__sel(b, endm, lpt_, ninf);
     tpuir_val nb;
     if (bt < 0) {
-      nb = lw_full(b, cdt, 2, nl, -INFINITY);
+      nb = tpulw__full(b, cdt, 2, nl, -INFINITY);
     } else {
-      tpuir_val v3[3] = {bt, shift1(b, bt, -1), lw_sel(b, skipb, shift1(b, bt, -2), ninf)};
-      nb = lw_sel(b, svalid, lw_bin(b, TPUIR_ADD, lse(b, 3, v3), lpt_), ninf);
+      tpuir_val v3[3] = {bt, shift1(b, bt, -1), tpulw__sel(b, skipb, shift1(b, bt, -2), ninf)};
+      nb = tpulw__sel(b, svalid, tpulw__bin(b, TPUIR_ADD, lse(b, 3, v3), lpt_), ninf);
     }
-    tpuir_val last = lw_bin_c(b, TPUIR_EQ, ilv, (double)(t + 1));
-    tpuir_val before = lw_bin_c(b, TPUIR_GT, ilv, (double)(t + 1));
-    bt = lw_sel(b, last, init, lw_sel(b, before, nb, ninf));
-    tpuir_val lat = lw_reshape(b, tpuir_slice(b->g, la, (int64_t[3]){t, 0, 0}, (int64_t[3]){t + 1, N, L}, one3), 2, nl);
-    parts[t] = lw_reshape(b, lw_bin(b, TPUIR_ADD, lat, bt), 3, t1l);
+    tpuir_val last = tpulw__bin_c(b, TPUIR_EQ, ilv, (double)(t + 1));
+    tpuir_val before = tpulw__bin_c(b, TPUIR_GT, ilv, (double)(t + 1));
+    bt = tpulw__sel(b, last, init, tpulw__sel(b, before, nb, ninf));
+    tpuir_val lat = tpulw__reshape(b, tpuir_slice(b->g, la, (int64_t[3]){t, 0, 0}, (int64_t[3]){t + 1, N, L}, one3), 2, nl);
+    parts[t] = tpulw__reshape(b, tpulw__bin(b, TPUIR_ADD, lat, bt), 3, t1l);
     LW_TRY(parts[t]);
   }
   tpuir_val lcab = T == 1 ? parts[0] : tpuir_concat(b->g, (int)T, parts, 0); /* [T,N,L] */
-  tpuir_val m = lw_reduce_dims(b, TPUIR_RED_MAX, lcab, 4u, 1);
-  m = lw_sel(b, lw_bin_c(b, TPUIR_EQ, m, -INFINITY), lw_const(b, cdt, 0), m);
-  tpuir_val ex = lw_un(b, TPUIR_EXP, lw_bin(b, TPUIR_SUB, lcab, m));
-  tpuir_val sums = tpuir_scatter_add(b->g, lw_full(b, cdt, 3, lv->sizes, 0), 2,
+  tpuir_val m = tpulw__reduce_dims(b, TPUIR_RED_MAX, lcab, 4u, 1);
+  m = tpulw__sel(b, tpulw__bin_c(b, TPUIR_EQ, m, -INFINITY), tpulw__const(b, cdt, 0), m);
+  tpuir_val ex = tpulw__un(b, TPUIR_EXP, tpulw__bin(b, TPUIR_SUB, lcab, m));
+  tpuir_val sums = tpuir_scatter_add(b->g, tpulw__full(b, cdt, 3, lv->sizes, 0), 2,
                                      tpuir_broadcast_in_dim(b->g, tprime, 3, tnl, d12), ex);
-  tpuir_val lsum = lw_bin(b, TPUIR_ADD, lw_un(b, TPUIR_LOG, sums), m);
+  tpuir_val lsum = tpulw__bin(b, TPUIR_ADD, tpulw__un(b, TPUIR_LOG, sums), m);
   int64_t s1n1[3] = {1, N, 1};
-  tpuir_val nll = lw_reshape(b, lw_convert(b, lw_tensor(b, nt), cdt), 3, s1n1);
-  tpuir_val g = lw_reshape(b, lw_convert(b, lw_tensor(b, gt), cdt), 3, s1n1);
-  tpuir_val res = lw_bin(b, TPUIR_SUB, lw_un(b, TPUIR_EXP, lp),
-                         lw_un(b, TPUIR_EXP, lw_bin(b, TPUIR_SUB, lw_bin(b, TPUIR_ADD, lsum, nll), lp)));
-  res = lw_bin(b, TPUIR_MUL, res, g);
+  tpuir_val nll = tpulw__reshape(b, tpulw__convert(b, tpulw__tensor(b, nt), cdt), 3, s1n1);
+  tpuir_val g = tpulw__reshape(b, tpulw__convert(b, tpulw__tensor(b, gt), cdt), 3, s1n1);
+  tpuir_val res = tpulw__bin(b, TPUIR_SUB, tpulw__un(b, TPUIR_EXP, lp),
+                         tpulw__un(b, TPUIR_EXP, tpulw__bin(b, TPUIR_SUB, tpulw__bin(b, TPUIR_ADD, lsum, nll), lp)));
+  res = tpulw__bin(b, TPUIR_MUL, res, g);
   int64_t tn1[3] = {T, N, 1};
-  tpuir_val live = lw_bin(b, TPUIR_LT, tpuir_iota(b->g, TPU_I64, 3, tn1, 0), lw_reshape(b, ilv, 3, s1n1));
-  tpuir_val zero = lw_const(b, cdt, 0);
-  res = lw_sel(b, live, res, zero);
-  if (zinf) res = lw_sel(b, lw_bin_c(b, TPUIR_EQ, nll, INFINITY), zero, res);
-  return lw_result_as(b, res, dt);
+  tpuir_val live = tpulw__bin(b, TPUIR_LT, tpuir_iota(b->g, TPU_I64, 3, tn1, 0), tpulw__reshape(b, ilv, 3, s1n1));
+  tpuir_val zero = tpulw__const(b, cdt, 0);
+  res = tpulw__sel(b, live, res, zero);
+  if (zinf) res = tpulw__sel(b, tpulw__bin_c(b, TPUIR_EQ, nll, INFINITY), zero, res);
+  return tpulw__result_as(b, res, dt);
 }
 
 #define R2(n, fn, code) {n, fn, code}, {n ".out", fn, code}
 
-const lw_row lw_rows_nn2[] = {
+const tpulw__row tpulw__rows_nn2[] = {
     R2("max_unpool2d", unpool_fn, K_UNPOOL),
     R2("max_unpool3d", unpool_fn, K_UNPOOL),
     R2("adaptive_max_pool2d", adapt_max_fn, K_ADAPT_MAX),
@@ -1789,4 +1789,4 @@ const lw_row lw_rows_nn2[] = {
     R2("embedding_renorm", renorm_fn, 0),
     R2("_ctc_loss_backward", ctc_fn, 0),
 };
-const int lw_nrows_nn2 = sizeof lw_rows_nn2 / sizeof lw_rows_nn2[0];
+const int tpulw__nrows_nn2 = sizeof tpulw__rows_nn2 / sizeof tpulw__rows_nn2[0];

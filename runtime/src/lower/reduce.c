@@ -14,21 +14,21 @@ enum {
   R_COUNT_NZ, R_CUMSUM, R_CUMPROD
 };
 
-static int get_self(const lw_b *b, const tpulw_tensor **t) {
-  *t = lw_tensor_arg(b, "self");
+static int get_self(const tpulw__b *b, const tpulw_tensor **t) {
+  *t = tpulw__tensor_arg(b, "self");
   if (!*t) return tpu_error(TPU_E_UNSUPPORTED, "%s: no tensor self", b->base);
   return TPU_OK;
 }
 
 /* dtype of the out= tensor named `name`, or -1. */
-static int out_dtype(const lw_b *b, const char *name) {
-  const tpulw_arg *a = lw_arg(b, name);
+static int out_dtype(const tpulw__b *b, const char *name) {
+  const tpulw_arg *a = tpulw__arg(b, name);
   if (!a || !a->is_output || a->kind != TPULW_TENSOR || !a->t.defined) return -1;
   return a->t.view.dtype;
 }
 
 /* Check that every dim in mask has non-zero size (amax, max.dim ...). */
-static int check_nonempty(const char *nm, const lw_shape *s, uint32_t mask) {
+static int check_nonempty(const char *nm, const tpulw__shape *s, uint32_t mask) {
   for (int d = 0; d < s->ndim; d++)
     if ((mask & (1u << d)) && s->sizes[d] == 0)
       return tpu_error(TPU_E_INDEX,
@@ -37,7 +37,7 @@ static int check_nonempty(const char *nm, const lw_shape *s, uint32_t mask) {
   return TPU_OK;
 }
 
-static int64_t count_of(const lw_shape *s, uint32_t mask) {
+static int64_t count_of(const tpulw__shape *s, uint32_t mask) {
   int64_t n = 1;
   for (int d = 0; d < s->ndim; d++)
     if (mask & (1u << d)) n *= s->sizes[d];
@@ -45,12 +45,12 @@ static int64_t count_of(const lw_shape *s, uint32_t mask) {
 }
 
 /* sum / prod / nansum / mean / count_nonzero */
-static int sum_fn(lw_b *b) {
+static int sum_fn(tpulw__b *b) {
   const tpulw_tensor *self;
   int rc = get_self(b, &self);
   if (rc < 0) return rc;
   int in_dt = self->view.dtype;
-  int dt = lw_dtype_arg(b, "dtype", -1);
+  int dt = tpulw__dtype_arg(b, "dtype", -1);
   int od = out_dtype(b, "out");
   if (b->op == R_MEAN) {
     int chk = dt >= 0 ? dt : in_dt;
@@ -58,37 +58,37 @@ static int sum_fn(lw_b *b) {
       return tpu_error(TPU_E_INVALID,
                        "mean(): could not infer output dtype. Input dtype must "
                        "be either a floating point or complex dtype. Got: %s",
-                       lw_torch_name(chk));
+                       tpulw__torch_name(chk));
   }
   if (dt < 0) dt = od;
   if (dt < 0) dt = tpu_dtype_is_float(in_dt) ? in_dt : TPU_I64;
   if (b->op == R_COUNT_NZ) dt = TPU_I64;
-  tpuir_val x = lw_tensor(b, self);
-  lw_shape s = lw_info(b, x);
+  tpuir_val x = tpulw__tensor(b, self);
+  tpulw__shape s = tpulw__info(b, x);
   uint32_t mask;
-  rc = lw_dim_mask(b, "dim", s.ndim, &mask);
+  rc = tpulw__dim_mask(b, "dim", s.ndim, &mask);
   if (rc < 0) return rc;
-  int keepdim = (int)lw_int(b, "keepdim", 0);
+  int keepdim = (int)tpulw__int(b, "keepdim", 0);
   switch (b->op) {
   case R_SUM:
-    return lw_result(b, lw_reduce_dims(b, TPUIR_RED_SUM, lw_convert(b, x, dt), mask, keepdim));
+    return tpulw__result(b, tpulw__reduce_dims(b, TPUIR_RED_SUM, tpulw__convert(b, x, dt), mask, keepdim));
   case R_PROD:
-    return lw_result(b, lw_reduce_dims(b, TPUIR_RED_PROD, lw_convert(b, x, dt), mask, keepdim));
+    return tpulw__result(b, tpulw__reduce_dims(b, TPUIR_RED_PROD, tpulw__convert(b, x, dt), mask, keepdim));
   case R_NANSUM: {
-    x = lw_convert(b, x, dt);
+    x = tpulw__convert(b, x, dt);
     if (tpu_dtype_is_float(dt))
-      x = lw_sel(b, lw_un(b, TPUIR_IS_NAN, x), lw_const(b, dt, 0), x);
-    return lw_result(b, lw_reduce_dims(b, TPUIR_RED_SUM, x, mask, keepdim));
+      x = tpulw__sel(b, tpulw__un(b, TPUIR_IS_NAN, x), tpulw__const(b, dt, 0), x);
+    return tpulw__result(b, tpulw__reduce_dims(b, TPUIR_RED_SUM, x, mask, keepdim));
   }
   case R_COUNT_NZ: {
-    tpuir_val nz = lw_bin(b, TPUIR_NE, x, lw_const(b, in_dt, 0));
-    return lw_result(b, lw_reduce_dims(b, TPUIR_RED_SUM, lw_convert(b, nz, TPU_I64), mask, 0));
+    tpuir_val nz = tpulw__bin(b, TPUIR_NE, x, tpulw__const(b, in_dt, 0));
+    return tpulw__result(b, tpulw__reduce_dims(b, TPUIR_RED_SUM, tpulw__convert(b, nz, TPU_I64), mask, 0));
   }
   case R_MEAN: {
-    int cdt = lw_opmath(dt);
-    tpuir_val sum = lw_reduce_dims(b, TPUIR_RED_SUM, lw_convert(b, x, cdt), mask, keepdim);
-    tpuir_val r = lw_bin_c(b, TPUIR_DIV, sum, (double)count_of(&s, mask));
-    return lw_result_as(b, r, dt);
+    int cdt = tpulw__opmath(dt);
+    tpuir_val sum = tpulw__reduce_dims(b, TPUIR_RED_SUM, tpulw__convert(b, x, cdt), mask, keepdim);
+    tpuir_val r = tpulw__bin_c(b, TPUIR_DIV, sum, (double)count_of(&s, mask));
+    return tpulw__result_as(b, r, dt);
   }
   default:
     return tpu_error(TPU_E_INTERNAL, "sum_fn: bad op");
@@ -96,7 +96,7 @@ static int sum_fn(lw_b *b) {
 }
 
 /* max()/min() over everything */
-static int extreme_all_fn(lw_b *b) {
+static int extreme_all_fn(tpulw__b *b) {
   const tpulw_tensor *self;
   int rc = get_self(b, &self);
   if (rc < 0) return rc;
@@ -106,77 +106,77 @@ static int extreme_all_fn(lw_b *b) {
                      "%s(): Expected reduction dim to be specified for "
                      "input.numel() == 0. Specify the reduction dim with the "
                      "'dim' argument.", is_max ? "max" : "min");
-  tpuir_val x = lw_tensor(b, self);
-  lw_shape s = lw_info(b, x);
+  tpuir_val x = tpulw__tensor(b, self);
+  tpulw__shape s = tpulw__info(b, x);
   int kind = is_max ? TPUIR_RED_MAX : TPUIR_RED_MIN;
   if (s.dtype == TPU_BOOL) kind = is_max ? TPUIR_RED_OR : TPUIR_RED_AND;
   uint32_t mask = s.ndim ? (uint32_t)((1ull << s.ndim) - 1) : 0;
-  return lw_result(b, lw_reduce_dims(b, kind, x, mask, 0));
+  return tpulw__result(b, tpulw__reduce_dims(b, kind, x, mask, 0));
 }
 
 /* argreduce along dim (bool compared as uint8) */
-static tpuir_val argred(lw_b *b, int kind, tpuir_val x, int dim) {
-  lw_shape s = lw_info(b, x);
-  if (s.dtype == TPU_BOOL) x = lw_convert(b, x, TPU_U8);
+static tpuir_val argred(tpulw__b *b, int kind, tpuir_val x, int dim) {
+  tpulw__shape s = tpulw__info(b, x);
+  if (s.dtype == TPU_BOOL) x = tpulw__convert(b, x, TPU_U8);
   return tpuir_argreduce(b->g, kind, x, dim);
 }
 
-static tpuir_val keep_dim(lw_b *b, tpuir_val r, const lw_shape *in, int dim) {
+static tpuir_val keep_dim(tpulw__b *b, tpuir_val r, const tpulw__shape *in, int dim) {
   int64_t sizes[TPU_MAX_DIMS];
   for (int d = 0; d < in->ndim; d++) sizes[d] = d == dim ? 1 : in->sizes[d];
-  return lw_reshape(b, r, in->ndim, sizes);
+  return tpulw__reshape(b, r, in->ndim, sizes);
 }
 
 /* max.dim / min.dim -> (values, indices) */
-static int extreme_dim_fn(lw_b *b) {
+static int extreme_dim_fn(tpulw__b *b) {
   const tpulw_tensor *self;
   int rc = get_self(b, &self);
   if (rc < 0) return rc;
   int is_max = b->op == R_MAX_DIM;
   b->out_rule = LW_OUT_SAME;
-  tpuir_val x = lw_tensor(b, self);
-  lw_shape s = lw_info(b, x);
+  tpuir_val x = tpulw__tensor(b, self);
+  tpulw__shape s = tpulw__info(b, x);
   int dim;
-  rc = lw_wrap_dim(lw_int(b, "dim", 0), s.ndim, &dim);
+  rc = tpulw__wrap_dim(tpulw__int(b, "dim", 0), s.ndim, &dim);
   if (rc < 0) return rc;
-  int keepdim = (int)lw_int(b, "keepdim", 0);
+  int keepdim = (int)tpulw__int(b, "keepdim", 0);
   if (s.ndim == 0) {
-    rc = lw_result(b, x);
+    rc = tpulw__result(b, x);
     if (rc < 0) return rc;
-    return lw_result(b, lw_const(b, TPU_I64, 0));
+    return tpulw__result(b, tpulw__const(b, TPU_I64, 0));
   }
   rc = check_nonempty(is_max ? "max" : "min", &s, 1u << dim);
   if (rc < 0) return rc;
   int kind = is_max ? TPUIR_RED_MAX : TPUIR_RED_MIN;
   int vkind = kind;
   if (s.dtype == TPU_BOOL) vkind = is_max ? TPUIR_RED_OR : TPUIR_RED_AND;
-  tpuir_val v = lw_reduce_dims(b, vkind, x, 1u << dim, keepdim);
+  tpuir_val v = tpulw__reduce_dims(b, vkind, x, 1u << dim, keepdim);
   tpuir_val i = argred(b, kind, x, dim);
   if (keepdim) i = keep_dim(b, i, &s, dim);
-  rc = lw_result(b, v);
+  rc = tpulw__result(b, v);
   if (rc < 0) return rc;
-  return lw_result(b, i);
+  return tpulw__result(b, i);
 }
 
 /* amax / amin / aminmax */
-static int amax_fn(lw_b *b) {
+static int amax_fn(tpulw__b *b) {
   const tpulw_tensor *self;
   int rc = get_self(b, &self);
   if (rc < 0) return rc;
-  tpuir_val x = lw_tensor(b, self);
-  lw_shape s = lw_info(b, x);
+  tpuir_val x = tpulw__tensor(b, self);
+  tpulw__shape s = tpulw__info(b, x);
   uint32_t mask;
-  int keepdim = (int)lw_int(b, "keepdim", 0);
+  int keepdim = (int)tpulw__int(b, "keepdim", 0);
   if (b->op == R_AMINMAX) {
-    if (lw_none(b, "dim")) {
-      if (lw_numel(&s) == 0)
+    if (tpulw__none(b, "dim")) {
+      if (tpulw__numel(&s) == 0)
         return tpu_error(TPU_E_INVALID,
                          "aminmax(): cannot compute aminmax over an empty "
                          "dimension as the operation has no identity.");
       mask = s.ndim ? (uint32_t)((1ull << s.ndim) - 1) : 0;
     } else {
       int d;
-      rc = lw_wrap_dim(lw_int(b, "dim", 0), s.ndim, &d);
+      rc = tpulw__wrap_dim(tpulw__int(b, "dim", 0), s.ndim, &d);
       if (rc < 0) return rc;
       mask = s.ndim ? 1u << d : 0;
       if (s.ndim && s.sizes[d] == 0)
@@ -185,17 +185,17 @@ static int amax_fn(lw_b *b) {
                          "non-zero size.", d);
     }
   } else {
-    rc = lw_dim_mask(b, "dim", s.ndim, &mask);
+    rc = tpulw__dim_mask(b, "dim", s.ndim, &mask);
     if (rc < 0) return rc;
     int nd_list;
     int64_t scratch;
-    lw_ints(b, "dim", &nd_list, &scratch);
-    if (nd_list <= 0 && lw_numel(&s) == 0)
+    tpulw__ints(b, "dim", &nd_list, &scratch);
+    if (nd_list <= 0 && tpulw__numel(&s) == 0)
       return tpu_error(TPU_E_INVALID,
                        "%s(): Expected reduction dim to be specified for input.numel() "
                        "== 0. Specify the reduction dim with the 'dim' argument.",
                        b->op == R_AMAX ? "amax" : "amin");
-    if (s.ndim > 0 && lw_numel(&s) == 0) {
+    if (s.ndim > 0 && tpulw__numel(&s) == 0) {
       rc = check_nonempty(b->op == R_AMAX ? "amax" : "amin", &s, mask);
       if (rc < 0) return rc;
     }
@@ -203,14 +203,14 @@ static int amax_fn(lw_b *b) {
   int isb = s.dtype == TPU_BOOL;
   int kmax = isb ? TPUIR_RED_OR : TPUIR_RED_MAX;
   int kmin = isb ? TPUIR_RED_AND : TPUIR_RED_MIN;
-  if (b->op == R_AMAX) return lw_result(b, lw_reduce_dims(b, kmax, x, mask, keepdim));
-  if (b->op == R_AMIN) return lw_result(b, lw_reduce_dims(b, kmin, x, mask, keepdim));
-  rc = lw_result(b, lw_reduce_dims(b, kmin, x, mask, keepdim));
+  if (b->op == R_AMAX) return tpulw__result(b, tpulw__reduce_dims(b, kmax, x, mask, keepdim));
+  if (b->op == R_AMIN) return tpulw__result(b, tpulw__reduce_dims(b, kmin, x, mask, keepdim));
+  rc = tpulw__result(b, tpulw__reduce_dims(b, kmin, x, mask, keepdim));
   if (rc < 0) return rc;
-  return lw_result(b, lw_reduce_dims(b, kmax, x, mask, keepdim));
+  return tpulw__result(b, tpulw__reduce_dims(b, kmax, x, mask, keepdim));
 }
 
-static int argmax_fn(lw_b *b) {
+static int argmax_fn(tpulw__b *b) {
   const tpulw_tensor *self;
   int rc = get_self(b, &self);
   if (rc < 0) return rc;
@@ -219,36 +219,36 @@ static int argmax_fn(lw_b *b) {
   if (self->view.dtype == TPU_BOOL)
     return tpu_error(TPU_E_INVALID, "%s(): does not support bool input", nm);
   int kind = b->op == R_ARGMAX ? TPUIR_RED_MAX : TPUIR_RED_MIN;
-  tpuir_val x = lw_tensor(b, self);
-  lw_shape s = lw_info(b, x);
-  int keepdim = (int)lw_int(b, "keepdim", 0);
-  if (lw_none(b, "dim")) {
-    int64_t n = lw_numel(&s);
+  tpuir_val x = tpulw__tensor(b, self);
+  tpulw__shape s = tpulw__info(b, x);
+  int keepdim = (int)tpulw__int(b, "keepdim", 0);
+  if (tpulw__none(b, "dim")) {
+    int64_t n = tpulw__numel(&s);
     if (n == 0)
       return tpu_error(TPU_E_INDEX,
                        "%s(): Expected reduction dim to be specified for "
                        "input.numel() == 0.", nm);
-    tpuir_val r = argred(b, kind, lw_reshape(b, x, 1, &n), 0);
+    tpuir_val r = argred(b, kind, tpulw__reshape(b, x, 1, &n), 0);
     if (keepdim) {
       int64_t ones[TPU_MAX_DIMS];
       for (int d = 0; d < s.ndim; d++) ones[d] = 1;
-      r = lw_reshape(b, r, s.ndim, ones);
+      r = tpulw__reshape(b, r, s.ndim, ones);
     }
-    return lw_result(b, r);
+    return tpulw__result(b, r);
   }
   int dim;
-  rc = lw_wrap_dim(lw_int(b, "dim", 0), s.ndim, &dim);
+  rc = tpulw__wrap_dim(tpulw__int(b, "dim", 0), s.ndim, &dim);
   if (rc < 0) return rc;
-  if (s.ndim == 0) return lw_result(b, lw_const(b, TPU_I64, 0));
+  if (s.ndim == 0) return tpulw__result(b, tpulw__const(b, TPU_I64, 0));
   rc = check_nonempty(nm, &s, 1u << dim);
   if (rc < 0) return rc;
   tpuir_val r = argred(b, kind, x, dim);
   if (keepdim) r = keep_dim(b, r, &s, dim);
-  return lw_result(b, r);
+  return tpulw__result(b, r);
 }
 
 /* var / std / var_mean / std_mean (correction form) */
-static int var_fn(lw_b *b) {
+static int var_fn(tpulw__b *b) {
   const tpulw_tensor *self;
   int rc = get_self(b, &self);
   if (rc < 0) return rc;
@@ -256,37 +256,37 @@ static int var_fn(lw_b *b) {
   if (!tpu_dtype_is_float(dt))
     return tpu_error(TPU_E_INVALID,
                      "std and var only support floating point and complex dtypes");
-  tpuir_val x = lw_tensor(b, self);
-  lw_shape s = lw_info(b, x);
+  tpuir_val x = tpulw__tensor(b, self);
+  tpulw__shape s = tpulw__info(b, x);
   uint32_t mask;
-  rc = lw_dim_mask(b, "dim", s.ndim, &mask);
+  rc = tpulw__dim_mask(b, "dim", s.ndim, &mask);
   if (rc < 0) return rc;
-  int keepdim = (int)lw_int(b, "keepdim", 0);
-  double corr = lw_float(b, "correction", 1.0);
-  if (lw_arg(b, "unbiased") && lw_none(b, "correction"))
-    corr = lw_int(b, "unbiased", 1) ? 1.0 : 0.0;
-  int cdt = lw_opmath(dt);
-  x = lw_convert(b, x, cdt);
+  int keepdim = (int)tpulw__int(b, "keepdim", 0);
+  double corr = tpulw__float(b, "correction", 1.0);
+  if (tpulw__arg(b, "unbiased") && tpulw__none(b, "correction"))
+    corr = tpulw__int(b, "unbiased", 1) ? 1.0 : 0.0;
+  int cdt = tpulw__opmath(dt);
+  x = tpulw__convert(b, x, cdt);
   double n = (double)count_of(&s, mask);
-  tpuir_val mean_k = lw_bin_c(b, TPUIR_DIV, lw_reduce_dims(b, TPUIR_RED_SUM, x, mask, 1), n);
-  tpuir_val d = lw_bin(b, TPUIR_SUB, x, mean_k);
-  tpuir_val ss = lw_reduce_dims(b, TPUIR_RED_SUM, lw_bin(b, TPUIR_MUL, d, d), mask, keepdim);
+  tpuir_val mean_k = tpulw__bin_c(b, TPUIR_DIV, tpulw__reduce_dims(b, TPUIR_RED_SUM, x, mask, 1), n);
+  tpuir_val d = tpulw__bin(b, TPUIR_SUB, x, mean_k);
+  tpuir_val ss = tpulw__reduce_dims(b, TPUIR_RED_SUM, tpulw__bin(b, TPUIR_MUL, d, d), mask, keepdim);
   double dof = n - corr;
   if (dof < 0) dof = 0;
-  tpuir_val var = lw_bin_c(b, TPUIR_DIV, ss, dof);
-  if (b->op == R_STD || b->op == R_STD_MEAN) var = lw_un(b, TPUIR_SQRT, var);
-  rc = lw_result_as(b, var, dt);
+  tpuir_val var = tpulw__bin_c(b, TPUIR_DIV, ss, dof);
+  if (b->op == R_STD || b->op == R_STD_MEAN) var = tpulw__un(b, TPUIR_SQRT, var);
+  rc = tpulw__result_as(b, var, dt);
   if (rc < 0 || (b->op != R_VAR_MEAN && b->op != R_STD_MEAN)) return rc;
   tpuir_val mean = mean_k;
   if (!keepdim) {
-    lw_shape m = lw_info(b, var);
-    mean = lw_reshape(b, mean_k, m.ndim, m.sizes);
+    tpulw__shape m = tpulw__info(b, var);
+    mean = tpulw__reshape(b, mean_k, m.ndim, m.sizes);
   }
-  return lw_result_as(b, mean, dt);
+  return tpulw__result_as(b, mean, dt);
 }
 
 /* all / any */
-static int all_any_fn(lw_b *b) {
+static int all_any_fn(tpulw__b *b) {
   const tpulw_tensor *self;
   int rc = get_self(b, &self);
   if (rc < 0) return rc;
@@ -296,141 +296,141 @@ static int all_any_fn(lw_b *b) {
   int od = out_dtype(b, "out");
   if (od >= 0 && od != TPU_BOOL && !(in_dt == TPU_U8 && od == TPU_U8))
     return tpu_error(TPU_E_INVALID, "%s only supports bool tensor for result, got: %s",
-                     is_all ? "all" : "any", lw_torch_name(od));
-  tpuir_val x = lw_convert(b, lw_tensor(b, self), TPU_BOOL);
-  lw_shape s = lw_info(b, x);
+                     is_all ? "all" : "any", tpulw__torch_name(od));
+  tpuir_val x = tpulw__convert(b, tpulw__tensor(b, self), TPU_BOOL);
+  tpulw__shape s = tpulw__info(b, x);
   uint32_t mask;
-  rc = lw_dim_mask(b, "dim", s.ndim, &mask);
+  rc = tpulw__dim_mask(b, "dim", s.ndim, &mask);
   if (rc < 0) return rc;
-  int keepdim = (int)lw_int(b, "keepdim", 0);
-  tpuir_val r = lw_reduce_dims(b, is_all ? TPUIR_RED_AND : TPUIR_RED_OR, x, mask, keepdim);
+  int keepdim = (int)tpulw__int(b, "keepdim", 0);
+  tpuir_val r = tpulw__reduce_dims(b, is_all ? TPUIR_RED_AND : TPUIR_RED_OR, x, mask, keepdim);
   b->out_rule = LW_OUT_ANY;
-  return lw_result_as(b, r, rdt);
+  return tpulw__result_as(b, r, rdt);
 }
 
-static int logsumexp_fn(lw_b *b) {
+static int logsumexp_fn(tpulw__b *b) {
   const tpulw_tensor *self;
   int rc = get_self(b, &self);
   if (rc < 0) return rc;
-  int dt = lw_float_or_default(self->view.dtype);
-  int cdt = lw_opmath(dt);
-  tpuir_val x = lw_convert(b, lw_tensor(b, self), cdt);
-  lw_shape s = lw_info(b, x);
+  int dt = tpulw__float_or_default(self->view.dtype);
+  int cdt = tpulw__opmath(dt);
+  tpuir_val x = tpulw__convert(b, tpulw__tensor(b, self), cdt);
+  tpulw__shape s = tpulw__info(b, x);
   uint32_t mask;
-  rc = lw_dim_mask(b, "dim", s.ndim, &mask);
+  rc = tpulw__dim_mask(b, "dim", s.ndim, &mask);
   if (rc < 0) return rc;
-  int keepdim = (int)lw_int(b, "keepdim", 0);
-  tpuir_val m = lw_reduce_dims(b, TPUIR_RED_MAX, x, mask, 1);
-  m = lw_sel(b, lw_un(b, TPUIR_IS_INF, m), lw_const(b, cdt, 0), m);
-  tpuir_val e = lw_un(b, TPUIR_EXP, lw_bin(b, TPUIR_SUB, x, m));
-  tpuir_val r = lw_un(b, TPUIR_LOG, lw_reduce_dims(b, TPUIR_RED_SUM, e, mask, keepdim));
-  lw_shape rs = lw_info(b, r);
-  r = lw_bin(b, TPUIR_ADD, r, lw_reshape(b, m, rs.ndim, rs.sizes));
-  return lw_result_as(b, r, dt);
+  int keepdim = (int)tpulw__int(b, "keepdim", 0);
+  tpuir_val m = tpulw__reduce_dims(b, TPUIR_RED_MAX, x, mask, 1);
+  m = tpulw__sel(b, tpulw__un(b, TPUIR_IS_INF, m), tpulw__const(b, cdt, 0), m);
+  tpuir_val e = tpulw__un(b, TPUIR_EXP, tpulw__bin(b, TPUIR_SUB, x, m));
+  tpuir_val r = tpulw__un(b, TPUIR_LOG, tpulw__reduce_dims(b, TPUIR_RED_SUM, e, mask, keepdim));
+  tpulw__shape rs = tpulw__info(b, r);
+  r = tpulw__bin(b, TPUIR_ADD, r, tpulw__reshape(b, m, rs.ndim, rs.sizes));
+  return tpulw__result_as(b, r, dt);
 }
 
 /* p-norm of a (absolute values, float dtype; the result keeps it) over the
  * dims in mask: max/min for +-inf, the count of non-zeros for 0, else
  * (sum a^p)^(1/p) with the 1- and 2-norms special-cased like torch. */
-tpuir_val lw_pnorm_dims(lw_b *b, tpuir_val a, double p, uint32_t mask, int keepdim) {
-  int dt = lw_info(b, a).dtype;
+tpuir_val tpulw__pnorm_dims(tpulw__b *b, tpuir_val a, double p, uint32_t mask, int keepdim) {
+  int dt = tpulw__info(b, a).dtype;
   if (isinf(p))
-    return lw_reduce_dims(b, p > 0 ? TPUIR_RED_MAX : TPUIR_RED_MIN, a, mask, keepdim);
+    return tpulw__reduce_dims(b, p > 0 ? TPUIR_RED_MAX : TPUIR_RED_MIN, a, mask, keepdim);
   if (p == 0) {
-    tpuir_val nz = lw_convert(b, lw_bin(b, TPUIR_NE, a, lw_const(b, dt, 0)), dt);
-    return lw_reduce_dims(b, TPUIR_RED_SUM, nz, mask, keepdim);
+    tpuir_val nz = tpulw__convert(b, tpulw__bin(b, TPUIR_NE, a, tpulw__const(b, dt, 0)), dt);
+    return tpulw__reduce_dims(b, TPUIR_RED_SUM, nz, mask, keepdim);
   }
-  if (p == 1) return lw_reduce_dims(b, TPUIR_RED_SUM, a, mask, keepdim);
+  if (p == 1) return tpulw__reduce_dims(b, TPUIR_RED_SUM, a, mask, keepdim);
   if (p == 2)
-    return lw_un(b, TPUIR_SQRT, lw_reduce_dims(b, TPUIR_RED_SUM, lw_bin(b, TPUIR_MUL, a, a),
+    return tpulw__un(b, TPUIR_SQRT, tpulw__reduce_dims(b, TPUIR_RED_SUM, tpulw__bin(b, TPUIR_MUL, a, a),
                                                mask, keepdim));
-  tpuir_val ap = lw_bin(b, TPUIR_POW, a, lw_const(b, dt, p));
-  return lw_bin(b, TPUIR_POW, lw_reduce_dims(b, TPUIR_RED_SUM, ap, mask, keepdim),
-                lw_const(b, dt, 1.0 / p));
+  tpuir_val ap = tpulw__bin(b, TPUIR_POW, a, tpulw__const(b, dt, p));
+  return tpulw__bin(b, TPUIR_POW, tpulw__reduce_dims(b, TPUIR_RED_SUM, ap, mask, keepdim),
+                tpulw__const(b, dt, 1.0 / p));
 }
 
 /* linalg_vector_norm / norm.ScalarOpt_dim(_dtype) */
-static int norm_fn(lw_b *b) {
+static int norm_fn(tpulw__b *b) {
   const tpulw_tensor *self;
   int rc = get_self(b, &self);
   if (rc < 0) return rc;
   int in_dt = self->view.dtype;
-  int dt = lw_dtype_arg(b, "dtype", -1);
+  int dt = tpulw__dtype_arg(b, "dtype", -1);
   if (!tpu_dtype_is_float(in_dt))
     return tpu_error(TPU_E_INVALID,
                      "linalg.vector_norm: Expected a floating point or complex "
-                     "tensor as input. Got %s", lw_torch_name(in_dt));
+                     "tensor as input. Got %s", tpulw__torch_name(in_dt));
   if (dt < 0) dt = in_dt;
-  double p = lw_float(b, b->op == R_VNORM ? "ord" : "p", 2.0);
-  int cdt = lw_opmath(dt);
-  tpuir_val x = lw_un(b, TPUIR_ABS, lw_convert(b, lw_tensor(b, self), cdt));
-  lw_shape s = lw_info(b, x);
+  double p = tpulw__float(b, b->op == R_VNORM ? "ord" : "p", 2.0);
+  int cdt = tpulw__opmath(dt);
+  tpuir_val x = tpulw__un(b, TPUIR_ABS, tpulw__convert(b, tpulw__tensor(b, self), cdt));
+  tpulw__shape s = tpulw__info(b, x);
   uint32_t mask;
-  rc = lw_dim_mask(b, "dim", s.ndim, &mask);
+  rc = tpulw__dim_mask(b, "dim", s.ndim, &mask);
   if (rc < 0) return rc;
-  int keepdim = (int)lw_int(b, "keepdim", 0);
-  if (isinf(p) && lw_numel(&s) == 0)
+  int keepdim = (int)tpulw__int(b, "keepdim", 0);
+  if (isinf(p) && tpulw__numel(&s) == 0)
     return tpu_error(TPU_E_INVALID,
                      "linalg.vector_norm cannot compute the %s norm on an "
                      "empty tensor because the operation does not have an "
                      "identity", p > 0 ? "inf" : "-inf");
-  tpuir_val r = lw_pnorm_dims(b, x, p, mask, keepdim);
-  return lw_result_as(b, r, dt);
+  tpuir_val r = tpulw__pnorm_dims(b, x, p, mask, keepdim);
+  return tpulw__result_as(b, r, dt);
 }
 
 /* inclusive scan along dim by log-step doubling (Hillis-Steele) */
-static tpuir_val scan(lw_b *b, tpuir_val x, int dim, int op) {
-  lw_shape s = lw_info(b, x);
+static tpuir_val scan(tpulw__b *b, tpuir_val x, int dim, int op) {
+  tpulw__shape s = tpulw__info(b, x);
   if (s.ndim == 0) return x;
   int64_t n = s.sizes[dim];
-  tpuir_val ident = lw_const(b, s.dtype, op == TPUIR_MUL ? 1 : 0);
+  tpuir_val ident = tpulw__const(b, s.dtype, op == TPUIR_MUL ? 1 : 0);
   for (int64_t k = 1; k < n && x >= 0; k *= 2) {
     int64_t lo[TPU_MAX_DIMS] = {0}, hi[TPU_MAX_DIMS] = {0}, in[TPU_MAX_DIMS] = {0};
     lo[dim] = k;
     hi[dim] = -k;
     tpuir_val sh = tpuir_pad(b->g, x, ident, lo, hi, in);
-    x = lw_bin(b, op, x, sh);
+    x = tpulw__bin(b, op, x, sh);
   }
   return x;
 }
 
-static int cumsum_fn(lw_b *b) {
+static int cumsum_fn(tpulw__b *b) {
   const tpulw_tensor *self;
   int rc = get_self(b, &self);
   if (rc < 0) return rc;
   int in_dt = self->view.dtype;
-  int dt = lw_dtype_arg(b, "dtype", -1);
+  int dt = tpulw__dtype_arg(b, "dtype", -1);
   if (dt < 0) dt = out_dtype(b, "out");
   if (dt < 0) dt = tpu_dtype_is_float(in_dt) ? in_dt : TPU_I64;
-  tpuir_val x = lw_tensor(b, self);
-  lw_shape s = lw_info(b, x);
+  tpuir_val x = tpulw__tensor(b, self);
+  tpulw__shape s = tpulw__info(b, x);
   int dim;
-  rc = lw_wrap_dim(lw_int(b, "dim", 0), s.ndim, &dim);
+  rc = tpulw__wrap_dim(tpulw__int(b, "dim", 0), s.ndim, &dim);
   if (rc < 0) return rc;
-  int cdt = lw_opmath(dt);
-  tpuir_val r = scan(b, lw_convert(b, x, cdt), dim,
+  int cdt = tpulw__opmath(dt);
+  tpuir_val r = scan(b, tpulw__convert(b, x, cdt), dim,
                      b->op == R_CUMSUM ? TPUIR_ADD : TPUIR_MUL);
-  return lw_result_as(b, r, dt);
+  return tpulw__result_as(b, r, dt);
 }
 
-static int trace_fn(lw_b *b) {
+static int trace_fn(tpulw__b *b) {
   const tpulw_tensor *self;
   int rc = get_self(b, &self);
   if (rc < 0) return rc;
   if (self->view.ndim != 2) return tpu_error(TPU_E_INVALID, "trace: expected a matrix");
   int in_dt = self->view.dtype;
   int dt = tpu_dtype_is_float(in_dt) ? in_dt : TPU_I64;
-  tpuir_val x = lw_convert(b, lw_tensor(b, self), dt);
-  lw_shape s = lw_info(b, x);
-  tpuir_val diag = lw_bin(b, TPUIR_EQ, tpuir_iota(b->g, TPU_I64, 2, s.sizes, 0),
+  tpuir_val x = tpulw__convert(b, tpulw__tensor(b, self), dt);
+  tpulw__shape s = tpulw__info(b, x);
+  tpuir_val diag = tpulw__bin(b, TPUIR_EQ, tpuir_iota(b->g, TPU_I64, 2, s.sizes, 0),
                           tpuir_iota(b->g, TPU_I64, 2, s.sizes, 1));
-  x = lw_sel(b, diag, x, lw_const(b, dt, 0));
-  return lw_result(b, lw_reduce_dims(b, TPUIR_RED_SUM, x, 3u, 0));
+  x = tpulw__sel(b, diag, x, tpulw__const(b, dt, 0));
+  return tpulw__result(b, tpulw__reduce_dims(b, TPUIR_RED_SUM, x, 3u, 0));
 }
 
 #define RED3(n, fn, code) {n, fn, code}, {n ".out", fn, code}
 
-const lw_row lw_rows_reduce[] = {
+const tpulw__row tpulw__rows_reduce[] = {
     {"sum", sum_fn, R_SUM}, {"sum.out", sum_fn, R_SUM},
     {"sum.dim_IntList", sum_fn, R_SUM}, {"sum.IntList_out", sum_fn, R_SUM},
     {"nansum", sum_fn, R_NANSUM}, {"nansum.out", sum_fn, R_NANSUM},
@@ -467,4 +467,4 @@ const lw_row lw_rows_reduce[] = {
     RED3("cumsum", cumsum_fn, R_CUMSUM), {"cumsum_", cumsum_fn, R_CUMSUM},
     RED3("cumprod", cumsum_fn, R_CUMPROD), {"cumprod_", cumsum_fn, R_CUMPROD},
 };
-const int lw_nrows_reduce = sizeof lw_rows_reduce / sizeof lw_rows_reduce[0];
+const int tpulw__nrows_reduce = sizeof tpulw__rows_reduce / sizeof tpulw__rows_reduce[0];

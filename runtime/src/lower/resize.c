@@ -26,7 +26,7 @@ static const char *scale_name(int k, int j) {
 }
 
 /* indices (and weights) of one spatial dim */
-static int up_indices(lw_b *b, int mode, int64_t in, int64_t out, int has_scale, double scale_arg,
+static int up_indices(tpulw__b *b, int mode, int64_t in, int64_t out, int has_scale, double scale_arg,
                       int align, int wdt, up_dim *u) {
   int64_t n = out;
   u->l0 = u->l1 = -1;
@@ -34,13 +34,13 @@ static int up_indices(lw_b *b, int mode, int64_t in, int64_t out, int has_scale,
     if (out == in && mode == U_NEAREST) {
       u->i0 = tpuir_iota(b->g, TPU_I64, 1, &n, 0);
     } else if (out == 2 * in && mode == U_NEAREST) {
-      u->i0 = lw_bin_c(b, TPUIR_DIV, tpuir_iota(b->g, TPU_I64, 1, &n, 0), 2);
+      u->i0 = tpulw__bin_c(b, TPUIR_DIV, tpuir_iota(b->g, TPU_I64, 1, &n, 0), 2);
     } else {
       float scale = (has_scale && scale_arg > 0) ? (float)(1.0 / scale_arg) : (float)in / (float)out;
       tpuir_val f = tpuir_iota(b->g, TPU_F32, 1, &n, 0);
-      if (mode == U_NEAREST_EXACT) f = lw_bin_c(b, TPUIR_ADD, f, 0.5);
-      f = lw_un(b, TPUIR_FLOOR, lw_bin_c(b, TPUIR_MUL, f, scale));
-      u->i0 = lw_bin_c(b, TPUIR_MIN, lw_convert(b, f, TPU_I64), (double)(in - 1));
+      if (mode == U_NEAREST_EXACT) f = tpulw__bin_c(b, TPUIR_ADD, f, 0.5);
+      f = tpulw__un(b, TPUIR_FLOOR, tpulw__bin_c(b, TPUIR_MUL, f, scale));
+      u->i0 = tpulw__bin_c(b, TPUIR_MIN, tpulw__convert(b, f, TPU_I64), (double)(in - 1));
     }
     return u->i0 < 0 ? u->i0 : TPU_OK;
   }
@@ -53,38 +53,38 @@ static int up_indices(lw_b *b, int mode, int64_t in, int64_t out, int has_scale,
   tpuir_val f = tpuir_iota(b->g, wdt, 1, &n, 0);
   tpuir_val src;
   if (align) {
-    src = lw_bin_c(b, TPUIR_MUL, f, scale);
+    src = tpulw__bin_c(b, TPUIR_MUL, f, scale);
   } else {
-    src = lw_bin_c(b, TPUIR_SUB, lw_bin_c(b, TPUIR_MUL, lw_bin_c(b, TPUIR_ADD, f, 0.5), scale), 0.5);
-    src = lw_bin_c(b, TPUIR_MAX, src, 0);
+    src = tpulw__bin_c(b, TPUIR_SUB, tpulw__bin_c(b, TPUIR_MUL, tpulw__bin_c(b, TPUIR_ADD, f, 0.5), scale), 0.5);
+    src = tpulw__bin_c(b, TPUIR_MAX, src, 0);
   }
-  tpuir_val i0 = lw_convert(b, src, TPU_I64);
-  tpuir_val l1 = lw_bin(b, TPUIR_SUB, src, lw_convert(b, i0, wdt));
-  l1 = lw_bin_c(b, TPUIR_MIN, lw_bin_c(b, TPUIR_MAX, l1, 0), 1);
-  u->l0 = lw_bin(b, TPUIR_SUB, lw_const(b, wdt, 1), l1);
+  tpuir_val i0 = tpulw__convert(b, src, TPU_I64);
+  tpuir_val l1 = tpulw__bin(b, TPUIR_SUB, src, tpulw__convert(b, i0, wdt));
+  l1 = tpulw__bin_c(b, TPUIR_MIN, tpulw__bin_c(b, TPUIR_MAX, l1, 0), 1);
+  u->l0 = tpulw__bin(b, TPUIR_SUB, tpulw__const(b, wdt, 1), l1);
   u->l1 = l1;
   u->i0 = i0;
-  u->i1 = lw_bin(b, TPUIR_ADD, i0, lw_convert(b, lw_bin_c(b, TPUIR_LT, i0, (double)(in - 1)), TPU_I64));
+  u->i1 = tpulw__bin(b, TPUIR_ADD, i0, tpulw__convert(b, tpulw__bin_c(b, TPUIR_LT, i0, (double)(in - 1)), TPU_I64));
   return u->i1 < 0 ? u->i1 : TPU_OK;
 }
 
 /* weight vector [n] -> shape broadcasting at `axis` of rank nd */
-static tpuir_val at_axis(lw_b *b, tpuir_val w, int nd, int axis, int64_t n) {
+static tpuir_val at_axis(tpulw__b *b, tpuir_val w, int nd, int axis, int64_t n) {
   int64_t sz[TPU_MAX_DIMS];
   for (int d = 0; d < nd; d++) sz[d] = d == axis ? n : 1;
-  return lw_reshape(b, w, nd, sz);
+  return tpulw__reshape(b, w, nd, sz);
 }
 
-static int upsample_fn(lw_b *b) {
+static int upsample_fn(tpulw__b *b) {
   int mode = b->op;
   int bw = strstr(b->base, "_backward") != NULL;
-  const tpulw_tensor *t = lw_tensor_arg(b, bw ? "grad_output" : "self");
+  const tpulw_tensor *t = tpulw__tensor_arg(b, bw ? "grad_output" : "self");
   if (!t) return tpu_error(TPU_E_UNSUPPORTED, "%s: no input", b->base);
   int dt = t->view.dtype;
   int no, ni = 0;
   int64_t s1, s2;
-  const int64_t *osz = lw_ints(b, "output_size", &no, &s1);
-  const int64_t *isz = bw ? lw_ints(b, "input_size", &ni, &s2) : NULL;
+  const int64_t *osz = tpulw__ints(b, "output_size", &no, &s1);
+  const int64_t *isz = bw ? tpulw__ints(b, "input_size", &ni, &s2) : NULL;
   int k = no;
   int nd = bw ? ni : t->view.ndim;
   if (k < 1 || k > 3 || nd != k + 2 || (bw && !isz))
@@ -92,7 +92,7 @@ static int upsample_fn(lw_b *b) {
   const int64_t *in_sizes = bw ? isz : t->view.sizes;
   if (mode == U_LINEAR && !tpu_dtype_is_float(dt))
     return tpu_error(TPU_E_UNSUPPORTED, "\"%s\" not implemented for '%s'", b->base,
-                     lw_torch_name(dt));
+                     tpulw__torch_name(dt));
   if (dt == TPU_BOOL) return tpu_error(TPU_E_UNSUPPORTED, "%s: bool input", b->base);
   for (int j = 0; j < k; j++)
     if (osz[j] <= 0 || in_sizes[2 + j] <= 0)
@@ -107,17 +107,17 @@ static int upsample_fn(lw_b *b) {
                          "Expected grad_output to have the same shape as output; output.size(%d) "
                          "= %lld but got grad_output.size(%d) = %lld",
                          2 + j, (long long)osz[j], 2 + j, (long long)t->view.sizes[2 + j]);
-  int align = mode == U_LINEAR ? (int)lw_int(b, "align_corners", 0) : 0;
-  int cdt = tpu_dtype_is_float(dt) ? lw_opmath(dt) : dt;
+  int align = mode == U_LINEAR ? (int)tpulw__int(b, "align_corners", 0) : 0;
+  int cdt = tpu_dtype_is_float(dt) ? tpulw__opmath(dt) : dt;
   int wdt = dt == TPU_F64 ? TPU_F64 : TPU_F32;
   up_dim u[3];
   for (int j = 0; j < k; j++) {
     const char *sn = scale_name(k, j);
-    int has = !lw_none(b, sn);
-    int rc = up_indices(b, mode, in_sizes[2 + j], osz[j], has, lw_float(b, sn, 0), align, wdt, &u[j]);
+    int has = !tpulw__none(b, sn);
+    int rc = up_indices(b, mode, in_sizes[2 + j], osz[j], has, tpulw__float(b, sn, 0), align, wdt, &u[j]);
     if (rc < 0) return rc;
   }
-  tpuir_val x = lw_convert(b, lw_tensor(b, t), cdt);
+  tpuir_val x = tpulw__convert(b, tpulw__tensor(b, t), cdt);
   if (!bw) {
     for (int j = 0; j < k; j++) {
       int axis = 2 + j;
@@ -126,13 +126,13 @@ static int upsample_fn(lw_b *b) {
       } else {
         tpuir_val a0 = tpuir_index_select(b->g, x, axis, u[j].i0);
         tpuir_val a1 = tpuir_index_select(b->g, x, axis, u[j].i1);
-        tpuir_val w0 = at_axis(b, lw_convert(b, u[j].l0, cdt), nd, axis, osz[j]);
-        tpuir_val w1 = at_axis(b, lw_convert(b, u[j].l1, cdt), nd, axis, osz[j]);
-        x = lw_bin(b, TPUIR_ADD, lw_bin(b, TPUIR_MUL, a0, w0), lw_bin(b, TPUIR_MUL, a1, w1));
+        tpuir_val w0 = at_axis(b, tpulw__convert(b, u[j].l0, cdt), nd, axis, osz[j]);
+        tpuir_val w1 = at_axis(b, tpulw__convert(b, u[j].l1, cdt), nd, axis, osz[j]);
+        x = tpulw__bin(b, TPUIR_ADD, tpulw__bin(b, TPUIR_MUL, a0, w0), tpulw__bin(b, TPUIR_MUL, a1, w1));
       }
       if (x < 0) return x;
     }
-    return lw_result_as(b, x, dt);
+    return tpulw__result_as(b, x, dt);
   }
   /* backward: scatter along each spatial dim, last first */
   int64_t cur[TPU_MAX_DIMS] = {in_sizes[0], in_sizes[1]};
@@ -140,18 +140,18 @@ static int upsample_fn(lw_b *b) {
   for (int j = k - 1; j >= 0; j--) {
     int axis = 2 + j;
     cur[axis] = in_sizes[axis];
-    tpuir_val zeros = lw_full(b, cdt, nd, cur, 0);
+    tpuir_val zeros = tpulw__full(b, cdt, nd, cur, 0);
     if (mode != U_LINEAR) {
       x = tpuir_index_add(b->g, zeros, axis, u[j].i0, x);
     } else {
-      tpuir_val w0 = at_axis(b, lw_convert(b, u[j].l0, cdt), nd, axis, osz[j]);
-      tpuir_val w1 = at_axis(b, lw_convert(b, u[j].l1, cdt), nd, axis, osz[j]);
-      tpuir_val g0 = lw_bin(b, TPUIR_MUL, x, w0), g1 = lw_bin(b, TPUIR_MUL, x, w1);
+      tpuir_val w0 = at_axis(b, tpulw__convert(b, u[j].l0, cdt), nd, axis, osz[j]);
+      tpuir_val w1 = at_axis(b, tpulw__convert(b, u[j].l1, cdt), nd, axis, osz[j]);
+      tpuir_val g0 = tpulw__bin(b, TPUIR_MUL, x, w0), g1 = tpulw__bin(b, TPUIR_MUL, x, w1);
       x = tpuir_index_add(b->g, tpuir_index_add(b->g, zeros, axis, u[j].i0, g0), axis, u[j].i1, g1);
     }
     if (x < 0) return x;
   }
-  return lw_result_as(b, x, dt);
+  return tpulw__result_as(b, x, dt);
 }
 
 /* reflection_pad / replication_pad {1,2,3}d (+ backward): the last k dims
@@ -159,14 +159,14 @@ static int upsample_fn(lw_b *b) {
  * padding lists the last dim first: (left, right, top, bottom, ...) */
 enum { PAD_REFLECT = 1, PAD_REPLICATE };
 
-static int pad_fn(lw_b *b) {
+static int pad_fn(tpulw__b *b) {
   int bw = strstr(b->base, "_backward") != NULL;
   int k = b->base[strlen(b->base) - (bw ? 11 : 2)] - '0'; /* ...pad2d[_backward] */
-  const tpulw_tensor *t = lw_tensor_arg(b, bw ? "grad_output" : "self");
-  const tpulw_tensor *self = lw_tensor_arg(b, "self");
+  const tpulw_tensor *t = tpulw__tensor_arg(b, bw ? "grad_output" : "self");
+  const tpulw_tensor *self = tpulw__tensor_arg(b, "self");
   int np;
   int64_t scratch;
-  const int64_t *pad = lw_ints(b, "padding", &np, &scratch);
+  const int64_t *pad = tpulw__ints(b, "padding", &np, &scratch);
   if (!t || !self || k < 1 || k > 3 || np != 2 * k)
     return tpu_error(TPU_E_UNSUPPORTED, "%s: unexpected arguments", b->base);
   int dt = t->view.dtype;
@@ -199,22 +199,22 @@ static int pad_fn(lw_b *b) {
       return tpu_error(TPU_E_INVALID, "input tensor must have non-zero size in dim %d", axis);
     int64_t out = in + lo + hi;
     osz[j] = out;
-    tpuir_val i = lw_bin_c(b, TPUIR_SUB, tpuir_iota(b->g, TPU_I64, 1, &out, 0), (double)lo);
+    tpuir_val i = tpulw__bin_c(b, TPUIR_SUB, tpuir_iota(b->g, TPU_I64, 1, &out, 0), (double)lo);
     if (reflect) {
-      i = lw_un(b, TPUIR_ABS, i);
-      i = lw_sel(b, lw_bin_c(b, TPUIR_GE, i, (double)in),
-                 lw_bin(b, TPUIR_SUB, lw_const(b, TPU_I64, 2.0 * (double)(in - 1)), i), i);
+      i = tpulw__un(b, TPUIR_ABS, i);
+      i = tpulw__sel(b, tpulw__bin_c(b, TPUIR_GE, i, (double)in),
+                 tpulw__bin(b, TPUIR_SUB, tpulw__const(b, TPU_I64, 2.0 * (double)(in - 1)), i), i);
     } else {
-      i = lw_bin_c(b, TPUIR_MIN, lw_bin_c(b, TPUIR_MAX, i, 0), (double)(in - 1));
+      i = tpulw__bin_c(b, TPUIR_MIN, tpulw__bin_c(b, TPUIR_MAX, i, 0), (double)(in - 1));
     }
     u[j].i0 = i;
     if (i < 0) return i;
   }
-  int cdt = tpu_dtype_is_float(dt) ? lw_opmath(dt) : dt;
-  tpuir_val x = lw_convert(b, lw_tensor(b, t), cdt);
+  int cdt = tpu_dtype_is_float(dt) ? tpulw__opmath(dt) : dt;
+  tpuir_val x = tpulw__convert(b, tpulw__tensor(b, t), cdt);
   if (!bw) {
     for (int j = 0; j < k && x >= 0; j++) x = tpuir_index_select(b->g, x, nd - k + j, u[j].i0);
-    return lw_result_as(b, x, dt);
+    return tpulw__result_as(b, x, dt);
   }
   int64_t cur[TPU_MAX_DIMS];
   for (int d = 0; d < nd; d++) cur[d] = d < nd - k ? iv->sizes[d] : osz[d - (nd - k)];
@@ -224,23 +224,23 @@ static int pad_fn(lw_b *b) {
   for (int j = k - 1; j >= 0 && x >= 0; j--) {
     int axis = nd - k + j;
     cur[axis] = iv->sizes[axis];
-    x = tpuir_index_add(b->g, lw_full(b, cdt, nd, cur, 0), axis, u[j].i0, x);
+    x = tpuir_index_add(b->g, tpulw__full(b, cdt, nd, cur, 0), axis, u[j].i0, x);
   }
-  return lw_result_as(b, x, dt);
+  return tpulw__result_as(b, x, dt);
 }
 
 /* im2col (nn.Unfold) and col2im (nn.Fold) with strided slices / interior
  * padding, one kernel offset at a time */
-static int im2col_fn(lw_b *b) {
+static int im2col_fn(tpulw__b *b) {
   int fold = strncmp(b->base, "col2im", 6) == 0;
-  const tpulw_tensor *t = lw_tensor_arg(b, "self");
+  const tpulw_tensor *t = tpulw__tensor_arg(b, "self");
   int n1, n2, n3, n4, n5 = 2;
   int64_t sc[5];
-  const int64_t *ks = lw_ints(b, "kernel_size", &n1, &sc[0]);
-  const int64_t *dl = lw_ints(b, "dilation", &n2, &sc[1]);
-  const int64_t *pd = lw_ints(b, "padding", &n3, &sc[2]);
-  const int64_t *st = lw_ints(b, "stride", &n4, &sc[3]);
-  const int64_t *os = fold ? lw_ints(b, "output_size", &n5, &sc[4]) : NULL;
+  const int64_t *ks = tpulw__ints(b, "kernel_size", &n1, &sc[0]);
+  const int64_t *dl = tpulw__ints(b, "dilation", &n2, &sc[1]);
+  const int64_t *pd = tpulw__ints(b, "padding", &n3, &sc[2]);
+  const int64_t *st = tpulw__ints(b, "stride", &n4, &sc[3]);
+  const int64_t *os = fold ? tpulw__ints(b, "output_size", &n5, &sc[4]) : NULL;
   if (!t || n1 != 2 || n2 != 2 || n3 != 2 || n4 != 2 || n5 != 2)
     return tpu_error(TPU_E_UNSUPPORTED, "%s: unexpected arguments", b->base);
   for (int i = 0; i < 2; i++)
@@ -254,7 +254,7 @@ static int im2col_fn(lw_b *b) {
   if (t->view.ndim != 3 - fold && !batched)
     return tpu_error(TPU_E_INVALID, "Expected %dD or %dD (batch mode) tensor for input, but got: %dD",
                      3 - fold, 4 - fold, t->view.ndim);
-  tpuir_val x = lw_tensor(b, t);
+  tpuir_val x = tpulw__tensor(b, t);
   int64_t nb = batched ? t->view.sizes[0] : 1, kk = ks[0] * ks[1];
   int64_t h, w, c;
   if (!fold) {
@@ -289,11 +289,11 @@ static int im2col_fn(lw_b *b) {
                      (long long)st[0], (long long)st[1], (long long)oh, (long long)ow,
                      (long long)L, (long long)t->view.sizes[batched + 1]);
   if (kk > 256) return tpu_error(TPU_E_UNSUPPORTED, "%s: kernel too large", b->base);
-  tpuir_val zero = lw_const(b, dt, 0);
+  tpuir_val zero = tpulw__const(b, dt, 0);
   tpuir_val parts[256];
   if (!fold) {
     int64_t s4[4] = {nb, c, h, w};
-    x = lw_reshape(b, x, 4, s4);
+    x = tpulw__reshape(b, x, 4, s4);
     int64_t lo[4] = {0, 0, pd[0], pd[1]}, hi[4] = {0, 0, pd[0], pd[1]}, in0[4] = {0};
     if (pd[0] || pd[1]) x = tpuir_pad(b->g, x, zero, lo, hi, in0);
     int64_t blk[4] = {nb, c, 1, L};
@@ -302,31 +302,31 @@ static int im2col_fn(lw_b *b) {
         int64_t s0[4] = {0, 0, i * dl[0], j * dl[1]};
         int64_t l0[4] = {nb, c, s0[2] + (oh - 1) * st[0] + 1, s0[3] + (ow - 1) * st[1] + 1};
         int64_t str[4] = {1, 1, st[0], st[1]};
-        tpuir_val v = lw_reshape(b, tpuir_slice(b->g, x, s0, l0, str), 4, blk);
+        tpuir_val v = tpulw__reshape(b, tpuir_slice(b->g, x, s0, l0, str), 4, blk);
         if (v < 0) return v;
         parts[i * ks[1] + j] = v;
       }
     tpuir_val r = kk == 1 ? parts[0] : tpuir_concat(b->g, (int)kk, parts, 2);
     int64_t o3[3] = {nb, c * kk, L};
-    r = lw_reshape(b, r, batched ? 3 : 2, batched ? o3 : o3 + 1);
-    return lw_result(b, r);
+    r = tpulw__reshape(b, r, batched ? 3 : 2, batched ? o3 : o3 + 1);
+    return tpulw__result(b, r);
   }
-  int cdt = tpu_dtype_is_float(dt) ? lw_opmath(dt) : dt;
+  int cdt = tpu_dtype_is_float(dt) ? tpulw__opmath(dt) : dt;
   int64_t s5[5] = {nb, c, kk, oh, ow};
-  x = lw_reshape(b, lw_convert(b, x, cdt), 5, s5);
-  tpuir_val czero = lw_const(b, cdt, 0), acc = -1;
+  x = tpulw__reshape(b, tpulw__convert(b, x, cdt), 5, s5);
+  tpuir_val czero = tpulw__const(b, cdt, 0), acc = -1;
   for (int64_t i = 0; i < ks[0]; i++)
     for (int64_t j = 0; j < ks[1]; j++) {
       int64_t k = i * ks[1] + j;
       int64_t s0[5] = {0, 0, k, 0, 0}, l0[5] = {nb, c, k + 1, oh, ow}, one[5] = {1, 1, 1, 1, 1};
       int64_t b4[4] = {nb, c, oh, ow};
-      tpuir_val v = lw_reshape(b, tpuir_slice(b->g, x, s0, l0, one), 4, b4);
+      tpuir_val v = tpulw__reshape(b, tpuir_slice(b->g, x, s0, l0, one), 4, b4);
       int64_t r0 = i * dl[0], c0 = j * dl[1];
       int64_t lo[4] = {0, 0, r0, c0};
       int64_t hi[4] = {0, 0, hp - (r0 + (oh - 1) * st[0] + 1), wp - (c0 + (ow - 1) * st[1] + 1)};
       int64_t in[4] = {0, 0, st[0] - 1, st[1] - 1};
       v = tpuir_pad(b->g, v, czero, lo, hi, in);
-      acc = acc < 0 ? v : lw_bin(b, TPUIR_ADD, acc, v);
+      acc = acc < 0 ? v : tpulw__bin(b, TPUIR_ADD, acc, v);
       if (acc < 0) return acc;
     }
   if (pd[0] || pd[1]) {
@@ -334,8 +334,8 @@ static int im2col_fn(lw_b *b) {
     acc = tpuir_slice(b->g, acc, s0, l0, one);
   }
   int64_t o4[4] = {nb, c, h, w};
-  acc = lw_reshape(b, acc, batched ? 4 : 3, batched ? o4 : o4 + 1);
-  return lw_result_as(b, acc, dt);
+  acc = tpulw__reshape(b, acc, batched ? 4 : 3, batched ? o4 : o4 + 1);
+  return tpulw__result_as(b, acc, dt);
 }
 
 #define PAD(n, mode)                                                           \
@@ -346,7 +346,7 @@ static int im2col_fn(lw_b *b) {
   {n, upsample_fn, mode}, {n ".out", upsample_fn, mode},                       \
       {n "_backward", upsample_fn, mode}, {n "_backward.grad_input", upsample_fn, mode}
 
-const lw_row lw_rows_resize[] = {
+const tpulw__row tpulw__rows_resize[] = {
     UP("upsample_nearest1d", U_NEAREST),
     UP("upsample_nearest2d", U_NEAREST),
     UP("upsample_nearest3d", U_NEAREST),
@@ -365,4 +365,4 @@ const lw_row lw_rows_resize[] = {
     PAD("replication_pad2d", PAD_REPLICATE),
     PAD("replication_pad3d", PAD_REPLICATE),
 };
-const int lw_nrows_resize = sizeof lw_rows_resize / sizeof lw_rows_resize[0];
+const int tpulw__nrows_resize = sizeof tpulw__rows_resize / sizeof tpulw__rows_resize[0];

@@ -26,7 +26,7 @@ enum {
 };
 
 /* PyTorch's name of the CPU kernel in "not implemented" messages. */
-static const char *kernel_name(const lw_b *b) {
+static const char *kernel_name(const tpulw__b *b) {
   static char buf[96];
   const char *n = b->base;
   if (!strncmp(n, "special_", 8)) n += 8;
@@ -36,82 +36,82 @@ static const char *kernel_name(const lw_b *b) {
   return buf;
 }
 
-static int not_implemented(const lw_b *b, int dt) {
+static int not_implemented(const tpulw__b *b, int dt) {
   return tpu_error(TPU_E_UNSUPPORTED, "\"%s\" not implemented for '%s'",
-                   kernel_name(b), lw_torch_name(dt));
+                   kernel_name(b), tpulw__torch_name(dt));
 }
 
 /* float-result unary special function */
-static int special_unary_fn(lw_b *b) {
+static int special_unary_fn(tpulw__b *b) {
   int op = b->op & SF_OP;
-  lw_opnd s = lw_opnd_arg(b, "self");
-  if (s.kind == LW_OPND_NONE) s = lw_opnd_arg(b, "x"); /* airy_ai, ... */
+  tpulw__opnd s = tpulw__opnd_arg(b, "self");
+  if (s.kind == LW_OPND_NONE) s = tpulw__opnd_arg(b, "x"); /* airy_ai, ... */
   if (s.kind != LW_OPND_TENSOR)
     return tpu_error(TPU_E_UNSUPPORTED, "%s: expected a tensor operand", b->base);
   if (tpu_dtype_is_complex(s.t->view.dtype)) return not_implemented(b, s.t->view.dtype);
-  int dt = lw_float_or_default(s.t->view.dtype);
+  int dt = tpulw__float_or_default(s.t->view.dtype);
   if ((dt == TPU_F16 || dt == TPU_BF16) && !(b->op & SF_HALF))
     return not_implemented(b, dt);
-  int cdt = lw_opmath(dt);
-  tpuir_val x = lw_opnd_val(b, &s, cdt);
+  int cdt = tpulw__opmath(dt);
+  tpuir_val x = tpulw__opnd_val(b, &s, cdt);
   LW_TRY(x);
-  return lw_result_as(b, tpuir_special_unary(b->g, op, x), dt);
+  return tpulw__result_as(b, tpuir_special_unary(b->g, op, x), dt);
 }
 
 /* binary special function (x, n) / (self, other) */
-static int special_binary_fn(lw_b *b) {
+static int special_binary_fn(tpulw__b *b) {
   int op = b->op & SF_OP;
-  lw_opnd ops[2];
-  ops[0] = lw_opnd_arg(b, "self");
-  ops[1] = lw_opnd_arg(b, "other");
-  if (ops[0].kind == LW_OPND_NONE) ops[0] = lw_opnd_arg(b, "x");
-  if (ops[1].kind == LW_OPND_NONE) ops[1] = lw_opnd_arg(b, "n");
+  tpulw__opnd ops[2];
+  ops[0] = tpulw__opnd_arg(b, "self");
+  ops[1] = tpulw__opnd_arg(b, "other");
+  if (ops[0].kind == LW_OPND_NONE) ops[0] = tpulw__opnd_arg(b, "x");
+  if (ops[1].kind == LW_OPND_NONE) ops[1] = tpulw__opnd_arg(b, "n");
   if (ops[0].kind == LW_OPND_NONE || ops[1].kind == LW_OPND_NONE)
     return tpu_error(TPU_E_UNSUPPORTED, "%s: missing operand", b->base);
-  int dt = lw_result_type(2, ops);
+  int dt = tpulw__result_type(2, ops);
   if (tpu_dtype_is_complex(dt)) return not_implemented(b, dt);
   if (b->op & SF_INT) {
     if (!tpu_dtype_is_int(dt)) return not_implemented(b, dt);
   } else if (b->op & SF_FLOAT) {
     if (!tpu_dtype_is_float(dt)) return not_implemented(b, dt);
   } else {
-    dt = lw_float_or_default(dt);
+    dt = tpulw__float_or_default(dt);
   }
   if ((dt == TPU_F16 || dt == TPU_BF16) && !(b->op & SF_HALF))
     return not_implemented(b, dt);
-  int cdt = (b->op & (SF_INT | SF_NATIVE)) ? dt : lw_opmath(dt);
-  tpuir_val v[2] = {lw_opnd_val(b, &ops[0], cdt), lw_opnd_val(b, &ops[1], cdt)};
+  int cdt = (b->op & (SF_INT | SF_NATIVE)) ? dt : tpulw__opmath(dt);
+  tpuir_val v[2] = {tpulw__opnd_val(b, &ops[0], cdt), tpulw__opnd_val(b, &ops[1], cdt)};
   LW_TRY(v[0]);
   LW_TRY(v[1]);
-  int rc = lw_bcast_all(b, 2, v);
+  int rc = tpulw__bcast_all(b, 2, v);
   if (rc < 0) return rc;
-  return lw_result_as(b, tpuir_special_binary(b->g, op, v[0], v[1]), dt);
+  return tpulw__result_as(b, tpuir_special_binary(b->g, op, v[0], v[1]), dt);
 }
 
 /* frexp.Tensor_out(self, *, mantissa, exponent) */
-static int frexp_fn(lw_b *b) {
-  const tpulw_tensor *self = lw_tensor_arg(b, "self");
+static int frexp_fn(tpulw__b *b) {
+  const tpulw_tensor *self = tpulw__tensor_arg(b, "self");
   if (!self) return tpu_error(TPU_E_UNSUPPORTED, "frexp: missing operand");
   int dt = self->view.dtype;
   if (!tpu_dtype_is_float(dt))
     return tpu_error(TPU_E_INVALID,
                      "torch.frexp() only supports floating-point dtypes");
-  const tpulw_tensor *m = lw_tensor_arg(b, "mantissa");
-  const tpulw_tensor *e = lw_tensor_arg(b, "exponent");
+  const tpulw_tensor *m = tpulw__tensor_arg(b, "mantissa");
+  const tpulw_tensor *e = tpulw__tensor_arg(b, "exponent");
   if (m && m->view.dtype != dt)
     return tpu_error(TPU_E_INVALID,
                      "torch.frexp() expects mantissa to have dtype %s but got %s",
-                     lw_c_name(dt), lw_c_name(m->view.dtype));
+                     tpulw__c_name(dt), tpulw__c_name(m->view.dtype));
   if (e && e->view.dtype != TPU_I32)
     return tpu_error(TPU_E_INVALID,
                      "torch.frexp() expects exponent to have int dtype but got %s",
-                     lw_c_name(e->view.dtype));
+                     tpulw__c_name(e->view.dtype));
   b->out_rule = LW_OUT_SAME;
-  tpuir_val x = lw_tensor(b, self);
+  tpuir_val x = tpulw__tensor(b, self);
   LW_TRY(x);
-  int rc = lw_result(b, tpuir_special_unary(b->g, TPUIR_FREXP_MANT, x));
+  int rc = tpulw__result(b, tpuir_special_unary(b->g, TPUIR_FREXP_MANT, x));
   if (rc < 0) return rc;
-  return lw_result(b, tpuir_special_unary(b->g, TPUIR_FREXP_EXP, x));
+  return tpulw__result(b, tpuir_special_unary(b->g, TPUIR_FREXP_EXP, x));
 }
 
 #define SU(n, op) {n, special_unary_fn, op}, {n ".out", special_unary_fn, op}
@@ -119,7 +119,7 @@ static int frexp_fn(lw_b *b) {
 #define SB(n, op) {n, special_binary_fn, op}, {n ".out", special_binary_fn, op}
 #define SB3(n, op) SB(n, op), {n "_", special_binary_fn, op}
 
-const lw_row lw_rows_special[] = {
+const tpulw__row tpulw__rows_special[] = {
     SU("special_bessel_j0", TPUIR_BESSEL_J0),
     SU("special_bessel_j1", TPUIR_BESSEL_J1),
     SU("special_bessel_y0", TPUIR_BESSEL_Y0),
@@ -162,4 +162,4 @@ const lw_row lw_rows_special[] = {
     SB3("gcd", TPUIR_GCD | SF_INT),
     SB3("lcm", TPUIR_LCM | SF_INT),
 };
-const int lw_nrows_special = (int)(sizeof lw_rows_special / sizeof lw_rows_special[0]);
+const int tpulw__nrows_special = (int)(sizeof tpulw__rows_special / sizeof tpulw__rows_special[0]);

@@ -318,7 +318,7 @@ static void gather_rows(void *ctx, int64_t r0, int64_t r1) {
           const float *s = (const float *)a->w + off;
           uint16_t *d = (uint16_t *)J->dst + i;
           for (int64_t t2 = 0; t2 < k->k[2]; t2++)
-            d[t2] = (uint16_t)(tpumxu_rne_bits(tpumxu_f2u(s[t2 * w[5]])) >> 16);
+            d[t2] = (uint16_t)(tpumxu__rne_bits(tpumxu__f2u(s[t2 * w[5]])) >> 16);
         } else {
           const float *s = (const float *)a->w + off;
           float *d = (float *)J->dst + i;
@@ -376,7 +376,7 @@ static dnnl_status_t run_reorder(dnnl_engine_t eng, dnnl_stream_t st, dnnl_primi
 
 /* A workspace buffer of md's size into *b (NULL when out of memory). */
 static void *ws(const dnnl_memory_desc_t *md, buf *b) {
-  b->p = tpumxu_ws_get(dnnl_memory_desc_get_size(md), &b->cap);
+  b->p = tpumxu__ws_get(dnnl_memory_desc_get_size(md), &b->cap);
   return b->p;
 }
 
@@ -441,11 +441,11 @@ done:
   if (my) dnnl_memory_destroy(my);
   if (mx) dnnl_memory_destroy(mx);
   if (st) dnnl_stream_destroy(st);
-  tpumxu_ws_put(bs.p, bs.cap);
-  tpumxu_ws_put(bp.p, bp.cap);
-  tpumxu_ws_put(bw.p, bw.cap);
-  tpumxu_ws_put(by.p, by.cap);
-  tpumxu_ws_put(bx.p, bx.cap);
+  tpumxu__ws_put(bs.p, bs.cap);
+  tpumxu__ws_put(bp.p, bp.cap);
+  tpumxu__ws_put(bw.p, bw.cap);
+  tpumxu__ws_put(by.p, by.cap);
+  tpumxu__ws_put(bx.p, bx.cap);
   if (oom || s == dnnl_out_of_memory)
     return tpu_error(TPU_E_OOM, "tpumxu: out of host memory (convolution)");
   if (s) return tpu_error(TPU_E_INTERNAL, "tpumxu: oneDNN convolution failed (status %d)", (int)s);
@@ -469,9 +469,9 @@ int tpumxu_conv(const tpumxu_conv_args *a) {
       a->kind < TPUMXU_CONV_FWD || a->kind > TPUMXU_CONV_BWD_WEIGHTS)
     return TPU_E_UNSUPPORTED;
   const int cbf = a->dtype == TPU_BF16 || a->precision == TPU_PREC_DEFAULT;
-  dnnl_engine_t eng = tpumxu_dnnl_engine();
+  dnnl_engine_t eng = tpumxu__dnnl_engine();
   if (!eng) return TPU_E_INTERNAL;
-  if (cbf && !tpumxu_dnnl_bf16_native()) return TPU_E_UNSUPPORTED;
+  if (cbf && !tpumxu__dnnl_bf16_native()) return TPU_E_UNSUPPORTED;
   ckey k;
   memset(&k, 0, sizeof k);
   k.kind = a->kind;

@@ -46,7 +46,7 @@ static struct {
 static size_t g_ws_total;
 
 /* A 64-byte-aligned buffer of at least n bytes (*cap: its size), or NULL. */
-void *tpumxu_ws_get(size_t n, size_t *cap) {
+void *tpumxu__ws_get(size_t n, size_t *cap) {
   void *p = NULL;
   pthread_mutex_lock(&g_ws_mu);
   int best = -1;
@@ -67,9 +67,9 @@ void *tpumxu_ws_get(size_t n, size_t *cap) {
   return p;
 }
 
-/* Give back a buffer from tpumxu_ws_get: kept (evicting smaller ones) or
+/* Give back a buffer from tpumxu__ws_get: kept (evicting smaller ones) or
  * freed. */
-void tpumxu_ws_put(void *p, size_t cap) {
+void tpumxu__ws_put(void *p, size_t cap) {
   if (!p) return;
   pthread_mutex_lock(&g_ws_mu);
   for (;;) {
@@ -122,9 +122,9 @@ static int engine(void) {
                : tpu_error(TPU_E_INTERNAL, "tpumxu: cannot create the oneDNN CPU engine");
 }
 
-void *tpumxu_dnnl_engine(void) { return engine() == TPU_OK ? (void *)g_eng : NULL; }
+void *tpumxu__dnnl_engine(void) { return engine() == TPU_OK ? (void *)g_eng : NULL; }
 
-int tpumxu_dnnl_bf16_native(void) {
+int tpumxu__dnnl_bf16_native(void) {
   return engine() == TPU_OK && g_bf16_native;
 }
 
@@ -320,8 +320,8 @@ static int rt_prim(int sdt, int wdt, int ddt, int acc, dnnl_primitive_t *out) {
 /* A small problem with row-major operands (unit column strides) on the
  * calling thread, one batch item at a time. */
 static int small_matmul(int64_t batch, int64_t m, int64_t n, int64_t k,
-                        const tpumxu_mat *src, const tpumxu_mat *wei,
-                        const tpumxu_mat *dst, int accumulate) {
+                        const tpumxu__mat *src, const tpumxu__mat *wei,
+                        const tpumxu__mat *dst, int accumulate) {
   dnnl_primitive_t prim;
   int rc = rt_prim(src->dt, wei->dt, dst->dt, accumulate, &prim);
   if (rc) return rc;
@@ -365,7 +365,7 @@ static int small_matmul(int64_t batch, int64_t m, int64_t n, int64_t k,
 
 /* Strides of a matrix as oneDNN sees it: a single (broadcast) batch item
  * gets a dense batch stride. */
-static void strides_of(const tpumxu_mat *x, int64_t nb, int64_t r, int64_t c,
+static void strides_of(const tpumxu__mat *x, int64_t nb, int64_t r, int64_t c,
                        int64_t st[3]) {
   st[0] = x->sb;
   st[1] = x->s0;
@@ -377,9 +377,9 @@ static void strides_of(const tpumxu_mat *x, int64_t nb, int64_t r, int64_t c,
   }
 }
 
-int tpumxu_dnnl_matmul(int64_t batch, int64_t m, int64_t n, int64_t k,
-                       const tpumxu_mat *src, const tpumxu_mat *wei,
-                       const tpumxu_mat *dst, int accumulate) {
+int tpumxu__dnnl_matmul(int64_t batch, int64_t m, int64_t n, int64_t k,
+                       const tpumxu__mat *src, const tpumxu__mat *wei,
+                       const tpumxu__mat *dst, int accumulate) {
   int rc = engine();
   if (rc) return rc;
   if (m * n * k <= SMALL_MACS && src->s1 == 1 && wei->s1 == 1 && dst->s1 == 1)
@@ -402,7 +402,7 @@ int tpumxu_dnnl_matmul(int64_t batch, int64_t m, int64_t n, int64_t k,
   entry *e = NULL;
   if ((rc = acquire(&kk, &e))) return rc;
   size_t scap = 0;
-  void *scratch = e->scratch ? tpumxu_ws_get(e->scratch, &scap) : NULL;
+  void *scratch = e->scratch ? tpumxu__ws_get(e->scratch, &scap) : NULL;
   dnnl_memory_t ms = NULL, mw = NULL, md = NULL, mp = NULL;
   dnnl_stream_t st = NULL;
   dnnl_status_t s = dnnl_success;
@@ -435,7 +435,7 @@ done:
   if (md) dnnl_memory_destroy(md);
   if (mw) dnnl_memory_destroy(mw);
   if (ms) dnnl_memory_destroy(ms);
-  tpumxu_ws_put(scratch, scap);
+  tpumxu__ws_put(scratch, scap);
   release(e);
   if (!rc && s)
     rc = tpu_error(s == dnnl_out_of_memory ? TPU_E_OOM : TPU_E_INTERNAL,
@@ -477,7 +477,7 @@ static int impl_of(int sdt, int ddt, int64_t m, int64_t n, int64_t k,
   return TPU_OK;
 }
 
-int tpumxu_dnnl_impl(int src_dt, int dst_dt, int64_t m, int64_t n, int64_t k,
+int tpumxu__dnnl_impl(int src_dt, int dst_dt, int64_t m, int64_t n, int64_t k,
                      char *buf, size_t cap) {
   int rc = engine();
   return rc ? rc : impl_of(src_dt, dst_dt, m, n, k, buf, cap);

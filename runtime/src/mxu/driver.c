@@ -66,14 +66,14 @@ static inline float ld_src(int dt, const char *base, int64_t off) {
 
 /* The parts of x (bit patterns; bf16 ones with the low 16 bits clear). */
 static inline void split(float x, uint32_t out[4]) {
-  uint32_t hi = tpumxu_rne_bits(tpumxu_f2u(x));
-  float rem = x - tpumxu_u2f(hi);
-  uint32_t r1 = tpumxu_rne_bits(tpumxu_f2u(rem));
-  float rem2 = rem - tpumxu_u2f(r1);
+  uint32_t hi = tpumxu__rne_bits(tpumxu__f2u(x));
+  float rem = x - tpumxu__u2f(hi);
+  uint32_t r1 = tpumxu__rne_bits(tpumxu__f2u(rem));
+  float rem2 = rem - tpumxu__u2f(r1);
   out[P_HI] = hi;
   out[P_R1] = r1;
-  out[P_R2] = tpumxu_rne_bits(tpumxu_f2u(rem2));
-  out[P_RAW] = tpumxu_f2u(x);
+  out[P_R2] = tpumxu__rne_bits(tpumxu__f2u(rem2));
+  out[P_RAW] = tpumxu__f2u(x);
 }
 
 static inline void put(const pack_job *J, char *d, int64_t idx, const uint32_t v[4]) {
@@ -84,7 +84,7 @@ static inline void put(const pack_job *J, char *d, int64_t idx, const uint32_t v
   }
 }
 
-/* Branch-free tpumxu_rne_bits (so gcc vectorises the loops below). */
+/* Branch-free tpumxu__rne_bits (so gcc vectorises the loops below). */
 static inline uint32_t rne_bits_v(uint32_t u) {
   uint32_t r = (u + 0x7fffu + ((u >> 16) & 1u)) & 0xffff0000u;
   uint32_t q = (u | 0x00400000u) & 0xffff0000u;
@@ -97,12 +97,12 @@ static inline __attribute__((always_inline)) void
 part_row(const float *s, int part, uint16_t *o16, uint32_t *o32, int64_t n) {
   for (int64_t c = 0; c < n; c++) {
     float x = s[c];
-    uint32_t h = rne_bits_v(tpumxu_f2u(x)), v = h;
+    uint32_t h = rne_bits_v(tpumxu__f2u(x)), v = h;
     if (part != P_HI) {
-      float rem = x - tpumxu_u2f(h);
-      v = rne_bits_v(tpumxu_f2u(rem));
-      if (part == P_R2) v = rne_bits_v(tpumxu_f2u(rem - tpumxu_u2f(v)));
-      if (part == P_RAW) v = tpumxu_f2u(x);
+      float rem = x - tpumxu__u2f(h);
+      v = rne_bits_v(tpumxu__f2u(rem));
+      if (part == P_R2) v = rne_bits_v(tpumxu__f2u(rem - tpumxu__u2f(v)));
+      if (part == P_RAW) v = tpumxu__f2u(x);
     }
     if (o16) o16[c] = (uint16_t)(v >> 16);
     else o32[c] = v;
@@ -168,7 +168,7 @@ static void pack(pack_job *J, int64_t nb) {
 /* ---- finishing C ------------------------------------------------------- */
 
 typedef struct fin_job {
-  const tpumxu_problem *p;
+  const tpumxu__problem *p;
   float *t;         /* f32 result (NULL: C already final) */
   int zero_nonfin;  /* zero the non-finite entries of t (small terms) */
   int64_t rb, nrb;  /* rows per block, blocks per item */
@@ -195,7 +195,7 @@ static void zero_nonfinite(float *s, int64_t batch, int64_t m, int64_t n,
 
 static void fin_fn(void *ctx, int64_t t0, int64_t t1) {
   const fin_job *J = ctx;
-  const tpumxu_problem *p = J->p;
+  const tpumxu__problem *p = J->p;
   int64_t es = (int64_t)tpu_dtype_size(p->dtype);
   for (int64_t t = t0; t < t1; t++) {
     int64_t b = t / J->nrb, i0 = (t % J->nrb) * J->rb;
@@ -228,11 +228,11 @@ static void fin_fn(void *ctx, int64_t t0, int64_t t1) {
 
 /* ---- driver ------------------------------------------------------------ */
 
-int tpumxu_run(const tpumxu_problem *p) {
+int tpumxu__run(const tpumxu__problem *p) {
   const int split_f32 = p->dtype == TPU_F32 && p->prec != TPU_PREC_FP32;
   const int nsmall = !split_f32 ? 0 : p->prec == TPU_PREC_HIGHEST ? 5
                                    : p->prec == TPU_PREC_HIGH     ? 2 : 0;
-  const int native = tpumxu_dnnl_bf16_native();
+  const int native = tpumxu__dnnl_bf16_native();
   /* operand element type handed to oneDNN */
   int odt = (split_f32 || p->dtype == TPU_BF16) && native ? TPUMXU_DT_BF16 : TPUMXU_DT_F32;
   const int8_t *ap = k_hi, *bp = k_hi;
@@ -254,28 +254,28 @@ int tpumxu_run(const tpumxu_problem *p) {
   char *abuf = NULL, *bbuf = NULL;
   float *tbuf = NULL;
   int rc = TPU_OK;
-  tpumxu_mat A, B, Ahi, Bhi, D;
+  tpumxu__mat A, B, Ahi, Bhi, D;
   if (a_direct) {
-    A = (tpumxu_mat){(void *)p->a, odt, p->sab, p->sam, 1};
+    A = (tpumxu__mat){(void *)p->a, odt, p->sab, p->sam, 1};
   } else {
-    abuf = tpumxu_ws_get((size_t)(ba * m * kk * oes), &acap);
+    abuf = tpumxu__ws_get((size_t)(ba * m * kk * oes), &acap);
     if (!abuf) goto oom;
     pack_job J = {p->a, p->dtype, odt, np, ap, p->sab, p->sam, p->sak, m, k,
                   kk, m * kk, {0}, abuf, 0};
     for (int q = 0; q < np; q++) J.poff[q] = q * k; /* parts side by side in a row */
     pack(&J, ba);
-    A = (tpumxu_mat){abuf, odt, m * kk, kk, 1};
+    A = (tpumxu__mat){abuf, odt, m * kk, kk, 1};
   }
   if (b_direct) {
-    B = (tpumxu_mat){(void *)p->b, odt, p->sbb, p->sbk, 1};
+    B = (tpumxu__mat){(void *)p->b, odt, p->sbb, p->sbk, 1};
   } else {
-    bbuf = tpumxu_ws_get((size_t)(bb * kk * n * oes), &bcap);
+    bbuf = tpumxu__ws_get((size_t)(bb * kk * n * oes), &bcap);
     if (!bbuf) goto oom;
     pack_job J = {p->b, p->dtype, odt, np, bp, p->sbb, p->sbk, p->sbn, k, n,
                   n, kk * n, {0}, bbuf, 0};
     for (int q = 0; q < np; q++) J.poff[q] = q * k * n; /* parts stacked */
     pack(&J, bb);
-    B = (tpumxu_mat){bbuf, odt, kk * n, n, 1};
+    B = (tpumxu__mat){bbuf, odt, kk * n, n, 1};
   }
   if (ba == 1) A.sb = 0;
   if (bb == 1) B.sb = 0;
@@ -285,16 +285,16 @@ int tpumxu_run(const tpumxu_problem *p) {
   int direct = cdt_ok && p->alpha == 1.f && p->scn == 1 && p->scm >= 0 &&
                p->sbc >= 0 && (p->beta == 0.f || (p->beta == 1.f && nsmall == 0));
   if (direct) {
-    D = (tpumxu_mat){p->c, p->dtype == TPU_BF16 ? TPUMXU_DT_BF16 : TPUMXU_DT_F32,
+    D = (tpumxu__mat){p->c, p->dtype == TPU_BF16 ? TPUMXU_DT_BF16 : TPUMXU_DT_F32,
                      p->sbc, p->scm, 1};
   } else {
-    tbuf = tpumxu_ws_get((size_t)(p->batch * m * n * 4), &tcap);
+    tbuf = tpumxu__ws_get((size_t)(p->batch * m * n * 4), &tcap);
     if (!tbuf) goto oom;
-    D = (tpumxu_mat){tbuf, TPUMXU_DT_F32, m * n, n, 1};
+    D = (tpumxu__mat){tbuf, TPUMXU_DT_F32, m * n, n, 1};
   }
   if (nsmall) {
     /* small terms over the concatenated K, zeroed where non-finite */
-    if ((rc = tpumxu_dnnl_matmul(p->batch, m, n, (nsmall == 2 ? 2 : 5) * k, &A, &B, &D, 0)))
+    if ((rc = tpumxu__dnnl_matmul(p->batch, m, n, (nsmall == 2 ? 2 : 5) * k, &A, &B, &D, 0)))
       goto done;
     zero_nonfinite((float *)D.ptr, p->batch, m, n, D.sb, D.s0);
     /* hi parts: A' part at K offset ia, B' part at row offset ib */
@@ -303,9 +303,9 @@ int tpumxu_run(const tpumxu_problem *p) {
     Ahi.ptr = (char *)A.ptr + ia * oes;
     Bhi = B;
     Bhi.ptr = (char *)B.ptr + ib * n * oes;
-    rc = tpumxu_dnnl_matmul(p->batch, m, n, k, &Ahi, &Bhi, &D, 1);
+    rc = tpumxu__dnnl_matmul(p->batch, m, n, k, &Ahi, &Bhi, &D, 1);
   } else {
-    rc = tpumxu_dnnl_matmul(p->batch, m, n, k, &A, &B, &D, direct && p->beta == 1.f);
+    rc = tpumxu__dnnl_matmul(p->batch, m, n, k, &A, &B, &D, direct && p->beta == 1.f);
   }
   if (rc) goto done;
   if (!direct || p->epi) {
@@ -319,8 +319,8 @@ int tpumxu_run(const tpumxu_problem *p) {
 oom:
   rc = tpu_error(TPU_E_OOM, "tpumxu_gemm: out of host memory (workspace)");
 done:
-  tpumxu_ws_put(abuf, acap);
-  tpumxu_ws_put(bbuf, bcap);
-  tpumxu_ws_put(tbuf, tcap);
+  tpumxu__ws_put(abuf, acap);
+  tpumxu__ws_put(bbuf, bcap);
+  tpumxu__ws_put(tbuf, tcap);
   return rc;
 }

@@ -13,16 +13,16 @@
 
 /* f32 -> bf16 (RNE, quiet NaN) returned as the f32 bit pattern with the low
  * 16 bits clear (same bits as tpu_f32_to_bf16 << 16). */
-static inline uint32_t tpumxu_rne_bits(uint32_t u) {
+static inline uint32_t tpumxu__rne_bits(uint32_t u) {
   if ((u & 0x7fffffffu) > 0x7f800000u) return (u | 0x00400000u) & 0xffff0000u;
   return (u + 0x7fffu + ((u >> 16) & 1u)) & 0xffff0000u;
 }
-static inline uint32_t tpumxu_f2u(float x) {
+static inline uint32_t tpumxu__f2u(float x) {
   uint32_t u;
   __builtin_memcpy(&u, &x, 4);
   return u;
 }
-static inline float tpumxu_u2f(uint32_t u) {
+static inline float tpumxu__u2f(uint32_t u) {
   float x;
   __builtin_memcpy(&x, &u, 4);
   return x;
@@ -36,45 +36,45 @@ enum { TPUMXU_DT_F32 = 0, TPUMXU_DT_BF16 = 1 };
 /* One operand or result of a batched matmul: element (b, i, j) at
  * ptr + (b * sb + i * s0 + j * s1) elements of dt; sb == 0 with a batch of
  * more than one broadcasts a single matrix. Strides >= 0. */
-typedef struct tpumxu_mat {
+typedef struct tpumxu__mat {
   void *ptr;
   int dt;
   int64_t sb, s0, s1;
-} tpumxu_mat;
+} tpumxu__mat;
 
 /* dst[b] = src[b] (m x k) @ wei[b] (k x n)  (+ dst[b] when accumulate),
  * f32 accumulation, over `batch` items; the oneDNN primitive is cached by
  * shape, types, strides and `accumulate`. Returns TPU_OK, TPU_E_OOM or
  * TPU_E_INTERNAL (oneDNN refused; message set). Borrowed: all pointers. */
-int tpumxu_dnnl_matmul(int64_t batch, int64_t m, int64_t n, int64_t k,
-                       const tpumxu_mat *src, const tpumxu_mat *wei,
-                       const tpumxu_mat *dst, int accumulate);
+int tpumxu__dnnl_matmul(int64_t batch, int64_t m, int64_t n, int64_t k,
+                       const tpumxu__mat *src, const tpumxu__mat *wei,
+                       const tpumxu__mat *dst, int accumulate);
 
 /* Whether oneDNN multiplies bf16 operands natively on this CPU (else the
  * driver stores bf16 parts widened to f32: bf16 x bf16 products are exact
  * in f32, so the result is the same up to accumulation order). */
-int tpumxu_dnnl_bf16_native(void);
+int tpumxu__dnnl_bf16_native(void);
 
 /* Implementation oneDNN picks for a dense m x k @ k x n problem with the
  * given operand/result types (e.g. "brg:avx512_core_bf16"), into buf. */
-int tpumxu_dnnl_impl(int src_dt, int dst_dt, int64_t m, int64_t n, int64_t k,
+int tpumxu__dnnl_impl(int src_dt, int dst_dt, int64_t m, int64_t n, int64_t k,
                      char *buf, size_t cap);
 
 /* The process's oneDNN CPU engine (a dnnl_engine_t), created on first
  * use; NULL (error set) when oneDNN is unusable. */
-void *tpumxu_dnnl_engine(void);
+void *tpumxu__dnnl_engine(void);
 
 /* Reusable 64-byte-aligned workspace (a few freed buffers are kept so big
  * GEMMs do not page-fault per call). ws_get: at least n bytes, *cap its
  * size, NULL when out of memory; ws_put: give it back (NULL is fine). */
-void *tpumxu_ws_get(size_t n, size_t *cap);
-void tpumxu_ws_put(void *p, size_t cap);
+void *tpumxu__ws_get(size_t n, size_t *cap);
+void tpumxu__ws_put(void *p, size_t cap);
 
 /* ---- driver (mxu/driver.c) ------------------------------------------ */
 
 /* One validated GEMM request (dtype F32, BF16 or F16; strides in elements,
  * pointers already offset to element (0,0) of batch 0). */
-typedef struct tpumxu_problem {
+typedef struct tpumxu__problem {
   int dtype, prec;
   int64_t batch, m, n, k;
   float alpha, beta;
@@ -83,10 +83,10 @@ typedef struct tpumxu_problem {
   int64_t sab, sam, sak, sbb, sbk, sbn, sbc, scm, scn;
   tpumxu_epilogue_fn epi; /* optional (see tpumxu_gemm_ex) */
   void *epi_ctx;
-} tpumxu_problem;
+} tpumxu__problem;
 
 /* Run a problem through oneDNN. Returns TPU_OK, TPU_E_OOM or
  * TPU_E_INTERNAL. */
-int tpumxu_run(const tpumxu_problem *p);
+int tpumxu__run(const tpumxu__problem *p);
 
 #endif /* TPU_MXU_INTERNAL_H */

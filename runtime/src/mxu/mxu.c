@@ -29,7 +29,7 @@ static const char *isa_name(dnnl_cpu_isa_t isa) {
 
 /* Engine description (see tpu_mxu.h). */
 int tpumxu_engine_info(char *buf, size_t cap) {
-  int native = tpumxu_dnnl_bf16_native();
+  int native = tpumxu__dnnl_bf16_native();
   const dnnl_version_t *v = dnnl_version();
   snprintf(buf, cap, "oneDNN %d.%d.%d, cpu isa %s, bf16 %s", v->major, v->minor,
            v->patch, isa_name(dnnl_get_effective_cpu_isa()),
@@ -43,9 +43,9 @@ int tpumxu_impl_name(int dtype, int precision, int64_t m, int64_t n,
   if (m <= 0 || n <= 0 || k <= 0 ||
       (dtype != TPU_F32 && dtype != TPU_BF16 && dtype != TPU_F16))
     return tpu_error(TPU_E_INVALID, "tpumxu_impl_name: bad problem");
-  int bf = tpumxu_dnnl_bf16_native() &&
+  int bf = tpumxu__dnnl_bf16_native() &&
            (dtype == TPU_BF16 || (dtype == TPU_F32 && precision != TPU_PREC_FP32));
-  return tpumxu_dnnl_impl(bf ? TPUMXU_DT_BF16 : TPUMXU_DT_F32, TPUMXU_DT_F32,
+  return tpumxu__dnnl_impl(bf ? TPUMXU_DT_BF16 : TPUMXU_DT_F32, TPUMXU_DT_F32,
                           m, n, k, buf, cap);
 }
 
@@ -171,8 +171,8 @@ int tpumxu_gemm_ex(int dtype, int precision, int64_t batch, int64_t m,
     tpurt_parallel_for(batch * J.mb, grain, f64_fn, &J);
     return J.oom ? tpu_error(TPU_E_OOM, "tpumxu_gemm: out of host memory") : TPU_OK;
   }
-  tpumxu_problem p = {dtype, precision, batch, m, n, k,
+  tpumxu__problem p = {dtype, precision, batch, m, n, k,
                       (float)alpha, (float)beta, a, b, c, sab, sam, sak, sbb,
                       sbk, sbn, sbc, scm, scn, epi, epi_ctx};
-  return tpumxu_run(&p);
+  return tpumxu__run(&p);
 }

@@ -23,7 +23,7 @@
 
 /* ---- parsing helpers -------------------------------------------------- */
 
-int rt_parse_visible_chips(const char *s, int nphys, int *out, int max,
+int tpurt__parse_visible_chips(const char *s, int nphys, int *out, int max,
                            char *err, size_t errlen) {
   int n = 0;
   const char *p = s;
@@ -66,7 +66,7 @@ int rt_parse_visible_chips(const char *s, int nphys, int *out, int max,
   }
 }
 
-int rt_parse_bytes(const char *s, uint64_t *out) {
+int tpurt__parse_bytes(const char *s, uint64_t *out) {
   const char *p = s;
   while (isspace((unsigned char)*p)) p++;
   if (!isdigit((unsigned char)*p)) return -1;
@@ -112,7 +112,7 @@ int rt_parse_bytes(const char *s, uint64_t *out) {
   return 0;
 }
 
-char *rt_format_bytes(uint64_t b, char *buf, size_t len) {
+char *tpurt__format_bytes(uint64_t b, char *buf, size_t len) {
   if (b <= 1024)
     snprintf(buf, len, "%llu bytes", (unsigned long long)b);
   else if (b <= ((uint64_t)1 << 20))
@@ -126,11 +126,11 @@ char *rt_format_bytes(uint64_t b, char *buf, size_t len) {
 
 /* ---- environment ------------------------------------------------------ */
 
-static rt_env g_env;
+static tpurt__env g_env;
 static pthread_once_t g_env_once = PTHREAD_ONCE_INIT;
 
 static void env_init(void) {
-  rt_env *e = &g_env;
+  tpurt__env *e = &g_env;
   const char *v = getenv("TORCH_TPU_VTPU_CHIPS");
   e->nphys = RT_DEFAULT_CHIPS;
   if (v && *v) {
@@ -141,7 +141,7 @@ static void env_init(void) {
   v = getenv("TPU_VISIBLE_CHIPS");
   if (v) {
     char why[128] = {0};
-    int n = rt_parse_visible_chips(v, e->nphys, e->phys, RT_MAX_CHIPS, why, sizeof why);
+    int n = tpurt__parse_visible_chips(v, e->nphys, e->phys, RT_MAX_CHIPS, why, sizeof why);
     if (n < 0) {
       e->visible_bad = 1;
       e->ndev = 0;
@@ -157,7 +157,7 @@ static void env_init(void) {
   e->hbm_bytes = RT_DEFAULT_HBM;
   v = getenv("TORCH_TPU_HBM_BYTES");
   uint64_t hb;
-  if (v && *v && rt_parse_bytes(v, &hb) == 0) e->hbm_bytes = hb;
+  if (v && *v && tpurt__parse_bytes(v, &hb) == 0) e->hbm_bytes = hb;
   v = getenv("TORCH_TPU_LOCK_DIR");
   snprintf(e->lock_dir, sizeof e->lock_dir, "%s", v && *v ? v : RT_DEFAULT_LOCK_DIR);
   v = getenv("TORCH_TPU_LAUNCH_BLOCKING");
@@ -171,7 +171,7 @@ static void env_once(void) {
   pthread_atfork(NULL, NULL, atfork_child);
 }
 
-const rt_env *rt_env_get(void) {
+const tpurt__env *tpurt__env_get(void) {
   pthread_once(&g_env_once, env_once);
   return &g_env;
 }
@@ -198,25 +198,25 @@ static void atfork_child(void) {
 }
 
 /* Visible chips of this process (0 if TPU_VISIBLE_CHIPS is invalid). */
-int tpurt_device_count(void) { return rt_env_get()->ndev; }
+int tpurt_device_count(void) { return tpurt__env_get()->ndev; }
 
 /* Physical chip id of visible device `dev`, or TPU_E_INVALID. */
 int tpurt_device_physical_id(int dev) {
-  const rt_env *e = rt_env_get();
+  const tpurt__env *e = tpurt__env_get();
   if (dev < 0 || dev >= e->ndev) return TPU_E_INVALID;
   return e->phys[dev];
 }
 
 /* 1 if this process has opened `dev`. */
 int tpurt_device_is_open(int dev) {
-  const rt_env *e = rt_env_get();
+  const tpurt__env *e = tpurt__env_get();
   if (dev < 0 || dev >= e->ndev) return 0;
   return atomic_load_explicit(&g_open[dev], memory_order_acquire);
 }
 
 /* HBM capacity of a visible device in bytes (0 if `dev` is bad). */
 uint64_t tpurt_device_hbm_capacity(int dev) {
-  const rt_env *e = rt_env_get();
+  const tpurt__env *e = tpurt__env_get();
   if (dev < 0 || dev >= e->ndev) return 0;
   return e->hbm_bytes;
 }
@@ -245,7 +245,7 @@ static int make_dirs(const char *path) {
 }
 
 static int take_chip_lock(int dev, int phys, int *fd_out) {
-  const rt_env *e = rt_env_get();
+  const tpurt__env *e = tpurt__env_get();
   if (make_dirs(e->lock_dir) != 0)
     return tpu_error(TPU_E_INTERNAL, "cannot create lock directory %s: %s",
                      e->lock_dir, strerror(errno));
@@ -299,7 +299,7 @@ static int take_chip_lock(int dev, int phys, int *fd_out) {
 /* Open visible device `dev` (idempotent): takes the chip's inter-process
  * lock. TPU_E_BUSY if another live process holds it. */
 int tpurt_device_open(int dev) {
-  const rt_env *e = rt_env_get();
+  const tpurt__env *e = tpurt__env_get();
   if (e->visible_bad) return tpu_error(TPU_E_INVALID, "%s", e->visible_err);
   if (dev < 0 || dev >= e->ndev)
     return tpu_error(TPU_E_INVALID, "invalid device tpu:%d (%d visible)", dev,

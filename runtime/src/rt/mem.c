@@ -244,7 +244,7 @@ static void release_cache(rt_mem *m) {
 static int block_ready(const rt_block *b) {
   const rt_wait *w = b->w_heap ? b->w_heap : b->w_inline;
   for (int i = 0; i < b->nwait; i++)
-    if (rt_stream_completed(b->dev, w[i].sid) < w[i].ticket) return 0;
+    if (tpurt__stream_completed(b->dev, w[i].sid) < w[i].ticket) return 0;
   return 1;
 }
 
@@ -270,13 +270,13 @@ static int wait_pending(rt_mem *m, int dev) {
   rt_wait w[RT_MAX_STREAMS];
   int n = m->pend_tail->nwait;
   memcpy(w, block_waits(m->pend_tail), (size_t)n * sizeof *w);
-  tpurt_stream *self = rt_current_worker_stream();
+  tpurt_stream *self = tpurt__current_worker_stream();
   for (int i = 0; i < n; i++)
     if (self && tpurt_stream_device(self) == dev && tpurt_stream_id(self) == w[i].sid &&
-        rt_stream_completed(dev, w[i].sid) < w[i].ticket)
+        tpurt__stream_completed(dev, w[i].sid) < w[i].ticket)
       return -1;
   pthread_mutex_unlock(&m->mu);
-  for (int i = 0; i < n; i++) rt_stream_wait_completed(dev, w[i].sid, w[i].ticket);
+  for (int i = 0; i < n; i++) tpurt__stream_wait_completed(dev, w[i].sid, w[i].ticket);
   pthread_mutex_lock(&m->mu);
   return 0;
 }
@@ -298,10 +298,10 @@ static int oom_error(rt_mem *m, int dev, size_t nbytes, uint64_t cap) {
   return tpu_error(TPU_E_OOM,
                    "Tried to allocate %s (%llu bytes) on tpu:%d; %s free of %s "
                    "capacity (%s allocated, %s reserved by torch_tpu)",
-                   rt_format_bytes(nbytes, a, sizeof a), (unsigned long long)nbytes, dev,
-                   rt_format_bytes(fr, f, sizeof f), rt_format_bytes(cap, c, sizeof c),
-                   rt_format_bytes(m->allocated, al, sizeof al),
-                   rt_format_bytes(m->reserved, r, sizeof r));
+                   tpurt__format_bytes(nbytes, a, sizeof a), (unsigned long long)nbytes, dev,
+                   tpurt__format_bytes(fr, f, sizeof f), tpurt__format_bytes(cap, c, sizeof c),
+                   tpurt__format_bytes(m->allocated, al, sizeof al),
+                   tpurt__format_bytes(m->reserved, r, sizeof r));
 }
 
 /* A pending block of want <= size <= maxsize whose recorded streams are
@@ -314,7 +314,7 @@ static rt_block *pending_take_on(rt_mem *m, int sid, size_t want, size_t maxsize
     const rt_wait *w = block_waits(b);
     int ok = 1;
     for (int i = 0; i < b->nwait && ok; i++)
-      ok = w[i].sid == sid || rt_stream_completed(b->dev, w[i].sid) >= w[i].ticket;
+      ok = w[i].sid == sid || tpurt__stream_completed(b->dev, w[i].sid) >= w[i].ticket;
     if (!ok) continue;
     if (prev) prev->next = b->next;
     else m->pend_head = b->next;
@@ -420,12 +420,12 @@ int tpurt_free(void *ptr) {
   m->active_blocks--;
   m->num_frees++;
   /* record the streams that still have work queued */
-  int ns = rt_stream_count(dev);
+  int ns = tpurt__stream_count(dev);
   int nw = 0;
   rt_wait tmp[RT_MAX_STREAMS];
   for (int sid = 0; sid < ns; sid++) {
-    uint64_t e = rt_stream_enqueued(dev, sid);
-    if (rt_stream_completed(dev, sid) < e) tmp[nw++] = (rt_wait){sid, e};
+    uint64_t e = tpurt__stream_enqueued(dev, sid);
+    if (tpurt__stream_completed(dev, sid) < e) tmp[nw++] = (rt_wait){sid, e};
   }
   if (nw == 0) {
     cache_put(m, b);
@@ -434,7 +434,7 @@ int tpurt_free(void *ptr) {
       b->w_heap = malloc((size_t)nw * sizeof *b->w_heap);
       if (!b->w_heap) { /* no memory for the record: fall back to waiting for all */
         pthread_mutex_unlock(&m->mu);
-        for (int i = 0; i < nw; i++) rt_stream_wait_completed(dev, tmp[i].sid, tmp[i].ticket);
+        for (int i = 0; i < nw; i++) tpurt__stream_wait_completed(dev, tmp[i].sid, tmp[i].ticket);
         pthread_mutex_lock(&m->mu);
         cache_put(m, b);
         pthread_mutex_unlock(&m->mu);

@@ -90,7 +90,7 @@ void tpurt_set_launch_blocking(int on) {
 /* 1 if launch-blocking is on (default: TORCH_TPU_LAUNCH_BLOCKING=1). */
 int tpurt_get_launch_blocking(void) {
   int v = atomic_load(&g_launch_blocking);
-  return v < 0 ? rt_env_get()->launch_blocking : v;
+  return v < 0 ? tpurt__env_get()->launch_blocking : v;
 }
 
 /* ---- stream table ---------------------------------------------------- */
@@ -169,17 +169,17 @@ tpurt_stream *tpurt_stream_get(int dev, int id) {
 
 /* ---- internal, for the allocator ------------------------------------- */
 
-int rt_stream_count(int dev) {
+int tpurt__stream_count(int dev) {
   if (dev < 0 || dev >= RT_MAX_CHIPS) return 0;
   return atomic_load_explicit(&g_cs[dev].count, memory_order_acquire);
 }
 
-uint64_t rt_stream_enqueued(int dev, int sid) {
+uint64_t tpurt__stream_enqueued(int dev, int sid) {
   tpurt_stream *s = table_get(dev, sid);
   return s ? atomic_load_explicit(&s->enq, memory_order_acquire) : 0;
 }
 
-uint64_t rt_stream_completed(int dev, int sid) {
+uint64_t tpurt__stream_completed(int dev, int sid) {
   tpurt_stream *s = table_get(dev, sid);
   return s ? atomic_load_explicit(&s->done, memory_order_acquire) : 0;
 }
@@ -194,12 +194,12 @@ static void wait_done(tpurt_stream *s, uint64_t ticket) {
   pthread_mutex_unlock(&s->mu);
 }
 
-void rt_stream_wait_completed(int dev, int sid, uint64_t ticket) {
+void tpurt__stream_wait_completed(int dev, int sid, uint64_t ticket) {
   tpurt_stream *s = table_get(dev, sid);
   if (s && s != tl_worker) wait_done(s, ticket);
 }
 
-tpurt_stream *rt_current_worker_stream(void) { return tl_worker; }
+tpurt_stream *tpurt__current_worker_stream(void) { return tl_worker; }
 
 /* ---- worker ----------------------------------------------------------- */
 
@@ -393,7 +393,7 @@ int tpurt_device_synchronize(int dev) {
                      tpurt_device_count());
   int first = TPU_OK;
   char msg[RT_MSG_LEN] = {0};
-  int n = rt_stream_count(dev);
+  int n = tpurt__stream_count(dev);
   for (int i = 0; i < n; i++) {
     tpurt_stream *s = table_get(dev, i);
     if (!s) continue;
