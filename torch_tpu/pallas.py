@@ -11,7 +11,7 @@ How it runs: JAX is imported when this API is first used, and only at trace
 time. The first call per input signature (shapes, dtypes, static arguments)
 lowers the function with ``jax.jit(fn).lower(...)`` to StableHLO (Pallas
 kernels with ``interpret=True``); the runtime's StableHLO importer
-(``tpulw_import_stablehlo``, runtime/src/lower_stablehlo.c) turns it into
+(``tpulw_import_stablehlo``, runtime/src/lower/stablehlo.c) turns it into
 the runtime's IR, and each call runs that graph like any op: it fuses in
 Fused Eager, goes through the compilation cache, and runs on the vTPU or
 through the PJRT executor. JAX never runs at execution time.
