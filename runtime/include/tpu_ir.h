@@ -30,7 +30,7 @@ typedef int32_t tpuir_val; /* >= 0: value id; < 0: tpu_status error */
  *   ID     the enum is TPUIR_<ID> (the order here is the enum order)
  *   name   StableHLO-style name (dump, errors, traces)
  *   arity  operand count (-1: a list in `list`/`nlist`, the first four also
- *          in `in`), checked when a node is committed
+ *          in `in`; -2: one optional operand), checked when a node is committed
  *   class  TPUIR_CLASS_<class>: what passes and executors may assume of it
  *   fails  NEVER / ALWAYS (may report an error when it runs: out-of-range
  *          indices) / DEPENDS (decided per node: tpuir_node_can_fail)
@@ -44,7 +44,7 @@ typedef int32_t tpuir_val; /* >= 0: value id; < 0: tpu_status error */
   X(PARAM, "param", 0, LEAF, NEVER, param) \
   X(CONST, "constant", 0, LEAF, NEVER, const) \
   X(IOTA, "iota", 0, LEAF, NEVER, dim) \
-  X(RNG, "rng", 0, LEAF, NEVER, rng) \
+  X(RNG, "rng", -2, LEAF, NEVER, rng)                                    /* operand: the run-time key (tpuir_rng_dyn) or none */ \
   /* unary elementwise (result dtype = operand dtype unless noted) */ \
   X(NEG, "negate", 1, UNARY, NEVER, none) \
   X(ABS, "abs", 1, UNARY, NEVER, none) \

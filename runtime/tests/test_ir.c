@@ -314,7 +314,7 @@ TPU_TEST(ir_op_table) {
     const tpuir_op_info_t *oi = tpuir_op_info(op);
     CHECK(oi && oi->name && strcmp(oi->name, "?") != 0);
     for (int q = 0; q < op; q++) CHECK(strcmp(oi->name, tpuir_op_name(q)) != 0);
-    CHECK(oi->arity >= -1 && oi->arity <= 4);
+    CHECK(oi->arity >= -2 && oi->arity <= 4);
   }
   CHECK(tpuir_op_is_elementwise(TPUIR_ADD) && tpuir_op_is_elementwise(TPUIR_IS_NAN) &&
         tpuir_op_is_elementwise(TPUIR_SELECT) && tpuir_op_is_elementwise(TPUIR_ZETA));
@@ -341,7 +341,10 @@ TPU_TEST(ir_serialize_roundtrip) {
   tpuir_val y = tpuir_binary(g, TPUIR_MUL, x, tpuir_broadcast_in_dim(g, c, 2, s, NULL));
   tpuir_val z = tpuir_slice(g, y, st, lim, one);
   tpuir_val parts[2] = {z, z}, cc = tpuir_concat(g, 2, parts, 1);
-  CHECK_OK(tpuir_set_outputs(g, 1, &cc));
+  int64_t two = 2;
+  tpuir_val key = tpuir_param(g, TPU_I64, 1, &two); /* an rng with a run-time key */
+  tpuir_val outs[2] = {cc, tpuir_rng_dyn(g, TPUIR_RNG_NORMAL, TPU_F32, 2, s, key)};
+  CHECK_OK(tpuir_set_outputs(g, 2, outs));
   FILE *f = tmpfile();
   CHECK(f != NULL);
   CHECK_OK(tpuir_write(g, f));
@@ -349,7 +352,7 @@ TPU_TEST(ir_serialize_roundtrip) {
   rewind(f);
   tpuir_graph *h = tpuir_read(f);
   CHECK(h != NULL);
-  CHECK(TEST_IR_HASH(h) == TEST_IR_HASH(g) && tpuir_num_params(h) == 1);
+  CHECK(TEST_IR_HASH(h) == TEST_IR_HASH(g) && tpuir_num_params(h) == 2);
   tpuir_graph_free(h);
   /* truncated */
   CHECK(ftruncate(fileno(f), size - 3) == 0);

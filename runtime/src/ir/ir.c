@@ -162,7 +162,9 @@ static tpuir_node *new_node(tpuir_graph *g, int op) {
 static tpuir_val commit(tpuir_graph *g) {
   const tpuir_node *n = &g->nodes[g->n];
   int arity = k_ops[n->op].arity;
-  if (arity >= 0 ? n->nin != arity : n->nin != (n->nlist < 4 ? n->nlist : 4))
+  if (arity >= 0   ? n->nin != arity
+      : arity == -2 ? n->nin > 1
+                    : n->nin != (n->nlist < 4 ? n->nlist : 4))
     return tpu_error(TPU_E_INTERNAL, "IR builder bug: %s has %d operands, TPUIR_OPS says %d",
                      k_ops[n->op].name, (int)n->nin, arity);
   return g->n++;
@@ -325,9 +327,10 @@ tpuir_val tpuir_iota(tpuir_graph *g, int dtype, int ndim, const int64_t *sizes,
   return commit(g);
 }
 
-/* Counter-based random numbers (Philox4x32-10). */
-tpuir_val tpuir_rng(tpuir_graph *g, int kind, int dtype, int ndim,
-                    const int64_t *sizes, uint64_t seed, uint64_t offset) {
+/* Counter-based random numbers (Philox4x32-10); key >= 0: the seed and
+ * offset come from that int64[2] value at run time. */
+static tpuir_val rng_node(tpuir_graph *g, int kind, int dtype, int ndim, const int64_t *sizes,
+                          uint64_t seed, uint64_t offset, tpuir_val key) {
   if (!dtype_ok(dtype))
     return tpu_error(TPU_E_TYPE, "rng: invalid dtype %d", dtype);
   if (kind < TPUIR_RNG_UNIFORM || kind > TPUIR_RNG_BITS)
@@ -346,7 +349,14 @@ tpuir_val tpuir_rng(tpuir_graph *g, int kind, int dtype, int ndim,
   nd->kind = kind;
   nd->seed = seed;
   nd->offset = offset;
+  nd->nin = key >= 0 ? 1 : 0;
+  nd->in[0] = key >= 0 ? key : 0;
   return commit(g);
+}
+
+tpuir_val tpuir_rng(tpuir_graph *g, int kind, int dtype, int ndim,
+                    const int64_t *sizes, uint64_t seed, uint64_t offset) {
+  return rng_node(g, kind, dtype, ndim, sizes, seed, offset, -1);
 }
 
 tpuir_val tpuir_rng_dyn(tpuir_graph *g, int kind, int dtype, int ndim,
@@ -356,12 +366,7 @@ tpuir_val tpuir_rng_dyn(tpuir_graph *g, int kind, int dtype, int ndim,
   const tpuir_node *k = val(g, key);
   if (k->dtype != TPU_I64 || k->ndim != 1 || k->sizes[0] != 2)
     return tpu_error(TPU_E_TYPE, "rng: the key must be int64[2] (seed, offset)");
-  tpuir_val v = tpuir_rng(g, kind, dtype, ndim, sizes, 0, 0);
-  if (v < 0) return v;
-  tpuir_node *nd = (tpuir_node *)tpuir_get_node(g, v);
-  nd->nin = 1;
-  nd->in[0] = key;
-  return v;
+  return rng_node(g, kind, dtype, ndim, sizes, 0, 0, key);
 }
 
 /* ---- elementwise ------------------------------------------------------- */
