@@ -415,3 +415,110 @@ def test_compiled_view_of_transposed_product():
     cf = torch.compile(f, backend="tpu")
     for _ in range(2):
         assert_close(cf(x.to(DEV), y.to(DEV)), f(x, y), rtol=1e-5, atol=1e-5)
+
+
+_WARM_CODE = """
+    import torch, torch_tpu
+    from torch._dynamo.utils import counters
+    torch.manual_seed(0)
+    m = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.GELU(), torch.nn.Linear(32, 4)).to("tpu")
+
+    def step(x):
+        # torch.rand without tensor inputs: a re-traced graph would freeze it
+        loss = (m(x) + torch.rand(8, 4, device="tpu")).square().mean()
+        loss.backward()
+        return loss
+
+    f = torch.compile(step, backend="tpu")
+    torch.tpu._reset_cache_stats()
+    x = torch.ones(8, 16, device="tpu")
+    losses = [f(x).item() for _ in range(3)]
+    grad = m[0].weight.grad.sum().item()
+    s = torch.tpu._get_cache_stats()
+    c = s["compile"]
+    if torch._dynamo.config.caching_precompile:
+        torch.compiler.save_cache_artifacts()
+    print("RESULT", repr(losses), repr(grad), c.get("dynamo_graphs", 0), c.get("graphs", 0),
+          c.get("graphs_loaded", 0), counters["aot_autograd"].get("autograd_cache_hit", 0),
+          s["misses"], c.get("replays", 0))
+"""
+
+
+def _warm_runs(tmp_path, precompile):
+    env = dict(os.environ, TORCH_TPU_COMPILATION_CACHE_DIR=str(tmp_path / "programs"),
+               TORCHINDUCTOR_CACHE_DIR=str(tmp_path / "torch"), TPU_VISIBLE_CHIPS="3",
+               TORCH_CACHING_PRECOMPILE="1" if precompile else "0")
+    out = []
+    for _ in range(2):
+        r = _run_child(_WARM_CODE, env).split("RESULT")[1].split("\n")[0]
+        losses, rest = r.split("]", 1)
+        losses = eval(losses.strip() + "]")  # noqa: S307 - our own child's repr
+        grad, dyn, graphs, loaded, aot_hits, misses, replays = rest.split()
+        out.append(dict(losses=losses, grad=float(grad), dynamo=int(dyn), graphs=int(graphs),
+                        loaded=int(loaded), aot_hits=int(aot_hits), misses=int(misses),
+                        replays=int(replays)))
+    return out
+
+
+def test_warm_process_skips_aot_tracing(tmp_path):
+    """AOTAutogradCache stores our compiled artifact: a new process traces the
+    frame with Dynamo again but loads the forward and backward graphs instead
+    of running AOTAutograd, and finds their programs on disk."""
+    cold, warm = _warm_runs(tmp_path, precompile=False)
+    assert cold["loaded"] == 0 and cold["graphs"] == 2 and cold["aot_hits"] == 0
+    assert warm["dynamo"] == cold["dynamo"] >= 1
+    assert warm["graphs"] == warm["loaded"] == 2 and warm["aot_hits"] >= 1
+    assert warm["misses"] == 0 and warm["replays"] == cold["replays"] == 4
+    assert warm["losses"] == cold["losses"] and warm["grad"] == cold["grad"]
+    assert len(set(warm["losses"])) == 3  # fresh random numbers every step
+
+
+def test_warm_process_with_precompile_traces_nothing(tmp_path):
+    """With PyTorch's precompile cache (TORCH_CACHING_PRECOMPILE=1 and
+    torch.compiler.save_cache_artifacts()), a new process starts with 0 Dynamo
+    and 0 AOTAutograd traces: bytecode, guards and our artifacts come from
+    disk, programs from the runtime's disk cache; results are identical."""
+    cold, warm = _warm_runs(tmp_path, precompile=True)
+    assert cold["dynamo"] >= 1 and cold["graphs"] == 2 and cold["loaded"] == 0
+    assert warm["dynamo"] == 0 and warm["graphs"] == warm["loaded"] == 2
+    assert warm["misses"] == 0 and warm["replays"] == 4
+    assert warm["losses"] == cold["losses"] and warm["grad"] == cold["grad"]
+    assert len(set(warm["losses"])) == 3
+
+
+def test_cached_artifact_roundtrip_keeps_random_ops_and_constants():
+    """The stored graph is the graph (not its code re-traced: that would run a
+    rand without tensor inputs once and freeze it), its tpu constants travel
+    with it, an output that is (a view of) a constant replays as one, and an
+    artifact of another torch_tpu build refuses to load."""
+    import pickle
+
+    from torch_tpu._compile_cache import TpuOutputCode
+
+    g = torch.fx.Graph()
+    x = g.placeholder("x")
+    r = g.call_function(torch.ops.aten.rand.default, ([4],), {"device": torch.device(DEV)})
+    c = g.get_attr("c")
+    y = g.call_function(torch.ops.aten.add.Tensor, (g.call_function(torch.ops.aten.add.Tensor,
+                                                                    (x, r)), c))
+    view = g.call_function(torch.ops.aten.slice.Tensor, (c, 0, 1, 4))
+    g.output((y, view))
+    root = nn.Module()
+    root.register_buffer("c", torch.arange(4.0).to(DEV))
+    oc = pickle.loads(pickle.dumps(TpuOutputCode(torch.fx.GraphModule(root, g), "inference")))
+    xs = torch.ones(4, device=DEV)
+    torch.tpu._reset_cache_stats()
+    outs = [oc([xs]) for _ in range(3)]
+    c = _stats()["compile"]
+    assert c["graphs_loaded"] == 1 and c["captures"] == 1 and c["replays"] == 2
+    rands = [(o[0].cpu() - 1 - torch.arange(4.0)) for o in outs]
+    assert all(((0 <= v) & (v < 1)).all() for v in rands)
+    assert not torch.equal(rands[0], rands[1]) and not torch.equal(rands[1], rands[2])
+    const = oc.graph.gm.c
+    for o in outs:
+        assert_close(o[1], torch.tensor([1.0, 2.0, 3.0]))
+        assert o[1].untyped_storage().data_ptr() == const.untyped_storage().data_ptr()
+    st = oc.__getstate__()
+    st["build"] = "torch_tpu-another-build"
+    with pytest.raises(RuntimeError, match="another torch_tpu build"):
+        TpuOutputCode.__new__(TpuOutputCode).__setstate__(st)

@@ -102,7 +102,8 @@ class _Program:
         self.dev = dev
         self.in_ptr = []      # (first arg index, captured storage ptr) per input storage
         self.const_ptrs = []  # blocks owned by the graph module (kept alive by it)
-        self.out_specs = []   # per output: ("val", v) | ("in", arg, meta) | ("new", group, meta)
+        self.out_specs = []   # per output: ("val", v) | ("in", arg index | constant, meta)
+        #                       | ("new", group, meta)
         self.new_groups = []  # per fresh output storage: (captured ptr, nbytes)
         self.rng = None       # ([key offset - generator offset at capture], offsets drawn)
 
@@ -119,7 +120,7 @@ def _meta(t):
 class _TpuGraph:
     """The compiled form of one AOTAutograd FX graph (boxed calling convention)."""
 
-    def __init__(self, gm, kind, tree_outputs=False):
+    def __init__(self, gm, kind, tree_outputs=False, from_cache=False):
         self._boxed_call = not tree_outputs  # instance attribute: wrappers copy __dict__
         self.tree_outputs = tree_outputs  # outputs keep gm's structure (export), else a list
         self.out_tree = None
@@ -135,6 +136,8 @@ class _TpuGraph:
                     self.consts.append(v)
         _count("graphs")
         _count(f"graphs_{kind}")
+        if from_cache:  # read back from AOTAutogradCache / the Dynamo cache, not traced
+            _count("graphs_loaded")
 
     # -- entry point
     def __call__(self, *a):
@@ -220,7 +223,7 @@ class _TpuGraph:
         block is none of these (the program cannot be replayed)."""
         prog = _Program(handle, dev)
         if any(isinstance(a, torch.Tensor) and a.device.type != "tpu" for a in args):
-            return None  # host tensors feed the program as constants: re-dispatch each call
+            return _unbound("a host tensor input (fed as a constant)")
         known = {}
         for i, a in enumerate(args):
             if isinstance(a, torch.Tensor) and a.device.type == "tpu":
@@ -228,20 +231,20 @@ class _TpuGraph:
                 known.setdefault(p, ("in", i))
         for c in self.consts:
             if c.device.type == "tpu":
-                known.setdefault(_storage_ptr(c), ("const", None))
+                known.setdefault(_storage_ptr(c), ("const", c))
         groups = {}
         for o in outs:
             if not isinstance(o, torch.Tensor):
                 prog.out_specs.append(("val", o))
                 continue
             if o.device.type != "tpu":
-                return None  # a host tensor made inside the graph: not a device program
+                return _unbound("a host tensor output")
             p = _storage_ptr(o)
             k = known.get(p)
             if k is not None and k[0] == "in":
                 prog.out_specs.append(("in", k[1], _meta(o)))
-            elif k is not None:
-                return None  # an output aliasing a module constant
+            elif k is not None and p != 0:  # (a view of) a graph constant, e.g. a folded arange
+                prog.out_specs.append(("in", k[1], _meta(o)))
             else:
                 if p not in groups:
                     groups[p] = len(prog.new_groups)
@@ -263,7 +266,7 @@ class _TpuGraph:
             seeds, offs = keys[0::2], keys[1::2]
             if any(s & 0xFFFFFFFFFFFFFFFF != seed for s in seeds) or any(
                     not (off0 <= o < max(off1, off0 + 1)) for o in offs):
-                return None  # a random op drew from another generator
+                return _unbound("a random op drew from another generator")
             prog.rng = ([o - off0 for o in offs], off1 - off0)
         return prog
 
@@ -299,7 +302,7 @@ class _TpuGraph:
                 continue
             dtype, size, stride, off = spec[2]
             if spec[0] == "in":
-                src = args[spec[1]]
+                src = spec[1] if isinstance(spec[1], torch.Tensor) else args[spec[1]]
                 outs.append(src.as_strided(size, stride, off) if
                             (tuple(src.shape), tuple(src.stride()), src.storage_offset(), src.dtype)
                             != (size, stride, off, dtype) else src)
@@ -325,6 +328,12 @@ class _TpuGraph:
 
 
 _debug_ptrs = {}
+
+
+def _unbound(why):
+    if _DEBUG:
+        print(f"[torch_tpu compile] not replayable: {why}", flush=True)
+    return None
 
 
 class _DebugInterpreter(torch.fx.Interpreter):
@@ -383,10 +392,15 @@ def _precision_override(name):
 
 def _fx_compiler(kind):
     def compile_fn(gm, example_inputs):
-        return _TpuGraph(gm, kind)
+        from ._compile_cache import TpuOutputCode
+
+        return TpuOutputCode(gm, kind)
 
     compile_fn.__name__ = f"tpu_{kind}_compiler"
-    return compile_fn
+    from torch._functorch.aot_autograd import SerializableAOTDispatchCompiler
+    from torch._inductor.output_code import OutputCode
+
+    return SerializableAOTDispatchCompiler(OutputCode, compile_fn)
 
 
 _recompiles = collections.Counter()  # frame id -> recompiles seen
@@ -437,7 +451,30 @@ def tpu_backend(gm, example_inputs, **kwargs):
         partition_fn=min_cut_rematerialization_partition,
         keep_inference_input_mutations=True,
     )
-    return backend(gm, example_inputs, **kwargs)
+    with _cache_scope():
+        return backend(gm, example_inputs, **kwargs)
+
+
+@contextlib.contextmanager
+def _cache_scope():
+    """While the tpu backend compiles: AOTAutogradCache stores our artifacts
+    themselves ("bundled": there is no inductor FXGraphCache entry to point
+    to), and every cache key carries the torch_tpu build id and the compiler
+    options in effect (PyTorch's ``cache_key_tag``, extended, not replaced)."""
+    from torch._functorch import config as fconfig
+    from torch.compiler import config as cconfig
+
+    from . import compiler
+    from ._compile_cache import build_id
+
+    tag = "|".join(x for x in (cconfig.cache_key_tag, build_id(),
+                               repr(compiler._options_key()) if compiler._options_key() else "")
+                   if x)
+    # the backward is compiled with the forward, inside this scope, so the cache
+    # entry (written once both exist) is written here too
+    with fconfig.patch(bundled_autograd_cache=True, force_non_lazy_backward_lowering=True), \
+            cconfig.patch(cache_key_tag=tag):
+        yield
 
 
 # ---- Dynamo device interface ---------------------------------------------------------
