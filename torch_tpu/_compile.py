@@ -81,14 +81,17 @@ def _storage_ptr(t):
     return t.untyped_storage().data_ptr()
 
 
-def _arg_key(a, groups):
+def _arg_key(a, groups, ptrs):
     if isinstance(a, torch.Tensor):
         if a.device.type != "tpu":
+            ptrs.append(None)
             return ("cpu", a.dtype, tuple(a.shape), tuple(a.stride()))
         p = _storage_ptr(a)
+        ptrs.append(p)
         g = groups.setdefault(p, len(groups))
         return ("tpu", a.device.index, a.dtype, tuple(a.shape), tuple(a.stride()),
                 a.storage_offset(), a.untyped_storage().nbytes(), g)
+    ptrs.append(None)
     if isinstance(a, (torch.SymInt, torch.SymFloat, torch.SymBool)):
         return ("sym", repr(a))
     return ("val", a) if isinstance(a, (int, float, bool, str, type(None))) else ("obj", id(a))
@@ -104,13 +107,42 @@ class _Program:
         self.const_ptrs = []  # blocks owned by the graph module (kept alive by it)
         self.out_specs = []   # per output: ("val", v) | ("in", arg index | constant, meta)
         #                       | ("new", group, meta)
-        self.new_groups = []  # per fresh output storage: (captured ptr, nbytes)
+        self.new_groups = []  # per fresh output storage: (captured ptr, nbytes, solo output)
         self.rng = None       # ([key offset - generator offset at capture], offsets drawn)
+        self.device = torch.device("tpu", dev)
+
+    def finish(self):
+        """Precompute what every replay needs: the relocation sources in order,
+        and which fresh storages hold exactly one output that fills them (that
+        output is made with one empty_strided instead of storage + set_)."""
+        self.in_args = [i for i, _ in self.in_ptr]
+        self.frm = [p for _, p in self.in_ptr] + list(self.const_ptrs) + \
+            [p for p, _ in self.new_groups]
+        users = collections.Counter(sp[1] for sp in self.out_specs if sp[0] == "new")
+        groups = []
+        for gi, (p, nbytes) in enumerate(self.new_groups):
+            solo = None
+            if users[gi] == 1:
+                oi = next(k for k, sp in enumerate(self.out_specs)
+                          if sp[0] == "new" and sp[1] == gi)
+                dtype, size, stride, off = self.out_specs[oi][2]
+                if off == 0 and all(st >= 0 for st in stride) and \
+                        _extent_bytes(dtype, size, stride) == nbytes:
+                    solo = oi
+                    self.out_specs[oi] = ("solo",) + self.out_specs[oi][1:]
+            groups.append((p, nbytes, solo))
+        self.new_groups = groups
 
     def __del__(self):
         if self.handle:
             _C._capture_free(self.handle)
             self.handle = 0
+
+
+def _extent_bytes(dtype, size, stride):
+    if any(s == 0 for s in size):
+        return 0
+    return (sum((s - 1) * st for s, st in zip(size, stride)) + 1) * dtype.itemsize
 
 
 def _meta(t):
@@ -154,17 +186,16 @@ class _TpuGraph:
         from . import compiler
 
         opts = compiler.current_options()
-        with torch.tpu.device(dev):
-            groups = {}
-            key = (_C._get_precision(), compiler._options_key(),
-                   tuple(_arg_key(a, groups) for a in args))
-            with self.lock:
-                prog = self.programs.get(key, False)
-                if prog is not False:
-                    self.programs.move_to_end(key)
-            if prog is not False and prog is not None and _REPLAY and opts.get("replay", True):
-                return self._replay(prog, args)
-            with _precision_override(opts.get("precision")):
+        groups, ptrs = {}, []
+        key = (_C._get_precision(), compiler._options_key(),
+               tuple([_arg_key(a, groups, ptrs) for a in args]))
+        with self.lock:
+            prog = self.programs.get(key, False)
+            if prog is not False:
+                self.programs.move_to_end(key)
+        if prog is not False and prog is not None and _REPLAY and opts.get("replay", True):
+            return self._replay(prog, args, ptrs)
+        with torch.tpu.device(dev), _precision_override(opts.get("precision")):
                 if prog is False:
                     return self._capture(key, args, dev)
                 return self._fused(args, dev)
@@ -260,6 +291,7 @@ class _TpuGraph:
                 return None
         prog.in_ptr = [(i, p) for p, (kind, i) in known.items() if kind == "in"]
         prog.const_ptrs = [b for b, k in known.items() if k[0] == "const"]
+        prog.finish()
         keys = _C._capture_rng(handle)
         if keys:
             seed = gen.initial_seed()
@@ -271,21 +303,22 @@ class _TpuGraph:
         return prog
 
     # -- later calls: run the captured program on the new memory
-    def _replay(self, prog, args):
-        frm, to = [], []
-        for i, p in prog.in_ptr:  # one entry per input storage
-            frm.append(p)
-            to.append(_storage_ptr(args[i]))
-        for p in prog.const_ptrs:
-            frm.append(p)
-            to.append(p)
-        dev = torch.device("tpu", prog.dev)
+    def _replay(self, prog, args, ptrs):
+        frm = prog.frm  # inputs' and constants' captured blocks, then fresh outputs'
+        to = [ptrs[i] for i in prog.in_args]
+        to += prog.const_ptrs
+        dev = prog.device
         storages = []
-        for p, nbytes in prog.new_groups:
-            s = torch.empty(nbytes, dtype=torch.uint8, device=dev).untyped_storage()
+        for p, nbytes, solo in prog.new_groups:
+            if solo is not None:  # the one output of a storage it fills exactly
+                dtype, size, stride, _ = prog.out_specs[solo][2]
+                t = torch.empty_strided(size, stride, dtype=dtype, device=dev)
+                s = t
+                to.append(t.untyped_storage().data_ptr())
+            else:
+                s = torch.empty(nbytes, dtype=torch.uint8, device=dev).untyped_storage()
+                to.append(s.data_ptr())
             storages.append(s)
-            frm.append(p)
-            to.append(s.data_ptr())
         keys = []
         if prog.rng is not None:
             gen = _C._get_default_generator(prog.dev)
@@ -306,6 +339,8 @@ class _TpuGraph:
                 outs.append(src.as_strided(size, stride, off) if
                             (tuple(src.shape), tuple(src.stride()), src.storage_offset(), src.dtype)
                             != (size, stride, off, dtype) else src)
+            elif spec[0] == "solo":
+                outs.append(storages[spec[1]])
             else:
                 t = torch.empty(0, dtype=dtype, device=dev)
                 t.set_(storages[spec[1]], off, size, stride)
