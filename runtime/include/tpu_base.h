@@ -145,6 +145,8 @@ static inline void tpu_hash_bytes(tpu_hash *h, const void *p, size_t n) {
     tpu_hash_word(h, w ^ ((uint64_t)(n - i) << 56));
   }
 }
+/* one variable or struct field (its bytes) */
+#define TPU_HASH_FIELD(h, x) tpu_hash_bytes((h), &(x), sizeof(x))
 
 #ifdef __cplusplus
 }

@@ -103,7 +103,6 @@ static gdev *dev_of(int d) {
 
 /* the graph's own structure is hashed by the IR (tpuir_hash); bindings and
  * step signatures here with the same mixer (tpu_base.h) */
-#define HF(h, x) tpu_hash_bytes((h), &(x), sizeof(x))
 
 static uint64_t roll_step(uint64_t r, uint64_t sig) {
   r ^= sig + 0x9e3779b97f4a7c15ull + (r << 6) + (r >> 2);
@@ -591,14 +590,14 @@ static void remember_step(gdev *D, int len, uint64_t h) {
 static uint64_t op_sig(const gdev *D, int k, int start) {
   const gop *o = &D->ops[k];
   tpu_hash h = tpu_hash_init();
-  HF(&h, o->sl);
+  TPU_HASH_FIELD(&h, o->sl);
   for (int j = 0; j < o->nin; j++) {
     const gbind *b = &o->bind[j];
     int32_t d = b->kind != B_PARAM && b->k >= start ? k - b->k : -1;
     int32_t kind = d < 0 ? B_PARAM : b->kind;
-    HF(&h, kind);
-    HF(&h, d);
-    if (d >= 0) HF(&h, b->i);
+    TPU_HASH_FIELD(&h, kind);
+    TPU_HASH_FIELD(&h, d);
+    if (d >= 0) TPU_HASH_FIELD(&h, b->i);
   }
   return h.a;
 }
@@ -679,27 +678,27 @@ static int flush_with(gdev *D, int reason, gtask **keep) {
   /* key: op structure, bindings, live outputs */
   tpu_hash h = tpu_hash_init();
   uint32_t ver = 3; /* 2: rng keys lifted into parameters; 3: word hash */
-  HF(&h, ver);
-  HF(&h, D->np);
+  TPU_HASH_FIELD(&h, ver);
+  TPU_HASH_FIELD(&h, D->np);
   int nconst = 0, nrng = 0, nouts = 0;
   uint64_t elided = 0, elided_bytes = 0;
   for (int k = 0; k < n; k++) {
     const gop *o = &D->ops[k];
-    HF(&h, o->sk1);
-    HF(&h, o->sk2);
+    TPU_HASH_FIELD(&h, o->sk1);
+    TPU_HASH_FIELD(&h, o->sk2);
     for (int j = 0; j < o->nin; j++) {
       const gbind *b = &o->bind[j];
-      HF(&h, b->kind);
-      if (b->kind == B_PARAM) HF(&h, b->j);
+      TPU_HASH_FIELD(&h, b->kind);
+      if (b->kind == B_PARAM) TPU_HASH_FIELD(&h, b->j);
       else {
-        HF(&h, b->k);
-        HF(&h, b->i);
+        TPU_HASH_FIELD(&h, b->k);
+        TPU_HASH_FIELD(&h, b->i);
       }
       if (b->kind == B_VIEW) {
         const tpu_view *W = &D->ops[b->k].outs[b->i];
         int64_t rel = b->v.offset - W->offset;
-        HF(&h, rel);
-        HF(&h, b->v.ndim);
+        TPU_HASH_FIELD(&h, rel);
+        TPU_HASH_FIELD(&h, b->v.ndim);
         tpu_hash_bytes(&h, b->v.sizes, sizeof(int64_t) * (size_t)b->v.ndim);
         tpu_hash_bytes(&h, b->v.strides, sizeof(int64_t) * (size_t)b->v.ndim);
         tpu_hash_bytes(&h, W->strides, sizeof(int64_t) * (size_t)W->ndim); /* a permuted W */
@@ -707,7 +706,7 @@ static int flush_with(gdev *D, int reason, gtask **keep) {
     }
     for (int i = 0; i < o->nout; i++) {
       int live = out_live(D, k, i);
-      HF(&h, live);
+      TPU_HASH_FIELD(&h, live);
       if (live) nouts++;
       else if (D->w[o->widx[i]].dead) {
         elided++;

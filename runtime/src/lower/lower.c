@@ -97,9 +97,9 @@ static void make_key(char *buf, size_t cap, const char *name,
   buf[k] = 0;
 }
 
-/* The row lowering a call of name.overload (complex: with complex
- * arguments); NULL if none. */
-static const tpulw__row *find_row(const char *name, const char *overload, int complex) {
+/* The first row named name.overload (a real row sorts before the
+ * LW_COMPLEX_ONLY row of the same name); NULL if none. */
+static const tpulw__row *first_row(const char *name, const char *overload) {
   pthread_once(&g_table_once, table_init);
   if (!g_table) return NULL;
   char key[256];
@@ -110,15 +110,21 @@ static const tpulw__row *find_row(const char *name, const char *overload, int co
     if (strcmp(g_table[mid].name, key) < 0) lo = mid + 1;
     else hi = mid;
   }
-  if (lo >= g_ntable || strcmp(g_table[lo].name, key) != 0) return NULL;
-  const tpulw__row *r = &g_table[lo];
+  return lo < g_ntable && strcmp(g_table[lo].name, key) == 0 ? &g_table[lo] : NULL;
+}
+
+/* The row lowering a call of name.overload (complex: with complex
+ * arguments); NULL if none. */
+static const tpulw__row *find_row(const char *name, const char *overload, int complex) {
+  const tpulw__row *r = first_row(name, overload);
+  if (!r) return NULL;
   if (!complex) return (r->flags & LW_COMPLEX_ONLY) ? NULL : r;
-  if (lo + 1 < g_ntable && strcmp(r[1].name, key) == 0) r++; /* the complex row */
+  if (r + 1 < g_table + g_ntable && strcmp(r[1].name, r->name) == 0) r++; /* the complex row */
   return (r->flags & (LW_COMPLEX_OK | LW_COMPLEX_ONLY)) ? r : NULL;
 }
 
 int tpulw_has(const char *name, const char *overload) {
-  return find_row(name, overload, 0) || find_row(name, overload, 1);
+  return first_row(name, overload) != NULL;
 }
 
 const char *const *tpulw_list(int *n) {
@@ -128,8 +134,7 @@ const char *const *tpulw_list(int *n) {
 }
 
 unsigned tpulw_op_flags(const char *name, const char *overload) {
-  const tpulw__row *r = find_row(name, overload, 0);
-  if (!r) r = find_row(name, overload, 1);
+  const tpulw__row *r = first_row(name, overload);
   if (!r) return 0;
   return ((r->flags & LW_NEEDS_GEN) ? TPULW_OP_NEEDS_GENERATOR : 0u) |
          ((r->flags & LW_CPU_INDEX) ? TPULW_OP_CPU_INDICES : 0u);

@@ -54,8 +54,6 @@ _Static_assert(TPUIR_NUM_OPS == 136, "new IR op: give it an evaluation in the vT
 
 static int is_view_op(int op) { return tpuir_op_info(op)->cls == TPUIR_CLASS_VIEW; }
 
-static int is_elementwise(int op) { return tpuir_op_is_elementwise(op); }
-
 /* a broadcast of a one-element value: loaded once per thread by a fused
  * region, so it does not count against XK_REGION_MAX_INPUTS */
 static int is_scalar_bcast(const tpuir_graph *g, int v) {
@@ -357,7 +355,7 @@ int tpux_run(const tpuir_graph *g, int nin, const tpu_view *ins, int nout,
     const tpuir_val *ops;
     int no = node_operands(n, &ops);
     int R = -1;
-    if (is_elementwise(n->op) && !tpux__is_complex_node(g, n)) {
+    if (tpuir_op_is_elementwise(n->op) && !tpux__is_complex_node(g, n)) {
       int cand[3], nc = 0;
       for (int k = 0; k < no; k++) {
         if (reg[ops[k]] < 0) continue;
