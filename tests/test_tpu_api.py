@@ -185,3 +185,71 @@ def test_ops_cli_still_works():
     r = subprocess.run([sys.executable, "-m", "torch_tpu.ops", "--list"], capture_output=True,
                        text=True, timeout=180)
     assert r.returncode == 0 and "native ATen overloads" in r.stdout, r.stderr
+
+
+def test_fresh_empty_is_pending_in_fused_eager():
+    with torch.tpu.set_eager_mode(EagerMode.DEFER_AND_FUSE):
+        flushes = dict(torch.tpu._get_cache_stats()["flushes"])
+        e = torch.empty(8, device="tpu")
+        assert not torch_tpu.sync.is_materialized(e) and not torch_tpu.sync.is_ready(e)
+        x = torch.arange(4.0).to("tpu")  # host data copied in: materialized
+        assert torch_tpu.sync.is_materialized(x)
+        e.fill_(2.0)
+        assert not torch_tpu.sync.is_materialized(e)
+        assert e.sum().item() == 16.0  # the flush materializes it
+        assert torch_tpu.sync.is_materialized(e)
+        f = torch.empty(3, device="tpu")
+        assert not torch_tpu.sync.is_materialized(f)
+        torch.tpu.synchronize()
+        assert torch_tpu.sync.is_materialized(f) and torch_tpu.sync.is_ready(f)
+        g = torch.empty(5, device="tpu")
+        g.copy_(torch.ones(5))  # written by a copy from the host
+        assert torch_tpu.sync.is_materialized(g) and g.tolist() == [1.0] * 5
+        # a fresh block alone is never a reason to flush
+        after = torch.tpu._get_cache_stats()["flushes"]
+        assert after["copy"] == flushes["copy"] and after["alias"] == flushes["alias"]
+    with torch.tpu.set_eager_mode(EagerMode.DEFER_NEVER):
+        e2 = torch.empty(8, device="tpu")  # Strict: materialized at once
+        assert torch_tpu.sync.is_materialized(e2)
+
+
+def test_internal_defer_all_defers_index_checks():
+    assert "INTERNAL_DEFER_ALL" not in {m.name for m in EagerMode}  # internal, as in TorchTPU
+    prev = torch.tpu.eager_mode
+    with torch.tpu.set_eager_mode(EagerMode.INTERNAL_DEFER_ALL):
+        assert torch.tpu.eager_mode is EagerMode.INTERNAL_DEFER_ALL
+        assert torch_tpu._C._get_graph_mode() == 2
+        a = torch.arange(10.0, device="tpu")
+        b = a[torch.tensor([1, 7], device="tpu")] * 2  # index check deferred
+        assert torch_tpu.sync.pending_ops() >= 3
+        assert b.tolist() == [2.0, 14.0]
+        c = torch.arange(10.0, device="tpu")
+        bad = c[torch.tensor([1, 20], device="tpu")]
+        assert torch_tpu.sync.pending_ops() > 0  # no flush at the op
+        with pytest.raises(IndexError, match="out of range"):
+            bad.cpu()  # the error surfaces when the program runs
+        ok = (torch.arange(3.0, device="tpu") + 1).tolist()  # the device carries on
+        assert ok == [1.0, 2.0, 3.0]
+    assert torch.tpu.eager_mode is prev
+    torch.tpu.eager_mode = "INTERNAL_DEFER_ALL"
+    try:
+        assert torch.tpu.eager_mode is EagerMode.INTERNAL_DEFER_ALL
+    finally:
+        torch.tpu.eager_mode = prev
+    with pytest.raises(ValueError):
+        torch.tpu.eager_mode = "DEFER_SOME"
+
+
+def test_sync_module_torchtpu_names(tmp_path):
+    with torch.tpu.set_eager_mode(EagerMode.DEFER_AND_FUSE):
+        y = torch.ones(3, device="tpu") * 2
+        mlir = torch_tpu.sync.computation_mlir(y)
+        assert "func.func" in mlir and "stablehlo.multiply" in mlir
+        dot = torch_tpu.sync.computation_graphviz(y)
+        assert dot.startswith("digraph") and "mul" in dot
+        f = tmp_path / "sub" / "g.dot"
+        torch_tpu.sync.dump_computation_graphviz([y], str(f))
+        assert f.read_text() == dot
+        assert not torch_tpu.sync.is_materializing(y)  # pending, not yet enqueued
+        assert y.tolist() == [2.0] * 3
+        assert not torch_tpu.sync.is_materializing(y)  # finished

@@ -13,7 +13,12 @@
   ``torch.tpu.synchronize()``, stream/event syncs, cross-device copies, a
   repeated step (training-loop detection), a size cap
   (``TORCH_TPU_FUSE_MAX_OPS``), memory pressure. Also
-  ``TORCH_TPU_DEFER_AND_FUSE=1``. See ``torch_tpu.sync``.
+  ``TORCH_TPU_DEFER_AND_FUSE=1``. See ``torch_tpu.sync``. A tensor freshly
+  allocated in this mode (``torch.empty``) is a promise too until a flush.
+- ``EagerMode.INTERNAL_DEFER_ALL`` (TorchTPU's internal mode): Fused Eager in
+  which ops that check indices (gather/scatter/index_put with device
+  indices, ...) are deferred as well instead of flushing; their errors
+  surface when the program runs (at the next flush), as on a GPU.
 """
 import contextlib
 import enum
@@ -29,15 +34,39 @@ class EagerMode(enum.Enum):
     DEFER_AND_FUSE = "DEFER_AND_FUSE"
 
 
+class _EagerMode(enum.Enum):
+    """Modes that are not public members of EagerMode (TorchTPU keeps them in
+    its internal enum): reachable as ``EagerMode.INTERNAL_DEFER_ALL``, they
+    are accepted wherever an EagerMode is, and ``torch.tpu.eager_mode``
+    returns them as they are."""
+    INTERNAL_DEFER_ALL = "INTERNAL_DEFER_ALL"
+
+
+EagerMode.INTERNAL_DEFER_ALL = _EagerMode.INTERNAL_DEFER_ALL  # not iterated
+
+# runtime recorder mode of each eager mode (tpu_graph.h TPUG_*)
+_GRAPH_MODE = {EagerMode.DEFER_NEVER: 0, EagerMode.DEFER_NEVER_AND_LAUNCH_BLOCKING: 0,
+               EagerMode.DEFER_AND_FUSE: 1, _EagerMode.INTERNAL_DEFER_ALL: 2}
+
+
+def _as_mode(mode):
+    if isinstance(mode, (EagerMode, _EagerMode)):
+        return mode
+    try:
+        return EagerMode(mode)
+    except ValueError:
+        return _EagerMode(mode)  # ValueError names the unknown value
+
+
 _lock = threading.Lock()
 _mode = EagerMode.DEFER_NEVER
 
 
 def _apply(mode):
     global _mode
-    mode = EagerMode(mode)
+    mode = _as_mode(mode)
     with _lock:
-        _C._set_fused(mode is EagerMode.DEFER_AND_FUSE)
+        _C._set_graph_mode(_GRAPH_MODE[mode])
         _C._set_launch_blocking(mode is EagerMode.DEFER_NEVER_AND_LAUNCH_BLOCKING)
         _mode = mode
 

@@ -10,7 +10,11 @@ import torch
 
 from . import _C
 
-__all__ = ["synchronize", "is_materialized", "is_ready", "pending_ops", "dump_pending_graph"]
+import os
+
+__all__ = ["synchronize", "is_materialized", "is_materializing", "is_ready", "pending_ops",
+           "dump_pending_graph", "computation_graphviz", "computation_mlir",
+           "dump_computation_graphviz"]
 
 
 def _devices(tensors):
@@ -59,6 +63,12 @@ def is_ready(t):
     return torch.tpu.default_stream(d).query() and torch.accelerator.current_stream(d).query()
 
 
+def is_materializing(t):
+    """TorchTPU's name: True while ``t``'s program has been enqueued but has
+    not finished (materialized, not yet ready)."""
+    return is_materialized(t) and not is_ready(t)
+
+
 def pending_ops(device=None):
     """Number of ops recorded and not yet flushed on ``device``."""
     d = _C._current_device() if device is None else torch.device(device, 0).index if isinstance(device, str) else int(device)
@@ -72,3 +82,32 @@ def dump_pending_graph(device=None, format="text"):
     d = _C._current_device() if device is None else int(device)
     fmt = {"text": 0, "dot": 1, "graphviz": 1}[format]
     return _C._dump_pending(d, fmt)
+
+
+def _pending_of(tensors, fmt):
+    devs = _devices(list(tensors)) or [_C._current_device()]
+    return "".join(_C._dump_pending(d, fmt) for d in devs)
+
+
+def computation_graphviz(*tensors):
+    """TorchTPU's name: graphviz text of the pending graph that will compute
+    ``tensors`` (the whole pending graph of their devices: the recorder
+    fuses everything pending on a device into one program)."""
+    return _pending_of(tensors, 1)
+
+
+def computation_mlir(*tensors):
+    """TorchTPU's name: the pending graph that will compute ``tensors`` as
+    StableHLO (MLIR text, the program the PJRT executor would compile).
+    NotImplementedError names an op without a StableHLO form."""
+    return _pending_of(tensors, 2)
+
+
+def dump_computation_graphviz(tensors, file_name):
+    """Write ``computation_graphviz(*tensors)`` to ``file_name`` (directories
+    are created)."""
+    d = os.path.dirname(file_name)
+    if d:
+        os.makedirs(d, exist_ok=True)
+    with open(file_name, "w") as f:
+        f.write(computation_graphviz(*tensors))

@@ -42,7 +42,10 @@
 extern "C" {
 #endif
 
-enum { TPUG_STRICT = 0, TPUG_FUSE = 1 };
+/* TPUG_DEFER_ALL (TorchTPU's INTERNAL_DEFER_ALL): Fuse mode in which ops
+ * that check indices are deferred too (tpug_submit returns TPUG_DEFERRED;
+ * their errors surface when the flushed program runs, as on a GPU). */
+enum { TPUG_STRICT = 0, TPUG_FUSE = 1, TPUG_DEFER_ALL = 2 };
 
 /* Why a pending graph was flushed (index into tpug_stats.flushes). */
 typedef enum tpug_reason {
@@ -88,13 +91,21 @@ TPU_API int tpug_flush_if_uses(int dev, const void *base, int reason);
 /* Free a device block (tpurt_malloc'd): deferred while pending ops use it;
  * pending outputs into it become dead (never written). */
 TPU_API int tpug_free(void *ptr);
-/* 1 if block `base` is the destination of a pending (unflushed) output. */
+/* Note a freshly allocated device block (borrowed): in a deferring mode it
+ * reads as pending (a promise, TorchTPU's deferred empty) until a flush of
+ * its device, a copy or host access touches it (tpug_flush_if_uses), or it
+ * is freed. No-op in Strict mode and while capturing. */
+TPU_API int tpug_note_alloc(void *base);
+/* 1 if block `base` is the destination of a pending (unflushed) output or
+ * a fresh block noted by tpug_note_alloc. */
 TPU_API int tpug_is_pending(const void *base);
 /* Pending op count of `dev`. */
 TPU_API int tpug_pending_ops(int dev);
 
 /* Dump `dev`'s pending graph (merged, without flushing): format 0 = text
- * (tpuir_dump), 1 = graphviz dot. Returns the length needed (excl. NUL). */
+ * (tpuir_dump), 1 = graphviz dot, 2 = StableHLO (MLIR text, as the PJRT
+ * executor emits it; 0 if an op has no StableHLO form). Returns the length
+ * needed (excl. NUL). */
 TPU_API size_t tpug_dump(int dev, int format, char *buf, size_t cap);
 
 typedef struct tpug_stats {

@@ -22,9 +22,10 @@ static void tg_release(void *ctx) {
   free(o);
 }
 
-/* out = in * a + b (f32, same shape as out; in may be any view) */
-static int tg_affine(tpurt_stream *s, const tpu_view *in, const tpu_view *out,
-                     double a, double b) {
+/* out = in * a + b (f32, same shape as out; in may be any view); sync: as
+ * an op that must run now (tpug_submit) */
+static int tg_affine_op(tpurt_stream *s, const tpu_view *in, const tpu_view *out,
+                        double a, double b, int sync) {
   tg_op *o = calloc(1, sizeof *o);
   o->g = tpuir_graph_new();
   o->in = *in;
@@ -37,7 +38,12 @@ static int tg_affine(tpurt_stream *s, const tpu_view *in, const tpu_view *out,
                                         in->ndim, in->sizes, NULL);
   tpuir_val v = tpuir_binary(g, TPUIR_ADD, tpuir_binary(g, TPUIR_MUL, p, ca), cb);
   tpuir_set_outputs(g, 1, &v);
-  return tpug_submit(s, g, 1, &o->in, 1, &o->out, 0, tg_release, o);
+  return tpug_submit(s, g, 1, &o->in, 1, &o->out, sync, tg_release, o);
+}
+
+static int tg_affine(tpurt_stream *s, const tpu_view *in, const tpu_view *out,
+                     double a, double b) {
+  return tg_affine_op(s, in, out, a, b, 0);
 }
 
 static float *tg_buf(int64_t n, tpu_view *v) {
@@ -386,4 +392,41 @@ TPU_TEST(graph_fused_view_of_permuted_output) {
   tpurt_free(x);
   tpurt_free(y);
   tpurt_free(z);
+}
+
+TPU_TEST(graph_fresh_blocks_and_defer_all) {
+  tpurt_stream *s = tpurt_default_stream(0);
+  const int64_t n = 16;
+  tpu_view vx, vy;
+  float *x = tg_buf(n, &vx), *y = tg_buf(n, &vy);
+  CHECK(x && y);
+  for (int64_t i = 0; i < n; i++) x[i] = (float)i;
+  CHECK_OK(tpug_note_alloc(y)); /* Strict: nothing is a promise */
+  CHECK(tpug_is_pending(y) == 0);
+  CHECK_OK(tpug_set_mode(TPUG_FUSE));
+  tpug_reset_stats();
+  CHECK_OK(tpug_note_alloc(y));
+  CHECK(tpug_is_pending(y) == 1 && tpug_is_pending(x) == 0);
+  CHECK_OK(tpug_flush_if_uses(0, y, TPUG_R_COPY)); /* a host copy: materialized */
+  CHECK(tpug_is_pending(y) == 0);
+  CHECK_OK(tpug_note_alloc(y));
+  CHECK_OK(tpug_flush(0, TPUG_R_SYNC)); /* any flush materializes it */
+  CHECK(tpug_is_pending(y) == 0);
+  tpug_stats st;
+  tpug_get_stats(&st);
+  CHECK(st.flushes[TPUG_R_COPY] == 0 && st.flushes[TPUG_R_SYNC] == 0);
+  /* Fuse: an op that must run now flushes; DEFER_ALL: it is deferred */
+  CHECK(tg_affine_op(s, &vx, &vy, 2.0, 0.0, 1) == TPU_OK);
+  CHECK(tpug_pending_ops(0) == 0);
+  CHECK_OK(tpug_set_mode(TPUG_DEFER_ALL));
+  CHECK(tpug_get_mode() == TPUG_DEFER_ALL);
+  CHECK(tg_affine_op(s, &vx, &vy, 3.0, 0.0, 1) == TPUG_DEFERRED);
+  CHECK(tpug_pending_ops(0) == 1 && tpug_is_pending(y) == 1);
+  CHECK_OK(tpug_flush(0, TPUG_R_SYNC));
+  CHECK_OK(tpurt_stream_synchronize(s));
+  for (int64_t i = 0; i < n; i++) CHECK(y[i] == 3.0f * (float)i);
+  CHECK(tpug_set_mode(7) < 0);
+  CHECK_OK(tpug_set_mode(TPUG_STRICT));
+  tpurt_free(x);
+  tpurt_free(y);
 }

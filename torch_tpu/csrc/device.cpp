@@ -157,6 +157,7 @@ struct TpuAllocator final : public c10::DeviceAllocator {
       rc = tpurt_malloc_on(d, sid, n, &p);
     }
     check(rc);
+    tpug_note_alloc(p);  // Fused Eager: a fresh block is a promise until a flush
     return {p, p, &tpu_delete, c10::Device(DeviceType::PrivateUse1, d)};
   }
   c10::DeleterFnPtr raw_deleter() const override { return &tpu_delete; }

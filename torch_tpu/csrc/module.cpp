@@ -87,11 +87,18 @@ PYBIND11_MODULE(_C, m) {
   m.def("_get_num_threads", [] { return tpurt_num_threads(); });
   m.def("_native_ops", &native_ops);
   // ---- Fused Eager (runtime/src/graph*.c) and the compilation cache
+  // a deferring mode on/off (on keeps TPUG_DEFER_ALL when it is the mode)
   m.def("_set_fused", [](bool on) {
     py::gil_scoped_release nogil;
-    check(tpug_set_mode(on ? TPUG_FUSE : TPUG_STRICT));
+    int m = tpug_get_mode();
+    check(tpug_set_mode(on ? (m == TPUG_STRICT ? TPUG_FUSE : m) : TPUG_STRICT));
   });
-  m.def("_get_fused", [] { return tpug_get_mode() == TPUG_FUSE; });
+  m.def("_get_fused", [] { return tpug_get_mode() != TPUG_STRICT; });
+  m.def("_set_graph_mode", [](int mode) {  // TPUG_STRICT / _FUSE / _DEFER_ALL
+    py::gil_scoped_release nogil;
+    check(tpug_set_mode(mode));
+  });
+  m.def("_get_graph_mode", [] { return tpug_get_mode(); });
   m.def("_flush", [](int d) {
     py::gil_scoped_release nogil;
     check(tpug_flush(d, TPUG_R_SYNC));
@@ -100,6 +107,8 @@ PYBIND11_MODULE(_C, m) {
   m.def("_is_pending_ptr", [](uintptr_t p) { return tpug_is_pending(reinterpret_cast<const void*>(p)) == 1; });
   m.def("_dump_pending", [](int d, int fmt) {
     size_t n = tpug_dump(d, fmt, nullptr, 0);
+    if (n == 0 && fmt == 2 && tpug_pending_ops(d) > 0)  // an op without StableHLO
+      throw_status(TPU_E_UNSUPPORTED, tpu_last_error());
     std::string s(n + 1, '\0');
     tpug_dump(d, fmt, s.data(), s.size());
     s.resize(n);

@@ -50,6 +50,7 @@ typedef struct gparam {
 typedef struct gbase {
   const void *base; /* NULL: empty slot */
   int32_t whead, phead;
+  int32_t fresh; /* allocated in a deferring mode and not yet materialized */
 } gbase;
 
 typedef struct gdev {
@@ -560,6 +561,11 @@ static void write_const(const tpuir_node *n, unsigned char *slot) {
   }
 }
 
+static void clear_bases(gdev *D) {
+  if (D->ntab) memset(D->tab, 0, (size_t)D->captab * sizeof *D->tab);
+  D->ntab = 0;
+}
+
 static void reset_pending(gdev *D) {
   for (int k = 0; k < D->n; k++) {
     gop *o = &D->ops[k];
@@ -570,8 +576,7 @@ static void reset_pending(gdev *D) {
   D->n = 0;
   D->nw = 0;
   D->np = 0;
-  if (D->ntab) memset(D->tab, 0, (size_t)D->captab * sizeof *D->tab);
-  D->ntab = 0;
+  clear_bases(D);
   D->s = NULL;
 }
 
@@ -664,6 +669,7 @@ static int flush_with(gdev *D, int reason, gtask **keep) {
   if (n == 0) {
     for (int i = 0; i < D->nd; i++) tpurt_free(D->deferred[i]);
     D->nd = 0;
+    clear_bases(D); /* fresh allocations are materialized by any flush */
     return TPU_OK;
   }
   if (D->capturing && !keep && !D->broken) D->broken = 1 + reason; /* a forced flush cuts it */
@@ -1002,7 +1008,7 @@ int tpug_capture_run(tpug_capture *c, tpurt_stream *s, int nreloc,
 
 int tpug_set_mode(int mode) {
   pthread_once(&g_once, init_once);
-  if (mode != TPUG_STRICT && mode != TPUG_FUSE)
+  if (mode != TPUG_STRICT && mode != TPUG_FUSE && mode != TPUG_DEFER_ALL)
     return tpu_error(TPU_E_INVALID, "tpug_set_mode: bad mode %d", mode);
   int rc = TPU_OK;
   if (mode == TPUG_STRICT) rc = tpug_flush(-1, TPUG_R_MODE);
@@ -1023,13 +1029,14 @@ int tpug_submit(tpurt_stream *s, const tpuir_graph *g, int nin,
     if (release) release(owner);
     return tpu_error(TPU_E_INVALID, "tpug_submit: bad arguments");
   }
-  int fuse = tpug_get_mode() == TPUG_FUSE;
+  int mode = tpug_get_mode();
+  int fuse = mode != TPUG_STRICT;
   int deferred = 0;
   /* the host runs at most MAX_QUEUED programs ahead of the chip (before
    * taking the recorder lock: the tasks being waited for may need it) */
   tpurt_stream_throttle(s, MAX_QUEUED);
   pthread_mutex_lock(&D->mu);
-  if (D->capturing) { /* everything is deferred into the captured program */
+  if (D->capturing || mode == TPUG_DEFER_ALL) { /* index checks deferred too */
     fuse = 1;
     deferred = sync;
     sync = 0;
@@ -1111,7 +1118,7 @@ int tpug_submit(tpurt_stream *s, const tpuir_graph *g, int nin,
       }
   }
   pthread_mutex_unlock(&D->mu);
-  return rc;
+  return rc >= 0 && deferred ? TPUG_DEFERRED : rc;
 }
 
 int tpug_flush(int dev, int reason) {
@@ -1122,7 +1129,7 @@ int tpug_flush(int dev, int reason) {
     for (int d = 0; d < MAX_DEV; d++) {
       gdev *D = &g_dev[d];
       pthread_mutex_lock(&D->mu);
-      int r = (D->n || D->nd) ? flush_locked(D, reason) : TPU_OK;
+      int r = (D->n || D->nd || D->ntab) ? flush_locked(D, reason) : TPU_OK;
       pthread_mutex_unlock(&D->mu);
       if (r < 0 && rc >= 0) rc = r;
     }
@@ -1131,7 +1138,7 @@ int tpug_flush(int dev, int reason) {
   gdev *D = dev_of(dev);
   if (!D) return tpu_error(TPU_E_INVALID, "tpug_flush: bad device %d", dev);
   pthread_mutex_lock(&D->mu);
-  int rc = (D->n || D->nd) ? flush_locked(D, reason) : TPU_OK;
+  int rc = (D->n || D->nd || D->ntab) ? flush_locked(D, reason) : TPU_OK;
   pthread_mutex_unlock(&D->mu);
   return rc;
 }
@@ -1141,7 +1148,9 @@ int tpug_flush_if_uses(int dev, const void *base, int reason) {
   if (!D) return TPU_OK;
   pthread_mutex_lock(&D->mu);
   int rc = TPU_OK;
-  if (D->n && base_find(D, base)) rc = flush_locked(D, reason);
+  gbase *b = base_find(D, base);
+  if (b && (b->whead >= 0 || b->phead >= 0)) rc = flush_locked(D, reason);
+  else if (b) b->fresh = 0; /* used by the host or a copy: materialized */
   pthread_mutex_unlock(&D->mu);
   return rc;
 }
@@ -1151,7 +1160,9 @@ int tpug_free(void *ptr) {
   gdev *D = dev_of(tpurt_ptr_device(ptr));
   if (!D) return tpurt_free(ptr);
   pthread_mutex_lock(&D->mu);
-  gbase *b = D->n ? base_find(D, ptr) : NULL;
+  gbase *b = base_find(D, ptr);
+  if (b) b->fresh = 0;
+  if (b && b->whead < 0 && b->phead < 0) b = NULL; /* not used by pending ops */
   if (b && D->nd >= D->capd &&
       grow((void **)&D->deferred, &D->capd, sizeof *D->deferred) != 0)
     b = NULL;
@@ -1165,12 +1176,23 @@ int tpug_free(void *ptr) {
   return tpurt_free(ptr);
 }
 
+int tpug_note_alloc(void *base) {
+  if (!base || tpug_get_mode() == TPUG_STRICT) return TPU_OK;
+  gdev *D = dev_of(tpurt_ptr_device(base));
+  if (!D) return TPU_OK;
+  pthread_mutex_lock(&D->mu);
+  gbase *b = D->capturing ? NULL : base_get(D, base);
+  if (b) b->fresh = 1;
+  pthread_mutex_unlock(&D->mu);
+  return TPU_OK; /* no table space: the block just reads as materialized */
+}
+
 int tpug_is_pending(const void *base) {
   gdev *D = dev_of(tpurt_ptr_device(base));
   if (!D) return 0;
   pthread_mutex_lock(&D->mu);
-  int r = 0;
-  gbase *b = D->n ? base_find(D, base) : NULL;
+  gbase *b = base_find(D, base);
+  int r = b && b->fresh;
   for (int w = b ? b->whead : -1; w >= 0 && !r; w = D->w[w].next)
     r = !D->w[w].superseded && !D->w[w].dead;
   pthread_mutex_unlock(&D->mu);
@@ -1197,6 +1219,16 @@ size_t tpug_dump(int dev, int format, char *buf, size_t cap) {
   size_t len;
   if (format == 0) {
     len = tpuir_dump(g, buf, cap);
+  } else if (format == 2) {
+    char *text = NULL;
+    len = 0;
+    if (tpux_emit_stablehlo(g, &text, &len) < 0) len = 0;
+    if (buf && cap) {
+      size_t k = len < cap ? len : cap - 1;
+      memcpy(buf, text ? text : "", k);
+      buf[k] = 0;
+    }
+    free(text);
   } else {
     size_t need = 0;
     int nn = tpuir_num_nodes(g);

@@ -141,7 +141,7 @@ int tpulw_copy_d2d(tpurt_stream *s, const tpu_view *dst, const tpu_view *src) {
   if (!s) return tpu_error(TPU_E_INVALID, "copy: NULL stream");
   if (tpu_view_numel(src) == 0) return TPU_OK;
   int sdev = tpurt_ptr_device(src->base), ddev = tpurt_stream_device(s);
-  if ((tpug_get_mode() == TPUG_FUSE || tpug_capturing(ddev)) && (sdev < 0 || sdev == ddev))
+  if ((tpug_get_mode() != TPUG_STRICT || tpug_capturing(ddev)) && (sdev < 0 || sdev == ddev))
     return record_copy(s, dst, src); /* fused with the pending ops */
   /* Fused Eager: pending ops producing src / using dst run first */
   if (sdev >= 0) rc = tpug_flush_if_uses(sdev, src->base, TPUG_R_COPY);
