@@ -4,8 +4,10 @@ Eager and Fused Eager on tpu; then the first-step latency of a fresh process
 with an empty and with a warm compilation cache (TORCH_TPU_COMPILATION_CACHE_DIR).
 
 A step is forward + loss + backward + AdamW (the optimizer step compiled
-too, where compiled). Ratios > 1 mean compiled tpu is faster.
-Usage: PYTHONPATH=. python3 benchmarks/compile.py [--steps N] [--quick] [--no-inductor]
+too, where compiled). Ratios > 1 mean compiled tpu is faster. The latency
+part also runs the compiled step with the optimizer step as one Fused Eager
+program (Dynamo re-traces a compiled optimizer step in every new process).
+Usage: PYTHONPATH=. python3 benchmarks/compile.py [--steps N] [--quick] [--no-inductor] [--no-latency]
 """
 import argparse
 import os
@@ -37,7 +39,7 @@ def make(dev, args):
     return model, opt, ids
 
 
-def step_fns(model, opt, backend):
+def step_fns(model, opt, backend, fused_opt=False):
     def fwd_bwd(ids):
         loss = model(input_ids=ids, labels=ids).loss
         loss.backward()
@@ -46,6 +48,11 @@ def step_fns(model, opt, backend):
     if backend is None:
         return fwd_bwd, opt.step
     fb = torch.compile(fwd_bwd, backend=backend)
+    if fused_opt:  # the optimizer step as one Fused Eager program (no Dynamo trace)
+        def fused_step():
+            with eager_mode(EagerMode.DEFER_AND_FUSE):
+                opt.step()
+        return fb, fused_step
     # Dynamo's precompile cache skips compiled optimizer steps (their graphs hold
     # the parameters as static attributes), and in torch 2.13 re-tracing one next
     # to a loaded package clashes on a resume-function name: the step is left
@@ -55,10 +62,10 @@ def step_fns(model, opt, backend):
     return fb, st
 
 
-def timed(dev, args, backend=None, mode=None):
+def timed(dev, args, backend=None, mode=None, fused_opt=False):
     """(median step seconds, first step seconds, first step CPU seconds of this process)"""
     model, opt, ids = make(dev, args)
-    fb, st = step_fns(model, opt, backend)
+    fb, st = step_fns(model, opt, backend, fused_opt)
 
     def one():
         loss = fb(ids)
@@ -96,7 +103,7 @@ sys.path.insert(0, {bench_dir!r})
 import compile as b
 args = b.parse({argv!r})
 t1 = time.perf_counter()
-_, first, first_cpu = b.timed("tpu", args, backend="tpu")
+_, first, first_cpu = b.timed("tpu", args, backend="tpu", fused_opt=args.fused_opt)
 s = torch.tpu._get_cache_stats()
 c = s["compile"]
 if torch._dynamo.config.caching_precompile:
@@ -106,14 +113,14 @@ print("CHILD", first, first_cpu, t1 - t0, s["disk_hits"], s["misses"], c.get("dy
 """
 
 
-def child_first_step(args, cache_dir, precompile):
+def child_first_step(args, cache_dir, precompile, fused_opt=False):
     # a fresh process; PyTorch's caches (AOTAutogradCache, Dynamo cache) and
     # the runtime's program cache all live under cache_dir
     env = dict(os.environ, TORCH_TPU_COMPILATION_CACHE_DIR=cache_dir, TPU_VISIBLE_CHIPS="1",
                TORCHINDUCTOR_CACHE_DIR=os.path.join(cache_dir, "torch"),
                TORCH_CACHING_PRECOMPILE="1" if precompile else "0")
     code = CHILD.format(bench_dir=os.path.dirname(os.path.abspath(__file__)),
-                        argv=args.child_argv)
+                        argv=args.child_argv + (["--fused-opt"] if fused_opt else []))
     r = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True)
     if r.returncode != 0:
         raise RuntimeError(r.stderr[-3000:])
@@ -127,6 +134,8 @@ def parse(argv=None):
     p.add_argument("--quick", action="store_true")
     p.add_argument("--no-inductor", action="store_true")
     p.add_argument("--no-latency", action="store_true")
+    p.add_argument("--fused-opt", action="store_true",
+                   help="(child) optimizer step in Fused Eager instead of torch.compile")
     args = p.parse_args(argv)
     args.layers, args.heads, args.d, args.vocab, args.seq, args.batch = (
         (2, 4, 128, 1024, 64, 4) if args.quick else (4, 8, 256, 4096, 128, 8))
@@ -181,13 +190,18 @@ def main():
     print("  goals: vs cpu eager >= 1.2x, vs cpu inductor >= 1.0x, vs tpu fused >= 1.3x")
     if args.no_latency:
         return
-    for precompile in (False, True):
+    # Dynamo re-traces a compiled optimizer step in every process (torch 2.13's
+    # precompile cache leaves it out), so the last configuration runs the step
+    # as one Fused Eager program (loaded from the runtime's disk cache) instead
+    for precompile, fused_opt in ((False, False), (True, False), (True, True)):
         with tempfile.TemporaryDirectory() as d:
-            cold = child_first_step(args, d, precompile)
-            warm = child_first_step(args, d, precompile)
+            cold = child_first_step(args, d, precompile, fused_opt)
+            warm = child_first_step(args, d, precompile, fused_opt)
         print("  caches: runtime programs + AOTAutogradCache" +
               (" + Dynamo cache (TORCH_CACHING_PRECOMPILE=1, save_cache_artifacts())"
-               if precompile else ""))
+               if precompile else "") +
+              ("; optimizer step in Fused Eager (not compiled)" if fused_opt
+               else "; optimizer step compiled"))
         for name, (first, cpu, imp, hits, misses, dyn, traced, loaded) in (("cold", cold),
                                                                            ("warm", warm)):
             print(f"  new process, {name}: first compiled step {first:6.2f} s ({cpu:5.2f} s CPU; import "
