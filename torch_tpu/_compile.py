@@ -59,12 +59,16 @@ def stats():
     """Counters of the compiled path (also in ``torch.tpu._get_cache_stats()``
     under ``"compile"``)."""
     with _stats_lock:
-        return dict(_stats)
+        d = dict(_stats)
+        if _bucket_refusals:
+            d["bucket_refusals"] = list(_bucket_refusals)
+        return d
 
 
 def _reset_stats():
     with _stats_lock:
         _stats.clear()
+        _bucket_refusals.clear()
 
 
 def _set_replay(on):
@@ -160,6 +164,7 @@ class _TpuGraph:
         self.kind = kind
         self.programs = collections.OrderedDict()  # layout key -> _Program | None (fused)
         self.lock = threading.Lock()
+        self.bucket = None  # _buckets.Plan when a dynamic dimension is bucketed
         self.consts = [v for v in itertools.chain(gm.parameters(), gm.buffers())]
         for node in gm.graph.nodes:
             if node.op == "get_attr":
@@ -183,6 +188,12 @@ class _TpuGraph:
         dev = _device_of(args)
         if dev is None:  # nothing on tpu: plain eager (the aten graph on CPU)
             return self._result(self._run_gm(args))
+        plan = self.bucket
+        if plan is not None and plan.ok and (plan.kind != "forward" or plan.linked):
+            return self._bucketed(plan, args, dev)
+        return self._call(args, dev, self.gm)
+
+    def _call(self, args, dev, gm):
         from . import compiler
 
         opts = compiler.current_options()
@@ -197,17 +208,61 @@ class _TpuGraph:
             return self._replay(prog, args, ptrs)
         with torch.tpu.device(dev), _precision_override(opts.get("precision")):
                 if prog is False:
-                    return self._capture(key, args, dev)
-                return self._fused(args, dev)
+                    return self._capture(key, args, dev, gm)
+                return self._fused(args, dev, gm)
+
+    # -- bounded dynamism: pad to the bucket, run its program, slice back
+    def _bucketed(self, plan, args, dev):
+        from . import _buckets
+
+        n = args[plan.s_idx]
+        if not isinstance(n, int):
+            return self._call(args, dev, self.gm)
+        b = _buckets.pick_bucket(plan.bounds, plan.step, n)
+        padded = list(args)
+        padded[plan.s_idx] = b
+        for i, coeffs in plan.sym_inputs:
+            padded[i] = _buckets.poly_int(coeffs, b)
+        for i, dims in plan.tensor_inputs:
+            if dims is None:  # saved by the bucketed forward: already padded
+                continue
+            t = args[i]
+            pads = [0] * (2 * t.dim())
+            for d, _, c in dims:
+                have, want = t.shape[d], b + c
+                if have != want:
+                    if have != n + c:
+                        raise RuntimeError(
+                            f"torch.compile(backend='tpu'): bucketed input {i} has size {have} "
+                            f"along dim {d}, expected {n + c} or {want}")
+                    pads[2 * (t.dim() - 1 - d) + 1] = want - have
+            if any(pads):
+                padded[i] = torch.constant_pad_nd(t, pads, 0)
+        padded.append(_n_tensor(n, dev))
+        _count("bucketed_calls")
+        outs = self._call(padded, dev, plan.gm)
+        nout = len(outs)
+        first_saved = nout - plan.saved_k
+        for i, spec in enumerate(plan.outputs):
+            if spec is None:
+                continue
+            if spec[0] == "sym":
+                outs[i] = _buckets.poly_int(spec[1], n)
+            elif i < first_saved:
+                outs[i] = _buckets.slice_back(outs[i], spec, n, b)
+        return outs
 
     # -- first call of a layout: record every op into one program
-    def _capture(self, key, args, dev):
+    def _capture(self, key, args, dev, gm):
+        if gm is not self.gm:  # one per bucket (a program, or a cut capture run fused)
+            _count("bucket_programs")
+            _count(f"bucket_programs_{self.kind}")
         gen = _C._get_default_generator(dev)
         off0 = gen.get_offset()
         fb0 = dict(_C._fallback_counts())
         _C._capture_begin(dev)
         try:
-            outs = self._run_gm(args, dev)
+            outs = self._run_gm(args, dev, gm)
         except BaseException:
             h, _ = _C._capture_end(dev)
             if h:
@@ -237,9 +292,10 @@ class _TpuGraph:
                 self.programs.popitem(last=False)
         return self._result(outs)
 
-    def _run_gm(self, args, dev=None):
-        r = _DebugInterpreter(self.gm, dev).run(*args) if _DEBUG and dev is not None \
-            else self.gm(*args)
+    def _run_gm(self, args, dev=None, gm=None):
+        gm = self.gm if gm is None else gm
+        r = _DebugInterpreter(gm, dev).run(*args) if _DEBUG and dev is not None \
+            else gm(*args)
         if not self.tree_outputs:
             return _as_list(r)
         flat, self.out_tree = pytree.tree_flatten(r)
@@ -349,11 +405,11 @@ class _TpuGraph:
         return self._result(outs)
 
     # -- graphs that cannot be one program: Fused Eager, flushed at the end
-    def _fused(self, args, dev):
+    def _fused(self, args, dev, gm):
         prev = _C._get_fused()
         _C._set_fused(True)
         try:
-            outs = self._run_gm(args)
+            outs = self._run_gm(args, None, gm)
             _C._flush(dev)
         finally:
             if not prev:
@@ -363,6 +419,16 @@ class _TpuGraph:
 
 
 _debug_ptrs = {}
+_n_tensors = {}  # (device, n) -> int64 scalar on the device: the true length of a bucketed call
+
+
+def _n_tensor(n, dev):
+    t = _n_tensors.get((dev, n))
+    if t is None:
+        if len(_n_tensors) > 4096:
+            _n_tensors.clear()
+        t = _n_tensors[(dev, n)] = torch.tensor(n, dtype=torch.int64, device=torch.device("tpu", dev))
+    return t
 
 
 def _unbound(why):
@@ -429,13 +495,73 @@ def _fx_compiler(kind):
     def compile_fn(gm, example_inputs):
         from ._compile_cache import TpuOutputCode
 
-        return TpuOutputCode(gm, kind)
+        out = TpuOutputCode(gm, kind)
+        _plan_buckets(out.graph, gm, kind)
+        return out
 
     compile_fn.__name__ = f"tpu_{kind}_compiler"
     from torch._functorch.aot_autograd import SerializableAOTDispatchCompiler
     from torch._inductor.output_code import OutputCode
 
     return SerializableAOTDispatchCompiler(OutputCode, compile_fn)
+
+
+def _plan_buckets(graph, gm, kind):
+    """Bounded dynamism (see _buckets): plan the graph's buckets, or record
+    why it runs per exact length. A forward is bucketed only together with its
+    backward (the tensors it saves stay padded)."""
+    from . import _buckets
+
+    fw = getattr(_buckets._tls, "last_forward", None)
+    if kind != "backward":
+        _buckets._tls.last_forward = None
+    try:
+        p = _buckets.plan(gm, kind, _buckets.current_options(), fw if kind == "backward" else None)
+    except Exception as e:  # noqa: BLE001 - an analysis bug must not break compilation
+        p = _buckets.Plan(kind)
+        p.refuse(f"internal error in the bucket analysis: {type(e).__name__}: {e}")
+    if p is None:
+        if kind == "backward" and fw is not None:
+            fw.refuse("its backward has no dynamic dimension")
+            _note_bucket_refusal(fw)
+        return
+    graph.bucket = p
+    if kind == "forward":
+        _buckets._tls.last_forward = p
+        if not p.ok:
+            _note_bucket_refusal(p)
+        return
+    if kind == "backward":
+        _buckets._tls.last_forward = None
+        if fw is not None:
+            if p.ok:
+                fw.linked = True
+                _count("bucket_graphs", 2)
+            elif fw.ok:
+                fw.refuse(f"its backward cannot be bucketed: {p.reason}")
+        _note_bucket_refusal(p)
+        return
+    if p.ok:
+        _count("bucket_graphs")
+    else:
+        _note_bucket_refusal(p)
+
+
+def _note_bucket_refusal(p):
+    if p.ok or getattr(p, "_noted", False):
+        return
+    p._noted = True
+    _count("bucket_refused")
+    _count(f"bucket_refused[{p.op or 'other'}]")
+    with _stats_lock:
+        _bucket_refusals.append(f"{p.kind}: {p.reason}")
+        del _bucket_refusals[:-16]
+    if _DEBUG:
+        print(f"[torch_tpu compile] {p.kind} graph runs per exact length (no buckets): {p.reason}",
+              flush=True)
+
+
+_bucket_refusals = []  # the last reasons (stats()["bucket_refusals"])
 
 
 _recompiles = collections.Counter()  # frame id -> recompiles seen
@@ -476,7 +602,10 @@ def tpu_backend(gm, example_inputs, **kwargs):
     from torch._dynamo.backends.common import aot_autograd
     from torch._functorch.partitioners import min_cut_rematerialization_partition
 
+    from . import _buckets
+
     _ensure_registered()
+    opts = _buckets.validate_options(kwargs.pop("options", None))
     _note_recompile()
     _count("dynamo_graphs")
     backend = aot_autograd(
@@ -486,12 +615,17 @@ def tpu_backend(gm, example_inputs, **kwargs):
         partition_fn=min_cut_rematerialization_partition,
         keep_inference_input_mutations=True,
     )
-    with _cache_scope():
-        return backend(gm, example_inputs, **kwargs)
+    prev = _buckets.current_options()
+    _buckets.set_options(opts)
+    try:
+        with _cache_scope(opts):
+            return backend(gm, example_inputs, **kwargs)
+    finally:
+        _buckets.set_options(prev)
 
 
 @contextlib.contextmanager
-def _cache_scope():
+def _cache_scope(bucket_opts=None):
     """While the tpu backend compiles: AOTAutogradCache stores our artifacts
     themselves ("bundled": there is no inductor FXGraphCache entry to point
     to), and every cache key carries the torch_tpu build id and the compiler
@@ -503,7 +637,8 @@ def _cache_scope():
     from ._compile_cache import build_id
 
     tag = "|".join(x for x in (cconfig.cache_key_tag, build_id(),
-                               repr(compiler._options_key()) if compiler._options_key() else "")
+                               repr(compiler._options_key()) if compiler._options_key() else "",
+                               repr(sorted(bucket_opts.items())) if bucket_opts else "")
                    if x)
     # the backward is compiled with the forward, inside this scope, so the cache
     # entry (written once both exist) is written here too

@@ -117,6 +117,12 @@ class TpuOutputCode(OutputCode):
         return new
 
     def __getstate__(self):
+        if self.graph is not None and self.graph.bucket is not None and self.graph.bucket.ok:
+            # the bucketed graph lives only in this process (its plan needs the
+            # symbolic shapes a stored graph does not keep): not cached
+            from torch._functorch._aot_autograd.autograd_cache import BypassAOTAutogradCache
+
+            raise BypassAOTAutogradCache("torch_tpu: a bucketed (bounded dynamic) graph")
         if self.graph is None:
             gm_state = self._gm_state
         else:
