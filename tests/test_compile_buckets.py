@@ -211,8 +211,10 @@ def test_pad_garbage_never_leaks():
     def f(x):
         a = torch.log(x)
         b = 1.0 / x
+        m = a.reshape(-1, 4)  # [B*S, 4]: the padded dim merged with the batch
         return (a.sum(1), b.amax(1), torch.softmax(a, dim=1),
-                a.transpose(1, 2) @ b, (x / x).mean(1), torch.logsumexp(a, 1))
+                a.transpose(1, 2) @ b, (x / x).mean(1), torch.logsumexp(a, 1),
+                m.sum(0), m.mean(0), m.t() @ b.reshape(-1, 4))
 
     cf = torch.compile(f, backend="tpu", options=OPTS)
     for n in (20, 33):
@@ -246,3 +248,36 @@ def test_max_alone_buckets_to_the_max():
         assert_close(y, torch.softmax(x, 1).sum(1) + x.mean(1), atol=1e-6, rtol=1e-5)
     st = _st()
     assert st["bucket_graphs"] == 1 and st["bucket_programs"] == 1, st
+
+
+def test_output_viewing_an_input_is_refused():
+    def f(x):
+        return x.transpose(1, 2), x.sum(1)
+
+    cf = torch.compile(f, backend="tpu", options=OPTS)
+    with torch.no_grad():
+        for n in (20, 30):
+            x = torch.randn(2, n, 3)
+            xt = _mark(x.to(DEV))
+            a, b = cf(xt)
+            assert_close(a, x.transpose(1, 2))
+            assert_close(b, x.sum(1), atol=1e-6, rtol=1e-5)
+    st = _st()
+    assert st.get("bucket_graphs", 0) == 0 and st["bucket_refused"] == 1, st
+
+
+def test_bucketed_graphs_bypass_aotautograd_cache():
+    # a bucketed plan needs the symbolic shapes, which a stored graph does not keep:
+    # such graphs are never stored, so a fresh trace buckets again
+    from torch._functorch import config as fconfig
+
+    def f(x):
+        return torch.softmax(x, 1).sum(1)
+
+    with fconfig.patch(enable_autograd_cache=True):
+        for _ in range(2):
+            torch._dynamo.reset()
+            cf = torch.compile(f, backend="tpu", options=OPTS)
+            x = torch.randn(2, 20)
+            assert_close(cf(_mark(x.to(DEV))), f(x), atol=1e-6, rtol=1e-5)
+    assert _st()["bucket_graphs"] == 2

@@ -240,8 +240,13 @@ _POINTWISE = {
     "softplus.default", "mish.default", "isnan.default", "isinf.default", "nan_to_num.default",
     "logical_xor.default", "tril.default", "triu.default", "addcmul.default", "addcdiv.default",
     "lerp.Scalar", "lerp.Tensor", "atan.default", "floor.default", "ceil.default",
-    "round.default", "trunc.default", "gelu_backward.default",
+    "round.default", "trunc.default", "rsub.Scalar", "rsub.Tensor",
 }
+_VIEW_LIKE = {"view.default", "_unsafe_view.default", "reshape.default", "t.default",
+              "transpose.int", "permute.default", "unsqueeze.default", "squeeze.dim",
+              "squeeze.dims", "squeeze.default", "expand.default", "slice.Tensor", "select.int",
+              "split.Tensor", "split_with_sizes.default", "alias.default", "detach.default",
+              "as_strided.default", "view_as.default", "unflatten.int", "flatten.using_ints"}
 _SCALAR_TO_TENSOR = {
     aten.div.Scalar: aten.div.Tensor, aten.mul.Scalar: aten.mul.Tensor,
     aten.add.Scalar: aten.add.Tensor, aten.sub.Scalar: aten.sub.Tensor,
@@ -398,6 +403,7 @@ class _Analyzer:
         self.masks = []   # (node, arg path, dims [(dim, _Dim)], fill)
         self.values = []  # (node, arg index, coeffs, new target)
         self.means = {}   # node -> (reduced dims structures, const)
+        self.root = {}    # node -> the node whose storage it views (views only)
 
     # -- structures
     def dim_from_expr(self, e):
@@ -500,8 +506,14 @@ class _Analyzer:
     def output(self, n):
         outs = n.args[0]
         outs = list(outs) if isinstance(outs, (list, tuple)) else [outs]
+        self.plan.out_roots = []
         for o in outs:
             self.plan.out_names.append(o.name if isinstance(o, torch.fx.Node) else None)
+            if isinstance(o, torch.fx.Node):
+                r = self.root.get(o, o)
+                self.plan.out_roots.append(("input" if r.op == "placeholder" else r.name))
+            else:
+                self.plan.out_roots.append(None)
             v = _val(o)
             if isinstance(v, torch.SymInt) and self.S in v.node.expr.free_symbols:
                 self.plan.outputs.append(("sym", _poly(v.node.expr, self.S)))
@@ -619,6 +631,10 @@ class _Analyzer:
 
         tgt = n.target
         v = _val(n)
+        a0 = n.args[0] if n.args else None
+        if isinstance(a0, torch.fx.Node) and (tgt is operator.getitem or
+                                              _opname(tgt) in _VIEW_LIKE):
+            self.root[n] = self.root.get(a0, a0)
         if tgt is operator.getitem:
             src = self.st.get(n.args[0])
             if isinstance(src, list):
@@ -642,6 +658,10 @@ class _Analyzer:
         if name in _SHAPE_OPS:
             return
         if name in _POINTWISE:
+            if name in ("tril.default", "triu.default"):
+                s0 = self.tensor_struct(args[0], name)
+                if any(d is not None and not d.pure() for d in s0[-2:]):
+                    raise Refused("tril/triu over a merged dynamic dimension")
             self.value_args(n)
             self.st[n] = self.broadcast(n, [a for a in args if isinstance(a, torch.fx.Node)] +
                                         [a for a in n.kwargs.values() if isinstance(a, torch.fx.Node)], v)
@@ -696,6 +716,8 @@ class _Analyzer:
                     "new_zeros.default", "new_ones.default", "new_empty.default",
                     "new_full.default", "scalar_tensor.default", "arange.default",
                     "arange.start", "arange.start_step", "empty_strided.default"):
+            if name == "scalar_tensor.default" and self.has_s(_val(args[0])):
+                raise Refused("scalar_tensor of a symbolic size")
             if name == "full.default" or name == "new_full.default":
                 fv = args[-1] if name == "full.default" else args[2]
                 if self.has_s(_val(fv)) or isinstance(_val(fv), (torch.SymInt, torch.SymFloat)):
@@ -812,6 +834,8 @@ class _Analyzer:
             sx = self.tensor_struct(x, name)
             if st and sx[0] != st[0]:
                 raise Refused("nll_loss operands padded differently")
+            if any(d is not None for d in sx[len(st):]):
+                raise Refused("nll_loss over padded classes")
             self.mask(n, 1, list(enumerate(st)), ign)
             self.mask(n, 0, [(0, sx[0])] if st else [], 0.0)
             self.st[n] = [st if red == 0 else (), ()]
@@ -822,6 +846,8 @@ class _Analyzer:
             sx = self.tensor_struct(x, name)
             if st and sx[0] != st[0]:
                 raise Refused("nll_loss operands padded differently")
+            if any(d is not None for d in sx[len(st):]):
+                raise Refused("nll_loss over padded classes")
             self.mask(n, 2, list(enumerate(st)), ign)
             self.st[n] = sx
             return
@@ -961,6 +987,9 @@ class _Analyzer:
         if red:
             if name in ("any.dim", "all.dim", "prod.dim_int"):
                 raise Refused(f"{name} over the dynamic dimension")
+            if name in ("argmax.default", "argmin.default", "max.dim", "min.dim") and \
+                    any(not sd.pure() for _, sd in red):
+                raise Refused("an index over a merged dynamic dimension")
             fp = _val(x).dtype.is_floating_point
             if name.startswith("sum") or name.startswith("mean"):
                 fill = 0
@@ -1043,7 +1072,14 @@ def plan(gm, kind, opts=None, fw_plan=None):
                 raise Refused("backward inputs do not match the forward's saved outputs")
             if fw_plan.bounds != bounds or fw_plan.sym != S:
                 raise Refused("forward and backward disagree on the buckets")
+            try:
+                check_user_outputs(fw_plan, len(fw_plan.outputs) - nsaved)
+            except Refused as e:
+                fw_plan.op = "output alias"
+                raise Refused(f"forward: {e}") from None
             fw_plan.saved_k = nsaved
+        if kind == "inference":  # (backward outputs are gradients: no aliasing to keep)
+            check_user_outputs(p, len(p.outputs))
         p.gm = _rewrite(gm, an, p)
     except Refused as e:
         p.refuse(str(e))
@@ -1052,6 +1088,24 @@ def plan(gm, kind, opts=None, fw_plan=None):
     p.saved_structs = {k: v for k, v in p.saved_structs.items() if v is not None}
     p.ok = True
     return p
+
+
+def check_user_outputs(p, nuser):
+    """Outputs the user sees are cut back (a view or a copy): one that views a
+    graph input or shares storage with another user output would lose the
+    aliasing AOTAutograd expects, so such a graph is not bucketed."""
+    roots = {}
+    for i in range(nuser):
+        spec, r = p.outputs[i], p.out_roots[i]
+        if r is None:
+            continue
+        if spec is not None and spec[0] == "t" and r == "input":
+            raise Refused(f"output {p.out_names[i]} is a view of an input")
+        roots.setdefault(r, []).append(i)
+    for r, idx in roots.items():
+        if r != "input" and len(idx) > 1 and any(
+                p.outputs[i] is not None and p.outputs[i][0] == "t" for i in idx):
+            raise Refused(f"outputs {', '.join(p.out_names[i] for i in idx)} share storage")
 
 
 def _out_nodes(gm):
