@@ -1,5 +1,7 @@
 """Sorting on the TPUIR_SORT node (sort/argsort/msort/topk/unique beyond the
-old all-pairs caps) and the ops of runtime/src/lower/misc.c, against CPU:
+old all-pairs caps) and the scans, mode, compaction, masked_scatter/put,
+renorm, linalg_cross, histogram and segment_reduce lowerings (runtime/src/lower/
+reduce.c, sort.c, index.c, linalg.c), against CPU:
 non-contiguous, empty and error inputs included."""
 import pytest
 import torch
@@ -107,7 +109,7 @@ def test_unique_large_and_nan():
     _check(lambda t: torch.unique(t, return_inverse=True, return_counts=True), torch.empty(0))
 
 
-# ---- lower/misc.c ops and the lifted gaps ------------------------------------
+# ---- scans, mode, compaction, histogram, ... and the lifted gaps -------------
 
 def _nc(shape, dtype=torch.float32, seed=0):
     """Non-contiguous sample: the transpose of a contiguous tensor."""

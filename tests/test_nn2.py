@@ -1,4 +1,5 @@
-"""More nn ops natively on the vTPU (runtime/src/lower/nn2.c): unpooling,
+"""More nn ops natively on the vTPU (runtime/src/lower/: conv.c, index.c,
+rng.c, distance.c, loss.c, resize.c, embedding.c): unpooling,
 adaptive / fractional max pooling, channel_shuffle, rrelu, pdist / cdist,
 margin losses, bicubic / antialiased bilinear interpolation, embedding_bag,
 replication pad with negative padding. Forward and gradients vs CPU."""

@@ -2,6 +2,7 @@
  * broadcasting and small graph-building helpers shared by every lowering.
  */
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -567,4 +568,61 @@ tpuir_val tpulw__reduce_dims(tpulw__b *b, int kind, tpuir_val v, uint32_t mask,
   tpuir_val r = tpuir_reduce(b->g, kind, v, nr, dims);
   if (r < 0 || !keepdim) return r;
   return tpulw__reshape(b, r, s.ndim, keep);
+}
+
+/* ---- helpers shared by several families -------------------------------- */
+
+const char *tpulw__fmt_list(char *buf, size_t cap, int nd, const int64_t *s) {
+  size_t k = 0;
+  buf[0] = 0;
+  for (int i = 0; i < nd && k < cap; i++)
+    k += (size_t)snprintf(buf + k, cap - k, "%s%lld", i ? ", " : "", (long long)s[i]);
+  return buf;
+}
+
+int tpulw__nsp_of(const tpulw__b *b) { return strstr(b->base, "3d") ? 3 : 2; }
+
+int tpulw__float_only(const tpulw__b *b, int dt) {
+  if (tpu_dtype_is_float(dt)) return TPU_OK;
+  return tpu_error(TPU_E_UNSUPPORTED, "\"%s\" not implemented for '%s'", b->base,
+                   tpulw__torch_name(dt));
+}
+
+int tpulw__need_tpu(const tpulw__b *b, const tpulw_tensor *t) {
+  if (!t || t->device < 0)
+    return tpu_error(TPU_E_UNSUPPORTED, "%s: operands must be tpu tensors", b->base);
+  return TPU_OK;
+}
+
+tpuir_val tpulw__pnorm_last(tpulw__b *b, tpuir_val d, double p) {
+  tpulw__shape s = tpulw__info(b, d);
+  uint32_t m = 1u << (s.ndim - 1);
+  tpuir_val a = tpulw__un(b, TPUIR_ABS, d);
+  if (p == 0) return tpulw__reduce_dims(b, TPUIR_RED_SUM, tpulw__convert(b, tpulw__bin_c(b, TPUIR_NE, d, 0), s.dtype), m, 0);
+  if (p == 1) return tpulw__reduce_dims(b, TPUIR_RED_SUM, a, m, 0);
+  if (p == 2) return tpulw__un(b, TPUIR_SQRT, tpulw__reduce_dims(b, TPUIR_RED_SUM, tpulw__bin(b, TPUIR_MUL, d, d), m, 0));
+  if (isinf(p)) return tpulw__reduce_dims(b, TPUIR_RED_MAX, a, m, 0);
+  tpuir_val sp = tpulw__reduce_dims(b, TPUIR_RED_SUM, tpulw__bin_c(b, TPUIR_POW, a, p), m, 0);
+  return tpulw__bin_c(b, TPUIR_POW, sp, 1.0 / p);
+}
+
+tpuir_val tpulw__shift_along(tpulw__b *b, tpuir_val v, int dim, int64_t k, tpuir_val fill) {
+  int64_t lo[TPU_MAX_DIMS] = {0}, hi[TPU_MAX_DIMS] = {0}, in[TPU_MAX_DIMS] = {0};
+  lo[dim] = k;
+  hi[dim] = -k;
+  return tpuir_pad(b->g, v, fill, lo, hi, in);
+}
+
+tpuir_val tpulw__scan_op(tpulw__b *b, tpuir_val x, int dim, int op, double ident) {
+  tpulw__shape s = tpulw__info(b, x);
+  if (s.ndim == 0) return x;
+  tpuir_val id = tpulw__const(b, s.dtype, ident);
+  for (int64_t k = 1; k < s.sizes[dim] && x >= 0; k *= 2)
+    x = tpulw__bin(b, op, tpulw__shift_along(b, x, dim, k, id), x);
+  return x;
+}
+
+const tpulw_tensor *tpulw__tpu_self(tpulw__b *b) {
+  const tpulw_tensor *t = tpulw__tensor_arg(b, "self");
+  return t && t->device >= 0 ? t : NULL;
 }

@@ -33,6 +33,13 @@
  *                                   reduce_window SUM of grad / divisor
  *   _adaptive_avg_pool*(_backward) dot_general per spatial dim against an
  *                                   iota-built averaging matrix (fp32 exact)
+ *   adaptive_max_pool* / fractional_max_pool* (+ backward), max_unpool*:
+ *     windows with data- or shape-dependent bounds gather every window into
+ *     a trailing axis of size K (the largest window; shorter windows repeat
+ *     their last element, which changes neither the max nor the first-max /
+ *     last-NaN index rule of PyTorch CPU) and reduce it with max / argmax.
+ *     Their backward ops, like max_unpool, scatter-add into the flattened
+ *     spatial plane.
  */
 #include <stdio.h>
 #include <string.h>
@@ -41,7 +48,7 @@
 
 enum {
   C_CONV = 1, C_CONV_BW, P_MAX, P_MAX_BW, P_AVG, P_AVG_BW, P_ADAPT,
-  P_ADAPT_BW
+  P_ADAPT_BW, P_UNPOOL, P_ADAPT_MAX, P_ADAPT_MAX_BW, P_FRAC, P_FRAC_BW
 };
 
 #define MAXSP 3
@@ -815,6 +822,379 @@ static int adapt_fn(tpulw__b *b) {
   return tpulw__result_as(b, v, dt);
 }
 
+/* Scatter-add grad [lead..., out...] into zeros [lead..., in...] at the flat
+ * spatial positions idx (same shape as grad) over the last nsp dims. */
+static tpuir_val flat_scatter(tpulw__b *b, tpuir_val grad, tpuir_val idx, int rank, int nsp,
+                              const int64_t *in_sizes, int cdt) {
+  tpulw__shape gs = tpulw__info(b, grad);
+  int lead = rank - nsp;
+  int64_t bs[TPU_MAX_DIMS], ss[TPU_MAX_DIMS];
+  int64_t fin = 1, fout = 1;
+  for (int i = 0; i < nsp; i++) {
+    fin *= in_sizes[lead + i];
+    fout *= gs.sizes[lead + i];
+  }
+  for (int i = 0; i < lead; i++) bs[i] = ss[i] = in_sizes[i];
+  bs[lead] = fin;
+  ss[lead] = fout;
+  tpuir_val g = tpulw__reshape(b, tpulw__convert(b, grad, cdt), lead + 1, ss);
+  tpuir_val id = tpulw__reshape(b, idx, lead + 1, ss);
+  tpuir_val r = tpuir_scatter_add(b->g, tpulw__full(b, cdt, lead + 1, bs, 0), lead, id, g);
+  return tpulw__reshape(b, r, rank, in_sizes);
+}
+
+/* ---- max_unpool ---------------------------------------------------------- */
+
+static int unpool_fn(tpulw__b *b) {
+  const tpulw_tensor *in = tpulw__tensor_arg(b, "self"), *ix = tpulw__tensor_arg(b, "indices");
+  int rc;
+  if ((rc = tpulw__need_tpu(b, in)) || (rc = tpulw__need_tpu(b, ix))) return rc;
+  int nsp = tpulw__nsp_of(b);
+  const tpu_view *v = &in->view, *iv = &ix->view;
+  char s1[256], s2[256];
+  int no;
+  int64_t sc[3];
+  const int64_t *os = tpulw__ints(b, "output_size", &no, &sc[0]);
+  if (iv->dtype != TPU_I64)
+    return tpu_error(TPU_E_INVALID, "elements in indices should be type int64 but got: %s",
+                     tpulw__torch_name(iv->dtype));
+  if (nsp == 2 && no != 2)
+    return tpu_error(TPU_E_INVALID, "There should be exactly two elements (height, width) in "
+                     "output_size, but got %d elements.", no);
+  if (v->ndim != nsp + 1 && v->ndim != nsp + 2)
+    return tpu_error(TPU_E_INVALID, "Input to max_unpooling%dd should be a %dd or %dd Tensor, "
+                     "but got a tensor with %d dimensions.", nsp, nsp + 1, nsp + 2, v->ndim);
+  if (nsp == 3) {
+    int ns, np;
+    const int64_t *st = tpulw__ints(b, "stride", &ns, &sc[1]);
+    const int64_t *pd = tpulw__ints(b, "padding", &np, &sc[2]);
+    (void)pd;
+    if (no != 3)
+      return tpu_error(TPU_E_INVALID, "There should be exactly three elements (depth, height, "
+                       "width) in output_size, but got %d elements.", no);
+    if (ns != 3)
+      return tpu_error(TPU_E_INVALID, "There should be exactly three elements (depth, height, "
+                       "width) in stride, but got: %d elements.", ns);
+    if (np != 3)
+      return tpu_error(TPU_E_INVALID, "There should be exactly three elements (depth, height, "
+                       "width) in padding, but got: %d elements.", np);
+    if (st[0] <= 0 || st[1] <= 0 || st[2] <= 0)
+      return tpu_error(TPU_E_INVALID, "strides should be greater than zero, but got stride: "
+                       "[%s]", tpulw__fmt_list(s1, sizeof s1, 3, st));
+  }
+  int same = iv->ndim == v->ndim;
+  for (int i = 0; same && i < v->ndim; i++) same = iv->sizes[i] == v->sizes[i];
+  if (!same)
+    return tpu_error(TPU_E_INVALID, "Expected shape of indices to be same as that of the input "
+                     "tensor ([%s]) but got indices tensor with shape: [%s]",
+                     tpulw__fmt_list(s1, sizeof s1, v->ndim, v->sizes),
+                     tpulw__fmt_list(s2, sizeof s2, iv->ndim, iv->sizes));
+  for (int i = 1; i < v->ndim; i++)
+    if (v->sizes[i] <= 0)
+      return tpu_error(TPU_E_INVALID, "max_unpooling%dd_forward_out_cpu(): Expected input to "
+                       "have non-zero size for non-batch dimensions, but got [%s] with "
+                       "dimension %d being empty.", nsp, tpulw__fmt_list(s1, sizeof s1, v->ndim, v->sizes), i);
+  int dt = v->dtype;
+  if (dt == TPU_BOOL) return tpu_error(TPU_E_UNSUPPORTED, "max_unpool: bool");
+  int rank = v->ndim, lead = rank - nsp;
+  int64_t osz[TPU_MAX_DIMS];
+  for (int i = 0; i < lead; i++) osz[i] = v->sizes[i];
+  for (int i = 0; i < nsp; i++) {
+    if (os[i] < 0) return tpu_error(TPU_E_INVALID, "max_unpool: negative output_size");
+    osz[lead + i] = os[i];
+  }
+  int cdt = tpu_dtype_is_float(dt) ? tpulw__opmath(dt) : (dt == TPU_U8 ? TPU_I64 : dt);
+  if (!tpu_dtype_is_float(dt)) cdt = TPU_I64;
+  tpuir_val x = tpulw__convert(b, tpulw__tensor(b, in), cdt);
+  tpuir_val id = tpulw__tensor(b, ix);
+  /* assignment semantics: duplicate indices (overlapping pooling windows)
+   * hold the same input element; sum / count gives it back */
+  tpuir_val sum = flat_scatter(b, x, id, rank, nsp, osz, cdt);
+  tpuir_val cnt = flat_scatter(b, tpulw__full(b, cdt, rank, v->sizes, 1), id, rank, nsp, osz, cdt);
+  tpuir_val r = tpulw__bin(b, TPUIR_DIV, sum, tpulw__bin_c(b, TPUIR_MAX, cnt, 1));
+  b->sync = 1;
+  b->err_remap = LW_ERR_RUNTIME;
+  return tpulw__result_as(b, r, dt);
+}
+
+/* ---- windowed max over gathered windows --------------------------------- */
+
+/* x [lead..., in...] (rank), pos [lead'..., P, K] int64 flat positions in
+ * the spatial plane (lead' = lead dims or all-1 to broadcast), P = prod
+ * out: the op's two results, max value and its flat index, both of shape
+ * [lead..., out...]. */
+static int window_max(tpulw__b *b, tpuir_val x, tpuir_val pos, int rank, int nsp,
+                      const int64_t *out) {
+  tpulw__shape xs = tpulw__info(b, x);
+  int lead = rank - nsp;
+  int64_t fin = 1, P = 1;
+  for (int i = 0; i < nsp; i++) {
+    fin *= xs.sizes[lead + i];
+    P *= out[i];
+  }
+  tpulw__shape ps = tpulw__info(b, pos);
+  int64_t K = ps.sizes[ps.ndim - 1];
+  int64_t fs[TPU_MAX_DIMS], gs[TPU_MAX_DIMS], ks[TPU_MAX_DIMS], os[TPU_MAX_DIMS];
+  for (int i = 0; i < lead; i++) fs[i] = gs[i] = ks[i] = os[i] = xs.sizes[i];
+  fs[lead] = fin;
+  gs[lead] = P * K;
+  ks[lead] = P;
+  ks[lead + 1] = K;
+  for (int i = 0; i < nsp; i++) os[lead + i] = out[i];
+  tpuir_val pk = tpulw__bcast(b, pos, lead + 2, ks);
+  tpuir_val xf = tpulw__reshape(b, x, lead + 1, fs);
+  tpuir_val w = tpuir_gather(b->g, xf, lead, tpulw__reshape(b, pk, lead + 1, gs));
+  w = tpulw__reshape(b, w, lead + 2, ks);
+  LW_TRY(w);
+  tpuir_val am = tpuir_argreduce(b->g, TPUIR_RED_MAX, w, lead + 1);
+  LW_TRY(am);
+  ks[lead + 1] = 1;
+  tpuir_val am1 = tpulw__reshape(b, am, lead + 2, ks);
+  int rc = tpulw__result(b, tpulw__reshape(b, tpuir_gather(b->g, w, lead + 1, am1), rank, os));
+  if (rc < 0) return rc;
+  return tpulw__result(b, tpulw__reshape(b, tpuir_gather(b->g, pk, lead + 1, am1), rank, os));
+}
+
+/* flat positions [P, K] (shape [1.., P, K] at rank lead + 2) from per-dim
+ * window starts st[j] (int64 [s..., out_j], s = leading dims shared) and
+ * window lengths: pos = sum_j clamp(st_j + k_j, st_j, st_j + len_j - 1) *
+ * stride_j. st values may have leading batch dims `bl` (rank bl + 1). */
+static tpuir_val window_pos(tpulw__b *b, int bl, const int64_t *bsz, int nsp, const tpuir_val *st,
+                            const tpuir_val *len, const int64_t *out, const int64_t *kk,
+                            const int64_t *in) {
+  /* full index space [bl..., o_0, .., o_{n-1}, k_0, .., k_{n-1}] */
+  int nd = bl + 2 * nsp;
+  int64_t sz[TPU_MAX_DIMS * 2];
+  if (nd > TPU_MAX_DIMS) return tpu_error(TPU_E_UNSUPPORTED, "window_pos: rank");
+  for (int i = 0; i < bl; i++) sz[i] = bsz[i];
+  for (int j = 0; j < nsp; j++) {
+    sz[bl + j] = out[j];
+    sz[bl + nsp + j] = kk[j];
+  }
+  tpuir_val pos = -1;
+  int64_t stride = 1;
+  for (int j = nsp - 1; j >= 0; j--) {
+    int64_t dims[TPU_MAX_DIMS];
+    for (int i = 0; i < bl; i++) dims[i] = i;
+    dims[bl] = bl + j;
+    tpuir_val s = tpuir_broadcast_in_dim(b->g, st[j], nd, sz, dims);
+    tpuir_val l = tpuir_broadcast_in_dim(b->g, len[j], nd, sz, dims);
+    tpuir_val k = tpuir_iota(b->g, TPU_I64, nd, sz, bl + nsp + j);
+    tpuir_val lim = tpulw__bin_c(b, TPUIR_SUB, tpulw__bin(b, TPUIR_ADD, s, l), 1);
+    tpuir_val p = tpulw__bin(b, TPUIR_MIN, tpulw__bin(b, TPUIR_ADD, s, k), lim);
+    p = tpulw__bin_c(b, TPUIR_MUL, p, (double)stride);
+    pos = pos < 0 ? p : tpulw__bin(b, TPUIR_ADD, pos, p);
+    LW_TRY(pos);
+    stride *= in[j];
+  }
+  int64_t P = 1, K = 1;
+  for (int j = 0; j < nsp; j++) {
+    P *= out[j];
+    K *= kk[j];
+  }
+  int64_t rs[TPU_MAX_DIMS];
+  for (int i = 0; i < bl; i++) rs[i] = bsz[i];
+  rs[bl] = P;
+  rs[bl + 1] = K;
+  return tpulw__reshape(b, pos, bl + 2, rs);
+}
+
+static int adapt_max_fn(tpulw__b *b) {
+  const tpulw_tensor *in = tpulw__tensor_arg(b, "self");
+  int rc;
+  if ((rc = tpulw__need_tpu(b, in))) return rc;
+  int nsp = tpulw__nsp_of(b);
+  const tpu_view *v = &in->view;
+  int dt = v->dtype;
+  if ((rc = tpulw__float_only(b, dt))) return rc;
+  char s1[256];
+  if (v->ndim != nsp + 1 && v->ndim != nsp + 2)
+    return tpu_error(TPU_E_INVALID, "adaptive_max_pool%dd(): Expected %dD or %dD tensor, but "
+                     "got: [%s]", nsp, nsp + 1, nsp + 2, tpulw__fmt_list(s1, sizeof s1, v->ndim, v->sizes));
+  int rank = v->ndim, lead = rank - nsp;
+  for (int i = 1; i < rank; i++)
+    if (v->sizes[i] == 0)
+      return tpu_error(TPU_E_INVALID, "adaptive_max_pool%dd(): Expected input to have non-zero "
+                       "size for non-batch dimensions, but input has sizes [%s] with dimension "
+                       "%d being empty", nsp, tpulw__fmt_list(s1, sizeof s1, rank, v->sizes), i);
+  if (b->op == P_ADAPT_MAX_BW) {
+    const tpulw_tensor *go = tpulw__tensor_arg(b, "grad_output"), *ix = tpulw__tensor_arg(b, "indices");
+    if ((rc = tpulw__need_tpu(b, go)) || (rc = tpulw__need_tpu(b, ix))) return rc;
+    if (go->view.ndim != rank || ix->view.ndim != rank)
+      return tpu_error(TPU_E_INVALID, "adaptive_max_pool%dd_backward(): Expected %dD or %dD "
+                       "grad_output", nsp, nsp + 1, nsp + 2);
+    if (go->view.dtype != dt)
+      return tpu_error(TPU_E_INVALID, "expected dtype %s for `gradOutput` but got dtype %s",
+                       tpulw__torch_name(dt), tpulw__torch_name(go->view.dtype));
+    tpuir_val r = flat_scatter(b, tpulw__tensor(b, go), tpulw__tensor(b, ix), rank, nsp, v->sizes,
+                               tpulw__opmath(dt));
+    return tpulw__result_as(b, r, dt);
+  }
+  int no;
+  int64_t sc;
+  const int64_t *os = tpulw__ints(b, "output_size", &no, &sc);
+  if (no != nsp)
+    return tpu_error(TPU_E_INVALID, "adaptive_max_pool%dd(): internal error: output_size.size() "
+                     "must be %d", nsp, nsp);
+  int64_t out[3], kk[3], ins[3];
+  tpuir_val st[3], len[3];
+  for (int j = 0; j < nsp; j++) {
+    int64_t I = v->sizes[lead + j], O = os[j];
+    if (O < 0) return tpu_error(TPU_E_INVALID, "adaptive_max_pool: negative output size");
+    out[j] = O;
+    ins[j] = I;
+    int64_t K = 1;
+    for (int64_t o = 0; o < O; o++) {
+      int64_t s = o * I / O, e = ((o + 1) * I + O - 1) / O;
+      if (e - s > K) K = e - s;
+    }
+    kk[j] = K;
+    tpuir_val o = tpuir_iota(b->g, TPU_I64, 1, &out[j], 0);
+    tpuir_val s = tpulw__bin_c(b, TPUIR_DIV, tpulw__bin_c(b, TPUIR_MUL, o, (double)I), (double)(O ? O : 1));
+    tpuir_val e = tpulw__bin_c(b, TPUIR_DIV, tpulw__bin_c(b, TPUIR_ADD, tpulw__bin_c(b, TPUIR_MUL, o, (double)I),
+                                                  (double)(I + O - 1)),
+                           (double)(O ? O : 1));
+    st[j] = s;
+    len[j] = tpulw__bin(b, TPUIR_SUB, e, s);
+    LW_TRY(len[j]);
+  }
+  int64_t osz[TPU_MAX_DIMS];
+  for (int i = 0; i < lead; i++) osz[i] = v->sizes[i];
+  for (int j = 0; j < nsp; j++) osz[lead + j] = out[j];
+  int64_t P = 1;
+  for (int j = 0; j < nsp; j++) P *= out[j];
+  tpuir_val x = tpulw__tensor(b, in);
+  if (P == 0 || v->sizes[0] == 0) {
+    if ((rc = tpulw__result(b, tpulw__full(b, dt, rank, osz, 0))) < 0) return rc;
+    return tpulw__result(b, tpulw__full(b, TPU_I64, rank, osz, 0));
+  }
+  tpuir_val pos = window_pos(b, 0, NULL, nsp, st, len, out, kk, ins);
+  LW_TRY(pos);
+  int64_t ps[TPU_MAX_DIMS];
+  for (int i = 0; i < lead; i++) ps[i] = 1;
+  ps[lead] = P;
+  ps[lead + 1] = tpulw__info(b, pos).sizes[1];
+  pos = tpulw__reshape(b, pos, lead + 2, ps);
+  return window_max(b, x, pos, rank, nsp, out);
+}
+
+/* ---- fractional max pool ----------------------------------------------- */
+
+static int frac_fn(tpulw__b *b) {
+  const tpulw_tensor *in = tpulw__tensor_arg(b, "self");
+  int rc;
+  if ((rc = tpulw__need_tpu(b, in))) return rc;
+  int nsp = tpulw__nsp_of(b);
+  const tpu_view *v = &in->view;
+  int dt = v->dtype;
+  if ((rc = tpulw__float_only(b, dt))) return rc;
+  char s1[256];
+  int nk, no;
+  int64_t sc[2];
+  const int64_t *ks = tpulw__ints(b, "kernel_size", &nk, &sc[0]);
+  const int64_t *os = tpulw__ints(b, "output_size", &no, &sc[1]);
+  int rank = v->ndim, lead = rank - nsp;
+  if (nk != nsp || no != nsp)
+    return tpu_error(TPU_E_INVALID, "fractional_max_pool%dd: kernel_size and output_size must "
+                     "have %d elements", nsp, nsp);
+  if (rank != nsp + 1 && rank != nsp + 2)
+    return tpu_error(TPU_E_INVALID, "fractional_max_pool%dd(): Expected %dD or %dD tensor, but "
+                     "got: [%s]", nsp, nsp + 1, nsp + 2, tpulw__fmt_list(s1, sizeof s1, rank, v->sizes));
+  for (int i = 1; i < rank; i++)
+    if (v->sizes[i] <= 0)
+      return tpu_error(TPU_E_INVALID, "fractional_max_pool%dd(): Expected input to have non-zero "
+                       "size for non-batch dimensions, but got [%s] with dimension %d being empty.",
+                       nsp, tpulw__fmt_list(s1, sizeof s1, rank, v->sizes), i);
+  static const char *const dn[3] = {"time", "height", "width"};
+  for (int j = 0; j < nsp; j++) {
+    int64_t I = v->sizes[lead + j];
+    const char *name = dn[3 - nsp + j];
+    if (ks[j] <= 0 || os[j] <= 0)
+      return tpu_error(TPU_E_INVALID, "fractional_max_pool%dd: kernel_size and output_size must "
+                       "be greater than zero", nsp);
+    if (os[j] + ks[j] - 1 > I)
+      return tpu_error(TPU_E_INVALID, "fractional_max_pool%dd_out(): pool %s %lld too large "
+                       "relative to input %s %lld", nsp, name, (long long)ks[j], name, (long long)I);
+  }
+  if (b->op == P_FRAC_BW) {
+    const tpulw_tensor *go = tpulw__tensor_arg(b, "grad_output"), *ix = tpulw__tensor_arg(b, "indices");
+    if ((rc = tpulw__need_tpu(b, go)) || (rc = tpulw__need_tpu(b, ix))) return rc;
+    int ok = go->view.ndim == rank && ix->view.ndim == rank;
+    for (int i = 0; ok && i < rank; i++) {
+      int64_t want = i < lead ? v->sizes[i] : os[i - lead];
+      ok = go->view.sizes[i] == want && ix->view.sizes[i] == want;
+    }
+    if (!ok)
+      return tpu_error(TPU_E_INVALID, "fractional_max_pool%dd_backward(): gradOutput / indices "
+                       "do not have the pooled output's shape", nsp);
+    tpuir_val r = flat_scatter(b, tpulw__tensor(b, go), tpulw__tensor(b, ix), rank, nsp, v->sizes,
+                               tpulw__opmath(dt));
+    return tpulw__result_as(b, r, dt);
+  }
+  const tpulw_tensor *rs = tpulw__tensor_arg(b, "random_samples");
+  if ((rc = tpulw__need_tpu(b, rs))) return rc;
+  int64_t N = lead == 2 ? v->sizes[0] : 1, C = v->sizes[lead - 1];
+  const tpu_view *rv = &rs->view;
+  if (rv->ndim != 3 || rv->sizes[0] < N || rv->sizes[1] < C || rv->sizes[2] != nsp)
+    return tpu_error(TPU_E_INVALID, "fractional_max_pool%dd(): random_samples must have shape "
+                     "[N, C, %d]", nsp, nsp);
+  if (rv->dtype != dt)
+    return tpu_error(TPU_E_INVALID, "expected scalar type %s but found %s", tpulw__torch_name(dt),
+                     tpulw__torch_name(rv->dtype));
+  int64_t osz[TPU_MAX_DIMS];
+  for (int i = 0; i < lead; i++) osz[i] = v->sizes[i];
+  for (int j = 0; j < nsp; j++) osz[lead + j] = os[j];
+  if (N == 0) {
+    if ((rc = tpulw__result(b, tpulw__full(b, dt, rank, osz, 0))) < 0) return rc;
+    return tpulw__result(b, tpulw__full(b, TPU_I64, rank, osz, 0));
+  }
+  /* window starts [N, C, out_j] from the samples, in the sample dtype:
+   * seq[i] = int((i + u) * alpha) - int(u * alpha), seq[out-1] = in - k;
+   * 2d: sample 0 is for W, 1 for H; 3d: 0 T, 1 H, 2 W */
+  int wdt = dt == TPU_F64 ? TPU_F64 : TPU_F32;
+  tpuir_val r = tpulw__convert(b, tpulw__tensor(b, rs), wdt);
+  int64_t z3[3] = {0, 0, 0}, one3[3] = {1, 1, 1};
+  tpuir_val st[3], len[3];
+  int64_t out[3], kk[3], ins[3], bsz[2] = {N, C};
+  for (int j = 0; j < nsp; j++) {
+    int sidx = nsp == 2 ? 1 - j : j;
+    int64_t I = v->sizes[lead + j], O = os[j], K = ks[j];
+    out[j] = O;
+    kk[j] = K;
+    ins[j] = I;
+    int64_t lo[3] = {0, 0, sidx}, hi[3] = {N, C, sidx + 1};
+    tpuir_val u = tpuir_slice(b->g, r, lo, hi, one3);
+    (void)z3;
+    int64_t s3[3] = {N, C, O}, d3[3] = {0, 1, 2};
+    u = tpuir_broadcast_in_dim(b->g, u, 3, s3, d3);
+    tpuir_val seq;
+    tpuir_val i = tpuir_iota(b->g, TPU_I64, 3, s3, 2);
+    if (O > 1) {
+      double alpha = (double)(I - K) / (double)(O - 1);
+      if (wdt == TPU_F32) alpha = (float)((float)(I - K) / (float)(O - 1));
+      tpuir_val fi = tpuir_iota(b->g, wdt, 3, s3, 2);
+      tpuir_val a = tpulw__convert(b, tpulw__bin_c(b, TPUIR_MUL, tpulw__bin(b, TPUIR_ADD, fi, u), alpha), TPU_I64);
+      tpuir_val c = tpulw__convert(b, tpulw__bin_c(b, TPUIR_MUL, u, alpha), TPU_I64);
+      seq = tpulw__bin(b, TPUIR_SUB, a, c);
+      seq = tpulw__sel(b, tpulw__bin_c(b, TPUIR_EQ, i, (double)(O - 1)), tpulw__const(b, TPU_I64, (double)(I - K)), seq);
+    } else {
+      seq = tpulw__full(b, TPU_I64, 3, s3, (double)(I - K));
+    }
+    st[j] = seq;
+    len[j] = tpulw__full(b, TPU_I64, 3, s3, (double)K);
+    LW_TRY(len[j]);
+  }
+  tpuir_val pos = window_pos(b, 2, bsz, nsp, st, len, out, kk, ins);
+  LW_TRY(pos);
+  if (lead == 1) {
+    tpulw__shape p = tpulw__info(b, pos);
+    /* unbatched: [1, C, P, K] -> [C, P, K] */
+    int64_t s3[3] = {C, p.sizes[2], p.sizes[3]};
+    pos = tpulw__reshape(b, pos, 3, s3);
+  }
+  return window_max(b, tpulw__tensor(b, in), pos, rank, nsp, out);
+}
+
 #define ROW2(n, fn, code) {n, fn, code}, {n ".out", fn, code}
 
 const tpulw__row tpulw__rows_conv[] = {
@@ -839,5 +1219,21 @@ const tpulw__row tpulw__rows_conv[] = {
     ROW2("_adaptive_avg_pool3d", adapt_fn, P_ADAPT),
     ROW2("_adaptive_avg_pool2d_backward", adapt_fn, P_ADAPT_BW),
     ROW2("_adaptive_avg_pool3d_backward", adapt_fn, P_ADAPT_BW),
+    ROW2("max_unpool2d", unpool_fn, P_UNPOOL),
+    ROW2("max_unpool3d", unpool_fn, P_UNPOOL),
+    ROW2("adaptive_max_pool2d", adapt_max_fn, P_ADAPT_MAX),
+    ROW2("adaptive_max_pool3d", adapt_max_fn, P_ADAPT_MAX),
+    {"adaptive_max_pool2d_backward", adapt_max_fn, P_ADAPT_MAX_BW},
+    {"adaptive_max_pool2d_backward.grad_input", adapt_max_fn, P_ADAPT_MAX_BW},
+    {"adaptive_max_pool3d_backward", adapt_max_fn, P_ADAPT_MAX_BW},
+    {"adaptive_max_pool3d_backward.grad_input", adapt_max_fn, P_ADAPT_MAX_BW},
+    {"fractional_max_pool2d", frac_fn, P_FRAC},
+    {"fractional_max_pool2d.output", frac_fn, P_FRAC},
+    {"fractional_max_pool3d", frac_fn, P_FRAC},
+    {"fractional_max_pool3d.output", frac_fn, P_FRAC},
+    {"fractional_max_pool2d_backward", frac_fn, P_FRAC_BW},
+    {"fractional_max_pool2d_backward.grad_input", frac_fn, P_FRAC_BW},
+    {"fractional_max_pool3d_backward", frac_fn, P_FRAC_BW},
+    {"fractional_max_pool3d_backward.grad_input", frac_fn, P_FRAC_BW},
 };
 const int tpulw__nrows_conv = sizeof tpulw__rows_conv / sizeof tpulw__rows_conv[0];

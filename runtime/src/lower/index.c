@@ -1,8 +1,10 @@
 /* lower/index.c - indexing and data-movement ops: index_select, gather,
  * scatter/scatter_add, index_add, advanced indexing (index.Tensor,
- * index_put_), embedding_dense_backward, cat, stack, flip, roll,
- * tril/triu. Ops that read index tensors set b->sync so out-of-range
- * indices raise IndexError at the call.
+ * index_put_), cat, stack, flip, roll, tril/triu, channel_shuffle;
+ * compaction with a static size (nonzero_static, tril/triu_indices);
+ * masked_scatter and put (flat scatter with range checks at run time).
+ * Ops that read index tensors set b->sync so out-of-range indices raise
+ * IndexError at the call.
  */
 #include <stdio.h>
 #include <string.h>
@@ -326,45 +328,6 @@ static int take_fn(tpulw__b *b) {
   b->out_rule = LW_OUT_SAME;
   tpuir_val r = tpuir_index_select(b->g, x, 0, idx);
   return tpulw__result(b, tpulw__reshape(b, r, index->view.ndim, index->view.sizes));
-}
-
-static int embedding_bw_fn(tpulw__b *b) {
-  const tpulw_tensor *go = tpulw__tensor_arg(b, "grad_output");
-  const tpulw_tensor *ind = tpulw__tensor_arg(b, "indices");
-  if (!go || !ind || ind->device < 0)
-    return tpu_error(TPU_E_UNSUPPORTED, "embedding_dense_backward: missing operand");
-  if (!idx_dtype_ok(ind->view.dtype))
-    return tpu_error(TPU_E_INVALID, "embedding_backward: indices must be int32 or int64");
-  int dt = go->view.dtype;
-  if (!tpu_dtype_is_float(dt))
-    return tpu_error(TPU_E_UNSUPPORTED, "embedding_dense_backward: dtype");
-  int cdt = tpulw__opmath(dt);
-  int64_t nw = tpulw__int(b, "num_weights", 0);
-  int64_t pad = tpulw__int(b, "padding_idx", -1);
-  int scale = (int)tpulw__int(b, "scale_grad_by_freq", 0);
-  tpuir_val g = tpulw__convert(b, tpulw__tensor(b, go), cdt);
-  tpulw__shape gs = tpulw__info(b, g);
-  int64_t k = tpu_view_numel(&ind->view);
-  int64_t dsz = gs.ndim ? gs.sizes[gs.ndim - 1] : 1;
-  int64_t g2[2] = {k, dsz}, o2[2] = {nw, dsz};
-  g = tpulw__reshape(b, g, 2, g2);
-  tpuir_val idx = tpulw__convert(b, tpulw__reshape(b, tpulw__tensor(b, ind), 1, &k), TPU_I64);
-  tpuir_val zero = tpulw__const(b, cdt, 0);
-  if (pad >= 0) {
-    tpuir_val keep = tpulw__bin(b, TPUIR_NE, idx, tpulw__const(b, TPU_I64, pad));
-    int64_t k1[2] = {k, 1};
-    g = tpulw__sel(b, tpulw__reshape(b, keep, 2, k1), g, zero);
-  }
-  if (scale) {
-    tpuir_val cnt = tpuir_index_add(b->g, tpulw__full(b, cdt, 1, &nw, 0), 0, idx,
-                                    tpulw__full(b, cdt, 1, &k, 1));
-    tpuir_val per = tpuir_index_select(b->g, cnt, 0, idx);
-    int64_t k1[2] = {k, 1};
-    g = tpulw__bin(b, TPUIR_DIV, g, tpulw__reshape(b, per, 2, k1));
-  }
-  b->sync = 1;
-  tpuir_val r = tpuir_index_add(b->g, tpulw__full(b, cdt, 2, o2, 0), 0, idx, g);
-  return tpulw__result_as(b, r, dt);
 }
 
 /* ---- advanced indexing ------------------------------------------------- */
@@ -889,6 +852,232 @@ static int narrow_copy_fn(tpulw__b *b) {
   return tpulw__result(b, tpuir_slice(b->g, tpulw__tensor(b, self), st, lim, str));
 }
 
+/* ---- channel_shuffle ----------------------------------------------------- */
+
+static int shuffle_fn(tpulw__b *b) {
+  const tpulw_tensor *in = tpulw__tensor_arg(b, "self");
+  int rc;
+  if ((rc = tpulw__need_tpu(b, in))) return rc;
+  const tpu_view *v = &in->view;
+  char s1[256];
+  int64_t g = tpulw__int(b, "groups", 1);
+  if (v->ndim <= 2)
+    return tpu_error(TPU_E_INVALID, "channel_shuffle expects input to have at least 3 "
+                     "dimensions, but got input with sizes [%s]",
+                     tpulw__fmt_list(s1, sizeof s1, v->ndim, v->sizes));
+  if (g <= 0)
+    return tpu_error(TPU_E_INVALID, "Number of groups to divide channels in must be positive. "
+                     "Value of groups:%lld", (long long)g);
+  int64_t C = v->sizes[1];
+  if (C % g)
+    return tpu_error(TPU_E_INVALID, "Number of channels must be divisible by groups. Got %lld "
+                     "channels and %lld groups.", (long long)C, (long long)g);
+  if (v->ndim + 1 > TPU_MAX_DIMS) return tpu_error(TPU_E_UNSUPPORTED, "channel_shuffle: rank");
+  int64_t s[TPU_MAX_DIMS], perm[TPU_MAX_DIMS];
+  s[0] = v->sizes[0];
+  s[1] = g;
+  s[2] = C / g;
+  for (int i = 2; i < v->ndim; i++) s[i + 1] = v->sizes[i];
+  for (int i = 0; i <= v->ndim; i++) perm[i] = i;
+  perm[1] = 2;
+  perm[2] = 1;
+  tpuir_val x = tpulw__reshape(b, tpulw__tensor(b, in), v->ndim + 1, s);
+  x = tpuir_transpose(b->g, x, perm);
+  return tpulw__result(b, tpulw__reshape(b, x, v->ndim, v->sizes));
+}
+
+/* ---- compaction ---------------------------------------------------------- */
+
+/* Positions (int64 [size]) of the first `size` true elements of the rank-1
+ * bool m (length n), in order; *hit (bool [size]) marks the filled slots. */
+static tpuir_val compact_static(tpulw__b *b, tpuir_val m, int64_t n, int64_t size, tpuir_val *hit) {
+  tpuir_val c = tpulw__scan_op(b, tpulw__convert(b, m, TPU_I64), 0, TPUIR_ADD, 0);
+  tpuir_val slot = tpulw__bin_c(b, TPUIR_SUB, c, 1);
+  slot = tpulw__sel(b, tpulw__bin(b, TPUIR_AND, m, tpulw__bin_c(b, TPUIR_LT, slot, (double)size)), slot,
+                tpulw__const(b, TPU_I64, (double)size));
+  int64_t s1 = size + 1, st = 0, str = 1;
+  tpuir_val pos = tpuir_iota(b->g, TPU_I64, 1, &n, 0);
+  tpuir_val r = tpuir_scatter_add(b->g, tpulw__full(b, TPU_I64, 1, &s1, 0), 0, slot, pos);
+  tpuir_val cnt = tpuir_scatter_add(b->g, tpulw__full(b, TPU_I64, 1, &s1, 0), 0, slot,
+                                    tpulw__full(b, TPU_I64, 1, &n, 1));
+  *hit = tpuir_slice(b->g, tpulw__bin_c(b, TPUIR_GT, cnt, 0), &st, &size, &str);
+  return tpuir_slice(b->g, r, &st, &size, &str);
+}
+
+/* Row-major coordinates of linear positions lin (int64 [k]) in `sizes`:
+ * int64 [k, nd]. */
+static tpuir_val unravel(tpulw__b *b, tpuir_val lin, int64_t k, int nd, const int64_t *sizes) {
+  tpuir_val cols[TPU_MAX_DIMS];
+  int64_t stride = 1, k1[2] = {k, 1};
+  for (int d = nd - 1; d >= 0; d--) {
+    tpuir_val c = tpulw__bin_c(b, TPUIR_DIV, lin, (double)stride);
+    if (d > 0) c = tpulw__bin_c(b, TPUIR_REM, c, (double)sizes[d]);
+    cols[d] = tpulw__reshape(b, c, 2, k1);
+    if (cols[d] < 0) return cols[d];
+    stride *= sizes[d] > 0 ? sizes[d] : 1;
+  }
+  return nd == 1 ? cols[0] : tpuir_concat(b->g, nd, cols, 1);
+}
+
+/* nonzero_static(self, size, fill_value) -> int64 [size, ndim]: the first
+ * `size` nonzero coordinates, the remaining rows fill_value. */
+static int nonzero_static_fn(tpulw__b *b) {
+  const tpulw_tensor *self = tpulw__tpu_self(b);
+  if (!self) return tpu_error(TPU_E_UNSUPPORTED, "nonzero_static: no self");
+  int64_t size = tpulw__int(b, "size", -1);
+  if (size < 0)
+    return tpu_error(TPU_E_INVALID, "nonzero_static: 'size' must be an non-negative integer");
+  int64_t fill = tpulw__int(b, "fill_value", -1);
+  b->out_rule = LW_OUT_SAME;
+  const tpu_view *v = &self->view;
+  int nd = v->ndim;
+  int64_t n = tpu_view_numel(v), os[2] = {size, nd};
+  if (nd == 0 || size == 0 || n == 0) return tpulw__result(b, tpulw__full(b, TPU_I64, 2, os, (double)fill));
+  tpuir_val x = tpulw__tensor(b, self);
+  x = tpulw__reshape(b, x, 1, &n);
+  tpuir_val m = self->view.dtype == TPU_BOOL ? x : tpulw__bin(b, TPUIR_NE, x, tpulw__const(b, v->dtype, 0));
+  tpuir_val hit;
+  tpuir_val lin = compact_static(b, m, n, size, &hit);
+  tpuir_val co = unravel(b, lin, size, nd, v->sizes);
+  int64_t k1[2] = {size, 1};
+  return tpulw__result(b, tpulw__sel(b, tpulw__reshape(b, hit, 2, k1), co,
+                             tpulw__const(b, TPU_I64, (double)fill)));
+}
+
+/* tril_indices / triu_indices(row, col, offset, dtype) -> [2, count] */
+static int tri_indices_fn(tpulw__b *b) {
+  int upper = strncmp(b->base, "triu", 4) == 0;
+  int64_t row = tpulw__int(b, "row", 0), col = tpulw__int(b, "col", 0), off = tpulw__int(b, "offset", 0);
+  if (row < 0) return tpu_error(TPU_E_INVALID, "row must be non-negative, got%lld", (long long)row);
+  if (col < 0) return tpu_error(TPU_E_INVALID, "col must be non-negative, got%lld", (long long)col);
+  int dt = tpulw__dtype_arg(b, "dtype", TPU_I64);
+  const tpulw_tensor *out = tpulw__tensor_arg(b, "out");
+  if (out) dt = out->view.dtype;
+  if (dt != TPU_I64 && dt != TPU_I32)
+    return tpu_error(TPU_E_UNSUPPORTED, "%s: dtype %s", b->base, tpulw__torch_name(dt));
+  int64_t cnt = 0;
+  for (int64_t r = 0; r < row; r++) {
+    int64_t c = upper ? col - (r + off > 0 ? r + off : 0) : r + off + 1;
+    cnt += c < 0 ? 0 : c > col ? col : c;
+  }
+  int64_t os[2] = {2, cnt};
+  b->out_rule = LW_OUT_SAME;
+  if (cnt == 0) return tpulw__result(b, tpulw__full(b, dt, 2, os, 0));
+  int64_t n = row * col, g2[2] = {row, col};
+  tpuir_val d = tpulw__bin(b, TPUIR_SUB, tpuir_iota(b->g, TPU_I64, 2, g2, 1),
+                       tpuir_iota(b->g, TPU_I64, 2, g2, 0));
+  tpuir_val m = tpulw__reshape(b, upper ? tpulw__bin_c(b, TPUIR_GE, d, (double)off)
+                                    : tpulw__bin_c(b, TPUIR_LE, d, (double)off), 1, &n);
+  tpuir_val hit;
+  tpuir_val lin = compact_static(b, m, n, cnt, &hit);
+  int64_t c1[2] = {1, cnt};
+  tpuir_val rc[2] = {tpulw__reshape(b, tpulw__bin_c(b, TPUIR_DIV, lin, (double)col), 2, c1),
+                     tpulw__reshape(b, tpulw__bin_c(b, TPUIR_REM, lin, (double)col), 2, c1)};
+  LW_TRY(rc[0]);
+  LW_TRY(rc[1]);
+  return tpulw__result_as(b, tpuir_concat(b->g, 2, rc, 0), dt);
+}
+
+/* ---- masked_scatter / put ------------------------------------------------ */
+
+/* masked_scatter_(self, mask, source) (+ functional/out=): the k-th true
+ * element of mask (broadcast to self) takes source.flatten()[k]. Too few
+ * source elements -> RuntimeError at run time. */
+static int masked_scatter_fn(tpulw__b *b) {
+  const tpulw_tensor *self = tpulw__tpu_self(b);
+  const tpulw_tensor *mask = tpulw__tensor_arg(b, "mask");
+  const tpulw_tensor *src = tpulw__tensor_arg(b, "source");
+  if (!self || !mask || !src || mask->device < 0 || src->device < 0)
+    return tpu_error(TPU_E_UNSUPPORTED, "masked_scatter: missing operand");
+  if (mask->view.dtype != TPU_BOOL)
+    return tpu_error(TPU_E_INVALID, "masked_scatter_ only supports boolean masks, but got mask "
+                     "with dtype %s", tpulw__torch_name(mask->view.dtype));
+  int dt = self->view.dtype;
+  if (src->view.dtype != dt)
+    return tpu_error(TPU_E_INVALID, "masked_scatter_: expected self and source to have same "
+                     "dtypes but got %s and %s", tpulw__torch_name(dt), tpulw__torch_name(src->view.dtype));
+  tpuir_val vs[2] = {tpulw__tensor(b, self), tpulw__tensor(b, mask)};
+  int in_place = b->base[strlen(b->base) - 1] == '_';
+  if (in_place) {
+    tpulw__shape ss = tpulw__info(b, vs[0]);
+    int nd;
+    int64_t sz[TPU_MAX_DIMS];
+    int rc = tpulw__bcast_shape(b, 2, vs, &nd, sz);
+    if (rc < 0) return rc;
+    int same = nd == ss.ndim;
+    for (int d = 0; same && d < nd; d++) same = sz[d] == ss.sizes[d];
+    if (!same)
+      return tpu_error(TPU_E_INVALID, "masked_scatter_: mask must be broadcastable to self");
+  }
+  int rc = tpulw__bcast_all(b, 2, vs);
+  if (rc < 0) return rc;
+  tpulw__shape s = tpulw__info(b, vs[0]);
+  int64_t n = tpulw__numel(&s), ns = tpu_view_numel(&src->view);
+  if (n == 0) return tpulw__result(b, vs[0]);
+  tpuir_val m = tpulw__reshape(b, vs[1], 1, &n);
+  tpuir_val pos = tpulw__bin_c(b, TPUIR_SUB, tpulw__scan_op(b, tpulw__convert(b, m, TPU_I64), 0, TPUIR_ADD, 0), 1);
+  /* source padded by one element; masked positions past the source index
+   * beyond the pad (a range error), unmasked ones read the pad */
+  pos = tpulw__sel(b, tpulw__bin_c(b, TPUIR_GE, pos, (double)ns), tpulw__bin_c(b, TPUIR_ADD, pos, 1), pos);
+  pos = tpulw__sel(b, m, pos, tpulw__const(b, TPU_I64, (double)ns));
+  tpuir_val sf = tpulw__reshape(b, tpulw__tensor(b, src), 1, &ns);
+  int64_t lo = 0, hi = 1, in = 0;
+  sf = tpuir_pad(b->g, sf, tpulw__const(b, dt, 0), &lo, &hi, &in);
+  b->sync = 1;
+  b->err_remap = LW_ERR_RUNTIME;
+  tpuir_val g = tpuir_index_select(b->g, sf, 0, pos);
+  tpuir_val r = tpulw__sel(b, m, g, tpulw__reshape(b, vs[0], 1, &n));
+  return tpulw__result(b, tpulw__reshape(b, r, s.ndim, s.sizes));
+}
+
+/* put_(self, index, source, accumulate) / put: self flattened, negative
+ * indices wrap, out of range -> IndexError at run time. Without
+ * accumulate, a position written several times takes the mean of its
+ * sources (PyTorch leaves the order undefined). */
+static int put_fn(tpulw__b *b) {
+  const tpulw_tensor *self = tpulw__tpu_self(b);
+  const tpulw_tensor *index = tpulw__tensor_arg(b, "index");
+  const tpulw_tensor *src = tpulw__tensor_arg(b, "source");
+  if (!self || !index || !src || index->device < 0 || src->device < 0)
+    return tpu_error(TPU_E_UNSUPPORTED, "put: missing operand");
+  int dt = self->view.dtype;
+  if (index->view.dtype != TPU_I64)
+    return tpu_error(TPU_E_INVALID, "put_(): Expected a long tensor for index, but got %s",
+                     tpulw__torch_name(index->view.dtype));
+  if (src->view.dtype != dt)
+    return tpu_error(TPU_E_INVALID, "put_(): self and source expected to have the same dtype, "
+                     "but got self.dtype = %s and source.dtype = %s", tpulw__torch_name(dt),
+                     tpulw__torch_name(src->view.dtype));
+  int64_t n = tpu_view_numel(&self->view), k = tpu_view_numel(&index->view);
+  if (tpu_view_numel(&src->view) != k)
+    return tpu_error(TPU_E_INDEX, "put_(): Expected source and index to have the same number "
+                     "of elements, but got source.numel() = %lld, index.numel() = %lld",
+                     (long long)tpu_view_numel(&src->view), (long long)k);
+  int acc = (int)tpulw__int(b, "accumulate", 0);
+  tpuir_val x = tpulw__tensor(b, self);
+  if (k == 0) return tpulw__result(b, x);
+  if (n == 0)
+    return tpu_error(TPU_E_INDEX, "put_(): Tried to put elements into an empty tensor");
+  int cdt = tpu_dtype_is_float(dt) ? tpulw__opmath(dt) : TPU_I64;
+  tpuir_val xf = tpulw__convert(b, tpulw__reshape(b, x, 1, &n), cdt);
+  tpuir_val idx = tpulw__reshape(b, tpulw__tensor(b, index), 1, &k);
+  idx = tpulw__sel(b, tpulw__bin_c(b, TPUIR_LT, idx, 0), tpulw__bin_c(b, TPUIR_ADD, idx, (double)n), idx);
+  tpuir_val sv = tpulw__convert(b, tpulw__reshape(b, tpulw__tensor(b, src), 1, &k), cdt);
+  b->sync = 1;
+  tpuir_val r;
+  if (acc) {
+    r = tpuir_index_add(b->g, xf, 0, idx, sv);
+  } else {
+    tpuir_val zero = tpulw__full(b, cdt, 1, &n, 0);
+    tpuir_val cnt = tpuir_index_add(b->g, zero, 0, idx, tpulw__full(b, cdt, 1, &k, 1));
+    tpuir_val sum = tpuir_index_add(b->g, zero, 0, idx, sv);
+    tpuir_val hit = tpulw__bin_c(b, TPUIR_GT, cnt, 0);
+    r = tpulw__sel(b, hit, tpulw__bin(b, TPUIR_DIV, sum, tpulw__bin_c(b, TPUIR_MAX, cnt, 1)), xf);
+  }
+  r = tpulw__reshape(b, r, self->view.ndim, self->view.sizes);
+  return tpulw__result_as(b, r, dt);
+}
+
 const tpulw__row tpulw__rows_index[] = {
     {"constant_pad_nd", constant_pad_fn, 0, LW_COMPLEX_OK}, {"constant_pad_nd.out", constant_pad_fn, 0, LW_COMPLEX_OK},
     {"index_select", index_select_fn, 0, LW_COMPLEX_OK | LW_CPU_INDEX},
@@ -915,8 +1104,6 @@ const tpulw__row tpulw__rows_index[] = {
     {"index_copy", index_fill_copy_fn, 0, LW_CPU_INDEX}, {"index_copy_", index_fill_copy_fn, 0, LW_CPU_INDEX},
     {"index_copy.out", index_fill_copy_fn, 0, LW_CPU_INDEX},
     {"take", take_fn, 0, LW_COMPLEX_OK}, {"take.out", take_fn, 0, LW_COMPLEX_OK},
-    {"embedding_dense_backward", embedding_bw_fn, 0},
-    {"embedding_dense_backward.out", embedding_bw_fn, 0},
     {"cat", cat_fn, 0, LW_COMPLEX_OK}, {"cat.out", cat_fn, 0, LW_COMPLEX_OK},
     {"stack", cat_fn, 0, LW_COMPLEX_OK}, {"stack.out", cat_fn, 0, LW_COMPLEX_OK},
     {"flip", flip_fn, 0, LW_COMPLEX_OK}, {"flip.out", flip_fn, 0, LW_COMPLEX_OK},
@@ -924,5 +1111,18 @@ const tpulw__row tpulw__rows_index[] = {
     {"narrow_copy", narrow_copy_fn, 0, LW_COMPLEX_OK}, {"narrow_copy.out", narrow_copy_fn, 0, LW_COMPLEX_OK},
     {"tril", tri_fn, 0, LW_COMPLEX_OK}, {"tril_", tri_fn, 0, LW_COMPLEX_OK}, {"tril.out", tri_fn, 0, LW_COMPLEX_OK},
     {"triu", tri_fn, 0, LW_COMPLEX_OK}, {"triu_", tri_fn, 0, LW_COMPLEX_OK}, {"triu.out", tri_fn, 0, LW_COMPLEX_OK},
+    {"channel_shuffle", shuffle_fn, 0}, {"channel_shuffle.out", shuffle_fn, 0},
+    {"nonzero_static", nonzero_static_fn, 0},
+    {"nonzero_static.out", nonzero_static_fn, 0},
+    {"tril_indices", tri_indices_fn, 0},
+    {"tril_indices.out", tri_indices_fn, 0},
+    {"triu_indices", tri_indices_fn, 0},
+    {"triu_indices.out", tri_indices_fn, 0},
+    {"masked_scatter_", masked_scatter_fn, 0},
+    {"masked_scatter", masked_scatter_fn, 0},
+    {"masked_scatter.out", masked_scatter_fn, 0},
+    {"put_", put_fn, 0},
+    {"put", put_fn, 0},
+    {"put.out", put_fn, 0},
 };
 const int tpulw__nrows_index = sizeof tpulw__rows_index / sizeof tpulw__rows_index[0];

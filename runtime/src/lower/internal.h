@@ -109,10 +109,12 @@ extern const tpulw__row tpulw__rows_spectral[];
 extern const int tpulw__nrows_spectral;
 extern const tpulw__row tpulw__rows_linalg_solve[];
 extern const int tpulw__nrows_linalg_solve;
-extern const tpulw__row tpulw__rows_nn2[];
-extern const int tpulw__nrows_nn2;
-extern const tpulw__row tpulw__rows_misc[];
-extern const int tpulw__nrows_misc;
+extern const tpulw__row tpulw__rows_loss[];
+extern const int tpulw__nrows_loss;
+extern const tpulw__row tpulw__rows_embedding[];
+extern const int tpulw__nrows_embedding;
+extern const tpulw__row tpulw__rows_distance[];
+extern const int tpulw__nrows_distance;
 extern const tpulw__row tpulw__rows_complex[];
 extern const int tpulw__nrows_complex;
 extern const tpulw__row tpulw__rows_fft[];
@@ -291,5 +293,30 @@ tpuir_val tpulw__pnorm_dims(tpulw__b *b, tpuir_val a, double p, uint32_t mask, i
 /* Parse an optional int[] dim list against rank nd into a bit mask (None
  * or [] = all dims). Duplicate -> TPU_E_INVALID like PyTorch. */
 int tpulw__dim_mask(const tpulw__b *b, const char *name, int nd, uint32_t *mask);
+
+/* ---- helpers shared by several families (lower/args.c) ----------------- */
+/* "2, 3, 4" (no brackets) into buf; returns buf. */
+const char *tpulw__fmt_list(char *buf, size_t cap, int nd, const int64_t *s);
+/* Spatial dims of a 2d/3d op: 3 if its base name contains "3d", else 2. */
+int tpulw__nsp_of(const tpulw__b *b);
+/* TPU_OK for a floating dtype, else CPU's "\"op\" not implemented for
+ * 'Dtype'" (TPU_E_UNSUPPORTED). */
+int tpulw__float_only(const tpulw__b *b, int dt);
+/* TPU_OK if t is a tpu tensor, else TPU_E_UNSUPPORTED (CPU fallback). */
+int tpulw__need_tpu(const tpulw__b *b, const tpulw_tensor *t);
+/* p-norm of d along its last dim (dim removed), in d's dtype. */
+tpuir_val tpulw__pnorm_last(tpulw__b *b, tpuir_val d, double p);
+/* v shifted by k (> 0) towards higher indices along dim; the first k
+ * entries take `fill` (a rank-0 value of v's dtype). */
+tpuir_val tpulw__shift_along(tpulw__b *b, tpuir_val v, int dim, int64_t k, tpuir_val fill);
+/* Inclusive scan of x along dim with a binary elementwise op whose
+ * identity is `ident` (log-step doubling). */
+tpuir_val tpulw__scan_op(tpulw__b *b, tpuir_val x, int dim, int op, double ident);
+/* The "self" argument if it is a tpu tensor, else NULL. */
+const tpulw_tensor *tpulw__tpu_self(tpulw__b *b);
+/* Bit mask of all nd dims. */
+static inline uint32_t tpulw__all_mask(int nd) {
+  return nd > 0 ? (uint32_t)((1ull << nd) - 1) : 0;
+}
 
 #endif /* TPU_LOWER_INTERNAL_H */

@@ -2,7 +2,8 @@
  * QR (geqrf / householder_product / ormqr / linalg_qr), LDL^T (Bunch-
  * Kaufman ldl_factor / ldl_solve), triangular solves,
  * inverse, solve, det/slogdet, lstsq (QR, full-rank inputs) and
- * matrix_exp (scaling and squaring with a degree-13 Pade approximant).
+ * matrix_exp (scaling and squaring with a degree-13 Pade approximant),
+ * linalg_cross.
  *
  * Built from the dense linear algebra IR ops (tpu_ir.h: CHOLESKY,
  * TRIANGULAR_SOLVE, LU, LU_PIVOTS_TO_PERM, GEQRF, HOUSEHOLDER_PRODUCT)
@@ -1043,6 +1044,48 @@ static int ldl_solve_fn(tpulw__b *b) {
   return res_f(b, x, dt);
 }
 
+/* ---- linalg_cross --------------------------------------------------------- */
+
+/* linalg_cross(self, other, dim) (+ out=): both broadcast, size 3 at dim. */
+static int cross_fn(tpulw__b *b) {
+  const tpulw_tensor *a = tpulw__tpu_self(b), *o = tpulw__tensor_arg(b, "other");
+  if (!a || !o || o->device < 0) return tpu_error(TPU_E_UNSUPPORTED, "linalg_cross: missing operand");
+  if (a->view.ndim != o->view.ndim)
+    return tpu_error(TPU_E_INVALID, "linalg.cross: inputs must have the same number of dimensions.");
+  tpulw__opnd ops[2] = {tpulw__opnd_tensor(a), tpulw__opnd_tensor(o)};
+  int dt = tpulw__result_type(2, ops);
+  tpuir_val vs[2] = {tpulw__convert(b, tpulw__tensor(b, a), dt), tpulw__convert(b, tpulw__tensor(b, o), dt)};
+  int nd = a->view.ndim, dim;
+  int rc = tpulw__wrap_dim(tpulw__int(b, "dim", -1), nd, &dim);
+  if (rc < 0) return rc;
+  if (a->view.sizes[dim] != 3 || o->view.sizes[dim] != 3)
+    return tpu_error(TPU_E_INVALID, "linalg.cross: inputs dimension %d must have length 3. Got %lld "
+                     "and %lld", (int)tpulw__int(b, "dim", -1), (long long)a->view.sizes[dim],
+                     (long long)o->view.sizes[dim]);
+  if ((rc = tpulw__bcast_all(b, 2, vs)) < 0) return rc;
+  tpulw__shape s = tpulw__info(b, vs[0]);
+  if (tpulw__numel(&s) == 0) return tpulw__result(b, vs[0]);
+  tpuir_val c[2][3];
+  int64_t st[TPU_MAX_DIMS] = {0}, lim[TPU_MAX_DIMS], str[TPU_MAX_DIMS];
+  for (int d = 0; d < nd; d++) {
+    lim[d] = s.sizes[d];
+    str[d] = 1;
+  }
+  for (int k = 0; k < 3; k++) {
+    st[dim] = k;
+    lim[dim] = k + 1;
+    for (int j = 0; j < 2; j++) c[j][k] = tpuir_slice(b->g, vs[j], st, lim, str);
+  }
+  tpuir_val r[3];
+  for (int k = 0; k < 3; k++) {
+    int p = (k + 1) % 3, q = (k + 2) % 3;
+    r[k] = tpulw__bin(b, TPUIR_SUB, tpulw__bin(b, TPUIR_MUL, c[0][p], c[1][q]),
+                  tpulw__bin(b, TPUIR_MUL, c[0][q], c[1][p]));
+    LW_TRY(r[k]);
+  }
+  return tpulw__result(b, tpuir_concat(b->g, 3, r, dim));
+}
+
 /* ---- table -------------------------------------------------------------- */
 
 #define R2(n, fn, code) {n, fn, code}, {n ".out", fn, code}
@@ -1077,5 +1120,7 @@ const tpulw__row tpulw__rows_linalg_solve[] = {
     R2("linalg_matrix_exp", mexp_fn, S_MEXP),
     R2("linalg_ldl_factor_ex", ldl_fn, S_LDL),
     R2("linalg_ldl_solve", ldl_solve_fn, S_LDL_SOLVE),
+    {"linalg_cross", cross_fn, 0},
+    {"linalg_cross.out", cross_fn, 0},
 };
 const int tpulw__nrows_linalg_solve = sizeof tpulw__rows_linalg_solve / sizeof tpulw__rows_linalg_solve[0];

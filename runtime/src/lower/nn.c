@@ -1,6 +1,6 @@
 /* lower/nn.c - neural-network ops: softmax/log_softmax (+ backward),
- * layer norm and batch norm (+ backward), nll_loss (1d/2d, + backward),
- * mse / smooth_l1 / huber / binary_cross_entropy losses (+ backward).
+ * layer norm, group norm backward and batch norm (+ backward). The losses
+ * are in lower/loss.c.
  */
 #include <math.h>
 #include <stdio.h>
@@ -10,23 +10,9 @@
 
 enum {
   N_SOFTMAX = 1, N_LOG_SOFTMAX, N_SOFTMAX_BW, N_LOG_SOFTMAX_BW,
-  N_MSE, N_MSE_BW, N_SMOOTH_L1, N_SMOOTH_L1_BW, N_HUBER, N_HUBER_BW,
-  N_BCE, N_BCE_BW,
   N_BN_NATIVE, N_BN_LEGIT, N_BN_NO_STATS, N_BN_WITH_UPDATE,
   N_BN_BW_NATIVE, N_BN_BW
 };
-
-enum { RED_NONE = 0, RED_MEAN = 1, RED_SUM = 2 };
-
-static uint32_t all_mask(int nd) {
-  return nd > 0 ? (uint32_t)((1ull << nd) - 1) : 0;
-}
-
-static int float_only(const tpulw__b *b, int dt) {
-  if (tpu_dtype_is_float(dt)) return TPU_OK;
-  return tpu_error(TPU_E_UNSUPPORTED, "\"%s\" not implemented for '%s'", b->base,
-                   tpulw__torch_name(dt));
-}
 
 /* ---- softmax ------------------------------------------------------------ */
 
@@ -34,7 +20,7 @@ static int softmax_fn(tpulw__b *b) {
   const tpulw_tensor *self = tpulw__tensor_arg(b, "self");
   if (!self) return tpu_error(TPU_E_UNSUPPORTED, "softmax: no self");
   int dt = self->view.dtype;
-  int rc = float_only(b, dt);
+  int rc = tpulw__float_only(b, dt);
   if (rc < 0) return rc;
   int rdt = dt;
   if (tpulw__int(b, "half_to_float", 0) && (dt == TPU_F16 || dt == TPU_BF16)) rdt = TPU_F32;
@@ -60,7 +46,7 @@ static int softmax_bw_fn(tpulw__b *b) {
   const tpulw_tensor *y = tpulw__tensor_arg(b, "output");
   if (!g || !y) return tpu_error(TPU_E_UNSUPPORTED, "softmax backward: missing operand");
   int dt = tpulw__dtype_arg(b, "input_dtype", g->view.dtype);
-  int rc = float_only(b, g->view.dtype);
+  int rc = tpulw__float_only(b, g->view.dtype);
   if (rc < 0) return rc;
   int cdt = tpulw__opmath(g->view.dtype);
   tpuir_val gv = tpulw__convert(b, tpulw__tensor(b, g), cdt);
@@ -122,7 +108,7 @@ static int layer_norm_fn(tpulw__b *b) {
   const tpulw_tensor *in = tpulw__tensor_arg(b, "input");
   if (!in) return tpu_error(TPU_E_UNSUPPORTED, "layer_norm: no input");
   int dt = in->view.dtype;
-  int rc = float_only(b, dt);
+  int rc = tpulw__float_only(b, dt);
   if (rc < 0) return rc;
   int axis;
   rc = ln_axis(b, in, &axis);
@@ -167,7 +153,7 @@ static int layer_norm_bw_fn(tpulw__b *b) {
   if (!go || !in || !mt || !rt)
     return tpu_error(TPU_E_UNSUPPORTED, "layer_norm_backward: missing operand");
   int dt = in->view.dtype;
-  int rc = float_only(b, dt);
+  int rc = tpulw__float_only(b, dt);
   if (rc < 0) return rc;
   int axis;
   rc = ln_axis(b, in, &axis);
@@ -225,7 +211,7 @@ static int group_norm_bw_fn(tpulw__b *b) {
   if (!go || !in || !mt || !rt)
     return tpu_error(TPU_E_UNSUPPORTED, "native_group_norm_backward: missing operand");
   int dt = in->view.dtype;
-  int rc = float_only(b, dt);
+  int rc = tpulw__float_only(b, dt);
   if (rc < 0) return rc;
   int64_t n = tpulw__int(b, "N", 0), c = tpulw__int(b, "C", 0), hw = tpulw__int(b, "HxW", 0);
   int64_t grp = tpulw__int(b, "group", 1);
@@ -279,7 +265,7 @@ static int batch_norm_fn(tpulw__b *b) {
   const tpulw_tensor *in = tpulw__tensor_arg(b, "input");
   if (!in) return tpu_error(TPU_E_UNSUPPORTED, "batch_norm: no input");
   int dt = in->view.dtype;
-  int rc = float_only(b, dt);
+  int rc = tpulw__float_only(b, dt);
   if (rc < 0) return rc;
   if (in->view.ndim < 2)
     return tpu_error(TPU_E_UNSUPPORTED, "batch_norm: input of rank %d", in->view.ndim);
@@ -298,7 +284,7 @@ static int batch_norm_fn(tpulw__b *b) {
   tpuir_val x = tpulw__convert(b, tpulw__tensor(b, in), cdt);
   tpulw__shape s = tpulw__info(b, x);
   int nd = s.ndim;
-  uint32_t m = all_mask(nd) & ~2u;
+  uint32_t m = tpulw__all_mask(nd) & ~2u;
   int64_t n = 1;
   for (int d = 0; d < nd; d++)
     if (d != 1) n *= s.sizes[d];
@@ -351,7 +337,7 @@ static int batch_norm_bw_fn(tpulw__b *b) {
   const tpulw_tensor *in = tpulw__tensor_arg(b, "input");
   if (!go || !in) return tpu_error(TPU_E_UNSUPPORTED, "batch_norm_backward: missing operand");
   int dt = in->view.dtype;
-  int rc = float_only(b, dt);
+  int rc = tpulw__float_only(b, dt);
   if (rc < 0) return rc;
   if (in->view.ndim < 2) return tpu_error(TPU_E_UNSUPPORTED, "batch_norm_backward: rank");
   int train = (int)tpulw__int(b, b->op == N_BN_BW ? "update" : "train", 0);
@@ -365,7 +351,7 @@ static int batch_norm_bw_fn(tpulw__b *b) {
   tpuir_val g = tpulw__convert(b, tpulw__tensor(b, go), cdt);
   tpulw__shape s = tpulw__info(b, x);
   int nd = s.ndim;
-  uint32_t m = all_mask(nd) & ~2u;
+  uint32_t m = tpulw__all_mask(nd) & ~2u;
   int64_t n = 1;
   for (int d = 0; d < nd; d++)
     if (d != 1) n *= s.sizes[d];
@@ -403,238 +389,6 @@ static int batch_norm_bw_fn(tpulw__b *b) {
   return tpulw__result_as(b, mask_bit(b, 2) ? gsum : tpulw__full(b, cdt, 1, c, 0), pdt);
 }
 
-/* ---- nll_loss ----------------------------------------------------------- */
-
-typedef struct nll_ctx {
-  tpuir_val x;      /* [N, C, ...] in cdt */
-  tpuir_val tgt;    /* target [N, ...] int64, ignored -> 0 */
-  tpuir_val valid;  /* target != ignore_index */
-  tpuir_val w;      /* per-element weight [N, ...] (0 where ignored) */
-  int one_d;        /* self was [C] */
-  int cdt, dt;
-  tpulw__shape ts;      /* target shape (after the 1-D fix-up) */
-} nll_ctx;
-
-static int nll_setup(tpulw__b *b, nll_ctx *c) {
-  const tpulw_tensor *self = tpulw__tensor_arg(b, "self");
-  const tpulw_tensor *tg = tpulw__tensor_arg(b, "target");
-  if (!self || !tg) return tpu_error(TPU_E_UNSUPPORTED, "nll_loss: missing operand");
-  c->dt = self->view.dtype;
-  int rc = float_only(b, c->dt);
-  if (rc < 0) return rc;
-  int tdt = tg->view.dtype;
-  if (tdt != TPU_I64 && tdt != TPU_U8)
-    return tpu_error(TPU_E_INVALID, "expected scalar type Long but found %s",
-                     tpulw__torch_name(tdt));
-  c->cdt = tpulw__opmath(c->dt);
-  tpuir_val x = tpulw__convert(b, tpulw__tensor(b, self), c->cdt);
-  tpuir_val t = tpulw__convert(b, tpulw__tensor(b, tg), TPU_I64);
-  tpulw__shape xs = tpulw__info(b, x), ts = tpulw__info(b, t);
-  int is2d = strncmp(b->base, "nll_loss2d", 10) == 0;
-  c->one_d = 0;
-  if (!is2d && xs.ndim == 1) {
-    if (ts.ndim != 0)
-      return tpu_error(TPU_E_INVALID,
-                       "0D or 1D target tensor expected, multi-target not supported");
-    int64_t s2[2] = {1, xs.sizes[0]}, s1[1] = {1};
-    x = tpulw__reshape(b, x, 2, s2);
-    t = tpulw__reshape(b, t, 1, s1);
-    c->one_d = 1;
-    xs = tpulw__info(b, x);
-    ts = tpulw__info(b, t);
-  }
-  if (!is2d && xs.ndim != 2)
-    return tpu_error(TPU_E_INVALID, "input tensor should be 1D or 2D");
-  if (is2d && xs.ndim != 4)
-    return tpu_error(TPU_E_INVALID,
-                     "only batches of spatial targets supported (4D tensors) but "
-                     "got targets of dimension: %d", ts.ndim);
-  if (ts.ndim != xs.ndim - 1 || ts.sizes[0] != xs.sizes[0])
-    return tpu_error(TPU_E_INVALID,
-                     "Expected input batch_size (%lld) to match target batch_size (%lld).",
-                     (long long)xs.sizes[0], (long long)(ts.ndim ? ts.sizes[0] : 0));
-  for (int d = 1; d < ts.ndim; d++)
-    if (ts.sizes[d] != xs.sizes[d + 1])
-      return tpu_error(TPU_E_INVALID, "size mismatch (got input: %lldx%lld, target: %lld)",
-                       (long long)xs.sizes[0], (long long)xs.sizes[1], (long long)ts.sizes[0]);
-  int64_t ignore = tpulw__int(b, "ignore_index", -100);
-  c->valid = tpulw__bin(b, TPUIR_NE, t, tpulw__const(b, TPU_I64, ignore));
-  c->tgt = tpulw__sel(b, c->valid, t, tpulw__const(b, TPU_I64, 0));
-  const tpulw_tensor *wt = tpulw__tensor_arg(b, "weight");
-  tpuir_val w;
-  if (wt) {
-    int64_t n = tpulw__numel(&ts);
-    tpuir_val wv = tpulw__convert(b, tpulw__tensor(b, wt), c->cdt);
-    w = tpulw__reshape(b, tpuir_index_select(b->g, wv, 0, tpulw__reshape(b, c->tgt, 1, &n)),
-                   ts.ndim, ts.sizes);
-  } else {
-    w = tpulw__full(b, c->cdt, ts.ndim, ts.sizes, 1);
-  }
-  c->w = tpulw__sel(b, c->valid, w, tpulw__const(b, c->cdt, 0));
-  c->x = x;
-  c->ts = ts;
-  b->sync = 1; /* target range check: IndexError at the call */
-  b->err_remap = LW_ERR_NLL_TARGET;
-  return TPU_OK;
-}
-
-static int nll_fn(tpulw__b *b) {
-  nll_ctx c;
-  int rc = nll_setup(b, &c);
-  if (rc < 0) return rc;
-  tpulw__shape xs = tpulw__info(b, c.x);
-  /* picked[i, ...] = x[i, t[i, ...], ...] */
-  int64_t isz[TPU_MAX_DIMS];
-  isz[0] = xs.sizes[0];
-  isz[1] = 1;
-  for (int d = 1; d < c.ts.ndim; d++) isz[d + 1] = c.ts.sizes[d];
-  tpuir_val idx = tpulw__reshape(b, c.tgt, xs.ndim, isz);
-  tpuir_val picked = tpulw__reshape(b, tpuir_gather(b->g, c.x, 1, idx), c.ts.ndim, c.ts.sizes);
-  tpuir_val loss = tpulw__un(b, TPUIR_NEG, tpulw__bin(b, TPUIR_MUL, picked, c.w));
-  int red = (int)tpulw__int(b, "reduction", RED_MEAN);
-  uint32_t m = all_mask(c.ts.ndim);
-  tpuir_val out, tw;
-  if (red == RED_NONE) {
-    out = loss;
-    if (c.one_d) out = tpulw__reshape(b, out, 0, NULL);
-    tw = tpulw__const(b, c.cdt, 0);
-  } else {
-    tw = tpulw__reduce_dims(b, TPUIR_RED_SUM, c.w, m, 0);
-    out = tpulw__reduce_dims(b, TPUIR_RED_SUM, loss, m, 0);
-    if (red == RED_MEAN) out = tpulw__bin(b, TPUIR_DIV, out, tw);
-  }
-  if ((rc = tpulw__result_as(b, out, c.dt)) < 0) return rc;
-  return tpulw__result_as(b, tw, c.dt);
-}
-
-static int nll_bw_fn(tpulw__b *b) {
-  nll_ctx c;
-  int rc = nll_setup(b, &c);
-  if (rc < 0) return rc;
-  b->sync = 0; /* no gather here */
-  const tpulw_tensor *go = tpulw__tensor_arg(b, "grad_output");
-  if (!go) return tpu_error(TPU_E_UNSUPPORTED, "nll_loss_backward: no grad_output");
-  tpulw__shape xs = tpulw__info(b, c.x);
-  int red = (int)tpulw__int(b, "reduction", RED_MEAN);
-  tpuir_val g = tpulw__convert(b, tpulw__tensor(b, go), c.cdt);
-  if (red == RED_NONE) {
-    g = tpulw__reshape(b, g, c.ts.ndim, c.ts.sizes);
-  } else {
-    g = tpulw__reshape(b, g, 0, NULL);
-    if (red == RED_MEAN) {
-      const tpulw_tensor *tw = tpulw__tensor_arg(b, "total_weight");
-      if (!tw) return tpu_error(TPU_E_UNSUPPORTED, "nll_loss_backward: no total_weight");
-      g = tpulw__bin(b, TPUIR_DIV, g, tpulw__reshape(b, tpulw__convert(b, tpulw__tensor(b, tw), c.cdt), 0, NULL));
-    }
-  }
-  tpuir_val gw = tpulw__un(b, TPUIR_NEG, tpulw__bin(b, TPUIR_MUL, c.w, g)); /* [N, ...] */
-  int64_t isz[TPU_MAX_DIMS];
-  isz[0] = xs.sizes[0];
-  isz[1] = 1;
-  for (int d = 1; d < c.ts.ndim; d++) isz[d + 1] = c.ts.sizes[d];
-  tpuir_val cls = tpuir_iota(b->g, TPU_I64, xs.ndim, xs.sizes, 1);
-  tpuir_val hit = tpulw__bin(b, TPUIR_EQ, cls, tpulw__reshape(b, c.tgt, xs.ndim, isz));
-  tpuir_val r = tpulw__sel(b, hit, tpulw__reshape(b, gw, xs.ndim, isz), tpulw__const(b, c.cdt, 0));
-  if (c.one_d) r = tpulw__reshape(b, r, 1, &xs.sizes[1]);
-  return tpulw__result_as(b, r, c.dt);
-}
-
-/* ---- pointwise losses --------------------------------------------------- */
-
-static tpuir_val reduce_loss(tpulw__b *b, tpuir_val l, int red) {
-  if (red == RED_NONE) return l;
-  tpulw__shape s = tpulw__info(b, l);
-  tpuir_val r = tpulw__reduce_dims(b, TPUIR_RED_SUM, l, all_mask(s.ndim), 0);
-  if (red == RED_MEAN) r = tpulw__bin_c(b, TPUIR_DIV, r, (double)tpulw__numel(&s));
-  return r;
-}
-
-static int loss_fn(tpulw__b *b) {
-  tpulw__opnd ops[2] = {tpulw__opnd_arg(b, "self"), tpulw__opnd_arg(b, "target")};
-  if (ops[0].kind != LW_OPND_TENSOR || ops[1].kind != LW_OPND_TENSOR)
-    return tpu_error(TPU_E_UNSUPPORTED, "%s: missing operand", b->base);
-  int bw = b->op == N_MSE_BW || b->op == N_SMOOTH_L1_BW || b->op == N_HUBER_BW ||
-           b->op == N_BCE_BW;
-  tpulw__opnd go = tpulw__opnd_arg(b, "grad_output");
-  int dt;
-  if (b->op == N_BCE || b->op == N_BCE_BW) {
-    dt = ops[0].t->view.dtype;
-  } else if (bw && go.kind == LW_OPND_TENSOR) {
-    tpulw__opnd o3[3] = {go, ops[0], ops[1]};
-    dt = tpulw__result_type(3, o3);
-  } else {
-    dt = tpulw__result_type(2, ops);
-  }
-  int rc = float_only(b, dt);
-  if (rc < 0) return rc;
-  int cdt = tpulw__opmath(dt);
-  tpuir_val x = tpulw__opnd_val(b, &ops[0], cdt), y = tpulw__opnd_val(b, &ops[1], cdt);
-  int red = (int)tpulw__int(b, "reduction", RED_MEAN);
-  tpuir_val v[2] = {x, y};
-  if ((rc = tpulw__bcast_all(b, 2, v)) < 0) return rc;
-  x = v[0];
-  y = v[1];
-  tpulw__shape s = tpulw__info(b, x);
-  tpuir_val d = tpulw__bin(b, TPUIR_SUB, x, y), ad = tpulw__un(b, TPUIR_ABS, d), r;
-  tpuir_val zero = tpulw__const(b, cdt, 0);
-  double beta = tpulw__float(b, "beta", 1.0), delta = tpulw__float(b, "delta", 1.0);
-  if (b->op == N_HUBER && !(delta > 0))
-    return tpu_error(TPU_E_INVALID, "huber_loss does not support non-positive values for delta.");
-  switch (b->op) {
-  case N_MSE: r = tpulw__bin(b, TPUIR_MUL, d, d); break;
-  case N_SMOOTH_L1:
-    if (beta == 0) r = ad;
-    else
-      r = tpulw__sel(b, tpulw__bin_c(b, TPUIR_LT, ad, beta),
-                 tpulw__bin_c(b, TPUIR_DIV, tpulw__bin_c(b, TPUIR_MUL, tpulw__bin(b, TPUIR_MUL, ad, ad), 0.5), beta),
-                 tpulw__bin_c(b, TPUIR_SUB, ad, 0.5 * beta));
-    break;
-  case N_HUBER:
-    r = tpulw__sel(b, tpulw__bin_c(b, TPUIR_LT, ad, delta),
-               tpulw__bin_c(b, TPUIR_MUL, tpulw__bin(b, TPUIR_MUL, ad, ad), 0.5),
-               tpulw__bin_c(b, TPUIR_MUL, tpulw__bin_c(b, TPUIR_SUB, ad, 0.5 * delta), delta));
-    break;
-  case N_BCE: {
-    tpuir_val lx = tpulw__bin_c(b, TPUIR_MAX, tpulw__un(b, TPUIR_LOG, x), -100);
-    tpuir_val l1x = tpulw__bin_c(b, TPUIR_MAX,
-                             tpulw__un(b, TPUIR_LOG, tpulw__bin(b, TPUIR_SUB, tpulw__const(b, cdt, 1), x)), -100);
-    r = tpulw__bin(b, TPUIR_ADD, tpulw__bin(b, TPUIR_MUL, y, lx),
-               tpulw__bin(b, TPUIR_MUL, tpulw__bin(b, TPUIR_SUB, tpulw__const(b, cdt, 1), y), l1x));
-    r = tpulw__un(b, TPUIR_NEG, r);
-    break;
-  }
-  /* backward: d(loss)/dx, then * grad (/N for mean) */
-  case N_MSE_BW: r = tpulw__bin_c(b, TPUIR_MUL, d, 2.0); break;
-  case N_SMOOTH_L1_BW: {
-    tpuir_val sg = tpulw__sel(b, tpulw__bin(b, TPUIR_GT, d, zero), tpulw__const(b, cdt, 1),
-                          tpulw__sel(b, tpulw__bin(b, TPUIR_LT, d, zero), tpulw__const(b, cdt, -1), zero));
-    r = beta == 0 ? sg : tpulw__sel(b, tpulw__bin_c(b, TPUIR_LT, ad, beta), tpulw__bin_c(b, TPUIR_DIV, d, beta), sg);
-    break;
-  }
-  case N_HUBER_BW:
-    r = tpulw__bin_c(b, TPUIR_MIN, tpulw__bin_c(b, TPUIR_MAX, d, -delta), delta);
-    break;
-  case N_BCE_BW: {
-    tpuir_val den = tpulw__bin_c(b, TPUIR_MAX,
-                             tpulw__bin(b, TPUIR_MUL, tpulw__bin(b, TPUIR_SUB, tpulw__const(b, cdt, 1), x), x),
-                             1e-12);
-    r = tpulw__bin(b, TPUIR_DIV, d, den);
-    break;
-  }
-  default: return tpu_error(TPU_E_INTERNAL, "loss_fn: bad op");
-  }
-  if (b->op == N_BCE || b->op == N_BCE_BW) {
-    const tpulw_tensor *w = tpulw__tensor_arg(b, "weight");
-    if (w) r = tpulw__bin(b, TPUIR_MUL, r, tpulw__convert(b, tpulw__tensor(b, w), cdt));
-  }
-  if (!bw) return tpulw__result_as(b, reduce_loss(b, r, red), dt);
-  if (go.kind != LW_OPND_TENSOR) return tpu_error(TPU_E_UNSUPPORTED, "no grad_output");
-  tpuir_val g = tpulw__opnd_val(b, &go, cdt);
-  r = tpulw__bin(b, TPUIR_MUL, r, g);
-  if (red == RED_MEAN) r = tpulw__bin_c(b, TPUIR_DIV, r, (double)tpulw__numel(&s));
-  return tpulw__result_as(b, r, dt);
-}
-
 const tpulw__row tpulw__rows_nn[] = {
     {"_softmax", softmax_fn, N_SOFTMAX}, {"_softmax.out", softmax_fn, N_SOFTMAX},
     {"_log_softmax", softmax_fn, N_LOG_SOFTMAX}, {"_log_softmax.out", softmax_fn, N_LOG_SOFTMAX},
@@ -658,19 +412,5 @@ const tpulw__row tpulw__rows_nn[] = {
     {"native_batch_norm_backward", batch_norm_bw_fn, N_BN_BW_NATIVE},
     {"native_batch_norm_backward.out", batch_norm_bw_fn, N_BN_BW_NATIVE},
     {"batch_norm_backward", batch_norm_bw_fn, N_BN_BW},
-    {"nll_loss_forward", nll_fn, 0}, {"nll_loss_forward.output", nll_fn, 0},
-    {"nll_loss2d_forward", nll_fn, 0}, {"nll_loss2d_forward.output", nll_fn, 0},
-    {"nll_loss_backward", nll_bw_fn, 0}, {"nll_loss_backward.grad_input", nll_bw_fn, 0},
-    {"nll_loss2d_backward", nll_bw_fn, 0}, {"nll_loss2d_backward.grad_input", nll_bw_fn, 0},
-    {"mse_loss", loss_fn, N_MSE}, {"mse_loss.out", loss_fn, N_MSE},
-    {"mse_loss_backward", loss_fn, N_MSE_BW}, {"mse_loss_backward.grad_input", loss_fn, N_MSE_BW},
-    {"smooth_l1_loss", loss_fn, N_SMOOTH_L1}, {"smooth_l1_loss.out", loss_fn, N_SMOOTH_L1},
-    {"smooth_l1_loss_backward", loss_fn, N_SMOOTH_L1_BW},
-    {"smooth_l1_loss_backward.grad_input", loss_fn, N_SMOOTH_L1_BW},
-    {"huber_loss", loss_fn, N_HUBER}, {"huber_loss.out", loss_fn, N_HUBER},
-    {"huber_loss_backward", loss_fn, N_HUBER_BW}, {"huber_loss_backward.out", loss_fn, N_HUBER_BW},
-    {"binary_cross_entropy", loss_fn, N_BCE}, {"binary_cross_entropy.out", loss_fn, N_BCE},
-    {"binary_cross_entropy_backward", loss_fn, N_BCE_BW},
-    {"binary_cross_entropy_backward.grad_input", loss_fn, N_BCE_BW},
 };
 const int tpulw__nrows_nn = sizeof tpulw__rows_nn / sizeof tpulw__rows_nn[0];

@@ -1,6 +1,8 @@
 /* lower/reduce.c - reductions: sum/mean/prod/nansum, max/min/amax/amin/
  * aminmax, argmax/argmin, var/std(_mean), all/any, logsumexp, vector
- * norms, count_nonzero, cumsum/cumprod (log-step scans).
+ * norms, renorm, count_nonzero, segment_reduce; scans along a dim by
+ * log-step doubling: cumsum/cumprod, logcumsumexp, cummax/cummin (value +
+ * index pairs with PyTorch CPU's tie/NaN rule).
  */
 #include <math.h>
 #include <string.h>
@@ -428,6 +430,246 @@ static int trace_fn(tpulw__b *b) {
   return tpulw__result(b, tpulw__reduce_dims(b, TPUIR_RED_SUM, x, 3u, 0));
 }
 
+/* ---- scans: logcumsumexp, cummax / cummin ------------------------------- */
+
+/* Identity of max (lo = 1: the lowest value) or min (lo = 0: the
+ * highest) in dtype dt. */
+static tpuir_val extreme_of(tpulw__b *b, int dt, int lo) {
+  if (tpu_dtype_is_float(dt)) return tpulw__const(b, dt, lo ? -INFINITY : INFINITY);
+  int64_t mn, mx;
+  switch (dt) {
+    case TPU_BOOL: case TPU_U8: mn = 0; mx = dt == TPU_BOOL ? 1 : 255; break;
+    case TPU_I8: mn = INT8_MIN; mx = INT8_MAX; break;
+    case TPU_I16: mn = INT16_MIN; mx = INT16_MAX; break;
+    case TPU_I32: mn = INT32_MIN; mx = INT32_MAX; break;
+    default: mn = INT64_MIN; mx = INT64_MAX; break;
+  }
+  return tpuir_const_i(b->g, dt, lo ? mn : mx);
+}
+
+/* log(exp(a) + exp(b)) like PyTorch's _log_add_exp_helper (equal infinities
+ * stay as they are). */
+static tpuir_val log_add_exp(tpulw__b *b, tpuir_val a, tpuir_val c) {
+  tpuir_val mx = tpulw__bin(b, TPUIR_MAX, a, c), mn = tpulw__bin(b, TPUIR_MIN, a, c);
+  tpuir_val r = tpulw__bin(b, TPUIR_ADD, mx, tpulw__un(b, TPUIR_LOG1P, tpulw__un(b, TPUIR_EXP,
+                                                                     tpulw__bin(b, TPUIR_SUB, mn, mx))));
+  tpuir_val same_inf = tpulw__bin(b, TPUIR_AND, tpulw__bin(b, TPUIR_EQ, mn, mx), tpulw__un(b, TPUIR_IS_INF, mx));
+  return tpulw__sel(b, same_inf, mx, r);
+}
+
+/* _logcumsumexp(self, dim) (+ out=) */
+static int logcumsumexp_fn(tpulw__b *b) {
+  const tpulw_tensor *self = tpulw__tpu_self(b);
+  if (!self) return tpu_error(TPU_E_UNSUPPORTED, "logcumsumexp: no self");
+  int dt = self->view.dtype;
+  if (!tpu_dtype_is_float(dt))
+    return tpu_error(TPU_E_UNSUPPORTED, "\"logcumsumexp_out_cpu\" not implemented for '%s'",
+                     tpulw__torch_name(dt));
+  int cdt = tpulw__opmath(dt);
+  tpuir_val x = tpulw__convert(b, tpulw__tensor(b, self), cdt);
+  tpulw__shape s = tpulw__info(b, x);
+  int dim;
+  int rc = tpulw__wrap_dim(tpulw__int(b, "dim", 0), s.ndim, &dim);
+  if (rc < 0) return rc;
+  if (s.ndim > 0) {
+    tpuir_val ninf = tpulw__const(b, cdt, -INFINITY);
+    for (int64_t k = 1; k < s.sizes[dim] && x >= 0; k *= 2)
+      x = log_add_exp(b, tpulw__shift_along(b, x, dim, k, ninf), x);
+  }
+  return tpulw__result_as(b, x, dt);
+}
+
+/* ---- cummax / cummin ---------------------------------------------------- */
+
+/* _cummax_helper / _cummin_helper(self, values, indices, dim): results
+ * written into `values` and `indices`. PyTorch CPU's rule: the running
+ * best is replaced by x[i] when x[i] is NaN, or when the best is not NaN
+ * and x[i] >= best (cummax; <= for cummin), so ties take the later index
+ * and the last NaN wins. Pairs (value, index) are combined by log-step
+ * doubling: the later segment's best wins under the same rule. */
+static int cummaxmin_fn(tpulw__b *b) {
+  const tpulw_tensor *self = tpulw__tpu_self(b);
+  if (!self || !tpulw__tensor_arg(b, "values") || !tpulw__tensor_arg(b, "indices"))
+    return tpu_error(TPU_E_UNSUPPORTED, "%s: missing operand", b->base);
+  int is_max = strstr(b->base, "cummax") != NULL;
+  int dt = self->view.dtype;
+  tpuir_val x = tpulw__tensor(b, self);
+  if (dt == TPU_BOOL) x = tpulw__convert(b, x, TPU_U8);
+  int cdt = tpulw__info(b, x).dtype;
+  tpulw__shape s = tpulw__info(b, x);
+  int dim;
+  int rc = tpulw__wrap_dim(tpulw__int(b, "dim", 0), s.ndim, &dim);
+  if (rc < 0) return rc;
+  tpuir_val idx;
+  if (s.ndim == 0) {
+    idx = tpulw__const(b, TPU_I64, 0);
+  } else {
+    int isf = tpu_dtype_is_float(cdt);
+    int cmp = is_max ? TPUIR_GE : TPUIR_LE;
+    idx = tpuir_iota(b->g, TPU_I64, s.ndim, s.sizes, dim);
+    tpuir_val fill = extreme_of(b, cdt, is_max), fill_i = tpulw__const(b, TPU_I64, -1);
+    for (int64_t k = 1; k < s.sizes[dim] && x >= 0 && idx >= 0; k *= 2) {
+      tpuir_val pv = tpulw__shift_along(b, x, dim, k, fill), pi = tpulw__shift_along(b, idx, dim, k, fill_i);
+      tpuir_val take = tpulw__bin(b, cmp, x, pv);
+      if (isf)
+        take = tpulw__bin(b, TPUIR_OR, tpulw__un(b, TPUIR_IS_NAN, x),
+                      tpulw__bin(b, TPUIR_AND, tpulw__un(b, TPUIR_NOT, tpulw__un(b, TPUIR_IS_NAN, pv)), take));
+      x = tpulw__sel(b, take, x, pv);
+      idx = tpulw__sel(b, take, idx, pi);
+    }
+  }
+  LW_TRY(x);
+  LW_TRY(idx);
+  if ((rc = tpulw__result_to(b, tpulw__convert(b, x, dt), "values")) < 0) return rc;
+  return tpulw__result_to(b, idx, "indices");
+}
+
+/* ---- renorm ------------------------------------------------------------- */
+
+/* renorm(self, p, dim, maxnorm) (+ out=, in-place): each slice along dim
+ * whose p-norm exceeds maxnorm is scaled by maxnorm / (norm + 1e-7). */
+static int renorm_fn(tpulw__b *b) {
+  const tpulw_tensor *self = tpulw__tpu_self(b);
+  if (!self) return tpu_error(TPU_E_UNSUPPORTED, "renorm: no self");
+  int dt = self->view.dtype;
+  double p = tpulw__float(b, "p", 2), maxnorm = tpulw__float(b, "maxnorm", 0);
+  if (!(p > 0)) return tpu_error(TPU_E_INVALID, "renorm: non-positive-norm not supported");
+  if (!(maxnorm >= 0))
+    return tpu_error(TPU_E_INVALID, "renorm: expected maxnorm to be >= 0 but got %g", maxnorm);
+  int nd = self->view.ndim;
+  if (nd <= 1)
+    return tpu_error(TPU_E_INVALID, "renorm: input needs at least 2 dimensions, got %d dimensions",
+                     nd);
+  if (!tpu_dtype_is_float(dt))
+    return tpu_error(TPU_E_UNSUPPORTED, "\"renorm_out\" not implemented for '%s'",
+                     tpulw__torch_name(dt));
+  int dim;
+  int rc = tpulw__wrap_dim(tpulw__int(b, "dim", 0), nd, &dim);
+  if (rc < 0) return rc;
+  int cdt = tpulw__opmath(dt);
+  tpuir_val x = tpulw__tensor(b, self);
+  tpuir_val xc = tpulw__convert(b, x, cdt);
+  uint32_t mask = ((1u << nd) - 1) & ~(1u << dim);
+  tpuir_val ax = tpulw__un(b, TPUIR_ABS, xc), norm;
+  if (isinf(p)) {
+    norm = tpulw__reduce_dims(b, TPUIR_RED_MAX, ax, mask, 1);
+  } else if (p == 1) {
+    norm = tpulw__reduce_dims(b, TPUIR_RED_SUM, ax, mask, 1);
+  } else if (p == 2) {
+    norm = tpulw__un(b, TPUIR_SQRT, tpulw__reduce_dims(b, TPUIR_RED_SUM, tpulw__bin(b, TPUIR_MUL, xc, xc), mask, 1));
+  } else {
+    norm = tpulw__bin_c(b, TPUIR_POW, tpulw__reduce_dims(b, TPUIR_RED_SUM, tpulw__bin_c(b, TPUIR_POW, ax, p),
+                                                 mask, 1), 1.0 / p);
+  }
+  tpuir_val factor = tpulw__sel(b, tpulw__bin_c(b, TPUIR_GT, norm, maxnorm),
+                            tpulw__bin(b, TPUIR_DIV, tpulw__const(b, cdt, maxnorm),
+                                   tpulw__bin_c(b, TPUIR_ADD, norm, 1e-7)),
+                            tpulw__const(b, cdt, 1));
+  factor = tpulw__convert(b, tpulw__convert(b, factor, dt), cdt);
+  return tpulw__result_as(b, tpulw__bin(b, TPUIR_MUL, xc, factor), dt);
+}
+
+/* ---- segment_reduce -------------------------------------------------------- */
+
+#define SEG_PAIRS_MAX ((int64_t)1 << 26)
+
+/* segment_reduce(data, reduce, lengths | offsets, axis, unsafe, initial):
+ * segment s of each row covers [start_s, end_s) along axis (lengths:
+ * running sums; offsets: consecutive entries). `initial` joins every
+ * segment (an empty one gives initial; without it max/min give -inf/+inf,
+ * sum 0, prod 1, mean NaN). Element-segment membership is a mask over
+ * (segment, position); the data-dependent checks of the lengths (negative
+ * entries, total != size) are not made (unsafe semantics). */
+static int segment_reduce_fn(tpulw__b *b) {
+  const tpulw_tensor *data = tpulw__tensor_arg(b, "data");
+  const tpulw_tensor *len = tpulw__tensor_arg(b, "lengths"), *off = tpulw__tensor_arg(b, "offsets");
+  if (!data || data->device < 0 || (!len && !off) || !tpulw__none(b, "indices"))
+    return tpu_error(TPU_E_UNSUPPORTED, "segment_reduce: unsupported arguments");
+  const tpulw_tensor *lt = len ? len : off;
+  if (lt->device < 0) return tpu_error(TPU_E_UNSUPPORTED, "segment_reduce: CPU lengths");
+  const char *red = tpulw__str(b, "reduce");
+  static const char *names[] = {"max", "mean", "min", "sum", "prod"};
+  int kind = -1;
+  for (int k = 0; red && k < 5; k++)
+    if (strcmp(red, names[k]) == 0) kind = k;
+  if (kind < 0)
+    return tpu_error(TPU_E_INVALID, "reduce argument must be either sum, prod, mean, amax or "
+                     "amin, got %s", red ? red : "None");
+  int dt = data->view.dtype;
+  if (!tpu_dtype_is_float(dt))
+    return tpu_error(TPU_E_UNSUPPORTED, "\"_segment_reduce_cpu\" not implemented for '%s'",
+                     tpulw__torch_name(dt));
+  int nd = data->view.ndim, axis;
+  int rc = tpulw__wrap_dim(tpulw__int(b, "axis", 0), nd, &axis);
+  if (rc < 0) return rc;
+  if (nd == 0) return tpu_error(TPU_E_UNSUPPORTED, "segment_reduce: 0-dim data");
+  const tpu_view *lv = &lt->view;
+  if (lv->dtype != TPU_I64 && lv->dtype != TPU_I32)
+    return tpu_error(TPU_E_UNSUPPORTED, "segment_reduce: lengths dtype");
+  if (lv->ndim != axis + 1)
+    return tpu_error(TPU_E_INVALID, "segment_reduce(): Expected lengths to have %d dimensions",
+                     axis + 1);
+  for (int d = 0; d < axis; d++)
+    if (lv->sizes[d] != data->view.sizes[d])
+      return tpu_error(TPU_E_INVALID, "segment_reduce(): Expected lengths and data to have the "
+                       "same leading dimensions");
+  int64_t S = lv->sizes[axis] - (off ? 1 : 0);
+  if (S < 0) return tpu_error(TPU_E_INVALID, "segment_reduce(): offsets must not be empty");
+  int64_t N = data->view.sizes[axis], P = 1, I = 1;
+  for (int d = 0; d < axis; d++) P *= data->view.sizes[d];
+  for (int d = axis + 1; d < nd; d++) I *= data->view.sizes[d];
+  if (P * S * N * I > SEG_PAIRS_MAX)
+    return tpu_error(TPU_E_UNSUPPORTED, "segment_reduce: too large");
+  int cdt = tpulw__opmath(dt);
+  /* starts/ends [P, S] */
+  int64_t ls[2] = {P, lv->sizes[axis]};
+  tpuir_val l = tpulw__reshape(b, tpulw__convert(b, tpulw__tensor(b, lt), TPU_I64), 2, ls);
+  tpuir_val st, en;
+  int64_t z2[2] = {0, 0}, one2[2] = {1, 1};
+  if (len) {
+    en = tpulw__scan_op(b, l, 1, TPUIR_ADD, 0);
+    st = tpulw__bin(b, TPUIR_SUB, en, l);
+  } else {
+    int64_t a0[2] = {0, 0}, a1[2] = {P, S}, b0[2] = {0, 1}, b1[2] = {P, S + 1};
+    st = tpuir_slice(b->g, l, a0, a1, one2);
+    en = tpuir_slice(b->g, l, b0, b1, one2);
+  }
+  (void)z2;
+  /* mask [P, S, N] */
+  int64_t m3[3] = {P, S, N}, d01[2] = {0, 1};
+  tpuir_val j = tpuir_iota(b->g, TPU_I64, 3, m3, 2);
+  tpuir_val mask = tpulw__bin(b, TPUIR_AND,
+                          tpulw__bin(b, TPUIR_LE, tpuir_broadcast_in_dim(b->g, st, 3, m3, d01), j),
+                          tpulw__bin(b, TPUIR_LT, j, tpuir_broadcast_in_dim(b->g, en, 3, m3, d01)));
+  int64_t e4[4] = {P, S, N, I}, d3[3] = {0, 2, 3}, dm[3] = {0, 1, 2}, x3[3] = {P, N, I};
+  tpuir_val x = tpulw__reshape(b, tpulw__convert(b, tpulw__tensor(b, data), cdt), 3, x3);
+  tpuir_val xe = tpuir_broadcast_in_dim(b->g, x, 4, e4, d3);
+  tpuir_val me = tpuir_broadcast_in_dim(b->g, mask, 4, e4, dm);
+  static const int rk[] = {TPUIR_RED_MAX, TPUIR_RED_SUM, TPUIR_RED_MIN, TPUIR_RED_SUM,
+                           TPUIR_RED_PROD};
+  double ident = kind == 0 ? -INFINITY : kind == 2 ? INFINITY : kind == 4 ? 1 : 0;
+  int64_t rd = 2;
+  tpuir_val r = tpuir_reduce(b->g, rk[kind], tpulw__sel(b, me, xe, tpulw__const(b, cdt, ident)), 1, &rd);
+  tpulw__scalar init;
+  int has_init = tpulw__scalar_arg(b, "initial", &init);
+  tpuir_val iv = has_init ? tpulw__const(b, cdt, init.f) : -1;
+  if (has_init) {
+    static const int ops[] = {TPUIR_MAX, TPUIR_ADD, TPUIR_MIN, TPUIR_ADD, TPUIR_MUL};
+    r = tpulw__bin(b, ops[kind], r, iv);
+  }
+  if (kind == 1) { /* mean */
+    int64_t c3[3] = {P, S, I}, d2[2] = {0, 1};
+    tpuir_val cnt = tpulw__convert(b, tpulw__bin(b, TPUIR_SUB, en, st), cdt);
+    cnt = tpuir_broadcast_in_dim(b->g, cnt, 3, c3, d2);
+    tpuir_val q = tpulw__bin(b, TPUIR_DIV, r, cnt);
+    if (has_init) q = tpulw__sel(b, tpulw__bin_c(b, TPUIR_EQ, cnt, 0), tpulw__bcast(b, iv, 3, c3), q);
+    r = q;
+  }
+  int64_t os[TPU_MAX_DIMS];
+  for (int d = 0; d < nd; d++) os[d] = d == axis ? S : data->view.sizes[d];
+  return tpulw__result_as(b, tpulw__reshape(b, r, nd, os), dt);
+}
+
 #define RED3(n, fn, code) {n, fn, code}, {n ".out", fn, code}
 
 const tpulw__row tpulw__rows_reduce[] = {
@@ -466,5 +708,13 @@ const tpulw__row tpulw__rows_reduce[] = {
     {"norm.ScalarOpt_dim_dtype", norm_fn, R_NORM}, {"norm.dtype_out", norm_fn, R_NORM},
     RED3("cumsum", cumsum_fn, R_CUMSUM), {"cumsum_", cumsum_fn, R_CUMSUM},
     RED3("cumprod", cumsum_fn, R_CUMPROD), {"cumprod_", cumsum_fn, R_CUMPROD},
+    {"_logcumsumexp", logcumsumexp_fn, 0},
+    {"_logcumsumexp.out", logcumsumexp_fn, 0},
+    {"_cummax_helper", cummaxmin_fn, 0},
+    {"_cummin_helper", cummaxmin_fn, 0},
+    {"renorm", renorm_fn, 0},
+    {"renorm_", renorm_fn, 0},
+    {"renorm.out", renorm_fn, 0},
+    {"segment_reduce", segment_reduce_fn, 0},
 };
 const int tpulw__nrows_reduce = sizeof tpulw__rows_reduce / sizeof tpulw__rows_reduce[0];

@@ -1,6 +1,10 @@
 /* lower/resize.c - interpolation: upsample_nearest{1,2,3}d,
  * _upsample_nearest_exact{1,2,3}d, upsample_linear1d / bilinear2d /
- * trilinear3d, and their backward ops.
+ * trilinear3d, upsample_bicubic2d and _upsample_bilinear2d_aa (an
+ * interpolation matrix per spatial dim), and their backward ops;
+ * grid_sampler_2d/3d (+ backward: bilinear, nearest, bicubic taps gathered
+ * from the flattened plane, gradients scattered back); reflection /
+ * replication padding.
  *
  * Interpolation is separable: each spatial dim is resampled in turn with
  * index_select (and, for the linear modes, a two-tap blend); the backward
@@ -8,11 +12,12 @@
  * weights are computed in the graph with PyTorch's float formulas
  * (UpSample.h: nearest in float32, linear in the op's accumulate type).
  */
+#include <math.h>
 #include <string.h>
 
 #include "lower/internal.h"
 
-enum { U_NEAREST = 1, U_NEAREST_EXACT, U_LINEAR };
+enum { U_NEAREST = 1, U_NEAREST_EXACT, U_LINEAR, U_BICUBIC, U_BILINEAR_AA };
 
 typedef struct up_dim {
   tpuir_val i0, i1; /* int64 [out] source indices */
@@ -346,6 +351,396 @@ static int im2col_fn(tpulw__b *b) {
   {n, upsample_fn, mode}, {n ".out", upsample_fn, mode},                       \
       {n "_backward", upsample_fn, mode}, {n "_backward.grad_input", upsample_fn, mode}
 
+/* ---- upsample_bicubic2d / _upsample_bilinear2d_aa (+ backward) ---------- */
+
+/* interpolation matrix M [out, in] in wdt for one spatial dim:
+ * bicubic: the four Keys taps (A = -0.75) at clamped indices, as
+ * UpSampleKernel.cpp; bilinear aa: PIL-style triangle filter with support
+ * scaled by the downsampling factor, normalized per output. */
+static tpuir_val interp_matrix(tpulw__b *b, int aa, int64_t in, int64_t out, int align,
+                               int has_scale, double scale_arg, int wdt) {
+  double scale;
+  if (align) scale = out > 1 ? (double)(in - 1) / (double)(out - 1) : 0;
+  else if (has_scale && scale_arg > 0) scale = 1.0 / scale_arg;
+  else scale = (double)in / (double)out;
+  if (wdt == TPU_F32) scale = (float)scale;
+  int64_t sz[2] = {out, in};
+  tpuir_val o = tpuir_iota(b->g, wdt, 2, sz, 0);
+  tpuir_val i = tpuir_iota(b->g, wdt, 2, sz, 1);
+  tpuir_val zero = tpulw__const(b, wdt, 0);
+  if (!aa) {
+    tpuir_val real = align ? tpulw__bin_c(b, TPUIR_MUL, o, scale)
+                           : tpulw__bin_c(b, TPUIR_SUB, tpulw__bin_c(b, TPUIR_MUL, tpulw__bin_c(b, TPUIR_ADD, o, 0.5), scale), 0.5);
+    tpuir_val i0 = tpulw__bin_c(b, TPUIR_MIN, tpulw__un(b, TPUIR_FLOOR, real), (double)(in - 1));
+    tpuir_val t = tpulw__bin_c(b, TPUIR_MIN, tpulw__bin_c(b, TPUIR_MAX, tpulw__bin(b, TPUIR_SUB, real, i0), 0), 1);
+    const double A = -0.75;
+    tpuir_val m = -1;
+    for (int k = 0; k < 4; k++) {
+      tpuir_val x = k < 2 ? tpulw__bin_c(b, TPUIR_ADD, t, (double)(1 - k))
+                          : tpulw__bin_c(b, TPUIR_ADD, tpulw__bin(b, TPUIR_SUB, tpulw__const(b, wdt, 1), t), (double)(k - 2));
+      tpuir_val w;
+      if (k == 1 || k == 2) { /* ((A + 2) x - (A + 3)) x x + 1 */
+        w = tpulw__bin_c(b, TPUIR_SUB, tpulw__bin_c(b, TPUIR_MUL, x, A + 2), A + 3);
+        w = tpulw__bin_c(b, TPUIR_ADD, tpulw__bin(b, TPUIR_MUL, tpulw__bin(b, TPUIR_MUL, w, x), x), 1);
+      } else { /* ((A x - 5A) x + 8A) x - 4A */
+        w = tpulw__bin_c(b, TPUIR_SUB, tpulw__bin_c(b, TPUIR_MUL, x, A), 5 * A);
+        w = tpulw__bin_c(b, TPUIR_ADD, tpulw__bin(b, TPUIR_MUL, w, x), 8 * A);
+        w = tpulw__bin_c(b, TPUIR_SUB, tpulw__bin(b, TPUIR_MUL, w, x), 4 * A);
+      }
+      tpuir_val idx = tpulw__bin_c(b, TPUIR_MIN, tpulw__bin_c(b, TPUIR_MAX, tpulw__bin_c(b, TPUIR_ADD, i0, (double)(k - 1)), 0),
+                               (double)(in - 1));
+      tpuir_val c = tpulw__sel(b, tpulw__bin(b, TPUIR_EQ, idx, i), w, zero);
+      m = m < 0 ? c : tpulw__bin(b, TPUIR_ADD, m, c);
+    }
+    return m;
+  }
+  double support = scale >= 1.0 ? scale : 1.0;
+  double invscale = scale >= 1.0 ? 1.0 / scale : 1.0;
+  if (wdt == TPU_F32) {
+    support = (float)support;
+    invscale = (float)invscale;
+  }
+  int64_t maxi = (int64_t)ceil(support) * 2 + 1;
+  tpuir_val center = tpulw__bin_c(b, TPUIR_MUL, tpulw__bin_c(b, TPUIR_ADD, o, 0.5), scale);
+  tpuir_val xmin = tpulw__bin_c(b, TPUIR_MAX, tpulw__un(b, TPUIR_TRUNC, tpulw__bin_c(b, TPUIR_ADD, tpulw__bin_c(b, TPUIR_SUB, center, support), 0.5)), 0);
+  tpuir_val xmax = tpulw__bin_c(b, TPUIR_MIN, tpulw__un(b, TPUIR_TRUNC, tpulw__bin_c(b, TPUIR_ADD, tpulw__bin_c(b, TPUIR_ADD, center, support), 0.5)), (double)in);
+  xmax = tpulw__bin(b, TPUIR_MIN, xmax, tpulw__bin_c(b, TPUIR_ADD, xmin, (double)maxi));
+  tpuir_val in_rng = tpulw__bin(b, TPUIR_AND, tpulw__bin(b, TPUIR_GE, i, xmin), tpulw__bin(b, TPUIR_LT, i, xmax));
+  tpuir_val a = tpulw__un(b, TPUIR_ABS, tpulw__bin_c(b, TPUIR_MUL, tpulw__bin_c(b, TPUIR_ADD, tpulw__bin(b, TPUIR_SUB, i, center), 0.5), invscale));
+  tpuir_val w = tpulw__bin_c(b, TPUIR_MAX, tpulw__bin(b, TPUIR_SUB, tpulw__const(b, wdt, 1), a), 0);
+  w = tpulw__sel(b, in_rng, w, zero);
+  tpuir_val tot = tpulw__reduce_dims(b, TPUIR_RED_SUM, w, 2u, 1);
+  tpuir_val nz = tpulw__bin_c(b, TPUIR_NE, tot, 0);
+  return tpulw__sel(b, tpulw__bcast(b, nz, 2, sz), tpulw__bin(b, TPUIR_DIV, w, tpulw__sel(b, nz, tot, tpulw__const(b, wdt, 1))), zero);
+}
+
+static int interp_fn(tpulw__b *b) {
+  int aa = b->op == U_BILINEAR_AA;
+  int bw = strstr(b->base, "_backward") != NULL;
+  const tpulw_tensor *t = tpulw__tensor_arg(b, bw ? "grad_output" : "self");
+  int rc;
+  if ((rc = tpulw__need_tpu(b, t))) return rc;
+  int dt = t->view.dtype;
+  if ((rc = tpulw__float_only(b, dt))) return rc;
+  int no, ni = 0;
+  int64_t sa, sb;
+  const int64_t *osz = tpulw__ints(b, "output_size", &no, &sa);
+  const int64_t *isz = bw ? tpulw__ints(b, "input_size", &ni, &sb) : NULL;
+  if (no != 2 || (bw && ni != 4))
+    return tpu_error(TPU_E_INVALID, "It is expected output_size equals to 2, but got size %d", no);
+  if (!bw && t->view.ndim != 4)
+    return tpu_error(TPU_E_INVALID, "Non-empty 4D data tensor expected but got a tensor with sizes [%lld]",
+                     (long long)t->view.ndim);
+  const int64_t *in_sizes = bw ? isz : t->view.sizes;
+  for (int j = 0; j < 2; j++)
+    if (osz[j] <= 0 || in_sizes[2 + j] <= 0)
+      return tpu_error(TPU_E_INVALID, "Input and output sizes should be greater than 0, but got "
+                       "input (H: %lld, W: %lld) output (H: %lld, W: %lld)", (long long)in_sizes[2],
+                       (long long)in_sizes[3], (long long)osz[0], (long long)osz[1]);
+  if (bw) {
+    int ok = t->view.ndim == 4 && t->view.sizes[0] == isz[0] && t->view.sizes[1] == isz[1] &&
+             t->view.sizes[2] == osz[0] && t->view.sizes[3] == osz[1];
+    if (!ok)
+      return tpu_error(TPU_E_INVALID, "Expected grad_output to have the same shape as output");
+  }
+  int align = (int)tpulw__int(b, "align_corners", 0);
+  int wdt = dt == TPU_F64 ? TPU_F64 : TPU_F32;
+  tpuir_val v = tpulw__convert(b, tpulw__tensor(b, t), wdt);
+  static const char *const sn[2] = {"scales_h", "scales_w"};
+  for (int j = 0; j < 2; j++) {
+    tpuir_val M = interp_matrix(b, aa, in_sizes[2 + j], osz[j], align, !tpulw__none(b, sn[j]),
+                                tpulw__float(b, sn[j], 0), wdt);
+    LW_TRY(M);
+    int64_t lc[1] = {2}, rc1[1] = {bw ? 0 : 1};
+    v = tpuir_dot_general(b->g, v, M, 0, NULL, NULL, 1, lc, rc1, TPU_PREC_FP32, wdt);
+    LW_TRY(v);
+  }
+  return tpulw__result_as(b, v, dt);
+}
+
+/* ---- grid_sampler_2d / grid_sampler_3d (+ backward) ---------------------- */
+
+enum { GS_BILINEAR = 0, GS_NEAREST, GS_BICUBIC };
+enum { GS_ZEROS = 0, GS_BORDER, GS_REFLECTION };
+
+/* clip to [0, size - 1]; *gm (if non-NULL) *= d/dx (0 where clipped) */
+static tpuir_val gs_clip(tpulw__b *b, tpuir_val x, int64_t size, tpuir_val *gm) {
+  tpuir_val r = tpulw__bin_c(b, TPUIR_MIN, tpulw__bin_c(b, TPUIR_MAX, x, 0), (double)(size - 1));
+  if (gm) {
+    tpulw__shape s = tpulw__info(b, x);
+    tpuir_val inside = tpulw__bin(b, TPUIR_AND, tpulw__bin_c(b, TPUIR_GT, x, 0), tpulw__bin_c(b, TPUIR_LT, x, (double)(size - 1)));
+    *gm = tpulw__sel(b, inside, *gm, tpulw__const(b, s.dtype, 0));
+  }
+  return r;
+}
+
+/* reflect x into [tl/2, th/2] (GridSampler.h reflect_coordinates[_set_grad]) */
+static tpuir_val gs_reflect(tpulw__b *b, tpuir_val x, int64_t tl, int64_t th, tpuir_val *gm) {
+  tpulw__shape s = tpulw__info(b, x);
+  if (tl == th) {
+    if (gm) *gm = tpulw__full(b, s.dtype, s.ndim, s.sizes, 0);
+    return tpulw__full(b, s.dtype, s.ndim, s.sizes, 0);
+  }
+  double mn = (double)tl / 2, span = (double)(th - tl) / 2;
+  tpuir_val d = tpulw__bin_c(b, TPUIR_SUB, x, mn);
+  tpuir_val neg = tpulw__bin_c(b, TPUIR_LT, d, 0);
+  tpuir_val a = tpulw__un(b, TPUIR_ABS, d);
+  tpuir_val extra = tpulw__bin_c(b, TPUIR_REM, a, span);
+  tpuir_val flips = tpulw__un(b, TPUIR_FLOOR, tpulw__bin_c(b, TPUIR_DIV, a, span));
+  tpuir_val even = tpulw__bin_c(b, TPUIR_EQ, tpulw__bin_c(b, TPUIR_REM, flips, 2), 0);
+  tpuir_val r = tpulw__sel(b, even, tpulw__bin_c(b, TPUIR_ADD, extra, mn),
+                       tpulw__bin_c(b, TPUIR_ADD, tpulw__bin(b, TPUIR_SUB, tpulw__const(b, s.dtype, span), extra), mn));
+  if (gm) {
+    tpuir_val one = tpulw__const(b, s.dtype, 1), mone = tpulw__const(b, s.dtype, -1);
+    tpuir_val m = tpulw__sel(b, neg, mone, one);
+    m = tpulw__sel(b, even, m, tpulw__un(b, TPUIR_NEG, m));
+    *gm = tpulw__bin(b, TPUIR_MUL, *gm, m);
+  }
+  return r;
+}
+
+/* padding applied to an unnormalized coordinate (compute_coordinates) */
+static tpuir_val gs_pad(tpulw__b *b, tpuir_val x, int64_t size, int pad, int align, tpuir_val *gm) {
+  if (pad == GS_BORDER) {
+    x = gs_clip(b, x, size, gm);
+  } else if (pad == GS_REFLECTION) {
+    x = align ? gs_reflect(b, x, 0, 2 * (size - 1), gm) : gs_reflect(b, x, -1, 2 * size - 1, gm);
+    x = gs_clip(b, x, size, gm);
+  }
+  /* safe_downgrade_to_int_range: non-finite / huge -> -100 */
+  tpulw__shape s = tpulw__info(b, x);
+  tpuir_val ok = tpulw__bin(b, TPUIR_AND, tpulw__un(b, TPUIR_IS_FINITE, x),
+                        tpulw__bin(b, TPUIR_AND, tpulw__bin_c(b, TPUIR_LT, x, 2147483646.0), tpulw__bin_c(b, TPUIR_GE, x, -2147483648.0)));
+  return tpulw__sel(b, ok, x, tpulw__const(b, s.dtype, -100));
+}
+
+static tpuir_val gs_unnorm(tpulw__b *b, tpuir_val c, int64_t size, int align, double *mult) {
+  if (align) {
+    *mult = (double)(size - 1) / 2;
+    return tpulw__bin_c(b, TPUIR_MUL, tpulw__bin_c(b, TPUIR_ADD, c, 1), (double)(size - 1) / 2);
+  }
+  *mult = (double)size / 2;
+  return tpulw__bin_c(b, TPUIR_DIV, tpulw__bin_c(b, TPUIR_SUB, tpulw__bin_c(b, TPUIR_MUL, tpulw__bin_c(b, TPUIR_ADD, c, 1), (double)size), 1), 2);
+}
+
+/* Keys cubic coefficients (A = -0.75) of tap k at fraction t, and their
+ * derivative (get_cubic_coefficients_grad) */
+static tpuir_val cubic_coef(tpulw__b *b, tpuir_val t, int k, int grad) {
+  const double A = -0.75;
+  tpulw__shape s = tpulw__info(b, t);
+  tpuir_val one = tpulw__const(b, s.dtype, 1);
+  tpuir_val x, w;
+  if (!grad) {
+    x = k == 0 ? tpulw__bin_c(b, TPUIR_ADD, t, 1) : k == 1 ? t : k == 2 ? tpulw__bin(b, TPUIR_SUB, one, t)
+                                                         : tpulw__bin_c(b, TPUIR_ADD, tpulw__bin(b, TPUIR_SUB, one, t), 1);
+    if (k == 1 || k == 2) {
+      w = tpulw__bin_c(b, TPUIR_SUB, tpulw__bin_c(b, TPUIR_MUL, x, A + 2), A + 3);
+      return tpulw__bin_c(b, TPUIR_ADD, tpulw__bin(b, TPUIR_MUL, tpulw__bin(b, TPUIR_MUL, w, x), x), 1);
+    }
+    w = tpulw__bin_c(b, TPUIR_SUB, tpulw__bin_c(b, TPUIR_MUL, x, A), 5 * A);
+    w = tpulw__bin_c(b, TPUIR_ADD, tpulw__bin(b, TPUIR_MUL, w, x), 8 * A);
+    return tpulw__bin_c(b, TPUIR_SUB, tpulw__bin(b, TPUIR_MUL, w, x), 4 * A);
+  }
+  if (k == 0) {
+    x = tpulw__bin(b, TPUIR_SUB, tpulw__const(b, s.dtype, -1), t);
+    w = tpulw__bin_c(b, TPUIR_SUB, tpulw__bin_c(b, TPUIR_MUL, x, -3 * A), 10 * A);
+    return tpulw__bin_c(b, TPUIR_SUB, tpulw__bin(b, TPUIR_MUL, w, x), 8 * A);
+  }
+  if (k == 1) {
+    x = tpulw__un(b, TPUIR_NEG, t);
+    w = tpulw__bin_c(b, TPUIR_SUB, tpulw__bin_c(b, TPUIR_MUL, x, -3 * (A + 2)), 2 * (A + 3));
+    return tpulw__bin(b, TPUIR_MUL, w, x);
+  }
+  if (k == 2) {
+    x = tpulw__bin(b, TPUIR_SUB, one, t);
+    w = tpulw__bin_c(b, TPUIR_SUB, tpulw__bin_c(b, TPUIR_MUL, x, 3 * (A + 2)), 2 * (A + 3));
+    return tpulw__bin(b, TPUIR_MUL, w, x);
+  }
+  x = tpulw__bin(b, TPUIR_SUB, tpulw__const(b, s.dtype, 2), t);
+  w = tpulw__bin_c(b, TPUIR_SUB, tpulw__bin_c(b, TPUIR_MUL, x, 3 * A), 10 * A);
+  return tpulw__bin_c(b, TPUIR_ADD, tpulw__bin(b, TPUIR_MUL, w, x), 8 * A);
+}
+
+#define GS_MAXT 64
+typedef struct gs_tap {
+  tpuir_val flat;           /* int64 [N, P] flat spatial index (0 where invalid) */
+  tpuir_val w;              /* cdt [N, P] weight (0 where invalid) */
+  tpuir_val dw[3];          /* cdt [N, P] d weight / d source coord per dim */
+} gs_tap;
+
+static int grid_fn(tpulw__b *b) {
+  int bw = strstr(b->base, "_backward") != NULL;
+  int nsp = tpulw__nsp_of(b);
+  const tpulw_tensor *in = tpulw__tensor_arg(b, "input"), *gr = tpulw__tensor_arg(b, "grid");
+  int rc;
+  if ((rc = tpulw__need_tpu(b, in)) || (rc = tpulw__need_tpu(b, gr))) return rc;
+  const tpu_view *iv = &in->view, *gv = &gr->view;
+  int dt = iv->dtype;
+  char s1[256], s2[256];
+  if ((rc = tpulw__float_only(b, dt))) return rc;
+  if (gv->dtype != dt)
+    return tpu_error(TPU_E_INVALID, "grid_sampler(): expected input and grid to have same dtype, "
+                     "but input has %s and grid has %s", tpulw__c_name(dt), tpulw__c_name(gv->dtype));
+  if (iv->ndim != nsp + 2 || gv->ndim != iv->ndim)
+    return tpu_error(TPU_E_INVALID, "grid_sampler(): expected %dD input and grid with same number "
+                     "of dimensions, but got input with sizes [%s] and grid with sizes [%s]", nsp + 2,
+                     tpulw__fmt_list(s1, sizeof s1, iv->ndim, iv->sizes), tpulw__fmt_list(s2, sizeof s2, gv->ndim, gv->sizes));
+  if (iv->sizes[0] != gv->sizes[0])
+    return tpu_error(TPU_E_INVALID, "grid_sampler(): expected grid and input to have same batch "
+                     "size, but got input with sizes [%s] and grid with sizes [%s]",
+                     tpulw__fmt_list(s1, sizeof s1, iv->ndim, iv->sizes), tpulw__fmt_list(s2, sizeof s2, gv->ndim, gv->sizes));
+  if (gv->sizes[gv->ndim - 1] != nsp)
+    return tpu_error(TPU_E_INVALID, "grid_sampler(): expected grid to have size %d in last "
+                     "dimension, but got grid with sizes [%s]", nsp, tpulw__fmt_list(s2, sizeof s2, gv->ndim, gv->sizes));
+  for (int i = 2; i < iv->ndim; i++)
+    if (iv->sizes[i] <= 0)
+      return tpu_error(TPU_E_INVALID, "grid_sampler(): expected input to have non-empty spatial "
+                       "dimensions, but input has sizes [%s] with dimension %d being empty",
+                       tpulw__fmt_list(s1, sizeof s1, iv->ndim, iv->sizes), i);
+  int mode = (int)tpulw__int(b, "interpolation_mode", 0), pad = (int)tpulw__int(b, "padding_mode", 0);
+  int align = (int)tpulw__int(b, "align_corners", 0);
+  if (mode == GS_BICUBIC && nsp == 3)
+    return tpu_error(TPU_E_INVALID, "grid_sampler(): bicubic interpolation only supports 4D input");
+  if (mode < 0 || mode > 2 || pad < 0 || pad > 2)
+    return tpu_error(TPU_E_UNSUPPORTED, "grid_sampler: mode");
+  int64_t N = iv->sizes[0], C = iv->sizes[1], P = 1, S = 1;
+  for (int i = 0; i < nsp; i++) {
+    P *= gv->sizes[1 + i];
+    S *= iv->sizes[2 + i];
+  }
+  int64_t osz[5] = {N, C};
+  for (int i = 0; i < nsp; i++) osz[2 + i] = gv->sizes[1 + i];
+  int cdt = tpulw__opmath(dt);
+  const tpulw_tensor *go = NULL;
+  int m0 = 1, m1 = 1;
+  if (bw) {
+    go = tpulw__tensor_arg(b, "grad_output");
+    if ((rc = tpulw__need_tpu(b, go))) return rc;
+    int ok = go->view.ndim == nsp + 2;
+    for (int i = 0; ok && i < nsp + 2; i++) ok = go->view.sizes[i] == osz[i];
+    if (!ok) return tpu_error(TPU_E_INVALID, "grid_sampler backward: grad_output shape");
+    int n;
+    int64_t sc;
+    const int64_t *mk = tpulw__ints(b, "output_mask", &n, &sc);
+    if (mk && n == 2) {
+      m0 = mk[0] != 0;
+      m1 = mk[1] != 0;
+    }
+  }
+  if (N == 0 || P == 0 || C == 0) {
+    if (!bw) return tpulw__result(b, tpulw__full(b, dt, nsp + 2, osz, 0));
+    if ((rc = tpulw__result(b, tpulw__full(b, dt, iv->ndim, iv->sizes, 0))) < 0) return rc;
+    return tpulw__result(b, tpulw__full(b, dt, gv->ndim, gv->sizes, 0));
+  }
+  int64_t g3[3] = {N, P, nsp}, np2[2] = {N, P}, one3[3] = {1, 1, 1};
+  tpuir_val g = tpulw__reshape(b, tpulw__convert(b, tpulw__tensor(b, gr), cdt), 3, g3);
+  tpuir_val gmul[3], i0[3], t[3];
+  int64_t size[3], stride[3];
+  int64_t st = 1;
+  for (int d = 0; d < nsp; d++) { /* d = 0: W (last dim), 1: H, 2: D */
+    size[d] = iv->sizes[iv->ndim - 1 - d];
+    stride[d] = st;
+    st *= size[d];
+    int64_t lo[3] = {0, 0, d}, hi[3] = {N, P, d + 1};
+    tpuir_val c = tpulw__reshape(b, tpuir_slice(b->g, g, lo, hi, one3), 2, np2);
+    double um;
+    tpuir_val x = gs_unnorm(b, c, size[d], align, &um);
+    gmul[d] = tpulw__full(b, cdt, 2, np2, um);
+    if (mode != GS_BICUBIC) x = gs_pad(b, x, size[d], pad, align, &gmul[d]);
+    LW_TRY(x);
+    if (mode == GS_NEAREST) {
+      i0[d] = tpulw__un(b, TPUIR_ROUND_EVEN, x);
+    } else {
+      i0[d] = tpulw__un(b, TPUIR_FLOOR, x);
+      t[d] = tpulw__bin(b, TPUIR_SUB, x, i0[d]);
+    }
+  }
+  /* taps */
+  gs_tap taps[GS_MAXT];
+  int ntap = 0;
+  int per = mode == GS_NEAREST ? 1 : mode == GS_BILINEAR ? 2 : 4;
+  int total = 1;
+  for (int d = 0; d < nsp; d++) total *= per;
+  tpuir_val zero = tpulw__const(b, cdt, 0);
+  for (int k = 0; k < total; k++) {
+    int kd[3], kk = k;
+    for (int d = 0; d < nsp; d++) {
+      kd[d] = kk % per;
+      kk /= per;
+    }
+    tpuir_val valid = -1, flat = -1, w = -1, wd[3] = {-1, -1, -1}, dwd[3] = {-1, -1, -1};
+    for (int d = 0; d < nsp; d++) {
+      tpuir_val pos;
+      if (mode == GS_NEAREST) {
+        pos = i0[d];
+        wd[d] = tpulw__full(b, cdt, 2, np2, 1);
+        dwd[d] = tpulw__full(b, cdt, 2, np2, 0);
+      } else if (mode == GS_BILINEAR) {
+        pos = kd[d] ? tpulw__bin_c(b, TPUIR_ADD, i0[d], 1) : i0[d];
+        wd[d] = kd[d] ? t[d] : tpulw__bin(b, TPUIR_SUB, tpulw__const(b, cdt, 1), t[d]);
+        dwd[d] = tpulw__full(b, cdt, 2, np2, kd[d] ? 1 : -1);
+      } else {
+        pos = gs_pad(b, tpulw__bin_c(b, TPUIR_ADD, i0[d], (double)(kd[d] - 1)), size[d], pad, align, NULL);
+        wd[d] = cubic_coef(b, t[d], kd[d], 0);
+        dwd[d] = tpulw__un(b, TPUIR_NEG, cubic_coef(b, t[d], kd[d], 1));
+      }
+      tpuir_val ok = tpulw__bin(b, TPUIR_AND, tpulw__bin_c(b, TPUIR_GE, pos, 0), tpulw__bin_c(b, TPUIR_LE, pos, (double)(size[d] - 1)));
+      valid = valid < 0 ? ok : tpulw__bin(b, TPUIR_AND, valid, ok);
+      tpuir_val pi = tpulw__convert(b, tpulw__sel(b, ok, pos, zero), TPU_I64);
+      pi = tpulw__bin_c(b, TPUIR_MUL, pi, (double)stride[d]);
+      flat = flat < 0 ? pi : tpulw__bin(b, TPUIR_ADD, flat, pi);
+      LW_TRY(flat);
+    }
+    gs_tap *tp = &taps[ntap++];
+    tp->flat = tpulw__sel(b, valid, flat, tpulw__const(b, TPU_I64, 0));
+    for (int d = 0; d < nsp; d++) w = w < 0 ? wd[d] : tpulw__bin(b, TPUIR_MUL, w, wd[d]);
+    tp->w = tpulw__sel(b, valid, w, zero);
+    for (int d = 0; d < nsp; d++) {
+      tpuir_val dw = dwd[d];
+      for (int e = 0; e < nsp; e++)
+        if (e != d) dw = tpulw__bin(b, TPUIR_MUL, dw, wd[e]);
+      tp->dw[d] = tpulw__sel(b, valid, dw, zero);
+    }
+    LW_TRY(tp->w);
+  }
+  int64_t ins[3] = {N, C, S}, outs[3] = {N, C, P}, d02[2] = {0, 2};
+  tpuir_val x = tpulw__reshape(b, tpulw__convert(b, tpulw__tensor(b, in), cdt), 3, ins);
+  tpuir_val gsrc[3] = {-1, -1, -1}, acc = -1, gin = -1;
+  tpuir_val gout = bw ? tpulw__reshape(b, tpulw__convert(b, tpulw__tensor(b, go), cdt), 3, outs) : -1;
+  if (bw && m0) gin = tpulw__full(b, cdt, 3, ins, 0);
+  for (int k = 0; k < ntap; k++) {
+    tpuir_val idx = tpuir_broadcast_in_dim(b->g, taps[k].flat, 3, outs, d02);
+    tpuir_val w3 = tpuir_broadcast_in_dim(b->g, taps[k].w, 3, outs, d02);
+    if (!bw) {
+      tpuir_val v = tpulw__bin(b, TPUIR_MUL, tpuir_gather(b->g, x, 2, idx), w3);
+      acc = acc < 0 ? v : tpulw__bin(b, TPUIR_ADD, acc, v);
+      LW_TRY(acc);
+      continue;
+    }
+    if (m0) gin = tpuir_scatter_add(b->g, gin, 2, idx, tpulw__bin(b, TPUIR_MUL, gout, w3));
+    if (m1 && mode != GS_NEAREST) {
+      tpuir_val vg = tpulw__reduce_dims(b, TPUIR_RED_SUM, tpulw__bin(b, TPUIR_MUL, tpuir_gather(b->g, x, 2, idx), gout), 2u, 0);
+      for (int d = 0; d < nsp; d++) {
+        tpuir_val c = tpulw__bin(b, TPUIR_MUL, vg, taps[k].dw[d]);
+        gsrc[d] = gsrc[d] < 0 ? c : tpulw__bin(b, TPUIR_ADD, gsrc[d], c);
+        LW_TRY(gsrc[d]);
+      }
+    }
+  }
+  if (!bw) return tpulw__result_as(b, tpulw__reshape(b, acc, nsp + 2, osz), dt);
+  if (m0) {
+    if ((rc = tpulw__result_as(b, tpulw__reshape(b, gin, iv->ndim, iv->sizes), dt)) < 0) return rc;
+  } else {
+    if ((rc = tpulw__result(b, tpulw__full(b, dt, iv->ndim, iv->sizes, 0))) < 0) return rc;
+  }
+  if (!m1 || mode == GS_NEAREST) return tpulw__result(b, tpulw__full(b, dt, gv->ndim, gv->sizes, 0));
+  tpuir_val parts[3];
+  int64_t np1[3] = {N, P, 1};
+  for (int d = 0; d < nsp; d++) parts[d] = tpulw__reshape(b, tpulw__bin(b, TPUIR_MUL, gsrc[d], gmul[d]), 3, np1);
+  tpuir_val gg = tpuir_concat(b->g, nsp, parts, 2);
+  return tpulw__result_as(b, tpulw__reshape(b, gg, gv->ndim, gv->sizes), dt);
+}
+
 const tpulw__row tpulw__rows_resize[] = {
     UP("upsample_nearest1d", U_NEAREST),
     UP("upsample_nearest2d", U_NEAREST),
@@ -364,5 +759,15 @@ const tpulw__row tpulw__rows_resize[] = {
     PAD("replication_pad1d", PAD_REPLICATE),
     PAD("replication_pad2d", PAD_REPLICATE),
     PAD("replication_pad3d", PAD_REPLICATE),
+    {"upsample_bicubic2d", interp_fn, U_BICUBIC}, {"upsample_bicubic2d.out", interp_fn, U_BICUBIC},
+    {"upsample_bicubic2d_backward", interp_fn, U_BICUBIC},
+    {"upsample_bicubic2d_backward.grad_input", interp_fn, U_BICUBIC},
+    {"_upsample_bilinear2d_aa", interp_fn, U_BILINEAR_AA}, {"_upsample_bilinear2d_aa.out", interp_fn, U_BILINEAR_AA},
+    {"_upsample_bilinear2d_aa_backward", interp_fn, U_BILINEAR_AA},
+    {"_upsample_bilinear2d_aa_backward.grad_input", interp_fn, U_BILINEAR_AA},
+    {"grid_sampler_2d", grid_fn, 0}, {"grid_sampler_2d.out", grid_fn, 0},
+    {"grid_sampler_3d", grid_fn, 0}, {"grid_sampler_3d.out", grid_fn, 0},
+    {"grid_sampler_2d_backward", grid_fn, 0}, {"grid_sampler_2d_backward.out", grid_fn, 0},
+    {"grid_sampler_3d_backward", grid_fn, 0}, {"grid_sampler_3d_backward.out", grid_fn, 0},
 };
 const int tpulw__nrows_resize = sizeof tpulw__rows_resize / sizeof tpulw__rows_resize[0];

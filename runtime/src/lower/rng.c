@@ -1,6 +1,6 @@
 /* lower/rng.c - random ops on the counter-based Philox generator:
  * uniform_, normal_ / normal, bernoulli(_), random_, exponential_,
- * randperm, native_dropout (+ backward). Each lowering reads the generator's
+ * randperm, native_dropout (+ backward), rrelu_with_noise. Each lowering reads the generator's
  * (seed, offset) at prepare time and advances the offset by one per draw
  * (each draw is its own Philox stream, see exec/vtpu/rng.c), so results do not
  * depend on fusion or threading.
@@ -280,6 +280,42 @@ static int dropout_bw_fn(tpulw__b *b) {
   return tpulw__result_as(b, tpulw__bin_c(b, TPUIR_MUL, r, scale), dt);
 }
 
+/* ---- rrelu_with_noise ---------------------------------------------------- */
+
+static int rrelu_fn(tpulw__b *b) {
+  const tpulw_tensor *in = tpulw__tensor_arg(b, "self"), *nz = tpulw__tensor_arg(b, "noise");
+  int rc;
+  if ((rc = tpulw__need_tpu(b, in))) return rc;
+  int dt = in->view.dtype;
+  if ((rc = tpulw__float_only(b, dt))) return rc;
+  double lo = tpulw__float(b, "lower", 1.0 / 8), up = tpulw__float(b, "upper", 1.0 / 3);
+  int training = (int)tpulw__int(b, "training", 0);
+  int cdt = tpulw__opmath(dt);
+  tpuir_val x = tpulw__convert(b, tpulw__tensor(b, in), cdt);
+  tpulw__shape s = tpulw__info(b, x);
+  if (!training) {
+    tpuir_val r = tpulw__sel(b, tpulw__bin_c(b, TPUIR_GE, x, 0), x, tpulw__bin_c(b, TPUIR_MUL, x, (lo + up) / 2));
+    if (nz) tpulw__not_out(b, "noise");
+    return tpulw__result_as(b, r, dt);
+  }
+  if ((rc = tpulw__need_tpu(b, nz))) return rc;
+  if (!(lo <= up))
+    return tpu_error(TPU_E_INVALID, "Lower bound should be less than or equal to the upper bound");
+  int ndt = nz->view.dtype;
+  int same = nz->view.ndim == s.ndim;
+  for (int i = 0; same && i < s.ndim; i++) same = nz->view.sizes[i] == s.sizes[i];
+  if (!same) return tpu_error(TPU_E_UNSUPPORTED, "rrelu_with_noise: noise shape");
+  int wdt = dt == TPU_F64 ? TPU_F64 : TPU_F32;
+  tpuir_val u = tpulw__rng(b, TPUIR_RNG_UNIFORM, wdt, s.ndim, s.sizes);
+  LW_TRY(u);
+  u = tpulw__convert(b, tpulw__bin_c(b, TPUIR_ADD, tpulw__bin_c(b, TPUIR_MUL, u, up - lo), lo), cdt);
+  tpuir_val neg = tpulw__bin_c(b, TPUIR_LE, x, 0);
+  tpuir_val noise = tpulw__sel(b, neg, u, tpulw__const(b, cdt, 1));
+  tpuir_val r = tpulw__bin(b, TPUIR_MUL, x, noise);
+  if ((rc = tpulw__result_as(b, r, dt)) < 0) return rc;
+  return tpulw__result_to(b, tpulw__convert(b, noise, ndt), "noise");
+}
+
 const tpulw__row tpulw__rows_random[] = {
     {"uniform_", uniform_fn, RN_UNIFORM},
     {"normal_", normal_fn, RN_NORMAL},
@@ -309,5 +345,6 @@ const tpulw__row tpulw__rows_random[] = {
     {"native_dropout.out", dropout_fn, RN_DROPOUT},
     {"native_dropout_backward", dropout_bw_fn, RN_DROPOUT_BW},
     {"native_dropout_backward.out", dropout_bw_fn, RN_DROPOUT_BW},
+    {"rrelu_with_noise", rrelu_fn, 0}, {"rrelu_with_noise.out", rrelu_fn, 0},
 };
 const int tpulw__nrows_random = sizeof tpulw__rows_random / sizeof tpulw__rows_random[0];

@@ -1,8 +1,9 @@
 /* lower/sort.c - ordering and set ops: sort and topk (a TPUIR_SORT node
  * for the permutation, values gathered at it; topk = the head of the
  * sort), median/kthvalue (a position in the sort), isin and searchsorted
- * (all-pairs comparisons), histc (bin index + index_add), multinomial, and
- * weight norm (+ backward).
+ * (all-pairs comparisons), mode (run lengths over the sort, first longest
+ * run), histc and histogram / histogramdd (bin index by comparison with the
+ * edges + index_add), multinomial, and weight norm (+ backward).
  *
  * The all-pairs forms cost n*m; beyond LW_PAIRS_MAX elements they return
  * TPU_E_UNSUPPORTED (CPU fallback) rather than run for minutes.
@@ -424,6 +425,316 @@ static int wnorm_fn(tpulw__b *b) {
   return tpulw__result(b, tpulw__reshape(b, norm, gs.ndim, gs.sizes)); /* f32 for f16/bf16 */
 }
 
+/* ---- mode ---------------------------------------------------------------- */
+
+/* mode(self, dim, keepdim) -> (values, indices): the most frequent value
+ * of each slice (ties: the smallest value) and the LAST position where it
+ * occurs, like PyTorch CPU. Stable ascending sort; the run ending at each
+ * position gets its length; the first longest run wins. */
+static int mode_fn(tpulw__b *b) {
+  const tpulw_tensor *self = tpulw__tpu_self(b);
+  if (!self) return tpu_error(TPU_E_UNSUPPORTED, "mode: no self");
+  tpuir_val x = tpulw__tensor(b, self);
+  tpulw__shape s = tpulw__info(b, x);
+  int dim;
+  int rc = tpulw__wrap_dim(tpulw__int(b, "dim", -1), s.ndim, &dim);
+  if (rc < 0) return rc;
+  int keepdim = (int)tpulw__int(b, "keepdim", 0);
+  b->out_rule = LW_OUT_SAME;
+  if (s.ndim == 0) {
+    if ((rc = tpulw__result(b, x)) < 0) return rc;
+    return tpulw__result(b, tpulw__const(b, TPU_I64, 0));
+  }
+  int64_t n = s.sizes[dim];
+  if (n == 0)
+    return tpu_error(TPU_E_INDEX, "mode(): Expected reduction dim %d to have non-zero size.", dim);
+  int nd = s.ndim;
+  int64_t os[TPU_MAX_DIMS], ks[TPU_MAX_DIMS];
+  int on = 0;
+  for (int d = 0; d < nd; d++) {
+    ks[d] = d == dim ? 1 : s.sizes[d];
+    if (d != dim || keepdim) os[on++] = ks[d];
+  }
+  tpuir_val perm = tpuir_sort(b->g, x, dim, 0, TPUIR_SORT_INDICES);
+  tpuir_val sv = tpuir_gather(b->g, x, dim, perm);
+  tpuir_val cv = tpulw__info(b, sv).dtype == TPU_BOOL ? tpulw__convert(b, sv, TPU_U8) : sv;
+  tpuir_val pos = tpuir_iota(b->g, TPU_I64, nd, s.sizes, dim);
+  /* first[i]: a run starts at i; last[i]: a run ends at i */
+  int64_t st[TPU_MAX_DIMS] = {0}, lim[TPU_MAX_DIMS], str[TPU_MAX_DIMS];
+  for (int d = 0; d < nd; d++) {
+    lim[d] = s.sizes[d];
+    str[d] = 1;
+  }
+  tpuir_val ne;
+  if (n > 1) {
+    int64_t st1[TPU_MAX_DIMS], lim0[TPU_MAX_DIMS];
+    memcpy(st1, st, sizeof st1);
+    memcpy(lim0, lim, sizeof lim0);
+    st1[dim] = 1;
+    lim0[dim] = n - 1;
+    ne = tpulw__bin(b, TPUIR_NE, tpuir_slice(b->g, cv, st1, lim, str),
+                tpuir_slice(b->g, cv, st, lim0, str)); /* [.., n-1, ..]: x[i+1] != x[i] */
+  } else {
+    int64_t e[TPU_MAX_DIMS];
+    memcpy(e, s.sizes, sizeof e);
+    e[dim] = 0;
+    ne = tpulw__full(b, TPU_BOOL, nd, e, 0);
+  }
+  tpuir_val t = tpulw__const(b, TPU_BOOL, 1);
+  int64_t lo[TPU_MAX_DIMS] = {0}, hi[TPU_MAX_DIMS] = {0}, in[TPU_MAX_DIMS] = {0};
+  hi[dim] = 1;
+  tpuir_val last = tpuir_pad(b->g, ne, t, lo, hi, in);
+  lo[dim] = 1;
+  hi[dim] = 0;
+  tpuir_val first = tpuir_pad(b->g, ne, t, lo, hi, in);
+  tpuir_val start = tpulw__scan_op(b, tpulw__sel(b, first, pos, tpulw__const(b, TPU_I64, 0)), dim, TPUIR_MAX, 0);
+  tpuir_val len = tpulw__sel(b, last, tpulw__bin_c(b, TPUIR_ADD, tpulw__bin(b, TPUIR_SUB, pos, start), 1),
+                         tpulw__const(b, TPU_I64, 0));
+  tpuir_val best = tpulw__reshape(b, tpuir_argreduce(b->g, TPUIR_RED_MAX, len, dim), nd, ks);
+  tpuir_val val = tpuir_gather(b->g, sv, dim, best);
+  tpuir_val idx = tpuir_gather(b->g, perm, dim, best);
+  if ((rc = tpulw__result(b, tpulw__reshape(b, val, on, os))) < 0) return rc;
+  return tpulw__result(b, tpulw__reshape(b, idx, on, os));
+}
+
+/* ---- histogram / histogramdd --------------------------------------------- */
+
+#define HIST_MAX_DIMS 8
+#define HIST_PAIRS_MAX ((int64_t)1 << 26)
+
+/* linspace(lo, hi, steps) in dtype dt from rank-0 values (CPU's two-sided
+ * formula). */
+static tpuir_val linspace_v(tpulw__b *b, tpuir_val lo, tpuir_val hi, int64_t steps, int dt) {
+  tpuir_val i = tpuir_iota(b->g, dt, 1, &steps, 0);
+  if (steps == 1) return tpulw__bcast(b, lo, 1, &steps);
+  tpuir_val step = tpulw__bin_c(b, TPUIR_DIV, tpulw__bin(b, TPUIR_SUB, hi, lo), (double)(steps - 1));
+  tpuir_val a = tpulw__bin(b, TPUIR_ADD, lo, tpulw__bin(b, TPUIR_MUL, step, i));
+  tpuir_val rev = tpulw__bin(b, TPUIR_SUB, tpulw__const(b, dt, (double)(steps - 1)), i);
+  tpuir_val z = tpulw__bin(b, TPUIR_SUB, hi, tpulw__bin(b, TPUIR_MUL, step, rev));
+  return tpulw__sel(b, tpulw__bin_c(b, TPUIR_LT, i, (double)(steps / 2)), a, z);
+}
+
+/* Edges of dim d of x [M, N] from a bin count: range given (rng != NULL:
+ * rng[0..1]) or the data's min/max; an empty range widened by 0.5 on
+ * either side. */
+static tpuir_val hist_edges_ct(tpulw__b *b, tpuir_val x, int d, int64_t bins, const double *rng) {
+  tpulw__shape s = tpulw__info(b, x);
+  int dt = s.dtype;
+  tpuir_val lo, hi;
+  if (rng) {
+    lo = tpulw__const(b, dt, rng[0]);
+    hi = tpulw__const(b, dt, rng[1]);
+  } else if (s.sizes[0] == 0) { /* CPU's default range [0, 1] */
+    return linspace_v(b, tpulw__const(b, dt, 0), tpulw__const(b, dt, 1), bins + 1, dt);
+  } else {
+    int64_t st[2] = {0, d}, lim[2] = {s.sizes[0], d + 1}, str[2] = {1, 1}, z = 0, m = s.sizes[0];
+    tpuir_val col = tpulw__reshape(b, tpuir_slice(b->g, x, st, lim, str), 1, &m);
+    lo = tpuir_reduce(b->g, TPUIR_RED_MIN, col, 1, &z);
+    hi = tpuir_reduce(b->g, TPUIR_RED_MAX, col, 1, &z);
+  }
+  tpuir_val same = tpulw__bin(b, TPUIR_EQ, lo, hi);
+  lo = tpulw__sel(b, same, tpulw__bin_c(b, TPUIR_SUB, lo, 0.5), lo);
+  hi = tpulw__sel(b, same, tpulw__bin_c(b, TPUIR_ADD, hi, 0.5), hi);
+  return linspace_v(b, lo, hi, bins + 1, dt);
+}
+
+/* Histogram of x [M, N] over the N edge vectors (edges[d]: [bins_d + 1],
+ * increasing): an element counts (weight w [M] or 1) in the bin whose
+ * edges enclose it (the last bin is closed); elements outside any range
+ * are dropped. density: divided by total * bin volume. Result [bins...]. */
+static tpuir_val hist_core(tpulw__b *b, tpuir_val x, int N, const tpuir_val *edges, tpuir_val w,
+                           int density) {
+  tpulw__shape s = tpulw__info(b, x);
+  int dt = s.dtype;
+  int64_t M = s.sizes[0], nb[HIST_MAX_DIMS], tot = 1;
+  for (int d = 0; d < N; d++) {
+    nb[d] = tpulw__info(b, edges[d]).sizes[0] - 1;
+    tot *= nb[d];
+  }
+  tpuir_val flat = tpulw__full(b, TPU_I64, 1, &M, 0), in = tpulw__full(b, TPU_BOOL, 1, &M, 1);
+  for (int d = 0; d < N; d++) {
+    int64_t st[2] = {0, d}, lim[2] = {M, d + 1}, str[2] = {1, 1}, one = 1;
+    tpuir_val col = tpuir_slice(b->g, x, st, lim, str); /* [M, 1] */
+    int64_t e = nb[d] + 1, r2[2] = {1, e}, last = nb[d];
+    tpuir_val ed = tpulw__reshape(b, edges[d], 2, r2);
+    /* bin = #(edges <= x) - 1, the right edge in the last bin */
+    tpuir_val cnt = tpuir_reduce(b->g, TPUIR_RED_SUM,
+                                 tpulw__convert(b, tpulw__bin(b, TPUIR_LE, ed, col), TPU_I64), 1, &one);
+    int64_t z0 = 0, z1 = 1, lz = last, lz1 = last + 1, s1 = 1;
+    tpuir_val e0 = tpulw__reshape(b, tpuir_slice(b->g, edges[d], &z0, &z1, &s1), 0, NULL);
+    tpuir_val e1 = tpulw__reshape(b, tpuir_slice(b->g, edges[d], &lz, &lz1, &s1), 0, NULL);
+    tpuir_val xv = tpulw__reshape(b, col, 1, &M);
+    tpuir_val ok = tpulw__bin(b, TPUIR_AND, tpulw__bin(b, TPUIR_GE, xv, tpulw__bcast(b, e0, 1, &M)),
+                          tpulw__bin(b, TPUIR_LE, xv, tpulw__bcast(b, e1, 1, &M)));
+    tpuir_val bin = tpulw__bin_c(b, TPUIR_MIN, tpulw__bin_c(b, TPUIR_SUB, cnt, 1), (double)(last - 1));
+    bin = tpulw__bin_c(b, TPUIR_MAX, bin, 0);
+    in = tpulw__bin(b, TPUIR_AND, in, ok);
+    flat = tpulw__bin(b, TPUIR_ADD, tpulw__bin_c(b, TPUIR_MUL, flat, (double)nb[d]), bin);
+  }
+  flat = tpulw__sel(b, in, flat, tpulw__const(b, TPU_I64, 0));
+  int cdt = tpulw__opmath(dt);
+  tpuir_val wv = w >= 0 ? tpulw__convert(b, w, cdt) : tpulw__full(b, cdt, 1, &M, 1);
+  wv = tpulw__sel(b, in, wv, tpulw__const(b, cdt, 0));
+  tpuir_val h = M == 0 ? tpulw__full(b, cdt, 1, &tot, 0)
+                       : tpuir_index_add(b->g, tpulw__full(b, cdt, 1, &tot, 0), 0, flat, wv);
+  if (density) {
+    int64_t z = 0;
+    tpuir_val total = tpuir_reduce(b->g, TPUIR_RED_SUM, h, 1, &z);
+    h = tpulw__bin(b, TPUIR_DIV, h, total);
+    /* divide by each dim's bin width, broadcast over the flat layout */
+    int64_t inner = tot;
+    for (int d = 0; d < N; d++) {
+      inner /= nb[d];
+      int64_t st = 1, lim = nb[d] + 1, st0 = 0, lim0 = nb[d], s1 = 1;
+      tpuir_val ed = tpulw__convert(b, edges[d], cdt);
+      tpuir_val wd = tpulw__bin(b, TPUIR_SUB, tpuir_slice(b->g, ed, &st, &lim, &s1),
+                            tpuir_slice(b->g, ed, &st0, &lim0, &s1));
+      int64_t sh3[3] = {tot / (inner * nb[d]), nb[d], inner}, dd = 1;
+      tpuir_val wb = tpuir_broadcast_in_dim(b->g, wd, 3, sh3, &dd);
+      h = tpulw__bin(b, TPUIR_DIV, h, tpulw__reshape(b, wb, 1, &tot));
+    }
+  }
+  int64_t hs[HIST_MAX_DIMS];
+  for (int d = 0; d < N; d++) hs[d] = nb[d];
+  return tpulw__convert(b, tpulw__reshape(b, h, N, hs), dt);
+}
+
+/* self as [M, N] (N = 1 for histogram: flattened). */
+static int hist_input(tpulw__b *b, const tpulw_tensor *self, int dd, tpuir_val *x, int *N) {
+  int dt = self->view.dtype;
+  if (!tpu_dtype_is_float(dt))
+    return tpu_error(TPU_E_INVALID, "torch.histogram%s: input tensor and bins tensors should have "
+                     "the same dtype", dd ? "dd" : "");
+  tpuir_val v = tpulw__tensor(b, self);
+  int64_t n = tpu_view_numel(&self->view);
+  int nd = self->view.ndim;
+  int64_t cols = dd ? (nd ? self->view.sizes[nd - 1] : 1) : 1;
+  if (dd && nd < 2 && nd != 1)
+    return tpu_error(TPU_E_INVALID, "torch.histogramdd: input tensor should have at least 2 "
+                     "dimensions, but got %d", nd);
+  if (cols > HIST_MAX_DIMS || cols < 1)
+    return tpu_error(TPU_E_UNSUPPORTED, "histogramdd: %lld dims", (long long)cols);
+  int64_t m2[2] = {cols ? n / cols : 0, cols};
+  *x = tpulw__reshape(b, v, 2, m2);
+  *N = (int)cols;
+  if (m2[0] * 101 > HIST_PAIRS_MAX * 4)
+    return tpu_error(TPU_E_UNSUPPORTED, "histogram: too large");
+  return TPU_OK;
+}
+
+/* weight (same element count as the rows of x) or -1 */
+static int hist_weight(tpulw__b *b, int64_t M, int dt, tpuir_val *w) {
+  const tpulw_tensor *wt = tpulw__tensor_arg(b, "weight");
+  *w = -1;
+  if (!wt) return TPU_OK;
+  if (wt->view.dtype != dt)
+    return tpu_error(TPU_E_INVALID, "torch.histogramdd: if weight tensor is provided, it should "
+                     "have the same dtype as the input tensor");
+  if (tpu_view_numel(&wt->view) != M)
+    return tpu_error(TPU_E_INVALID, "torch.histogramdd: if weight tensor is provided it should "
+                     "have the same shape as the input tensor excluding its innermost dimension");
+  *w = tpulw__reshape(b, tpulw__tensor(b, wt), 1, &M);
+  return TPU_OK;
+}
+
+/* range argument (float[]? range) for N dims into rng[2N]; 0 if absent */
+static int hist_range(tpulw__b *b, int N, double *rng, int *have) {
+  const tpulw_arg *a = tpulw__arg(b, "range");
+  *have = 0;
+  if (!a || a->kind == TPULW_NONE) return TPU_OK;
+  if (a->kind != TPULW_FLOATS) return tpu_error(TPU_E_UNSUPPORTED, "histogram: range kind");
+  if (a->n != 2 * N)
+    return tpu_error(TPU_E_INVALID, "torch.histogramdd: for a %d-dimensional histogram range "
+                     "should have %d elements, but got %d", N, 2 * N, a->n);
+  for (int i = 0; i < 2 * N; i++) rng[i] = a->floats[i];
+  for (int d = 0; d < N; d++) {
+    if (!isfinite(rng[2 * d]) || !isfinite(rng[2 * d + 1]))
+      return tpu_error(TPU_E_INVALID, "torch.histogramdd: dimension %d's range [%g, %g] is not "
+                       "finite", d, rng[2 * d], rng[2 * d + 1]);
+    if (rng[2 * d] > rng[2 * d + 1])
+      return tpu_error(TPU_E_INVALID, "torch.histogramdd: min should not exceed max, but got min "
+                       "%g max %g for dimension %d", rng[2 * d], rng[2 * d + 1], d);
+  }
+  *have = 1;
+  return TPU_OK;
+}
+
+/* histogram.bin_ct / histogram.bins_tensor (+ out=) -> (hist, bin_edges);
+ * _histogramdd_bin_edges -> edges[]; _histogramdd_from_bin_cts /
+ * _histogramdd_from_bin_tensors -> hist. */
+static int histogram_fn(tpulw__b *b) {
+  const tpulw_tensor *self = tpulw__tpu_self(b);
+  if (!self) return tpu_error(TPU_E_UNSUPPORTED, "histogram: no self");
+  int dd = strncmp(b->base, "_histogramdd", 12) == 0;
+  int want_hist = strcmp(b->base, "_histogramdd_bin_edges") != 0;
+  int want_edges = !dd || !want_hist;
+  tpuir_val x = -1;
+  int N = 0;
+  int rc = hist_input(b, self, dd, &x, &N);
+  if (rc < 0) return rc;
+  int dt = self->view.dtype;
+  tpulw__shape xs = tpulw__info(b, x);
+  tpuir_val w;
+  if ((rc = hist_weight(b, xs.sizes[0], dt, &w)) < 0) return rc;
+  tpuir_val edges[HIST_MAX_DIMS];
+  const tpulw_arg *ba = tpulw__arg(b, "bins");
+  if (!ba) return tpu_error(TPU_E_UNSUPPORTED, "histogram: no bins");
+  if (ba->kind == TPULW_TENSOR || ba->kind == TPULW_TENSORS) {
+    int nb = ba->kind == TPULW_TENSOR ? 1 : ba->n;
+    if (nb != N)
+      return tpu_error(TPU_E_INVALID, "torch.histogramdd: expected %d sequences of bin edges for "
+                       "each dimension, but got %d", N, nb);
+    for (int d = 0; d < N; d++) {
+      const tpulw_tensor *t = ba->kind == TPULW_TENSOR ? &ba->t : &ba->tensors[d];
+      if (t->device < 0) return tpu_error(TPU_E_UNSUPPORTED, "histogram: CPU bins");
+      if (t->view.dtype != dt)
+        return tpu_error(TPU_E_INVALID, "torch.histogramdd: input tensor and bins tensors should "
+                         "have the same dtype, but got input %s and bins for dimension %d %s",
+                         tpulw__torch_name(dt), d, tpulw__torch_name(t->view.dtype));
+      if (t->view.ndim != 1)
+        return tpu_error(TPU_E_INVALID, "torch.histogramdd: bins tensor should have one "
+                         "dimension, but got %d dimensions in the bins tensor for dimension %d",
+                         t->view.ndim, d);
+      if (t->view.sizes[0] < 1)
+        return tpu_error(TPU_E_INVALID, "torch.histogramdd: bins tensor should have at least 1 "
+                         "element, but got %lld elements in the bins tensor for dimension %d",
+                         (long long)t->view.sizes[0], d);
+      edges[d] = tpulw__tensor(b, t);
+    }
+  } else {
+    int64_t sc;
+    int n;
+    const int64_t *bins = tpulw__ints(b, "bins", &n, &sc);
+    if (!bins) return tpu_error(TPU_E_UNSUPPORTED, "histogram: bins");
+    if (n != N)
+      return tpu_error(TPU_E_INVALID, "torch.histogramdd: expected %d sequences of bin edges for "
+                       "each dimension, but got %d", N, n);
+    double rng[2 * HIST_MAX_DIMS];
+    int have;
+    if ((rc = hist_range(b, N, rng, &have)) < 0) return rc;
+    for (int d = 0; d < N; d++) {
+      if (bins[d] <= 0)
+        return tpu_error(TPU_E_INVALID, "torch.histogramdd(): bins must be > 0, but got %lld for "
+                         "dimension %d", (long long)bins[d], d);
+      edges[d] = hist_edges_ct(b, x, d, bins[d], have ? rng + 2 * d : NULL);
+    }
+  }
+  for (int d = 0; d < N; d++) LW_TRY(edges[d]);
+  b->out_rule = LW_OUT_SAME;
+  if (want_hist) {
+    int64_t e = 1;
+    for (int d = 0; d < N; d++) e *= tpulw__info(b, edges[d]).sizes[0];
+    if (xs.sizes[0] * e > HIST_PAIRS_MAX)
+      return tpu_error(TPU_E_UNSUPPORTED, "histogram: too large");
+    tpuir_val h = hist_core(b, x, N, edges, w, (int)tpulw__int(b, "density", 0));
+    if ((rc = tpulw__result(b, h)) < 0) return rc;
+  }
+  if (want_edges)
+    for (int d = 0; d < N; d++)
+      if ((rc = tpulw__result(b, edges[d])) < 0) return rc;
+  return TPU_OK;
+}
+
 const tpulw__row tpulw__rows_sort[] = {
     {"sort", sort_fn, S_SORT}, {"sort.values", sort_fn, S_SORT},
     {"sort.stable", sort_fn, S_SORT}, {"sort.values_stable", sort_fn, S_SORT},
@@ -444,5 +755,14 @@ const tpulw__row tpulw__rows_sort[] = {
     {"multinomial", multinomial_fn, 0}, {"multinomial.out", multinomial_fn, 0},
     {"_weight_norm_interface", wnorm_fn, S_WNORM},
     {"_weight_norm_interface_backward", wnorm_fn, S_WNORM_BW},
+    {"mode", mode_fn, 0},
+    {"mode.values", mode_fn, 0},
+    {"histogram.bin_ct", histogram_fn, 0},
+    {"histogram.bin_ct_out", histogram_fn, 0},
+    {"histogram.bins_tensor", histogram_fn, 0},
+    {"histogram.bins_tensor_out", histogram_fn, 0},
+    {"_histogramdd_bin_edges", histogram_fn, 0},
+    {"_histogramdd_from_bin_cts", histogram_fn, 0},
+    {"_histogramdd_from_bin_tensors", histogram_fn, 0},
 };
 const int tpulw__nrows_sort = sizeof tpulw__rows_sort / sizeof tpulw__rows_sort[0];
