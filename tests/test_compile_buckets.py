@@ -281,3 +281,39 @@ def test_bucketed_graphs_bypass_aotautograd_cache():
             x = torch.randn(2, 20)
             assert_close(cf(_mark(x.to(DEV))), f(x), atol=1e-6, rtol=1e-5)
     assert _st()["bucket_graphs"] == 2
+
+
+def _diff(x):
+    d = x[:, 1:] - x[:, :-1]  # S - 1 positions, strides Max(1, S - 1) symbolically
+    return d.sum(1), d.amax(1), d * 2
+
+
+def _causal(x):
+    c = x.cumsum(1)
+    return c.max(1), c.argmax(1), c
+
+
+def _pad(x):
+    p = torch.nn.functional.pad(x, (0, 0, 2, 3), value=1.5)  # in front of and after S
+    return p.sum(1), p, p.mean(1)
+
+
+def _merged_out(x):
+    m = x.reshape(-1, x.shape[-1])  # [B*S, D] output: cut back by a copy
+    return m * 2, torch.log(x.abs()).reshape(-1, x.shape[-1]).logsumexp(0), \
+        x.view(x.shape[0], -1).mean(1)
+
+
+@pytest.mark.parametrize("f", [_diff, _causal, _pad, _merged_out])
+def test_shifted_causal_padded_and_merged_layouts_are_exact(f):
+    cf = torch.compile(f, backend="tpu", options=OPTS)
+    with torch.no_grad():
+        for n in (20, 17, 50, 130):
+            x = torch.randn(2, n, 3)
+            outs = torch.utils._pytree.tree_leaves(cf(_mark(x.to(DEV))))
+            refs = torch.utils._pytree.tree_leaves(f(x))
+            for o, r in zip(outs, refs):
+                assert o.shape == r.shape and o.stride() == r.stride()
+                assert_close(o, r, atol=1e-5, rtol=1e-5)
+    st = _st()
+    assert st["bucket_graphs"] == 1 and st["bucket_programs"] == 2, st

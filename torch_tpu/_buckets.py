@@ -33,6 +33,7 @@ graph: it then compiles per exact length as before (counted, with the reason,
 in ``torch.tpu._get_cache_stats()["compile"]``; ``TORCH_TPU_COMPILE_DEBUG=1``
 prints the node). Never a wrong result.
 """
+import functools
 import math
 import threading
 
@@ -171,6 +172,12 @@ def poly_int(coeffs, n):
     return sum(k * n ** i for i, k in enumerate(coeffs))
 
 
+@functools.lru_cache(maxsize=4096)
+def _strides_at(sym, exprs, n):
+    """The exact-length graph's output strides (sympy: Max(1, s - 1), ...) at n."""
+    return tuple(int(e.xreplace({sym: n})) if not e.is_Integer else int(e) for e in exprs)
+
+
 def slice_back(t, spec, n, b):
     """A bucketed output cut back to the true length, with the strides the
     exact-length graph gives it (a view when they agree, else a copy)."""
@@ -192,7 +199,7 @@ def slice_back(t, spec, n, b):
                 j, cj = k, c
         u = t.unflatten(d, sizes).narrow(d + j, 0, n + cj)
         t = u.flatten(d, d + len(sizes) - 1)
-    want = tuple(poly_int(k, n) for k in strides)
+    want = _strides_at(strides[0], strides[1], n)
     if tuple(t.stride()) != want and t.numel() > 1:
         out = torch.empty_strided(t.shape, want, dtype=t.dtype, device=t.device)
         out.copy_(t)
@@ -520,7 +527,7 @@ class _Analyzer:
             elif isinstance(v, torch.Tensor) and isinstance(o, torch.fx.Node) and \
                     self.st.get(o) is not None and any(d is not None for d in self.st[o]):
                 s = self.st[o]
-                strides = tuple(_poly(_ex(x), self.S) for x in v.stride())
+                strides = (self.S, tuple(_ex(x) for x in v.stride()))
                 self.plan.outputs.append(("t", s, strides))
             elif self.has_s(v):
                 raise Refused(f"output {o} has the dynamic dimension in an unknown layout")
