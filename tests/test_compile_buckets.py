@@ -317,3 +317,25 @@ def test_shifted_causal_padded_and_merged_layouts_are_exact(f):
                 assert_close(o, r, atol=1e-5, rtol=1e-5)
     st = _st()
     assert st["bucket_graphs"] == 1 and st["bucket_programs"] == 2, st
+
+
+def test_forward_bucketed_when_its_backward_has_no_dynamic_dim():
+    # only w needs a gradient and the backward reads a [B] tensor: the forward is
+    # bucketed, the backward (no dynamic dim) runs as it is
+    def f(x, w):
+        return (torch.softmax(x, 1).amax(1) * w + x.mean(1)).sum()
+
+    cf = torch.compile(f, backend="tpu", options=OPTS)
+    for n in (20, 33, 140):
+        x = torch.randn(3, n)
+        w = torch.randn(3)
+        wt = w.to(DEV).requires_grad_()
+        wc = w.clone().requires_grad_()
+        y = cf(_mark(x.to(DEV)), wt)
+        y.backward()
+        f(x, wc).backward()
+        assert_close(y, f(x, wc.detach()), atol=1e-5, rtol=1e-5)
+        assert_close(wt.grad, wc.grad, atol=1e-6, rtol=1e-5)
+    st = _st()
+    assert st["bucket_graphs"] == 1 and st["bucketed_calls"] == 3, st
+    assert "bucket_refused" not in st, st

@@ -1115,6 +1115,24 @@ def check_user_outputs(p, nuser):
             raise Refused(f"outputs {', '.join(p.out_names[i] for i in idx)} share storage")
 
 
+def link_plain_backward(fw_plan, gm):
+    """A bucketed forward whose backward has no dynamic dimension (it saved
+    nothing padded, no padded output needs a gradient): the backward runs as
+    is; the forward only needs to know which of its outputs it saves."""
+    names = [n.name for n in gm.graph.nodes if n.op == "placeholder"]
+    nsaved = sum(1 for nm in names if not nm.startswith("tangents"))
+    try:
+        if set(names[:nsaved]) != set(fw_plan.out_names[len(fw_plan.out_names) - nsaved:]):
+            raise Refused("backward inputs do not match the forward's saved outputs")
+        check_user_outputs(fw_plan, len(fw_plan.outputs) - nsaved)
+    except Refused as e:
+        fw_plan.refuse(str(e))
+        return False
+    fw_plan.saved_k = nsaved
+    fw_plan.linked = True
+    return True
+
+
 def _out_nodes(gm):
     out = next(n for n in gm.graph.nodes if n.op == "output")
     outs = out.args[0]

@@ -521,9 +521,11 @@ def _plan_buckets(graph, gm, kind):
         p = _buckets.Plan(kind)
         p.refuse(f"internal error in the bucket analysis: {type(e).__name__}: {e}")
     if p is None:
-        if kind == "backward" and fw is not None:
-            fw.refuse("its backward has no dynamic dimension")
-            _note_bucket_refusal(fw)
+        if kind == "backward" and fw is not None and fw.ok:
+            if _buckets.link_plain_backward(fw, gm):
+                _count("bucket_graphs")
+            else:
+                _note_bucket_refusal(fw)
         return
     graph.bucket = p
     if kind == "forward":
