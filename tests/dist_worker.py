@@ -288,5 +288,98 @@ def fused():
     result(pending_before=pending_before, pending_after=pending_after, err=err)
 
 
+# ---- distributed checkpoint: FSDP2 + optimizer saved on N ranks, loaded on M
+
+def _dcp_model(mesh, seed):
+    from torch.distributed.fsdp import fully_shard
+
+    m = _mlp(seed).to("tpu")
+    for layer in m:
+        if isinstance(layer, torch.nn.Linear):
+            fully_shard(layer, mesh=mesh)
+    return fully_shard(m, mesh=mesh)
+
+
+def _dcp_full(model, opt):
+    """Every parameter and AdamW state entry as a full CPU tensor (a
+    collective: all ranks call it)."""
+    from torch.distributed.checkpoint.state_dict import get_state_dict
+
+    msd, osd = get_state_dict(model, opt)
+    full = {}
+    for k, v in msd.items():
+        full["model." + k] = v.full_tensor().cpu()
+    for pk, st in osd["state"].items():
+        for sk, v in st.items():
+            full[f"optim.{pk}.{sk}"] = (v.full_tensor() if hasattr(v, "full_tensor") else v).cpu()
+    return full
+
+
+def dcp_save(ckpt_dir):
+    """FSDP2 on WORLD ranks trains 3 AdamW steps, saves model + optimizer
+    with torch.distributed.checkpoint, and rank 0 stores the full tensors
+    (the reference the loading run compares with)."""
+    import torch.distributed.checkpoint as dcp
+    from torch.distributed.checkpoint.state_dict import get_state_dict
+    from torch.distributed.device_mesh import init_device_mesh
+
+    torch.set_float32_matmul_precision("highest")
+    dist.init_process_group("tpu_dist")
+    mesh = init_device_mesh("tpu", (WORLD,))
+    model = _dcp_model(mesh, 0)
+    opt = torch.optim.AdamW(model.parameters(), lr=0.01)
+    for x, y in _batches()[:3]:
+        loss = torch.nn.functional.mse_loss(model(x.to("tpu")), y.to("tpu"))
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+    msd, osd = get_state_dict(model, opt)
+    dcp.save({"model": msd, "optim": osd}, checkpoint_id=ckpt_dir)
+    full = _dcp_full(model, opt)
+    if RANK == 0:
+        torch.save(full, os.path.join(ckpt_dir, "reference.pt"))
+    shards = {k: list(v.to_local().shape) for k, v in msd.items()}
+    # the step after the checkpoint, for the loading run to reproduce
+    x, y = _batches()[3]
+    loss = torch.nn.functional.mse_loss(model(x.to("tpu")), y.to("tpu"))
+    dist.barrier()
+    dist.destroy_process_group()
+    result(saved=True, shards=shards, next_loss=loss.item())
+
+
+def dcp_load(ckpt_dir):
+    """FSDP2 on WORLD ranks (another count than the save), another init:
+    after dcp.load every parameter and optimizer state equals the saved
+    run's; one more step then matches on all ranks."""
+    import torch.distributed.checkpoint as dcp
+    from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
+    from torch.distributed.device_mesh import init_device_mesh
+
+    torch.set_float32_matmul_precision("highest")
+    dist.init_process_group("tpu_dist")
+    mesh = init_device_mesh("tpu", (WORLD,))
+    model = _dcp_model(mesh, 123)  # different weights until loaded
+    opt = torch.optim.AdamW(model.parameters(), lr=0.01)
+    # a step creates the optimizer state that load fills in
+    x, y = _batches()[0]
+    torch.nn.functional.mse_loss(model(x.to("tpu")), y.to("tpu")).backward()
+    opt.step()
+    opt.zero_grad()
+    msd, osd = get_state_dict(model, opt)
+    sd = {"model": msd, "optim": osd}
+    dcp.load(sd, checkpoint_id=ckpt_dir)
+    set_state_dict(model, opt, model_state_dict=sd["model"], optim_state_dict=sd["optim"])
+    full = _dcp_full(model, opt)
+    ref = torch.load(os.path.join(ckpt_dir, "reference.pt"))
+    diffs = {k: (full[k].double() - ref[k].double()).abs().max().item() for k in ref}
+    missing = sorted(set(ref) ^ set(full))
+    shards = {k: list(v.to_local().shape) for k, v in msd.items()}
+    # training continues from the loaded state
+    x, y = _batches()[3]
+    loss = torch.nn.functional.mse_loss(model(x.to("tpu")), y.to("tpu"))
+    dist.destroy_process_group()
+    result(diffs=diffs, missing=missing, shards=shards, loss=loss.item())
+
+
 if __name__ == "__main__":
     globals()[sys.argv[1]](*sys.argv[2:])
