@@ -162,6 +162,7 @@ class _TpuGraph:
         self.out_tree = None
         self.gm = gm
         self.kind = kind
+        self.split = _split_at_collectives(gm, kind)  # None: no collective in the graph
         self.programs = collections.OrderedDict()  # layout key -> _Program | None (fused)
         self.lock = threading.Lock()
         self.bucket = None  # _buckets.Plan when a dynamic dimension is bucketed
@@ -188,6 +189,9 @@ class _TpuGraph:
         dev = _device_of(args)
         if dev is None:  # nothing on tpu: plain eager (the aten graph on CPU)
             return self._result(self._run_gm(args))
+        if self.split is not None:  # programs and collectives in turn
+            _count("split_runs")
+            return self._result(self._run_gm(args, split=True))
         plan = self.bucket
         if plan is not None and plan.ok and (plan.kind != "forward" or plan.linked):
             return self._bucketed(plan, args, dev)
@@ -292,10 +296,10 @@ class _TpuGraph:
                 self.programs.popitem(last=False)
         return self._result(outs)
 
-    def _run_gm(self, args, dev=None, gm=None):
+    def _run_gm(self, args, dev=None, gm=None, split=False):
         gm = self.gm if gm is None else gm
-        r = _DebugInterpreter(gm, dev).run(*args) if _DEBUG and dev is not None \
-            else gm(*args)
+        r = self.split(*args) if split else \
+            _DebugInterpreter(gm, dev).run(*args) if _DEBUG and dev is not None else gm(*args)
         if not self.tree_outputs:
             return _as_list(r)
         flat, self.out_tree = pytree.tree_flatten(r)
@@ -429,6 +433,56 @@ def _n_tensor(n, dev):
             _n_tensors.clear()
         t = _n_tensors[(dev, n)] = torch.tensor(n, dtype=torch.int64, device=torch.device("tpu", dev))
     return t
+
+# ---- collectives: the graph is cut around them ---------------------------------------
+
+_COLLECTIVE_NAMESPACES = frozenset({"_c10d_functional", "_c10d_functional_autograd", "c10d_functional"})
+
+
+def _is_collective(node):
+    return node.op == "call_function" and \
+        getattr(node.target, "namespace", None) in _COLLECTIVE_NAMESPACES
+
+
+class _Part(torch.nn.Module):
+    """A collective-free piece of a cut graph: one captured program."""
+
+    def __init__(self, graph):
+        super().__init__()
+        self.graph = graph
+
+    def forward(self, *args):
+        return self.graph(*args)
+
+
+def _split_at_collectives(gm, kind):
+    """A graph with functional collectives (``_c10d_functional.*``: what
+    DTensor, FSDP2 and ``torch.distributed._functional_collectives`` emit)
+    is cut at each run of collective nodes: the pieces between run as
+    captured programs (each one program, replayed), the collectives run
+    eagerly between them through the process group (the backend orders
+    them on the chip's streams). None if `gm` has no collective."""
+    if not any(_is_collective(n) for n in gm.graph.nodes):
+        return None
+    from torch.fx.passes.split_module import split_module
+
+    part, idx, in_coll = {}, 0, None
+    for n in gm.graph.nodes:
+        if n.op in ("placeholder", "output"):
+            continue
+        c = _is_collective(n)
+        if in_coll is not None and c != in_coll:
+            idx += 1
+        in_coll = c
+        part[n.name] = (idx, c)
+    colls = {i for i, c in part.values() if c}
+    top = split_module(gm, None, lambda n: part[n.name][0], keep_original_order=True)
+    for name, sub in list(top.named_children()):
+        i = int(name.rsplit("_", 1)[1])
+        if i not in colls:
+            setattr(top, name, _Part(_TpuGraph(sub, f"{kind}_part", tree_outputs=True)))
+    _count("split_graphs")
+    return top
 
 
 def _unbound(why):
