@@ -76,13 +76,62 @@ TPU_API int tpug_get_mode(void);
 /* Hand one op to the recorder of stream `s`'s device. g, ins[0..nin) (one
  * view per graph parameter) and outs[0..nout) (destinations) are borrowed
  * until release(owner) is called, which tpug does exactly once (also on
- * error). sync != 0: the op must run now (pending work is flushed with it;
- * the caller then synchronizes the stream). A host thread blocks here while
+ * error). sync != 0: the op must run now (pending work is flushed with it)
+ * and tpug_submit waits for stream `s` to finish it, returning the first
+ * error of the stream's tasks (its input checks). A host thread blocks here while
  * the stream has more than 1024 programs pending (launch-queue back-pressure,
  * tpurt_stream_throttle). */
 TPU_API int tpug_submit(tpurt_stream *s, const tpuir_graph *g, int nin,
                 const tpu_view *ins, int nout, const tpu_view *outs, int sync,
                 tpurt_cleanup_fn release, void *owner);
+
+/* ---- waits and copies: the one place that flushes for a caller ----------
+ * Layers above the recorder (the lowering, the C++ glue) never pair a flush
+ * with a wait themselves: they call these, which flush the device's pending
+ * Fused Eager ops with the right reason and then wait on the runtime
+ * (tpurt_*). The tpurt_ synchronize calls below them wait only for work
+ * already enqueued. */
+
+/* torch.tpu.synchronize / Stream.synchronize: flush (TPUG_R_SYNC) and wait
+ * for every stream of `dev` / for stream `s`. A device never opened has
+ * nothing to wait for (TPU_OK). */
+TPU_API int tpug_synchronize_device(int dev);
+TPU_API int tpug_synchronize_stream(tpurt_stream *s);
+/* The host is about to read `dev`'s memory directly (a data-dependent
+ * shape, the allocator's copy_data): flush (TPUG_R_D2H) and wait for every
+ * stream of `dev`. */
+TPU_API int tpug_synchronize_for_host(int dev);
+/* Event record / stream wait: pending ops of the stream's device are
+ * flushed first (TPUG_R_SYNC), so the event covers them. */
+TPU_API int tpug_event_record(tpurt_event *e, tpurt_stream *s);
+TPU_API int tpug_stream_wait_event(tpurt_stream *s, tpurt_event *e);
+/* 1 if `s` has nothing left to do (no pending ops on its device and every
+ * enqueued task finished), else 0. Flushes nothing. */
+TPU_API int tpug_stream_query(tpurt_stream *s);
+/* tpurt_malloc_on with memory pressure handled: on TPU_E_OOM while `dev`
+ * has pending ops, they are flushed (TPUG_R_OOM), the device is waited for
+ * (deferred frees return their blocks) and the allocation is retried once.
+ * *out is owned by the caller (free with tpug_free). */
+TPU_API int tpug_malloc(int dev, int stream_id, size_t n, void **out);
+
+/* The copy engine (graph/copy.c), all with dtype conversion.
+ * host -> device: src (host memory, borrowed only during the call) is
+ * staged into a runtime buffer at once, then copied/converted on `s`;
+ * pending ops using dst's block are flushed first (TPUG_R_COPY). */
+TPU_API int tpug_copy_h2d(tpurt_stream *s, const tpu_view *dst, const tpu_view *src);
+/* device -> host: pending ops are flushed (TPUG_R_D2H), the copy is
+ * enqueued on `s`, then waited for. */
+TPU_API int tpug_copy_d2h(tpurt_stream *s, const tpu_view *dst, const tpu_view *src);
+/* device -> host without waiting: flushed and enqueued on `s`, returns at
+ * once; dst (host memory, borrowed until `s` has run the copy: synchronize
+ * the stream or an event recorded after it before reading or freeing dst). */
+TPU_API int tpug_copy_d2h_async(tpurt_stream *s, const tpu_view *dst, const tpu_view *src);
+/* device -> device (same or other chip): in Fuse mode (or while capturing)
+ * a same-chip copy is recorded with the pending ops; otherwise pending ops
+ * touching src/dst are flushed (TPUG_R_COPY) and the copy is enqueued on
+ * `s` (the destination's stream) after the source's chip has finished its
+ * queued work. */
+TPU_API int tpug_copy_d2d(tpurt_stream *s, const tpu_view *dst, const tpu_view *src);
 
 /* Enqueue `dev`'s pending ops (dev < 0: every device) as one program. */
 TPU_API int tpug_flush(int dev, int reason);

@@ -137,24 +137,11 @@ TPU_API const tpuir_graph *tpulw_plan_graph(const tpulw_plan *p);
 /* Enqueue the plan on `s` with destination views outs[0..num_outputs) (on
  * the plan's device). Takes ownership of the plan (freed also on error).
  * Ops that must report input errors synchronously (index range checks)
- * wait for completion and return the task's status. */
+ * are submitted as sync ops: tpug_submit waits for them and the task's
+ * status is returned. Lowering only builds the graph; when it runs and
+ * what is flushed with it is the recorder's decision (tpu_graph.h). */
 TPU_API int tpulw_launch(tpulw_plan *p, tpurt_stream *s, const tpu_view *outs);
 TPU_API void tpulw_plan_free(tpulw_plan *p);
-
-/* ---- copies (the copy engine) ---------------------------------------- */
-/* host -> device: src (host memory, borrowed only during the call) is
- * staged into a runtime buffer at once, then copied/converted on `s`. */
-TPU_API int tpulw_copy_h2d(tpurt_stream *s, const tpu_view *dst, const tpu_view *src);
-/* device -> host: enqueued on `s`, then waits for it. */
-TPU_API int tpulw_copy_d2h(tpurt_stream *s, const tpu_view *dst, const tpu_view *src);
-/* device -> host without waiting: enqueued on `s` and returns at once; dst
- * (host memory, borrowed until `s` has run the copy: synchronize the stream
- * or an event recorded after it before reading or freeing dst). */
-TPU_API int tpulw_copy_d2h_async(tpurt_stream *s, const tpu_view *dst, const tpu_view *src);
-/* device -> device (same or other chip; dtype conversion allowed):
- * enqueued on `s` (the destination's stream) after the source's chip has
- * finished its queued work. */
-TPU_API int tpulw_copy_d2d(tpurt_stream *s, const tpu_view *dst, const tpu_view *src);
 
 /* ---- StableHLO import (src/lower/stablehlo.c) ----------------------------- */
 /* Build a new graph (caller frees with tpuir_graph_free) from a StableHLO

@@ -430,3 +430,122 @@ TPU_TEST(graph_fresh_blocks_and_defer_all) {
   tpurt_free(x);
   tpurt_free(y);
 }
+
+/* The waits of tpu_graph.h flush pending Fused Eager ops themselves, each
+ * counted under its reason; a sync submit waits for its op; memory pressure
+ * in tpug_malloc flushes, waits and retries. */
+TPU_TEST(graph_sync_api_flushes_with_reasons) {
+  tpurt_stream *s = tpurt_default_stream(0);
+  const int64_t n = 256;
+  tpu_view vx, vy;
+  float *x = tg_buf(n, &vx), *y = tg_buf(n, &vy);
+  CHECK(x && y);
+  for (int64_t i = 0; i < n; i++) x[i] = (float)i;
+  CHECK_OK(tpug_set_mode(TPUG_FUSE));
+  tpug_reset_stats();
+  tpug_stats st;
+  CHECK_OK(tg_affine(s, &vx, &vy, 2.0, 0.0));
+  CHECK(tpug_stream_query(s) == 0); /* pending counts as not done */
+  CHECK_OK(tpug_synchronize_stream(s));
+  CHECK(tpug_stream_query(s) == 1 && tpug_pending_ops(0) == 0 && y[5] == 10.0f);
+  CHECK_OK(tg_affine(s, &vx, &vy, 3.0, 0.0));
+  CHECK_OK(tpug_synchronize_device(0));
+  CHECK(y[5] == 15.0f);
+  CHECK_OK(tg_affine(s, &vx, &vy, 4.0, 0.0));
+  CHECK_OK(tpug_synchronize_for_host(0));
+  CHECK(y[5] == 20.0f);
+  tpurt_event *e = tpurt_event_create();
+  CHECK(e != NULL);
+  CHECK_OK(tg_affine(s, &vx, &vy, 5.0, 0.0));
+  CHECK_OK(tpug_event_record(e, s));
+  CHECK(tpug_pending_ops(0) == 0);
+  CHECK_OK(tpurt_event_synchronize(e));
+  CHECK(y[5] == 25.0f);
+  CHECK_OK(tg_affine(s, &vx, &vy, 6.0, 0.0));
+  CHECK_OK(tpug_stream_wait_event(s, e));
+  CHECK(tpug_pending_ops(0) == 0);
+  CHECK_OK(tpug_synchronize_stream(s));
+  CHECK(y[5] == 30.0f);
+  tpurt_event_destroy(e);
+  tpug_get_stats(&st);
+  CHECK(st.flushes[TPUG_R_SYNC] == 4 && st.flushes[TPUG_R_D2H] == 1);
+  CHECK(st.flushes[TPUG_R_OOM] == 0);
+  CHECK(tpug_synchronize_device(-1) == TPU_E_INVALID);
+  CHECK(tpug_synchronize_stream(NULL) == TPU_E_INVALID);
+
+  /* memory pressure: a big block freed while a pending op writes it is
+   * returned only after the flush; tpug_malloc flushes (OOM) and retries */
+  tpurt_mem_stats ms;
+  CHECK_OK(tpurt_mem_get_stats(0, &ms));
+  size_t big = (size_t)((ms.capacity - ms.allocated) * 6 / 10);
+  void *b1 = NULL, *b2 = NULL;
+  CHECK_OK(tpurt_malloc(0, big, &b1));
+  tpu_view vb;
+  tpu_view_init_contiguous(&vb, b1, TPU_F32, 1, &n);
+  CHECK_OK(tg_affine(s, &vx, &vb, 1.0, 1.0));
+  CHECK_OK(tpug_free(b1)); /* deferred: the pending op writes it */
+  CHECK(tpug_pending_ops(0) == 1);
+  CHECK_OK(tpug_malloc(0, 0, big, &b2));
+  CHECK(b2 != NULL && tpug_pending_ops(0) == 0);
+  tpug_get_stats(&st);
+  CHECK(st.flushes[TPUG_R_OOM] == 1);
+  CHECK_OK(tpug_free(b2));
+
+  /* Strict: a sync submit returns after its op ran */
+  CHECK_OK(tpug_set_mode(TPUG_STRICT));
+  tg_op *o = calloc(1, sizeof *o);
+  o->g = tpuir_graph_new();
+  o->in = vx;
+  o->out = vy;
+  tpuir_val p = tpuir_param(o->g, TPU_F32, 1, &n);
+  tpuir_val v = tpuir_binary(o->g, TPUIR_ADD, p, p);
+  CHECK_OK(tpuir_set_outputs(o->g, 1, &v));
+  CHECK_OK(tpug_submit(s, o->g, 1, &o->in, 1, &o->out, 1, tg_release, o));
+  CHECK(y[7] == 14.0f);
+  tpurt_free(x);
+  tpurt_free(y);
+}
+
+/* The copy engine (graph/copy.c): staged h2d, d2h, d2d with conversion. */
+TPU_TEST(graph_copies) {
+  tpurt_stream *s = tpurt_default_stream(0);
+  CHECK(s != NULL);
+  float host[6] = {1, 2, 3, 4, 5, 6};
+  tpu_view hv, dv, back;
+  /* host source: transposed 3x2 view of a 2x3 buffer */
+  tpu_view_init_contiguous(&hv, host, TPU_F32, 2, (int64_t[]){2, 3});
+  tpu_view ht = hv;
+  ht.sizes[0] = 3; ht.sizes[1] = 2; ht.strides[0] = 1; ht.strides[1] = 3;
+  void *dev = NULL;
+  CHECK_OK(tpurt_malloc(0, 6 * sizeof(double), &dev));
+  tpu_view_init_contiguous(&dv, dev, TPU_F64, 2, (int64_t[]){3, 2});
+  CHECK_OK(tpug_copy_h2d(s, &dv, &ht));
+  for (int i = 0; i < 6; i++) host[i] = -1; /* the copy was staged */
+  double out[6];
+  tpu_view_init_contiguous(&back, out, TPU_F64, 2, (int64_t[]){3, 2});
+  CHECK_OK(tpug_copy_d2h(s, &back, &dv));
+  const double want[6] = {1, 4, 2, 5, 3, 6};
+  for (int i = 0; i < 6; i++) CHECK(out[i] == want[i]);
+  /* d2d with conversion */
+  void *dev2 = NULL;
+  CHECK_OK(tpurt_malloc(0, 6 * sizeof(int32_t), &dev2));
+  tpu_view d2;
+  tpu_view_init_contiguous(&d2, dev2, TPU_I32, 2, (int64_t[]){3, 2});
+  CHECK_OK(tpug_copy_d2d(s, &d2, &dv));
+  int32_t oi[6];
+  tpu_view_init_contiguous(&back, oi, TPU_I32, 2, (int64_t[]){3, 2});
+  CHECK_OK(tpug_copy_d2h(s, &back, &d2));
+  for (int i = 0; i < 6; i++) CHECK(oi[i] == (int)want[i]);
+  /* async d2h: enqueued, the result is there after a stream sync */
+  int32_t oa[6] = {0};
+  tpu_view_init_contiguous(&back, oa, TPU_I32, 2, (int64_t[]){3, 2});
+  CHECK_OK(tpug_copy_d2h_async(s, &back, &d2));
+  CHECK_OK(tpurt_stream_synchronize(s));
+  for (int i = 0; i < 6; i++) CHECK(oa[i] == (int)want[i]);
+  /* size mismatch */
+  tpu_view_init_contiguous(&back, oi, TPU_I32, 1, (int64_t[]){6});
+  CHECK(tpug_copy_d2h(s, &back, &d2) == TPU_E_INVALID);
+  CHECK(tpug_copy_d2h_async(s, &back, &d2) == TPU_E_INVALID);
+  tpurt_free(dev);
+  tpurt_free(dev2);
+}

@@ -127,10 +127,7 @@ void set_current_stream(DeviceIndex d, int id) {
 
 void synchronize_device(DeviceIndex d) {
   check_device(d);
-  if (tpurt_device_is_open(d)) {
-    check(tpug_flush(d, TPUG_R_SYNC));  // Fused Eager: run what is pending
-    check(tpurt_device_synchronize(d));
-  }
+  check(tpug_synchronize_device(d));  // flushes Fused Eager work first
 }
 
 static tpurt_stream* stream_of(const c10::Stream& s) {
@@ -150,23 +147,15 @@ struct TpuAllocator final : public c10::DeviceAllocator {
     // first used by work on the current stream: blocks freed while only that
     // stream had work queued are reused at once (as CUDA's allocator does)
     int sid = current_stream_id(d);
-    int rc = tpurt_malloc_on(d, sid, n, &p);
-    if (rc == TPU_E_OOM && tpug_pending_ops(d) > 0) {  // memory pressure: flush, retry
-      check(tpug_flush(d, TPUG_R_OOM));
-      check(tpurt_device_synchronize(d));
-      rc = tpurt_malloc_on(d, sid, n, &p);
-    }
-    check(rc);
+    // memory pressure: the runtime flushes Fused Eager work and retries
+    check(tpug_malloc(d, sid, n, &p));
     tpug_note_alloc(p);  // Fused Eager: a fresh block is a promise until a flush
     return {p, p, &tpu_delete, c10::Device(DeviceType::PrivateUse1, d)};
   }
   c10::DeleterFnPtr raw_deleter() const override { return &tpu_delete; }
   void copy_data(void* dest, const void* src, std::size_t count) const override {
     int d = tpurt_ptr_device(src);
-    if (d >= 0) {
-      check(tpug_flush(d, TPUG_R_D2H));
-      check(tpurt_device_synchronize(d));
-    }
+    if (d >= 0) check(tpug_synchronize_for_host(d));
     std::memcpy(dest, src, count);
   }
   bool initialized() override { return true; }
@@ -314,13 +303,11 @@ struct TpuGuardImpl final : public c10::impl::DeviceGuardImplInterface {
       TORCH_CHECK(ev, "torch_tpu: could not create an event");
       *event = ev;
     }
-    check(tpug_flush(stream.device_index(), TPUG_R_SYNC));
-    check(tpurt_event_record(ev, stream_of(stream)));
+    check(tpug_event_record(ev, stream_of(stream)));
   }
   void block(void* event, const c10::Stream& stream) const override {
     if (!event) return;
-    check(tpug_flush(stream.device_index(), TPUG_R_SYNC));
-    check(tpurt_stream_wait_event(stream_of(stream), static_cast<tpurt_event*>(event)));
+    check(tpug_stream_wait_event(stream_of(stream), static_cast<tpurt_event*>(event)));
   }
   bool queryEvent(void* event) const override {
     return !event || tpurt_event_query(static_cast<tpurt_event*>(event)) == 1;
@@ -329,12 +316,10 @@ struct TpuGuardImpl final : public c10::impl::DeviceGuardImplInterface {
     if (event) tpurt_event_destroy(static_cast<tpurt_event*>(event));
   }
   bool queryStream(const c10::Stream& s) const override {
-    if (tpug_pending_ops(s.device_index()) > 0) return false;
-    return tpurt_stream_query(stream_of(s)) == 1;
+    return tpug_stream_query(stream_of(s)) == 1;
   }
   void synchronizeStream(const c10::Stream& s) const override {
-    check(tpug_flush(s.device_index(), TPUG_R_SYNC));
-    check(tpurt_stream_synchronize(stream_of(s)));
+    check(tpug_synchronize_stream(stream_of(s)));
   }
   void synchronizeEvent(void* event) const override {
     if (event) check(tpurt_event_synchronize(static_cast<tpurt_event*>(event)));

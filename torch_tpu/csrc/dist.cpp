@@ -583,11 +583,11 @@ class __attribute__((visibility("hidden"))) TpuBackend : public c10d::Backend {
     }
     tpurt_stream* cur = nullptr;
     {
-      check(tpug_flush(dev_, TPUG_R_SYNC));  // Fused Eager: a collective is a graph break
       cur = current_stream(static_cast<c10::DeviceIndex>(dev_));
       tpurt_event* ev = tpurt_event_create();
       TORCH_CHECK(ev, "tpu_dist: cannot create an event");
-      int rc = tpurt_event_record(ev, cur);
+      // flushes Fused Eager work first: a collective is a graph break
+      int rc = tpug_event_record(ev, cur);
       if (rc == TPU_OK) rc = tpurt_stream_wait_event(stream_, ev);
       tpurt_event_destroy(ev);
       check(rc);

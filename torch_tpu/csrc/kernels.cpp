@@ -142,7 +142,7 @@ void copy_bytes(DeviceIndex d, void* dst, const void* src, int64_t nbytes) {
   tpu_view dv, sv;
   tpu_view_init_contiguous(&dv, dst, TPU_U8, 1, &nbytes);
   tpu_view_init_contiguous(&sv, const_cast<void*>(src), TPU_U8, 1, &nbytes);
-  check(tpulw_copy_d2d(current_stream(d), &dv, &sv));
+  check(tpug_copy_d2d(current_stream(d), &dv, &sv));
 }
 
 void grow_storage(const at::Tensor& self, size_t need_bytes) {
@@ -267,7 +267,7 @@ c10::Scalar local_scalar_dense(const at::Tensor& self) {
   tpu_view src = make_view(self), dst;
   tpu_view_init_contiguous(&dst, buf, src.dtype, 0, nullptr);
   src.ndim = 0;  // numel == 1: the element at the offset
-  check(tpulw_copy_d2h(current_stream(self.device().index()), &dst, &src));
+  check(tpug_copy_d2h(current_stream(self.device().index()), &dst, &src));
   switch (src.dtype) {
     case TPU_BOOL: return c10::Scalar(buf[0] != 0);
     case TPU_U8: return c10::Scalar(static_cast<int64_t>(buf[0]));
@@ -774,13 +774,13 @@ void copy_between(const at::Tensor& src_in, const at::Tensor& dst, bool non_bloc
   TORCH_CHECK(s_dev || src.device().is_cpu(), "torch_tpu: cannot copy from ", src.device());
   TORCH_CHECK(d_dev || dst.device().is_cpu(), "torch_tpu: cannot copy to ", dst.device());
   if (s_dev && d_dev)
-    check(tpulw_copy_d2d(current_stream(dst.device().index()), &dv, &sv));
+    check(tpug_copy_d2d(current_stream(dst.device().index()), &dv, &sv));
   else if (s_dev && non_blocking && pinned_allocator()->owns(dst.storage().data()))
-    check(tpulw_copy_d2h_async(current_stream(src.device().index()), &dv, &sv));
+    check(tpug_copy_d2h_async(current_stream(src.device().index()), &dv, &sv));
   else if (s_dev)
-    check(tpulw_copy_d2h(current_stream(src.device().index()), &dv, &sv));
+    check(tpug_copy_d2h(current_stream(src.device().index()), &dv, &sv));
   else
-    check(tpulw_copy_h2d(current_stream(dst.device().index()), &dv, &sv));
+    check(tpug_copy_h2d(current_stream(dst.device().index()), &dv, &sv));
 }
 
 std::vector<std::pair<std::string, int64_t>> fallback_counts() {

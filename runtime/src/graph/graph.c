@@ -1118,7 +1118,11 @@ int tpug_submit(tpurt_stream *s, const tpuir_graph *g, int nin,
       }
   }
   pthread_mutex_unlock(&D->mu);
-  return rc >= 0 && deferred ? TPUG_DEFERRED : rc;
+  if (rc >= 0 && deferred) return TPUG_DEFERRED; /* checked when it runs */
+  /* a sync op (index range checks) reports its input errors at the call:
+   * wait for the stream */
+  if (rc == TPU_OK && sync) rc = tpurt_stream_synchronize(s);
+  return rc;
 }
 
 int tpug_flush(int dev, int reason) {

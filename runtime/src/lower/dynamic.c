@@ -4,9 +4,9 @@
  * index_reduce) and a few stragglers (logspace.out, polygamma).
  *
  * Data-dependent shape: synchronizes, like CUDA's nonzero. tpulw_prepare
- * must report output shapes, so these lowerings flush the Fused Eager
- * recorder (tpug_flush), wait for the device (tpurt_device_synchronize)
- * and read the input in C - the vTPU's device memory is host memory - to
+ * must report output shapes, so these lowerings ask the recorder for the
+ * input's data (tpug_synchronize_for_host: it flushes pending Fused Eager
+ * ops and waits for the device) and read the input in C - the vTPU's device memory is host memory - to
  * count the output size (number of nonzeros / unique values). The VALUES
  * are then produced by an ordinary IR graph: a prefix count (log-step
  * scan) gives each selected element its output slot, scatter_add of the
@@ -29,11 +29,7 @@
 /* ---- host-side reads ---------------------------------------------------- */
 
 /* Wait until every queued op of device `dev` has written its outputs. */
-static int dyn_sync(int dev) {
-  int rc = tpug_flush(dev, TPUG_R_D2H); /* Fused Eager: run pending ops */
-  if (rc < 0) return rc;
-  return tpurt_device_synchronize(dev);
-}
+static int dyn_sync(int dev) { return tpug_synchronize_for_host(dev); }
 
 /* Pointer to element `lin` (row-major) of v. */
 static const char *dyn_elem(const tpu_view *v, int64_t lin) {

@@ -346,13 +346,12 @@ typedef struct adv {
 
 /* ---- bool / uint8 masks as index tensors ------------------------------- */
 
-/* Number of nonzero bytes of a bool/uint8 view. Data-dependent: flushes
- * the Fused Eager recorder and waits for device `dev` first (the vTPU's
- * device memory is host memory), like nonzero in lower/dynamic.c. */
+/* Number of nonzero bytes of a bool/uint8 view. Data-dependent: asks the
+ * recorder for device `dev`'s data first (tpug_synchronize_for_host; the
+ * vTPU's device memory is host memory), like nonzero in lower/dynamic.c. */
 static int mask_count(int dev, const tpu_view *v, int64_t *k) {
-  int rc = tpug_flush(dev, TPUG_R_D2H);
+  int rc = tpug_synchronize_for_host(dev);
   if (rc < 0) return rc;
-  if ((rc = tpurt_device_synchronize(dev)) < 0) return rc;
   int64_t n = tpu_view_numel(v), c = 0;
   for (int64_t j = 0; j < n; j++) {
     int64_t lin = j, off = v->offset;

@@ -506,13 +506,13 @@ int tpulw_launch(tpulw_plan *p, tpurt_stream *s, const tpu_view *outs) {
     return TPU_OK;
   }
   int sync = p->sync, remap = p->err_remap;
-  /* the eager-mode recorder (graph/graph.c) runs it now or fuses it later */
+  /* the eager-mode recorder (graph/graph.c) runs it now or fuses it later.
+   * Ops that check index ranges on the device (gather, index_select,
+   * embedding, nll_loss, scatter/index_add, ...) must raise at the call,
+   * like PyTorch CPU: submitted as sync ops, the recorder waits for them
+   * (one stream synchronization). */
   int rc = tpug_submit(s, p->g, p->nparams, p->params, p->nout, p->out_views,
                        sync, free_plan, p);
-  /* Ops that check index ranges on the device (gather, index_select,
-   * embedding, nll_loss, scatter/index_add, ...) must raise at the call,
-   * like PyTorch CPU: this costs one stream synchronization. */
-  if (rc == TPU_OK && sync) rc = tpurt_stream_synchronize(s);
   if (rc == TPUG_DEFERRED) rc = TPU_OK; /* capturing: checked when it runs */
   if (rc == TPU_E_INDEX) rc = remap_index_error(remap);
   return rc;

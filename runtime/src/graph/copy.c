@@ -1,13 +1,16 @@
-/* lower/copy.c - the copy engine: host->device (staged), device->host
+/* graph/copy.c - the copy engine: host->device (staged), device->host
  * (synchronous) and device->device copies, all with dtype conversion,
- * executed by tpux_copy on a stream's worker.
+ * executed by tpux_copy on a stream's worker. It lives in the graph layer
+ * because a copy is ordered against the Fused Eager recorder: pending ops
+ * that write the source or use the destination are flushed first (reasons
+ * TPUG_R_D2H / TPUG_R_COPY), and a same-chip device copy in Fuse mode (or
+ * while capturing) is recorded as a one-op graph instead.
  */
 #include <stdlib.h>
 #include <string.h>
 
-#include "lower/internal.h"
+#include "graph/internal.h"
 #include "tpu_exec.h"
-#include "tpu_graph.h"
 #include "tpu_rt.h"
 
 typedef struct copy_task {
@@ -54,7 +57,7 @@ static int enqueue_copy(tpurt_stream *s, const tpu_view *dst,
   return tpurt_stream_enqueue(s, copy_run, copy_free, t);
 }
 
-int tpulw_copy_h2d(tpurt_stream *s, const tpu_view *dst, const tpu_view *src) {
+int tpug_copy_h2d(tpurt_stream *s, const tpu_view *dst, const tpu_view *src) {
   int rc = check_pair(dst, src);
   if (rc < 0) return rc;
   if (!s) return tpu_error(TPU_E_INVALID, "copy: NULL stream");
@@ -96,11 +99,11 @@ static int d2h(tpurt_stream *s, const tpu_view *dst, const tpu_view *src, int wa
   return wait ? tpurt_stream_synchronize(s) : TPU_OK;
 }
 
-int tpulw_copy_d2h(tpurt_stream *s, const tpu_view *dst, const tpu_view *src) {
+int tpug_copy_d2h(tpurt_stream *s, const tpu_view *dst, const tpu_view *src) {
   return d2h(s, dst, src, 1);
 }
 
-int tpulw_copy_d2h_async(tpurt_stream *s, const tpu_view *dst, const tpu_view *src) {
+int tpug_copy_d2h_async(tpurt_stream *s, const tpu_view *dst, const tpu_view *src) {
   return d2h(s, dst, src, 0);
 }
 
@@ -135,7 +138,7 @@ static int record_copy(tpurt_stream *s, const tpu_view *dst,
   return tpug_submit(s, c->g, 1, &c->in, 1, &c->out, 0, copy_op_free, c);
 }
 
-int tpulw_copy_d2d(tpurt_stream *s, const tpu_view *dst, const tpu_view *src) {
+int tpug_copy_d2d(tpurt_stream *s, const tpu_view *dst, const tpu_view *src) {
   int rc = check_pair(dst, src);
   if (rc < 0) return rc;
   if (!s) return tpu_error(TPU_E_INVALID, "copy: NULL stream");
