@@ -4,7 +4,7 @@
 #               (C runtime tests, the same under ASan+UBSan, pytest suite)
 PY      ?= python3
 
-.PHONY: all deps build demo test test-c test-asan test-py test-fused test-pjrt bench opinfo-full opinfo-pjrt zoo clean
+.PHONY: all deps build demo test test-c test-asan test-py test-fused test-pjrt bench opinfo-full opinfo-pjrt zoo zoo-pjrt clean
 
 all: build
 
@@ -67,10 +67,12 @@ test-py: build
 	$(PY) -m pytest tests
 # The suite again in Fused Eager (DeferAndFuse) mode (OpInfo and zoo run once).
 test-fused: build
-	TORCH_TPU_DEFER_AND_FUSE=1 $(PY) -m pytest tests --ignore=tests/test_opinfo.py --ignore=tests/test_zoo.py
+	TORCH_TPU_DEFER_AND_FUSE=1 $(PY) -m pytest tests --ignore=tests/test_opinfo.py --ignore=tests/test_zoo.py --ignore=tests/test_pjrt_tier.py
 # PJRT tier: the op tests again with every program compiled by XLA:CPU
-# (tests/test_pjrt.py, inside test-py, adds the OpInfo subset, training and
-# the error paths).
+# (inside test-py: tests/test_pjrt.py adds an OpInfo subset, training and
+# the error paths; tests/test_pjrt_tier.py the OpInfo float32 sweep, one
+# sample per OpInfo, and the zoo forward of a subset, with every exclusion
+# and its reason).
 test-pjrt: build
 	TORCH_TPU_BACKEND=pjrt $(PY) -m pytest tests/test_ops.py
 test: build test-c test-asan test-py test-fused test-pjrt
@@ -92,6 +94,10 @@ opinfo-pjrt: build
 # Hugging Face architecture zoo report.
 zoo: build
 	$(PY) -m torch_tpu.zoo --report docs/zoo_report.md
+
+# The zoo (every architecture, forward and backward) through XLA:CPU PJRT.
+zoo-pjrt: build
+	TORCH_TPU_BACKEND=pjrt $(PY) -m torch_tpu.zoo --stages forward,backward --report docs/zoo_pjrt_report.md
 
 clean:
 	$(MAKE) -C runtime clean
