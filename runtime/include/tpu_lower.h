@@ -103,22 +103,27 @@ typedef struct tpulw_out_info {
 
 typedef struct tpulw_plan tpulw_plan;
 
-/* 1 if "name.overload" (e.g. "add.Tensor", "relu" for the default overload;
- * no "aten::" prefix) has a native lowering. */
-TPU_API int tpulw_has(const char *name, const char *overload);
 /* Sorted list of every native overload ("add.Tensor", "relu", ...).
  * Borrowed static strings; *n receives the count. */
 TPU_API const char *const *tpulw_list(int *n);
 
-/* Facts of "name.overload" the glue needs before marshalling (0 when it has
- * no lowering), from the op's row in the lowering table:
+/* Facts of "name.overload" (e.g. "add.Tensor", "relu" or "relu.default" for
+ * the default overload; no "aten::" prefix) the glue needs before
+ * marshalling, from the op's row in the lowering table (one lookup; 0 when
+ * it has no lowering):
+ *   TPULW_OP_NATIVE  it has a native lowering (set for every row, and for
+ *       torch_tpu::c_kernel); without it the glue falls back to CPU;
  *   TPULW_OP_NEEDS_GENERATOR  draws random numbers although its schema has
  *       no Generator argument (native_dropout): the glue appends one extra
  *       argument {name "generator", kind TPULW_GENERATOR, gen = the device's
  *       default generator} (held locked during tpulw_prepare);
  *   TPULW_OP_CPU_INDICES  accepts index tensors on the CPU (index_select,
  *       index.Tensor, index_put_, ... as PyTorch's CUDA kernels do). */
-enum { TPULW_OP_NEEDS_GENERATOR = 1u << 0, TPULW_OP_CPU_INDICES = 1u << 1 };
+enum {
+  TPULW_OP_NEEDS_GENERATOR = 1u << 0,
+  TPULW_OP_CPU_INDICES = 1u << 1,
+  TPULW_OP_NATIVE = 1u << 2
+};
 TPU_API unsigned tpulw_op_flags(const char *name, const char *overload);
 
 /* Build the plan for one ATen call. Caller owns *out (tpulw_launch or

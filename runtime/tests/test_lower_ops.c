@@ -767,9 +767,11 @@ TPU_TEST(lower_more_activations_and_binary) {
   CHECK_VALS(r.out[0], w, 6, 1e-6);
   lt_result_free(&r);
   /* native_dropout draws from a generator appended by the glue */
-  CHECK(tpulw_op_flags("native_dropout", "") == TPULW_OP_NEEDS_GENERATOR);
-  CHECK(tpulw_op_flags("index_put_", "") == TPULW_OP_CPU_INDICES && tpulw_op_flags("nope", "") == 0);
-  CHECK(tpulw_op_flags("add", "Tensor") == 0);
+  CHECK(tpulw_op_flags("native_dropout", "") == (TPULW_OP_NATIVE | TPULW_OP_NEEDS_GENERATOR));
+  CHECK(tpulw_op_flags("index_put_", "") == (TPULW_OP_NATIVE | TPULW_OP_CPU_INDICES) &&
+        tpulw_op_flags("nope", "") == 0);
+  CHECK(tpulw_op_flags("add", "Tensor") == TPULW_OP_NATIVE);
+  CHECK(tpulw_op_flags("torch_tpu::c_kernel", "") == TPULW_OP_NATIVE);
   r = RUN("native_dropout", "", lt_tensor("input", x), lt_float("p", 0.5), lt_bool("train", 1));
   CHECK(r.rc == TPU_E_UNSUPPORTED);
   lt_free(&x); lt_free(&x4); lt_free(&y);

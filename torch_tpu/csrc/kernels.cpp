@@ -586,7 +586,9 @@ void native_boxed(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   if (!user_kernel && qual.rfind("aten::", 0) != 0) return cpu_fallback(op, stack, "not an aten op");
   const char* name = user_kernel ? qual.c_str() : qual.c_str() + 6;
   const char* overload = schema.overload_name().c_str();
-  if (!user_kernel && !tpulw_has(name, overload)) return cpu_fallback(op, stack, "");
+  // one lookup in the lowering table: native? CPU indices? generator?
+  const unsigned op_flags = tpulw_op_flags(name, overload);
+  if (!(op_flags & TPULW_OP_NATIVE)) return cpu_fallback(op, stack, "");
 
   // In-place writes into a tensor whose elements share memory (expand
   // views) are refused, as on CPU, except where CPU allows them.
@@ -598,7 +600,6 @@ void native_boxed(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   }
 
   Marshal m;
-  const unsigned op_flags = tpulw_op_flags(name, overload);
   m.cpu_indices_ok = (op_flags & TPULW_OP_CPU_INDICES) != 0;
   if (!marshal(m, schema, stack)) {
     TORCH_CHECK(!user_kernel, "C kernel call: ", m.why,

@@ -1,5 +1,5 @@
 /* lower/lower.c - the ATen -> IR lowering table and its generic driver:
- * tpulw_has/tpulw_list (one sorted table over every family's rows),
+ * tpulw_op_flags/tpulw_list (one sorted table over every family's rows),
  * tpulw_prepare (find the lowering, build the functional graph, decide
  * output destinations, check in-place/out= shapes and dtype casts, append
  * converts) and tpulw_launch (enqueue the graph on a stream).
@@ -124,10 +124,6 @@ static const tpulw__row *find_row(const char *name, const char *overload, int co
   return (r->flags & (LW_COMPLEX_OK | LW_COMPLEX_ONLY)) ? r : NULL;
 }
 
-int tpulw_has(const char *name, const char *overload) {
-  return first_row(name, overload) != NULL;
-}
-
 const char *const *tpulw_list(int *n) {
   pthread_once(&g_table_once, table_init);
   if (n) *n = g_nnames;
@@ -136,8 +132,9 @@ const char *const *tpulw_list(int *n) {
 
 unsigned tpulw_op_flags(const char *name, const char *overload) {
   const tpulw__row *r = first_row(name, overload);
-  if (!r) return 0;
-  return ((r->flags & LW_NEEDS_GEN) ? TPULW_OP_NEEDS_GENERATOR : 0u) |
+  if (!r) /* user C kernels (lower/kernel.c) are not in the table */
+    return name && strcmp(name, tpulw__row_c_kernel.name) == 0 ? TPULW_OP_NATIVE : 0u;
+  return TPULW_OP_NATIVE | ((r->flags & LW_NEEDS_GEN) ? TPULW_OP_NEEDS_GENERATOR : 0u) |
          ((r->flags & LW_CPU_INDEX) ? TPULW_OP_CPU_INDICES : 0u);
 }
 
