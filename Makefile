@@ -93,11 +93,11 @@ opinfo-pjrt: build
 
 # Hugging Face architecture zoo report.
 zoo: build
-	$(PY) -m torch_tpu.zoo --report docs/zoo_report.md
+	$(PY) tools/zoo.py --report docs/zoo_report.md
 
 # The zoo (every architecture, forward and backward) through XLA:CPU PJRT.
 zoo-pjrt: build
-	TORCH_TPU_BACKEND=pjrt $(PY) -m torch_tpu.zoo --stages forward,backward --report docs/zoo_pjrt_report.md
+	TORCH_TPU_BACKEND=pjrt $(PY) tools/zoo.py --stages forward,backward --report docs/zoo_pjrt_report.md
 
 clean:
 	$(MAKE) -C runtime clean

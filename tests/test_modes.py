@@ -102,3 +102,20 @@ def test_native_op_list_command():
     n = int(lines[-1].split()[0])
     assert n == len(lines) - 1 and n >= 100
     assert "aten::mm" in lines and "aten::add.Tensor" in lines
+
+
+def test_opinfo_command_needs_a_source_checkout(tmp_path):
+    """The OpInfo harness is tools/opinfo.py of the checkout, not part of the
+    package: `python -m torch_tpu.ops --opinfo` from a package without
+    tools/ next to it (an installed wheel) stops with a clear error."""
+    import os
+
+    site = tmp_path / "site"
+    site.mkdir()
+    (site / "torch_tpu").symlink_to(os.path.dirname(torch_tpu.__file__))
+    env = dict(os.environ, PYTHONPATH=str(site))
+    r = subprocess.run([sys.executable, "-m", "torch_tpu.ops", "--opinfo"], capture_output=True,
+                       text=True, env=env, cwd=tmp_path, timeout=300)
+    assert r.returncode != 0
+    assert "tools/opinfo.py" in r.stderr and "source checkout" in r.stderr, r.stderr
+    assert str(site / "tools" / "opinfo.py") in r.stderr, r.stderr

@@ -127,7 +127,8 @@ def _child_env(**extra):
 
 @needs_plugin
 def test_opinfo_float32_sweep_through_xla_cpu(tmp_path):
-    from torch_tpu import opinfo
+    sys.path.insert(0, os.path.join(ROOT, "tools"))  # tools/opinfo.py: a harness of the checkout
+    import opinfo
 
     names = [opinfo.op_full_name(o) for o in opinfo.load_op_db()]
     ops = sorted({n for n in names if n not in PJRT_OPINFO_NOT_RUN})
@@ -156,7 +157,7 @@ def test_opinfo_float32_sweep_through_xla_cpu(tmp_path):
 def test_zoo_forward_through_xla_cpu(tmp_path):
     models = [m for m in PJRT_ZOO_SUBSET if m not in PJRT_ZOO_EXCLUDED]
     out_json = tmp_path / "zoo.json"
-    p = subprocess.run([sys.executable, "-m", "torch_tpu.zoo", "--stages", "forward",
+    p = subprocess.run([sys.executable, os.path.join(ROOT, "tools", "zoo.py"), "--stages", "forward",
                         "--models", ",".join(models), "--inprocess", "--timeout", "240",
                         "--no-fallback-rerun", "--json", str(out_json)],
                        env=_child_env(TORCH_TPU_CPU_FALLBACK="0"), cwd=ROOT,

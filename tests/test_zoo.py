@@ -1,5 +1,5 @@
-"""Hugging Face model zoo, a representative subset (torch_tpu/zoo.py has the
-whole list and `python -m torch_tpu.zoo` the report).
+"""Hugging Face model zoo, a representative subset (tools/zoo.py has the
+whole list and `python tools/zoo.py` the report).
 
 Each tiny model (random weights, built from a config, nothing downloaded) must
 run forward and backward on tpu NATIVELY (CPU fallback disabled) and match
@@ -7,11 +7,16 @@ the CPU at precision HIGHEST. Models that fail today are strict xfails whose
 reason is the first failing op: when that op (and every later one the model
 needs) lands, the test XPASSes and fails loudly: then drop the mark.
 """
+import os
+import sys
+
 import pytest
 
 pytest.importorskip("transformers")
 
-from torch_tpu import zoo  # noqa: E402
+# the harness is tools/zoo.py (a tool of the checkout, not in the package)
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "tools"))
+import zoo  # noqa: E402
 
 TIMEOUT = 60  # seconds per model (they take ~1-3 s each today)
 

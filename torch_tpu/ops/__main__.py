@@ -2,10 +2,30 @@
 lowering (ATen -> IR -> vTPU executor, no CPU fallback), and their count.
 
 ``python -m torch_tpu.ops --opinfo [--dtypes float32|all] [--report FILE]``:
-run PyTorch's OpInfo samples on CPU and tpu (fallback disabled) and compare
-(see torch_tpu/opinfo.py)."""
+run PyTorch's OpInfo samples on CPU and tpu (fallback disabled) and compare.
+The harness is tools/opinfo.py of a source checkout (a test harness, not
+installed with the package): --opinfo finds it next to the package and
+exits with an error where there is none (an installed wheel)."""
 import argparse
+import os
 import sys
+
+
+def _load_opinfo():
+    """tools/opinfo.py of the checkout this package was imported from."""
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    tools = os.path.join(root, "tools")
+    path = os.path.join(tools, "opinfo.py")
+    if not os.path.isfile(path):
+        raise SystemExit(
+            "python -m torch_tpu.ops --opinfo: the OpInfo harness (tools/opinfo.py) is part of "
+            "the torch_tpu source checkout, not of the installed package; run it from a checkout "
+            f"(looked for {path})")
+    if tools not in sys.path:
+        sys.path.insert(0, tools)
+    import opinfo
+
+    return opinfo
 
 
 def main(argv=None):
@@ -24,6 +44,7 @@ def main(argv=None):
     ap.add_argument("--json", default=None, help="write the per-(op, dtype) results as JSON")
     ap.add_argument("-v", "--verbose", action="store_true", help="one line per (op, dtype)")
     args = ap.parse_args(argv)
+    opinfo = _load_opinfo() if args.opinfo else None  # before any work: fail fast
     import torch_tpu  # noqa: F401
     import torch
 
@@ -33,8 +54,6 @@ def main(argv=None):
             print(f"aten::{name}")
         print(f"{len(ops)} native ATen overloads")
     if args.opinfo:
-        from torch_tpu import opinfo
-
         cmd = "python -m torch_tpu.ops " + " ".join(argv if argv is not None else sys.argv[1:])
         opinfo.main(dtypes=args.dtypes, report=args.report, max_samples=args.max_samples,
                     budget_s=args.budget,
