@@ -11,7 +11,8 @@
 extern "C" {
 #endif
 
-/* Run graph `g` synchronously on the calling thread (plus the pool).
+/* Run graph `g` synchronously on the calling thread (plus the pool): plan
+ * it, run the plan once and free it (tpux_plan_new/_run/_free below).
  * ins[k] binds parameter k (dtype and sizes must match; any strides,
  * including 0 and overlapping); outs[i] receives output i (dtype and sizes
  * must match the output value; any non-overlapping strides). Outputs may
@@ -24,6 +25,28 @@ extern "C" {
  * out of range -> TPU_E_INDEX). Borrowed: g, ins, outs. */
 TPU_API int tpux_run(const tpuir_graph *g, int nin, const tpu_view *ins, int nout,
              const tpu_view *outs);
+
+/* ---- plans: tpux_run in two halves --------------------------------------
+ * tpux_plan_new does the part of tpux_run that depends on the graph alone
+ * (liveness, fused regions, value lifetimes, free lists); tpux_plan_run
+ * runs it with bindings, as tpux_run does (same checks, results and
+ * errors). The plan also keeps what it learns per aliasing pattern of the
+ * bindings (which outputs overlap which inputs: direct writes, GEMM
+ * epilogues, fused reductions) and per setting of the fusion switches, so
+ * running a plan again costs only the evaluation. The vTPU executor's
+ * compile step builds one per cached program.
+ * Thread-safe: runs of one plan may overlap (each takes the plan's spare
+ * scratch or allocates its own). */
+typedef struct tpux_plan tpux_plan;
+/* Plan graph g into *out (owned by the caller: tpux_plan_free). g is
+ * borrowed and must outlive the plan, unchanged. TPU_E_INVALID (NULL),
+ * TPU_E_OOM. */
+TPU_API int tpux_plan_new(const tpuir_graph *g, tpux_plan **out);
+/* Run plan p with bindings as tpux_run. Borrowed: p, ins, outs. */
+TPU_API int tpux_plan_run(tpux_plan *p, int nin, const tpu_view *ins, int nout,
+                          const tpu_view *outs);
+/* Release a plan (NULL allowed); no run of it may be in progress. */
+TPU_API void tpux_plan_free(tpux_plan *p);
 
 /* Copy/convert: dst[i] = convert(src[i]) for views of equal sizes (any
  * strides/dtypes). Used for device<->device and host<->device copies. */
@@ -47,7 +70,7 @@ TPU_API int tpux_set_fusion(int kind, int mode);
 
 /* ---- executors: one table per way of running a program ------------------
  * The runtime runs every flushed program (Strict, Debug and Fused Eager)
- * through the active executor: the vTPU (this file's tpux_run, the
+ * through the active executor: the vTPU (this file's tpux_plan_*, the
  * default) or PJRT (exec/pjrt/client.c: the graph is emitted as StableHLO, compiled
  * once by a PJRT plugin and executed there; XLA:CPU, CUDA or libtpu).
  * Memory model: device storage stays runtime-owned host memory. On a host
@@ -72,8 +95,8 @@ typedef struct tpux_key {
 
 typedef struct tpux_executor {
   const char *name; /* "vtpu" or "pjrt" (static) */
-  /* Prepare g for execution into *exe (NULL when the executor needs no
-   * executable). g is borrowed and outlives *exe; key (may be NULL: no disk
+  /* Prepare g for execution into *exe (the vTPU: its tpux_plan; PJRT: the
+   * per-binding-pattern executables). g is borrowed and outlives *exe; key (may be NULL: no disk
    * tier) is copied. PJRT compiles lazily at the first execute per binding
    * pattern (which outputs overwrite which inputs), from its disk tier when
    * the key's file is there. Errors: TPU_E_UNSUPPORTED ("unsupported on
@@ -106,8 +129,10 @@ TPU_API const tpux_executor *tpux_executor_pjrt(void);
 
 /* Run program g through the active executor, compiling it on first use
  * into *slot (a per-program cache slot, initially NULL, owned by the
- * caller: release it with tpux_exec_release). Thread-safe: concurrent first
- * runs compile once each and keep one. Borrowed: g, ins, outs. */
+ * caller: release it with tpux_exec_release). The slot keeps one
+ * executable per executor, so a program runs on whichever is active.
+ * Thread-safe: concurrent first runs compile once each and keep one.
+ * Borrowed: g (must outlive the slot), ins, outs. */
 TPU_API int tpux_exec_program(const tpuir_graph *g, const tpux_key *key, void **slot, int nin,
                       const tpu_view *ins, int nout, const tpu_view *outs);
 /* Release a slot filled by tpux_exec_program (NULL is fine). */

@@ -10,20 +10,20 @@
 
 /* ---- vTPU ----------------------------------------------------------------- */
 
+/* The vTPU's executable is its plan (exec/vtpu/plan.c): built once per
+ * cached program, run per execution. */
 static int vtpu_compile(const tpuir_graph *g, const tpux_key *key, void **exe) {
-  (void)g;
   (void)key;
-  *exe = NULL; /* the vTPU plans each run from the graph itself */
-  return TPU_OK;
+  return tpux_plan_new(g, (tpux_plan **)exe);
 }
 
 static int vtpu_execute(void *exe, const tpuir_graph *g, int nin, const tpu_view *ins, int nout,
                         const tpu_view *outs) {
-  (void)exe;
-  return tpux_run(g, nin, ins, nout, outs);
+  (void)g; /* the plan's own graph */
+  return tpux_plan_run(exe, nin, ins, nout, outs);
 }
 
-static void vtpu_release(void *exe) { (void)exe; }
+static void vtpu_release(void *exe) { tpux_plan_free(exe); }
 
 static const tpux_executor g_vtpu = {"vtpu", vtpu_compile, vtpu_execute, vtpu_release, tpux_copy};
 
@@ -100,44 +100,86 @@ const char *tpux_device_name(void) {
   return tpux__pjrt_device_name();
 }
 
-/* ---- per-program executables ------------------------------------------------ */
+/* ---- per-program executables ------------------------------------------------
+ * A program's slot holds one executable per executor (the active one can
+ * change between runs: tpux_executor_select), each compiled on its first
+ * run under that executor. Slot and executables are published with
+ * compare-exchange; a run that loses the race frees its own copy. */
 
-typedef struct slot {
+enum { EX_VTPU, EX_PJRT, EX_N };
+
+typedef struct exe_entry {
   const tpux_executor *ex;
   void *exe;
+} exe_entry;
+
+typedef struct slot {
+  exe_entry *e[EX_N]; /* owned; NULL until compiled */
 } slot;
 
 static void slot_free(slot *s) {
   if (!s) return;
-  s->ex->release(s->exe);
+  for (int i = 0; i < EX_N; i++)
+    if (s->e[i]) {
+      s->e[i]->ex->release(s->e[i]->exe);
+      free(s->e[i]);
+    }
   free(s);
+}
+
+/* The slot of a program, created on first use. */
+static slot *slot_get(void **slotp) {
+  slot *s = __atomic_load_n((slot **)slotp, __ATOMIC_ACQUIRE);
+  if (s) return s;
+  slot *n = calloc(1, sizeof *n);
+  if (!n) {
+    tpu_error(TPU_E_OOM, "executor: out of host memory");
+    return NULL;
+  }
+  slot *expect = NULL;
+  if (__atomic_compare_exchange_n((slot **)slotp, &expect, n, 0, __ATOMIC_ACQ_REL,
+                                  __ATOMIC_ACQUIRE))
+    return n;
+  free(n);
+  return expect;
+}
+
+/* Executor ex's executable of g in slot s into *out, compiled on first
+ * use. TPU_OK or the compile's error. */
+static int entry_get(slot *s, const tpux_executor *ex, const tpuir_graph *g,
+                     const tpux_key *key, exe_entry **out) {
+  exe_entry **ep = &s->e[ex == &g_vtpu ? EX_VTPU : EX_PJRT];
+  *out = __atomic_load_n(ep, __ATOMIC_ACQUIRE);
+  if (*out) return TPU_OK;
+  exe_entry *n = calloc(1, sizeof *n);
+  if (!n) return tpu_error(TPU_E_OOM, "executor: out of host memory");
+  n->ex = ex;
+  int rc = ex->compile(g, key, &n->exe);
+  if (rc != TPU_OK) {
+    free(n);
+    return rc;
+  }
+  exe_entry *expect = NULL;
+  if (__atomic_compare_exchange_n(ep, &expect, n, 0, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE)) {
+    *out = n;
+  } else {
+    ex->release(n->exe);
+    free(n);
+    *out = expect;
+  }
+  return TPU_OK;
 }
 
 int tpux_exec_program(const tpuir_graph *g, const tpux_key *key, void **slotp, int nin,
                       const tpu_view *ins, int nout, const tpu_view *outs) {
   const tpux_executor *ex = tpux_executor_active();
   if (!ex) return tpu_last_error_code();
-  if (ex == &g_vtpu) return tpux_run(g, nin, ins, nout, outs); /* no executable: no slot */
-  slot *s = __atomic_load_n((slot **)slotp, __ATOMIC_ACQUIRE);
-  if (!s) {
-    slot *n = calloc(1, sizeof *n);
-    if (!n) return tpu_error(TPU_E_OOM, "executor: out of host memory");
-    n->ex = ex;
-    int rc = ex->compile(g, key, &n->exe);
-    if (rc != TPU_OK) {
-      free(n);
-      return rc;
-    }
-    slot *expect = NULL;
-    if (__atomic_compare_exchange_n((slot **)slotp, &expect, n, 0, __ATOMIC_ACQ_REL,
-                                    __ATOMIC_ACQUIRE)) {
-      s = n;
-    } else {
-      slot_free(n);
-      s = expect;
-    }
-  }
-  return s->ex->execute(s->exe, g, nin, ins, nout, outs);
+  slot *s = slot_get(slotp);
+  if (!s) return TPU_E_OOM;
+  exe_entry *e;
+  int rc = entry_get(s, ex, g, key, &e);
+  if (rc != TPU_OK) return rc;
+  return ex->execute(e->exe, g, nin, ins, nout, outs);
 }
 
 void tpux_exec_release(void *s) { slot_free(s); }

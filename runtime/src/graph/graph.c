@@ -495,10 +495,8 @@ static int task_run(void *ctx) {
   if (t->ev) t->ev->start_ns = tpug__trace_now_ns();
   char dir[1024] = "";
   tpux_key key = {t->prog->k1, t->prog->k2, dir};
-  /* the disk tier's directory matters only to an executor compiling now */
-  if (!__atomic_load_n(&t->prog->exe, __ATOMIC_ACQUIRE) &&
-      tpux_executor_active() != tpux_executor_vtpu())
-    tpug__cache_dir(dir, sizeof dir);
+  /* the disk tier's directory matters only to PJRT (the vTPU plans in memory) */
+  if (tpux_executor_active() != tpux_executor_vtpu()) tpug__cache_dir(dir, sizeof dir);
   int rc = tpux_exec_program(t->prog->g, &key, &t->prog->exe, t->nin, t->ins, t->nout, t->outs);
   if (t->ev) {
     t->ev->end_ns = tpug__trace_now_ns();

@@ -15,7 +15,7 @@ typedef struct tpug_prog {
   tpuir_graph *g;
   int refs; /* atomic */
   uint64_t tick;
-  void *exe; /* executable of the active executor (tpux_exec_program slot) */
+  void *exe; /* executables of the executors that ran it (tpux_exec_program slot) */
 } tpug_prog;
 
 /* Look a program up (memory, then disk). Returns a new reference or NULL.

@@ -9,6 +9,7 @@
 #ifndef TPU_EXEC_INTERNAL_H
 #define TPU_EXEC_INTERNAL_H
 
+#include <pthread.h>
 #include <stdatomic.h>
 #include <stdint.h>
 #include <string.h>
@@ -310,5 +311,91 @@ void tpux__philox(const uint32_t ctr[4], uint64_t seed, uint32_t out[4]);
 int tpux__reshape_strides(int ndim, const int64_t *sizes,
                           const int64_t *strides, int new_ndim,
                           const int64_t *new_sizes, int64_t *new_strides);
+
+
+/* ---- plans (exec/vtpu/plan.c, variant.c; run: exec.c) --------------------
+ * A plan is what running graph g needs that depends on g alone; a variant
+ * adds what depends on how the bindings alias (which outputs overlap which
+ * parameters) and on the fusion switches; a run adds the bindings. */
+
+/* One unit of work of a variant, in execution order. */
+enum {
+  XS_NODE,          /* eval node t (also early, for a GEMM epilogue) */
+  XS_REGION,        /* fused region: members (ending at t; early ones store nothing direct) */
+  XS_REGION_REDUCE, /* region whose member k feeds REDUCE node t */
+  XS_DOT_EPI,       /* DOT_GENERAL t with the region members in its epilogue */
+  XS_FREE           /* nothing to evaluate at this position, only frees */
+};
+typedef struct xstep {
+  int32_t kind, t;
+  int32_t m0, nm; /* regions: members[m0..m0+nm) with store[] and dout[] */
+  int32_t l0, nl; /* their external operands (alias check of direct stores) */
+  int32_t k;      /* XS_REGION_REDUCE: index of the REDUCE's operand in the members */
+  int32_t f0, nf; /* temporaries to free after the step: frees[f0..f0+nf) */
+} xstep;
+
+/* A variant: immutable once published (readers take no lock). Owned by its
+ * plan (one malloc'd block), freed with it. */
+typedef struct xvar {
+  struct xvar *next;
+  int32_t flags;      /* key: fusion switches (1 epilogue, 2 reduce) */
+  int32_t npairs;     /* key: aliasing pattern, pairs[2 * npairs] */
+  int32_t *pairs;     /*   (candidate c, live parameter k): outs[cand[c]] overlaps ins of lp[k] */
+  int32_t nsteps;
+  xstep *steps;
+  int32_t *members, *dout; /* dout: output index a member stores into directly, or -1 */
+  int32_t *loads, *frees;
+  char *store;             /* member is materialised */
+} xvar;
+
+/* Per-run scratch (exec/vtpu/exec.c): checked out of the plan by one run
+ * at a time; a concurrent run of the same plan gets a fresh one. */
+typedef struct xscratch xscratch;
+
+struct tpux_plan {
+  const tpuir_graph *g; /* borrowed: outlives the plan */
+  int32_t nn, nout, last_fail;
+  int32_t nparam, nlp, ncand;
+  int32_t *outv;        /* output node of each output index */
+  int32_t *pnode;       /* PARAM nodes in node order (binding checks) */
+  int32_t *lp;          /* live PARAM nodes (aliasing pattern) */
+  int32_t *cand;        /* direct-write candidates: output indexes */
+  int32_t *dcand;       /* candidate index of a candidate's output node */
+  char *live, *rfail, *ext;
+  int32_t *reg;         /* region id (the region's first id) or -1 */
+  int32_t *rfirst, *rlast; /* per region id: first and last member */
+  int32_t *last;        /* position of the last use (nn: an output) */
+  int32_t *root;        /* storage root of a view chain */
+  int32_t *users;       /* users outside the value's region */
+  int32_t *head, *next; /* free list per position */
+  pthread_mutex_t mu;   /* serialises variant building */
+  int32_t nvars;        /* under mu */
+  _Atomic(xvar *) vars; /* published variants (push-front under mu) */
+  _Atomic(xscratch *) spare; /* one idle run scratch, or NULL */
+};
+
+/* operand list of a node (CONCAT, CUSTOM_CALL: the list) */
+static inline int tpux__node_operands(const tpuir_node *n, const tpuir_val **ops) {
+  if (n->nlist) {
+    *ops = n->list;
+    return n->nlist;
+  }
+  *ops = n->in;
+  return n->nin;
+}
+static inline int tpux__is_view_op(int op) {
+  return tpuir_op_info(op)->cls == TPUIR_CLASS_VIEW;
+}
+/* The variant of plan p for fusion flags and an aliasing pattern (pairs as
+ * in xvar): found, or planned and published (at most XVAR_MAX per plan;
+ * past that *tmp = 1: the caller frees it with tpux__variants_free after
+ * the run). */
+#define XVAR_MAX 8
+int tpux__variant_get(tpux_plan *p, int flags, int npairs, const int32_t *pairs,
+                      const xvar **out, int *tmp);
+/* Free a list of variants. */
+void tpux__variants_free(xvar *v);
+/* Free a run scratch (NULL allowed). */
+void tpux__run_scratch_free(xscratch *s);
 
 #endif /* TPU_EXEC_INTERNAL_H */

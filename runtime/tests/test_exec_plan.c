@@ -1,0 +1,255 @@
+/* test_exec_plan.c - vTPU plans (tpux_plan_new/_run/_free): one plan run
+ * many times with bindings that alias in every way (each pattern plans its
+ * own variant; more patterns than a plan keeps), under both fusion
+ * switches, from several threads at once, against an independent scalar
+ * reference and against tpux_run. */
+#include <pthread.h>
+#include <stdio.h>
+
+#include "test_exec_util.h"
+#include "tpu_test.h"
+
+#define N 64
+
+/* y = (x + 1) * w, z = x * 2 (one fused region, both outputs direct-write
+ * candidates) */
+static tpuir_graph *graph_yz(void) {
+  int64_t s[1] = {N};
+  tpuir_graph *g = tpuir_graph_new();
+  tpuir_val x = tpuir_param(g, TPU_F32, 1, s), w = tpuir_param(g, TPU_F32, 1, s);
+  tpuir_val one = tpuir_broadcast_in_dim(g, tpuir_const_f(g, TPU_F32, 1), 1, s, NULL);
+  tpuir_val two = tpuir_broadcast_in_dim(g, tpuir_const_f(g, TPU_F32, 2), 1, s, NULL);
+  tpuir_val y = tpuir_binary(g, TPUIR_MUL, tpuir_binary(g, TPUIR_ADD, x, one), w);
+  tpuir_val z = tpuir_binary(g, TPUIR_MUL, x, two);
+  tpuir_val o[2] = {y, z};
+  if (tpuir_set_outputs(g, 2, o) != TPU_OK) {
+    tpuir_graph_free(g);
+    return NULL;
+  }
+  return g;
+}
+
+/* Destinations: into its own buffer, exactly x, exactly w, x shifted by 3,
+ * x reversed, or (in the interleaved layout) one half of the buffer
+ * holding both x and w. */
+enum { D_OWN, D_X, D_W, D_XSHIFT, D_XREV, D_HALF, D_N };
+
+typedef struct layout {
+  float buf[4 * N + 64]; /* x, w (and the destinations) with guards */
+  float own[2][N];
+  tpu_view x, w;
+  int inter; /* x = buf[0::2], w = buf[1::2] */
+} layout;
+
+static void layout_init(layout *L, int inter, uint64_t *seed) {
+  int64_t s[1] = {N};
+  for (int i = 0; i < 4 * N + 64; i++) L->buf[i] = (float)(int)trand(seed, -8, 8) * 0.5f;
+  memset(L->own, 0, sizeof L->own);
+  L->inter = inter;
+  if (inter) {
+    tpu_view_init_contiguous(&L->x, L->buf + 32, TPU_F32, 1, s);
+    L->w = L->x;
+    L->x.strides[0] = 2;
+    L->w.offset = 1;
+    L->w.strides[0] = 2;
+  } else {
+    tpu_view_init_contiguous(&L->x, L->buf + 32, TPU_F32, 1, s);
+    tpu_view_init_contiguous(&L->w, L->buf + 32 + 2 * N, TPU_F32, 1, s);
+  }
+}
+
+/* destination d for output o; 0 when d makes no sense in this layout */
+static int dest(layout *L, int d, int o, tpu_view *v) {
+  int64_t s[1] = {N};
+  switch (d) {
+  case D_OWN: tpu_view_init_contiguous(v, L->own[o], TPU_F32, 1, s); return 1;
+  case D_X: *v = L->x; return !L->inter;
+  case D_W: *v = L->w; return !L->inter;
+  case D_XSHIFT: tpu_view_init_contiguous(v, L->buf + 35, TPU_F32, 1, s); return !L->inter;
+  case D_XREV:
+    *v = L->x;
+    v->offset = N - 1;
+    v->strides[0] = -1;
+    return !L->inter;
+  default: tpu_view_init_contiguous(v, L->buf + 32 + o * N, TPU_F32, 1, s); return L->inter;
+  }
+}
+
+static int spans_overlap(const tpu_view *a, const tpu_view *b) {
+  const float *a0 = (const float *)a->base + a->offset, *b0 = (const float *)b->base + b->offset;
+  int64_t as = a->strides[0], bs = b->strides[0];
+  const float *alo = as < 0 ? a0 + as * (N - 1) : a0, *blo = bs < 0 ? b0 + bs * (N - 1) : b0;
+  int64_t ae = (as < 0 ? -as : as) * (N - 1), be = (bs < 0 ? -bs : bs) * (N - 1);
+  return alo <= blo + be && blo <= alo + ae;
+}
+
+/* One binding case: plan p (reused) and a fresh tpux_run on a copy of the
+ * layout both give the reference; the guards stay untouched. */
+static int run_case(tpux_plan *p, const tpuir_graph *g, int inter, int dy, int dz, uint64_t seed) {
+  static layout L, L2;
+  uint64_t s1 = seed, s2 = seed;
+  layout_init(&L, inter, &s1);
+  layout_init(&L2, inter, &s2);
+  tpu_view ov[2], ov2[2];
+  if (!dest(&L, dy, 0, &ov[0]) || !dest(&L, dz, 1, &ov[1])) return 1; /* n/a */
+  if (spans_overlap(&ov[0], &ov[1])) return 1;
+  dest(&L2, dy, 0, &ov2[0]);
+  dest(&L2, dz, 1, &ov2[1]);
+  float yr[N], zr[N], before[4 * N + 64];
+  for (int i = 0; i < N; i++) {
+    float x = (float)tv_get(&L.x, i), w = (float)tv_get(&L.w, i);
+    yr[i] = (x + 1.0f) * w;
+    zr[i] = x * 2.0f;
+  }
+  memcpy(before, L.buf, sizeof before);
+  tpu_view ins[2] = {L.x, L.w}, ins2[2] = {L2.x, L2.w};
+  if (tpux_plan_run(p, 2, ins, 2, ov) != TPU_OK) return 0;
+  if (tpux_run(g, 2, ins2, 2, ov2) != TPU_OK) return 0;
+  for (int i = 0; i < N; i++)
+    if (tv_get(&ov[0], i) != yr[i] || tv_get(&ov[1], i) != zr[i] ||
+        tv_get(&ov2[0], i) != yr[i] || tv_get(&ov2[1], i) != zr[i])
+      return 0;
+  for (int i = 0; i < 32; i++) /* guards */
+    if (L.buf[i] != before[i] || L.buf[4 * N + 32 + i] != before[4 * N + 32 + i]) return 0;
+  return 1;
+}
+
+TPU_TEST(exec_plan_alias_patterns) {
+  tpuir_graph *g = graph_yz();
+  CHECK(g);
+  tpux_plan *p = NULL;
+  CHECK_OK(tpux_plan_new(g, &p));
+  int cases = 0;
+  for (int rep = 0; rep < 2; rep++) /* the second pass finds its variants */
+    for (int fl = 0; fl < 4; fl++) {
+      tpux_set_fusion(TPUX_FUSE_EPILOGUE, fl & 1);
+      tpux_set_fusion(TPUX_FUSE_REDUCE, (fl >> 1) & 1);
+      for (int inter = 0; inter < 2; inter++)
+        for (int dy = 0; dy < D_N; dy++)
+          for (int dz = 0; dz < D_N; dz++) {
+            int ok = run_case(p, g, inter, dy, dz, 77 + (uint64_t)(dy * 7 + dz));
+            if (!ok) fprintf(stderr, "  case inter=%d dy=%d dz=%d flags=%d\n", inter, dy, dz, fl);
+            CHECK(ok);
+            cases++;
+          }
+    }
+  tpux_set_fusion(TPUX_FUSE_EPILOGUE, -1);
+  tpux_set_fusion(TPUX_FUSE_REDUCE, -1);
+  CHECK(cases == 2 * 4 * 2 * D_N * D_N);
+  tpux_plan_free(p);
+  tpuir_graph_free(g);
+}
+
+/* A plan follows the fusion switches set after it was built. */
+TPU_TEST(exec_plan_fusion_switch) {
+  enum { M = 16, K = 24, NN = 20 };
+  int64_t xs[2] = {M, K}, ws[2] = {K, NN}, os[2] = {M, NN}, lc[1] = {1}, rc[1] = {0};
+  tpuir_graph *g = tpuir_graph_new();
+  tpuir_val X = tpuir_param(g, TPU_F32, 2, xs), W = tpuir_param(g, TPU_F32, 2, ws);
+  tpuir_val D = tpuir_dot_general(g, X, W, 0, NULL, NULL, 1, lc, rc, TPU_PREC_HIGHEST, TPU_F32);
+  tpuir_val zero = tpuir_broadcast_in_dim(g, tpuir_const_f(g, TPU_F32, 0), 2, os, NULL);
+  tpuir_val y = tpuir_binary(g, TPUIR_MAX, D, zero);
+  CHECK_OK(tpuir_set_outputs(g, 1, &y));
+  tarr A = ta_new(TPU_F32, 2, xs), B = ta_new(TPU_F32, 2, ws), O = ta_new(TPU_F32, 2, os);
+  uint64_t seed = 5;
+  ta_fill(&A.v, &seed, -2, 2);
+  ta_fill(&B.v, &seed, -2, 2);
+  tpux_plan *p = NULL;
+  CHECK_OK(tpux_plan_new(g, &p));
+  tpu_view ins[2] = {A.v, B.v};
+  for (int it = 0; it < 6; it++) {
+    int on = it % 3 != 1;
+    tpux_set_fusion(TPUX_FUSE_EPILOGUE, on);
+    int64_t r0 = tpux_fusion_runs(TPUX_FUSE_EPILOGUE);
+    CHECK_OK(tpux_plan_run(p, 2, ins, 1, &O.v));
+    CHECK(tpux_fusion_runs(TPUX_FUSE_EPILOGUE) - r0 == on);
+    for (int i = 0; i < M; i++)
+      for (int j = 0; j < NN; j++) {
+        double s = 0;
+        for (int k = 0; k < K; k++) s += tv_get(&A.v, i * K + k) * tv_get(&B.v, k * NN + j);
+        CHECK_NEAR(tv_get(&O.v, i * NN + j), s > 0 ? s : 0, 1e-4);
+      }
+  }
+  tpux_set_fusion(TPUX_FUSE_EPILOGUE, -1);
+  tpux_plan_free(p);
+  free(A.mem);
+  free(B.mem);
+  free(O.mem);
+  tpuir_graph_free(g);
+}
+
+/* Runs of one plan overlap (two streams running one cached program): each
+ * gets its own scratch. */
+typedef struct plan_arg {
+  tpux_plan *p;
+  int id, bad;
+} plan_arg;
+
+static void *plan_worker(void *vp) {
+  plan_arg *a = vp;
+  int64_t s[1] = {N};
+  float x[N], w[N], y[N], z[N];
+  tpu_view v[4];
+  tpu_view_init_contiguous(&v[0], x, TPU_F32, 1, s);
+  tpu_view_init_contiguous(&v[1], w, TPU_F32, 1, s);
+  tpu_view_init_contiguous(&v[2], y, TPU_F32, 1, s);
+  tpu_view_init_contiguous(&v[3], a->id & 1 ? x : z, TPU_F32, 1, s); /* odd: z in place of x */
+  for (int it = 0; it < 200 && !a->bad; it++) {
+    for (int i = 0; i < N; i++) {
+      x[i] = (float)(a->id * 100 + it + i);
+      w[i] = 0.5f;
+    }
+    if (tpux_plan_run(a->p, 2, v, 2, v + 2) != TPU_OK) a->bad = 1;
+    for (int i = 0; i < N && !a->bad; i++) {
+      float x0 = (float)(a->id * 100 + it + i);
+      if (y[i] != (x0 + 1) * 0.5f || ((float *)v[3].base)[i] != x0 * 2) a->bad = 2;
+    }
+  }
+  return NULL;
+}
+
+TPU_TEST(exec_plan_concurrent_runs) {
+  tpuir_graph *g = graph_yz();
+  CHECK(g);
+  tpux_plan *p = NULL;
+  CHECK_OK(tpux_plan_new(g, &p));
+  enum { NT = 4 };
+  pthread_t th[NT];
+  plan_arg args[NT];
+  for (int k = 0; k < NT; k++) {
+    args[k] = (plan_arg){p, k, 0};
+    CHECK(pthread_create(&th[k], NULL, plan_worker, &args[k]) == 0);
+  }
+  for (int k = 0; k < NT; k++) pthread_join(th[k], NULL);
+  for (int k = 0; k < NT; k++) CHECK(args[k].bad == 0);
+  tpux_plan_free(p);
+  tpuir_graph_free(g);
+}
+
+TPU_TEST(exec_plan_errors) {
+  tpux_plan *p = (tpux_plan *)&p;
+  CHECK(tpux_plan_new(NULL, &p) == TPU_E_INVALID && p == NULL);
+  CHECK(tpux_plan_run(NULL, 0, NULL, 0, NULL) == TPU_E_INVALID);
+  tpux_plan_free(NULL);
+  tpuir_graph *g = graph_yz();
+  CHECK(g);
+  CHECK_OK(tpux_plan_new(g, &p));
+  int64_t s[1] = {N}, s2[1] = {N + 1};
+  float a[N + 1] = {0}, b[N] = {0}, c[N], d[N];
+  tpu_view v[4];
+  tpu_view_init_contiguous(&v[0], a, TPU_F32, 1, s);
+  tpu_view_init_contiguous(&v[1], b, TPU_F32, 1, s);
+  tpu_view_init_contiguous(&v[2], c, TPU_F32, 1, s);
+  tpu_view_init_contiguous(&v[3], d, TPU_F32, 1, s);
+  CHECK(tpux_plan_run(p, 1, v, 2, v + 2) == TPU_E_INVALID);   /* parameter count */
+  CHECK(tpux_plan_run(p, 2, v, 1, v + 2) == TPU_E_INVALID);   /* output count */
+  tpu_view_init_contiguous(&v[0], a, TPU_F32, 1, s2);
+  CHECK(tpux_plan_run(p, 2, v, 2, v + 2) == TPU_E_INVALID);   /* shape */
+  tpu_view_init_contiguous(&v[0], a, TPU_F64, 1, s);
+  CHECK(tpux_plan_run(p, 2, v, 2, v + 2) == TPU_E_TYPE);      /* dtype */
+  tpu_view_init_contiguous(&v[0], a, TPU_F32, 1, s);
+  CHECK_OK(tpux_plan_run(p, 2, v, 2, v + 2)); /* the plan still runs after errors */
+  for (int i = 0; i < N; i++) CHECK(c[i] == 0 && d[i] == 0);
+  tpux_plan_free(p);
+  tpuir_graph_free(g);
+}
