@@ -288,6 +288,137 @@ def fused():
     result(pending_before=pending_before, pending_after=pending_after, err=err)
 
 
+def _ragged_setup(world, rows=12, feat=(3, 2)):
+    """Every rank's ragged_all_to_all arguments (the same on all ranks):
+    sizes ss[i][j] rows from i to j (some 0), slices taken from operand i
+    in reverse rank order with gaps, landing in receiver j at distinct
+    offsets with gaps."""
+    ss = [[(3 * i + 2 * j + 1) % 4 for j in range(world)] for i in range(world)]
+    ins = []
+    for i in range(world):
+        pos, o = 1, [0] * world
+        for j in reversed(range(world)):
+            o[j] = pos
+            pos += ss[i][j] + 1
+        assert pos <= rows
+        ins.append(o)
+    oo = [[0] * world for _ in range(world)]
+    for j in range(world):
+        pos = 1
+        for i in range(world):
+            oo[i][j] = pos
+            pos += ss[i][j] + 1
+        assert pos <= rows
+    g = torch.Generator().manual_seed(5)
+    ops = [torch.randn((rows,) + feat, generator=g) for _ in range(world)]
+    outs = [torch.randn((rows,) + feat, generator=g) for _ in range(world)]
+    return ss, ins, oo, ops, outs
+
+
+def _ragged_ref(world, me, ss, ins, oo, ops, outs):
+    res = outs[me].clone()
+    for i in range(world):
+        n = ss[i][me]
+        res[oo[i][me]: oo[i][me] + n] = ops[i][ins[i][me]: ins[i][me] + n]
+    return res
+
+
+def p2p_ragged():
+    """torch.tpu.ops.send / recv / ragged_all_to_all against CPU references."""
+    dist.init_process_group("tpu_dist")
+    out = {}
+    tops = torch.tpu.ops
+    peer = 1 - RANK if WORLD == 2 else None
+    # ---- send / recv: several tensors of different dtypes in one call,
+    # a non-contiguous receive target, two tags in order
+    g = torch.Generator().manual_seed(11)
+    a = torch.randn(5, 7, generator=g)
+    b = (torch.randn(33, generator=g) * 100).to(torch.int64)
+    c = torch.randn(4, 6, generator=g).to(torch.bfloat16)
+    if RANK == 0:
+        w = tops.send([a.to("tpu"), b.to("tpu"), c.to("tpu")], 1, 3)
+        w.wait()
+        tops.send([a.t().to("tpu") * 2], 1, 4).wait()  # non-contiguous source
+        out["send_recv"] = 0.0
+    else:
+        ra = torch.empty(7, 5, device="tpu").t()  # non-contiguous target
+        rb = torch.empty(33, dtype=torch.int64, device="tpu")
+        rc = torch.empty(4, 6, dtype=torch.bfloat16, device="tpu")
+        w = tops.recv([ra, rb, rc], 0, 3)
+        w.wait()
+        r2 = torch.empty(7, 5, device="tpu")
+        tops.recv([r2], 0, 4).wait()
+        out["send_recv"] = max(
+            (ra.cpu() - a).abs().max().item(), (rb.cpu() - b).abs().max().item(),
+            (rc.cpu().float() - c.float()).abs().max().item(), (r2.cpu() - a.t() * 2).abs().max().item())
+    # a recv with the wrong tag raises and leaves the message queued
+    if RANK == 0:
+        tops.send([torch.full((6,), 7.0, device="tpu")], 1, 8).wait()
+        out["tag_error"] = "n/a"
+    else:
+        buf = torch.zeros(6, device="tpu")
+        try:
+            tops.recv([buf], 0, 9).wait()
+            out["tag_error"] = None
+        except ValueError as e:
+            out["tag_error"] = str(e)
+        tops.recv([buf], 0, 8).wait()
+        out["after_tag_error"] = buf.cpu().tolist()
+    # CPU tensors take the same path
+    if RANK == 0:
+        tops.send([a], 1, 0).wait()
+    else:
+        ca = torch.empty(5, 7)
+        tops.recv([ca], 0, 0).wait()
+        out["send_recv_cpu"] = (ca - a).abs().max().item()
+    # ---- ragged_all_to_all
+    ss, ins, oo, ops, outs = _ragged_setup(WORLD)
+    name = dist.group.WORLD.group_name
+    args = lambda dtype: (  # noqa: E731
+        ops[RANK].to(dtype).to("tpu"), outs[RANK].to(dtype).to("tpu"),
+        torch.tensor(ins[RANK], device="tpu"), torch.tensor(ss[RANK], device="tpu"),
+        torch.tensor(oo[RANK], device="tpu"), torch.tensor([ss[j][RANK] for j in range(WORLD)], device="tpu"))
+    for dtype in (torch.float32, torch.bfloat16, torch.int64):
+        cast = [t.to(dtype) for t in ops], [t.to(dtype) for t in outs]
+        ref = _ragged_ref(WORLD, RANK, ss, ins, oo, *cast)
+        res = tops.ragged_all_to_all(*args(dtype), name)
+        out[f"ragged_{dtype}"] = (res.cpu().double() - ref.double()).abs().max().item()
+    # out=: written in place and returned
+    o = torch.empty_like(outs[RANK]).to("tpu")
+    r = tops.ragged_all_to_all(*args(torch.float32), name, out=o)
+    ref = _ragged_ref(WORLD, RANK, ss, ins, oo, ops, outs)
+    out["ragged_out"] = (o.cpu() - ref).abs().max().item() + float(r is not o)
+    # autograd: d(sum(result * wt))/d operand and /d output vs the CPU rule
+    wts = [torch.randn(outs[0].shape, generator=torch.Generator().manual_seed(20 + j)) for j in range(WORLD)]
+    op_t, out_t, *rest = args(torch.float32)
+    op_t.requires_grad_(True)
+    out_t.requires_grad_(True)
+    res = tops.ragged_all_to_all(op_t, out_t, *rest, name)
+    (res * wts[RANK].to("tpu")).sum().backward()
+    gref = torch.zeros_like(ops[RANK])
+    for j in range(WORLD):
+        n = ss[RANK][j]
+        gref[ins[RANK][j]: ins[RANK][j] + n] = wts[j][oo[RANK][j]: oo[RANK][j] + n]
+    out["ragged_grad_operand"] = (op_t.grad.cpu() - gref).abs().max().item()
+    oref = wts[RANK].clone()
+    for i in range(WORLD):
+        oref[oo[i][RANK]: oo[i][RANK] + ss[i][RANK]] = 0
+    out["ragged_grad_output"] = (out_t.grad.cpu() - oref).abs().max().item()
+    # mismatched sizes: rank 1's recv_sizes disagree with the senders' (all
+    # ranks raise, the group stays usable)
+    bad = list(args(torch.float32))
+    if RANK == 1:
+        bad[5] = bad[5].flip(0)
+    try:
+        tops.ragged_all_to_all(*bad, name)
+        out["ragged_mismatch"] = None
+    except (RuntimeError, ValueError) as e:
+        out["ragged_mismatch"] = f"{type(e).__name__}: {e}"
+    dist.barrier()
+    dist.destroy_process_group()
+    result(**out)
+
+
 # ---- distributed checkpoint: FSDP2 + optimizer saved on N ranks, loaded on M
 
 def _dcp_model(mesh, seed):

@@ -165,6 +165,23 @@ def test_mismatched_shapes_raise_clear_error():
         assert res[-1]["after"] == [2.0] * 4
 
 
+def test_tpu_ops_send_recv_ragged_all_to_all():
+    """torch.tpu.ops.send/recv (several tensors and dtypes, non-contiguous
+    ends, tags) and ragged_all_to_all (3 dtypes, out=, autograd, mismatched
+    sizes) on 2 ranks against CPU computations."""
+    results, _ = launch("p2p_ragged", 2)
+    for r, res in enumerate(results):
+        got = res[-1]
+        for k, v in got.items():
+            if isinstance(v, float):
+                assert v == 0.0, f"rank {r}: {k} off by {v}"
+        assert "split mismatch" in got["ragged_mismatch"], got["ragged_mismatch"]
+    r1 = results[1][-1]
+    assert "tag mismatch" in r1["tag_error"] and "tag 9" in r1["tag_error"], r1["tag_error"]
+    assert r1["after_tag_error"] == [7.0] * 6
+    assert r1["send_recv_cpu"] == 0.0
+
+
 def test_collective_is_a_graph_break_in_fused_eager():
     results, _ = launch("fused", 2)
     for res in results:

@@ -118,9 +118,13 @@ TPU_API int tpucoll_reduce_scatter(tpucoll_comm *c, const void *in, void *out,
 TPU_API int tpucoll_all_to_all(tpucoll_comm *c, const void *in,
                        const size_t *send_counts, void *out,
                        const size_t *recv_counts, int dtype);
-/* Point to point, matched in order per (src, dst) pair; sizes must agree. */
-TPU_API int tpucoll_send(tpucoll_comm *c, const void *buf, size_t nbytes, int peer);
-TPU_API int tpucoll_recv(tpucoll_comm *c, void *buf, size_t nbytes, int peer);
+/* Point to point, matched in order per (src, dst) pair; sizes must agree
+ * (a mismatch aborts the communicator). `tag` travels with the message: a
+ * recv whose tag differs from the next message's fails with TPU_E_VALUE
+ * before consuming anything (the message stays queued for a recv with the
+ * right tag; the transport never reorders by tag). */
+TPU_API int tpucoll_send(tpucoll_comm *c, const void *buf, size_t nbytes, int peer, int64_t tag);
+TPU_API int tpucoll_recv(tpucoll_comm *c, void *buf, size_t nbytes, int peer, int64_t tag);
 
 /* ---- asynchronous collectives on a stream ---------------------------- */
 
@@ -135,6 +139,7 @@ typedef struct tpucoll_desc {
   int op;            /* tpucoll_op */
   int root;          /* broadcast/reduce root; send/recv peer */
   const size_t *send_counts, *recv_counts; /* all_to_all */
+  int64_t tag;       /* send/recv */
 } tpucoll_desc;
 
 /* Run `d` now on the calling thread (blocking). Work enqueued earlier must

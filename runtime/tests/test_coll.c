@@ -139,13 +139,22 @@ static int all_kinds(tpucoll_comm *c, int rank, int size, void *arg) {
   for (size_t i = 0; i < pn; i++) ps[i] = val(rank, i);
   int next = (rank + 1) % size, prev = (rank + size - 1) % size;
   if (rank % 2 == 0) {
-    RCHECK(tpucoll_send(c, ps, pn * 4, next) == TPU_OK);
-    RCHECK(tpucoll_recv(c, pr, pn * 4, prev) == TPU_OK);
+    RCHECK(tpucoll_send(c, ps, pn * 4, next, 7) == TPU_OK);
+    RCHECK(tpucoll_recv(c, pr, pn * 4, prev, 7) == TPU_OK);
   } else {
-    RCHECK(tpucoll_recv(c, pr, pn * 4, prev) == TPU_OK);
-    RCHECK(tpucoll_send(c, ps, pn * 4, next) == TPU_OK);
+    RCHECK(tpucoll_recv(c, pr, pn * 4, prev, 7) == TPU_OK);
+    RCHECK(tpucoll_send(c, ps, pn * 4, next, 7) == TPU_OK);
   }
   for (size_t i = 0; i < pn; i++) RCHECK(pr[i] == val(prev, i));
+  /* a recv with another tag fails and leaves the message queued */
+  if (rank % 2 == 0) {
+    RCHECK(tpucoll_send(c, ps, 64, next, 8) == TPU_OK);
+  } else {
+    RCHECK(tpucoll_recv(c, pr, 64, prev, 9) == TPU_E_VALUE);
+    RCHECK(strstr(tpu_last_error(), "tag mismatch") != NULL);
+    RCHECK(tpucoll_recv(c, pr, 64, prev, 8) == TPU_OK);
+    for (size_t i = 0; i < 16; i++) RCHECK(pr[i] == val(prev, i));
+  }
   free(ps);
   free(pr);
   RCHECK(tpucoll_barrier(c) == TPU_OK);

@@ -455,22 +455,46 @@ class __attribute__((visibility("hidden"))) TpuBackend : public c10d::Backend {
     return chain(w, c10d::OpType::SCATTER, list, [flat, list]() mutable { list[0].copy_(flat.view(list[0].sizes())); });
   }
 
-  c10::intrusive_ptr<c10d::Work> send(std::vector<at::Tensor>& ts, int dst, int /*tag*/) override {
-    auto& t = one(ts, "send");
+  // Several tensors: one message each, in order, all covered by one Work.
+  c10::intrusive_ptr<c10d::Work> send(std::vector<at::Tensor>& ts, int dst, int tag) override {
+    TORCH_CHECK_VALUE(!ts.empty(), "tpu_dist: send needs at least one tensor");
+    check_peer(dst, "send to");
     no_cross("send");
-    auto buf = flat_in(t);
-    tpucoll_desc d = desc(TPUCOLL_SEND, buf, buf, (size_t)buf.nbytes(), coll_dtype(t));
-    d.root = dst;
-    return issue(c10d::OpType::SEND, {d}, {t}, nullptr, {buf});
+    std::vector<tpucoll_desc> ds;
+    std::vector<at::Tensor> keep;
+    for (auto& t : ts) {
+      check_tensor(t);
+      auto buf = flat_in(t);
+      tpucoll_desc d = desc(TPUCOLL_SEND, buf, buf, (size_t)buf.nbytes(), coll_dtype(t));
+      d.root = dst;
+      d.tag = tag;
+      ds.push_back(d);
+      keep.push_back(buf);
+    }
+    return issue(c10d::OpType::SEND, ds, ts, nullptr, keep);
   }
 
-  c10::intrusive_ptr<c10d::Work> recv(std::vector<at::Tensor>& ts, int src, int /*tag*/) override {
-    auto& t = one(ts, "recv");
+  c10::intrusive_ptr<c10d::Work> recv(std::vector<at::Tensor>& ts, int src, int tag) override {
+    TORCH_CHECK_VALUE(!ts.empty(), "tpu_dist: recv needs at least one tensor");
+    check_peer(src, "recv from");
     no_cross("recv");
-    auto buf = flat_out(t);
-    tpucoll_desc d = desc(TPUCOLL_RECV, buf, buf, (size_t)buf.nbytes(), coll_dtype(t));
-    d.root = src;
-    return issue(c10d::OpType::RECV, {d}, {t}, copy_back(buf, t));
+    std::vector<tpucoll_desc> ds;
+    std::vector<std::function<void()>> backs;
+    for (auto& t : ts) {
+      check_tensor(t);
+      auto buf = flat_out(t);
+      tpucoll_desc d = desc(TPUCOLL_RECV, buf, buf, (size_t)buf.nbytes(), coll_dtype(t));
+      d.root = src;
+      d.tag = tag;
+      ds.push_back(d);
+      if (auto f = copy_back(buf, t)) backs.push_back(std::move(f));
+    }
+    std::function<void()> after;
+    if (!backs.empty())
+      after = [backs]() {
+        for (auto& f : backs) f();
+      };
+    return issue(c10d::OpType::RECV, ds, ts, after);
   }
 
   c10::intrusive_ptr<c10d::Work> barrier(const c10d::BarrierOptions&) override {
@@ -514,6 +538,10 @@ class __attribute__((visibility("hidden"))) TpuBackend : public c10d::Backend {
                   " (each rank uses its own chip: torch.tpu.set_device(local_rank))");
     }
     TORCH_CHECK(!t.is_sparse(), "tpu_dist: sparse tensors are not supported");
+  }
+  void check_peer(int peer, const char* what) {
+    TORCH_CHECK_VALUE(peer >= 0 && peer < getSize() && peer != getRank(), "tpu_dist: ", what, " rank ", peer,
+                      ": not another rank of this group (rank ", getRank(), " of ", getSize(), ")");
   }
   void check_root(int64_t root) {
     TORCH_CHECK_VALUE(root >= 0 && root < getSize(), "tpu_dist: root rank ", root, " out of range [0, ", getSize(), ")");

@@ -275,7 +275,7 @@ static uint8_t *p2p_buf(tpucoll_comm *c, int src, int dst, uint64_t chunk) {
   return c->p2p + (((size_t)src * c->size + dst) * 2 + (chunk & 1)) * c->p2p_bytes;
 }
 
-int tpucoll_send(tpucoll_comm *c, const void *buf, size_t nbytes, int peer) {
+int tpucoll_send(tpucoll_comm *c, const void *buf, size_t nbytes, int peer, int64_t tag) {
   if (peer < 0 || peer >= c->size || peer == c->rank)
     return tpu_error(TPU_E_INVALID, "tpu_dist: send to invalid peer %d (rank %d of %d)", peer,
                      c->rank, c->size);
@@ -290,6 +290,7 @@ int tpucoll_send(tpucoll_comm *c, const void *buf, size_t nbytes, int peer) {
     size_t n = nbytes - off < c->p2p_bytes ? nbytes - off : c->p2p_bytes;
     memcpy(p2p_buf(c, c->rank, peer, j), (const uint8_t *)buf + off, n);
     ch->msg_bytes[j & 1] = nbytes;
+    ch->msg_tag[j & 1] = tag;
     atomic_store_explicit(&ch->posted, j + 1, memory_order_release);
     tpucoll__ring(c);
     c->sent[peer] = j + 1;
@@ -298,7 +299,7 @@ int tpucoll_send(tpucoll_comm *c, const void *buf, size_t nbytes, int peer) {
   return TPU_OK;
 }
 
-int tpucoll_recv(tpucoll_comm *c, void *buf, size_t nbytes, int peer) {
+int tpucoll_recv(tpucoll_comm *c, void *buf, size_t nbytes, int peer, int64_t tag) {
   if (peer < 0 || peer >= c->size || peer == c->rank)
     return tpu_error(TPU_E_INVALID, "tpu_dist: recv from invalid peer %d (rank %d of %d)", peer,
                      c->rank, c->size);
@@ -309,6 +310,11 @@ int tpucoll_recv(tpucoll_comm *c, void *buf, size_t nbytes, int peer) {
   do {
     uint64_t j = c->recvd[peer];
     if ((rc = tpucoll__wait_ge(c, &ch->posted, j + 1, peer, "recv"))) return rc;
+    if (off == 0 && ch->msg_tag[j & 1] != tag)
+      return tpu_error(TPU_E_VALUE,
+                       "tpu_dist: tag mismatch: rank %d posted a recv with tag %lld from rank %d, "
+                       "whose next message has tag %lld (messages of a pair match in order)",
+                       c->rank, (long long)tag, peer, (long long)ch->msg_tag[j & 1]);
     if (ch->msg_bytes[j & 1] != nbytes)
       return tpucoll__fail(c, TPU_E_INVALID,
                        "tpu_dist: size mismatch: rank %d posted a recv of %zu bytes but rank %d "
@@ -336,8 +342,8 @@ int tpucoll_run(tpucoll_comm *c, const tpucoll_desc *d) {
       return tpucoll_reduce_scatter(c, d->in, d->out, d->count, d->dtype, d->op);
     case TPUCOLL_ALL_TO_ALL:
       return tpucoll_all_to_all(c, d->in, d->send_counts, d->out, d->recv_counts, d->dtype);
-    case TPUCOLL_SEND: return tpucoll_send(c, d->in, d->count, d->root);
-    case TPUCOLL_RECV: return tpucoll_recv(c, d->out, d->count, d->root);
+    case TPUCOLL_SEND: return tpucoll_send(c, d->in, d->count, d->root, d->tag);
+    case TPUCOLL_RECV: return tpucoll_recv(c, d->out, d->count, d->root, d->tag);
     default: return tpu_error(TPU_E_INVALID, "tpu_dist: unknown collective kind %d", d->kind);
   }
 }

@@ -33,7 +33,8 @@ typedef struct tpucoll__chan {
   _Atomic uint64_t posted;
   _Atomic uint64_t acked;
   uint64_t msg_bytes[2]; /* total message size of the chunk in each half */
-  char pad[COLL_LINE - 32];
+  int64_t msg_tag[2];    /* the message's tag, likewise */
+  char pad[COLL_LINE - 48];
 } __attribute__((aligned(COLL_LINE))) tpucoll__chan;
 
 typedef struct tpucoll__hdr {
