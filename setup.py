@@ -38,7 +38,7 @@ setup(
     name="torch-vtpu",  # NOT "torch-tpu": PyPI serves Google's wheel under that name
     version="0.1.0",
     description="PyTorch on TPUs, with a C runtime and an embedded vTPU executor",
-    packages=["torch_tpu", "torch_tpu.ops", "torch_tpu.distributed"],
+    packages=["torch_tpu", "torch_tpu.ops", "torch_tpu.distributed", "torch_tpu.kernels"],
     python_requires=">=3.10",
     install_requires=["torch==2.13.0"],
     ext_modules=[ext],

@@ -167,7 +167,13 @@ def test_tier3_cache_root_alias(tmp_path):
             "import torch_tpu.execution_mode as em;"
             "em.set_eager_mode(em.EagerMode.DEFER_AND_FUSE);"
             "print(((x + 1) * 2).sum().item())")
-    r = _run(code, {"TORCH_TPU_TIER3_COMPILATION_CACHE_ROOT": str(tmp_path), "TPU_VISIBLE_CHIPS": "3"})
+    env = {"TORCH_TPU_TIER3_COMPILATION_CACHE_ROOT": str(tmp_path), "TPU_VISIBLE_CHIPS": "3"}
+    saved = os.environ.pop("TORCH_TPU_COMPILATION_CACHE_DIR", None)  # ours wins over the alias
+    try:
+        r = _run(code, env)
+    finally:
+        if saved is not None:
+            os.environ["TORCH_TPU_COMPILATION_CACHE_DIR"] = saved
     assert r.stdout.strip() == "12.0", r.stderr
     assert any(tmp_path.iterdir()), "no program was written to the TorchTPU-named cache root"
 
