@@ -450,6 +450,17 @@ class _Analyzer:
             return (None,) * v.dim()
         return s
 
+    def nll_structs(self, x, t, what):
+        """(struct of the scores, struct of the targets) of an nll_loss node;
+        refuses scores padded apart from their targets or along the classes."""
+        st = self.tensor_struct(t, what)
+        sx = self.tensor_struct(x, what)
+        if st and sx[0] != st[0]:
+            raise Refused("nll_loss operands padded differently")
+        if any(d is not None for d in sx[len(st):]):
+            raise Refused("nll_loss over padded classes")
+        return sx, st
+
     def check_plain(self, a):
         if isinstance(a, torch.fx.Node):
             s = self.st.get(a)
@@ -837,24 +848,14 @@ class _Analyzer:
             return
         if name == "nll_loss_forward.default":
             x, t, _, red, ign = args[:5]
-            st = self.tensor_struct(t, name)
-            sx = self.tensor_struct(x, name)
-            if st and sx[0] != st[0]:
-                raise Refused("nll_loss operands padded differently")
-            if any(d is not None for d in sx[len(st):]):
-                raise Refused("nll_loss over padded classes")
+            sx, st = self.nll_structs(x, t, name)
             self.mask(n, 1, list(enumerate(st)), ign)
             self.mask(n, 0, [(0, sx[0])] if st else [], 0.0)
             self.st[n] = [st if red == 0 else (), ()]
             return
         if name == "nll_loss_backward.default":
             g, x, t, _, red, ign = args[:6]
-            st = self.tensor_struct(t, name)
-            sx = self.tensor_struct(x, name)
-            if st and sx[0] != st[0]:
-                raise Refused("nll_loss operands padded differently")
-            if any(d is not None for d in sx[len(st):]):
-                raise Refused("nll_loss over padded classes")
+            sx, st = self.nll_structs(x, t, name)
             self.mask(n, 2, list(enumerate(st)), ign)
             self.st[n] = sx
             return

@@ -111,7 +111,8 @@ TPU_API int tpug_stream_query(tpurt_stream *s);
 /* tpurt_malloc_on with memory pressure handled: on TPU_E_OOM while `dev`
  * has pending ops, they are flushed (TPUG_R_OOM), the device is waited for
  * (deferred frees return their blocks) and the allocation is retried once.
- * *out is owned by the caller (free with tpug_free). */
+ * The new block is noted (tpug_note_alloc): in a deferring mode it reads as
+ * pending until a flush. *out is owned by the caller (free with tpug_free). */
 TPU_API int tpug_malloc(int dev, int stream_id, size_t n, void **out);
 
 /* The copy engine (graph/copy.c), all with dtype conversion.

@@ -147,9 +147,9 @@ struct TpuAllocator final : public c10::DeviceAllocator {
     // first used by work on the current stream: blocks freed while only that
     // stream had work queued are reused at once (as CUDA's allocator does)
     int sid = current_stream_id(d);
-    // memory pressure: the runtime flushes Fused Eager work and retries
+    // memory pressure: the runtime flushes Fused Eager work and retries; in
+    // Fused Eager the fresh block is a promise until a flush
     check(tpug_malloc(d, sid, n, &p));
-    tpug_note_alloc(p);  // Fused Eager: a fresh block is a promise until a flush
     return {p, p, &tpu_delete, c10::Device(DeviceType::PrivateUse1, d)};
   }
   c10::DeleterFnPtr raw_deleter() const override { return &tpu_delete; }

@@ -53,5 +53,6 @@ int tpug_malloc(int dev, int stream_id, size_t n, void **out) {
     if (rc >= 0) rc = tpurt_device_synchronize(dev);
     if (rc >= 0) rc = tpurt_malloc_on(dev, stream_id, n, out);
   }
+  if (rc >= 0) tpug_note_alloc(*out); /* deferring modes: a promise until a flush */
   return rc;
 }
