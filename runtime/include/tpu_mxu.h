@@ -107,7 +107,8 @@ typedef struct tpumxu_conv_args {
  * TPU_PREC_FP32, and TPU_BF16 (fp32 accumulation, rounded once). Returns
  * TPU_OK, TPU_E_OOM, TPU_E_INTERNAL, or TPU_E_UNSUPPORTED (no error
  * message set) for problems it does not take (other dtypes/precisions,
- * negative padding, a CPU without a native bf16 kernel): the caller then
+ * negative padding; without a native bf16 kernel the bf16 operands are
+ * bf16 values in an f32 primitive, same products): the caller then
  * computes the convolution another way. Borrowed: all pointers. */
 TPU_API int tpumxu_conv(const tpumxu_conv_args *a);
 

@@ -554,6 +554,40 @@ TPU_TEST(mxu_inf_nan) {
   }
 }
 
+/* A finite input whose bf16 part overflows (|x| near FLT_MAX rounds to
+ * inf): HIGH/HIGHEST follow the emulation (hi*hi is inf, the NaN small
+ * terms are zeroed), also where the f32-parts form would turn it NaN. */
+TPU_TEST(mxu_hi_overflow) {
+  const int64_t m = 3, n = 4, k = 64;
+  for (int prec = TPU_PREC_DEFAULT; prec <= TPU_PREC_FP32; prec++) {
+    g_rng = 777;
+    tmat A, B, C;
+    tmat_init(&A, TPU_F32, m, k, 0);
+    tmat_init(&B, TPU_F32, k, n, 0);
+    tmat_init(&C, TPU_F32, m, n, 0);
+    tmat_fill(&A, 1.0);
+    tmat_fill(&B, 1.0);
+    tmat_set(&A, 0, 5, 3.4e38);   /* bf16(x) = inf */
+    tmat_set(&B, 5, 0, 1e-30);    /* x * b finite, hi * b inf */
+    tmat_set(&B, 5, 1, -1e-30);
+    CHECK_OK(gemm_t(prec, 1.0, &A, &B, 0.0, &C));
+    double ref[12], mag[12], c0[12] = {0};
+    emulate_f32(prec, m, n, k, &A, &B, 1.0, 0.0, c0, ref, mag);
+    for (int64_t i = 0; i < m; i++)
+      for (int64_t j = 0; j < n; j++) {
+        double got = tmat_get(&C, i, j), r = ref[i * n + j];
+        CHECK(isnan(got) == isnan(r));
+        CHECK(isinf(got) == isinf(r));
+        if (isinf(r)) CHECK(got == r);
+        if (isfinite(r)) CHECK(fabs(got - r) <= 3.0 * EPS32 * (sqrt((double)k) + 2.0) * mag[i * n + j] + 1e-30);
+      }
+    if (prec != TPU_PREC_FP32) CHECK(isinf(tmat_get(&C, 0, 0)) && tmat_get(&C, 0, 0) > 0);
+    tmat_free(&A);
+    tmat_free(&B);
+    tmat_free(&C);
+  }
+}
+
 /* Many small batch items (the batch-parallel path), per-item strides,
  * B broadcast (stride 0), C with padded rows. */
 TPU_TEST(mxu_batch_many_small) {

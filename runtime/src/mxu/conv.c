@@ -3,7 +3,12 @@
  *
  * Operands the primitive reads are in the compute type: bf16 (RNE) for
  * f32 at DEFAULT and for bf16 storage, f32 for FP32 precision; the
- * primitive accumulates in f32 and writes the storage type. Every tensor
+ * primitive accumulates in f32 and writes the storage type. Where oneDNN
+ * has no native bf16 kernel (no AVX-512) the primitive is an f32 one and
+ * the bf16 operands are bf16 values stored as f32 (f32 data at DEFAULT is
+ * rounded to bf16 in the primitive's buffer after its reorder): bf16 x
+ * bf16 products are exact in f32, so only the accumulation order differs;
+ * a bf16 result is written as f32 and rounded once by its reorder. Every tensor
  * goes in oneDNN's preferred (blocked) layout, chosen by the primitive
  * (format_tag any): a user tensor in another layout or type is converted
  * by a cached reorder primitive, once per call, into a workspace buffer
@@ -92,10 +97,12 @@ static dnnl_status_t user_md(dnnl_memory_desc_t *md, int nd, const dnnl_dims_t d
   return dnnl_memory_desc_init_by_strides(md, nd, d, dt_of(bf16), s);
 }
 
+/* The reorder from -> to, NULL where they match unless `always`. */
 static dnnl_status_t reorder(dnnl_engine_t eng, const dnnl_memory_desc_t *from,
-                             const dnnl_memory_desc_t *to, dnnl_primitive_t *out) {
+                             const dnnl_memory_desc_t *to, int always,
+                             dnnl_primitive_t *out) {
   *out = NULL;
-  if (dnnl_memory_desc_equal(from, to)) return dnnl_success;
+  if (!always && dnnl_memory_desc_equal(from, to)) return dnnl_success;
   dnnl_primitive_desc_t pd = NULL;
   dnnl_status_t s = dnnl_reorder_primitive_desc_create(&pd, from, eng, to, eng, NULL);
   if (!s) s = dnnl_primitive_create(out, pd);
@@ -111,10 +118,19 @@ static void destroy(centry *e) {
   e->conv = e->rx = e->ry = e->rw = NULL;
 }
 
+/* Whether f32 data at DEFAULT is rounded to bf16 by us (no native bf16
+ * kernel: the primitive computes in f32 on bf16-valued operands). */
+static int round_f32(const ckey *k) {
+  return k->dtype == TPU_F32 && k->prec == TPU_PREC_DEFAULT && !tpumxu__dnnl_bf16_native();
+}
+
 /* Create the primitives of k into e. dnnl_unimplemented -> e->ok = 0. */
 static dnnl_status_t create(dnnl_engine_t eng, const ckey *k, centry *e) {
-  const int cbf = k->dtype == TPU_BF16 || k->prec == TPU_PREC_DEFAULT; /* compute */
-  const int obf = k->dtype == TPU_BF16;                                 /* storage */
+  const int native = tpumxu__dnnl_bf16_native();
+  /* compute type of the primitive (bf16 only where oneDNN has a kernel) */
+  const int cbf = (k->dtype == TPU_BF16 || k->prec == TPU_PREC_DEFAULT) && native;
+  const int obf = k->dtype == TPU_BF16; /* storage */
+  const int rnd = round_f32(k);
   const int fwd = k->kind == TPUMXU_CONV_FWD, bwd_d = k->kind == TPUMXU_CONV_BWD_DATA;
   dnnl_dims_t dx, dy, dw, st, dil, pl, pr;
   int ndx = act_dims(k, k->C, k->in, dx), ndy = act_dims(k, k->O, k->out, dy);
@@ -144,12 +160,12 @@ static dnnl_status_t create(dnnl_engine_t eng, const ckey *k, centry *e) {
       ws[i] = acc;
       acc *= dw[i];
     }
-    s = dnnl_memory_desc_init_by_strides(&e->uw, ndw, dw, dt_of(cbf), ws);
+    s = dnnl_memory_desc_init_by_strides(&e->uw, ndw, dw, dt_of(obf || cbf), ws);
   }
   if (s) return s;
   /* the primitive's operands: any layout; types per role */
-  int xbf = bwd_d ? obf : cbf, ybf = fwd ? obf : cbf,
-      wbf = k->kind == TPUMXU_CONV_BWD_WEIGHTS ? obf : cbf;
+  int xbf = bwd_d ? obf && native : cbf, ybf = fwd ? obf && native : cbf,
+      wbf = k->kind == TPUMXU_CONV_BWD_WEIGHTS ? obf && native : cbf;
   if ((s = dnnl_memory_desc_init_by_tag(&ax, ndx, dx, dt_of(xbf), dnnl_format_tag_any)) ||
       (s = dnnl_memory_desc_init_by_tag(&ay, ndy, dy, dt_of(ybf), dnnl_format_tag_any)) ||
       (s = dnnl_memory_desc_init_by_tag(&aw, ndw, dw, dt_of(wbf), dnnl_format_tag_any)))
@@ -202,14 +218,16 @@ static dnnl_status_t create(dnnl_engine_t eng, const ckey *k, centry *e) {
   const dnnl_memory_desc_t *sp = dnnl_primitive_desc_query_md(pd, dnnl_query_scratchpad_md, 0);
   e->scratch = sp ? dnnl_memory_desc_get_size(sp) : 0;
   if ((s = dnnl_primitive_create(&e->conv, pd))) goto done;
-  if (bwd_d) s = reorder(eng, &e->px, &e->ux, &e->rx);
-  else s = reorder(eng, &e->ux, &e->px, &e->rx);
+  /* read activations rounded by us go through a buffer (a reorder, a
+   * copy where the layouts match) */
+  if (bwd_d) s = reorder(eng, &e->px, &e->ux, 0, &e->rx);
+  else s = reorder(eng, &e->ux, &e->px, rnd, &e->rx);
   if (s) goto done;
-  if (fwd) s = reorder(eng, &e->py, &e->uy, &e->ry);
-  else s = reorder(eng, &e->uy, &e->py, &e->ry);
+  if (fwd) s = reorder(eng, &e->py, &e->uy, 0, &e->ry);
+  else s = reorder(eng, &e->uy, &e->py, rnd, &e->ry);
   if (s) goto done;
-  if (k->kind == TPUMXU_CONV_BWD_WEIGHTS) s = reorder(eng, &e->pw, &e->uw, &e->rw);
-  else s = reorder(eng, &e->uw, &e->pw, &e->rw);
+  if (k->kind == TPUMXU_CONV_BWD_WEIGHTS) s = reorder(eng, &e->pw, &e->uw, 0, &e->rw);
+  else s = reorder(eng, &e->uw, &e->pw, 0, &e->rw);
 done:
   if (pd) dnnl_primitive_desc_destroy(pd);
   if (hint) dnnl_primitive_desc_destroy(hint);
@@ -289,12 +307,13 @@ static void release(centry *e) {
 
 /* ---- execution ---------------------------------------------------------- */
 
-/* Dense plain copy of the read weights [G, Og, Cg, k0, k1, k2] in the
- * compute type (bf16 RNE bits or f32), rows (g, o, c) in parallel. */
+/* Dense plain copy of the read weights [G, Og, Cg, k0, k1, k2]: bf16
+ * storage as is; f32 as bf16 (RNE) bits (cbf), as bf16 values in f32
+ * (rnd) or as is; rows (g, o, c) in parallel. */
 typedef struct gather_job {
   const tpumxu_conv_args *a;
   const ckey *k;
-  int cbf;
+  int cbf, rnd;
   void *dst;
 } gather_job;
 
@@ -319,6 +338,11 @@ static void gather_rows(void *ctx, int64_t r0, int64_t r1) {
           uint16_t *d = (uint16_t *)J->dst + i;
           for (int64_t t2 = 0; t2 < k->k[2]; t2++)
             d[t2] = (uint16_t)(tpumxu__rne_bits(tpumxu__f2u(s[t2 * w[5]])) >> 16);
+        } else if (J->rnd) {
+          const float *s = (const float *)a->w + off;
+          uint32_t *d = (uint32_t *)J->dst + i;
+          for (int64_t t2 = 0; t2 < k->k[2]; t2++)
+            d[t2] = tpumxu__rne_bits(tpumxu__f2u(s[t2 * w[5]]));
         } else {
           const float *s = (const float *)a->w + off;
           float *d = (float *)J->dst + i;
@@ -329,8 +353,8 @@ static void gather_rows(void *ctx, int64_t r0, int64_t r1) {
   }
 }
 
-static void gather_w(const tpumxu_conv_args *a, const ckey *k, int cbf, void *dst) {
-  gather_job J = {a, k, cbf, dst};
+static void gather_w(const tpumxu_conv_args *a, const ckey *k, int cbf, int rnd, void *dst) {
+  gather_job J = {a, k, cbf, rnd, dst};
   int64_t K = k->k[0] * k->k[1] * k->k[2];
   tpurt_parallel_for(a->O * (a->C / a->G), 1 + 16384 / K, gather_rows, &J);
 }
@@ -374,6 +398,22 @@ static dnnl_status_t run_reorder(dnnl_engine_t eng, dnnl_stream_t st, dnnl_primi
   return s;
 }
 
+/* f32 values (bit patterns) rounded to bf16 values (RNE) in place. */
+static void round_fn(void *ctx, int64_t i0, int64_t i1) {
+  uint32_t *u = ctx;
+  for (int64_t i = i0; i < i1; i++) {
+    uint32_t v = u[i];
+    uint32_t r = (v + 0x7fffu + ((v >> 16) & 1u)) & 0xffff0000u;
+    uint32_t q = (v | 0x00400000u) & 0xffff0000u;
+    u[i] = (v & 0x7fffffffu) > 0x7f800000u ? q : r; /* NaN stays quiet NaN */
+  }
+}
+
+/* Round the f32 buffer of md (the primitive's copy of an operand). */
+static void round_buf(const dnnl_memory_desc_t *md, void *p) {
+  tpurt_parallel_for((int64_t)(dnnl_memory_desc_get_size(md) / 4), 1 << 15, round_fn, p);
+}
+
 /* A workspace buffer of md's size into *b (NULL when out of memory). */
 static void *ws(const dnnl_memory_desc_t *md, buf *b) {
   b->p = tpumxu__ws_get(dnnl_memory_desc_get_size(md), &b->cap);
@@ -383,7 +423,7 @@ static void *ws(const dnnl_memory_desc_t *md, buf *b) {
 /* Execute the cached problem e: reorders into the primitive's layouts, the
  * convolution, the reorder of the written operand back to the user's. */
 static int run(dnnl_engine_t eng, const centry *e, const tpumxu_conv_args *a, const ckey *k,
-               int cbf) {
+               int cbf, int rnd) {
   const int fwd = a->kind == TPUMXU_CONV_FWD, bwd_d = a->kind == TPUMXU_CONV_BWD_DATA,
             bwd_w = a->kind == TPUMXU_CONV_BWD_WEIGHTS;
   buf bx = {0}, by = {0}, bw = {0}, bp = {0}, bs = {0};
@@ -395,7 +435,7 @@ static int run(dnnl_engine_t eng, const centry *e, const tpumxu_conv_args *a, co
   if ((s = dnnl_stream_create(&st, eng, dnnl_stream_default_flags))) goto done;
   if (!bwd_w) { /* read weights: gather, then reorder */
     if (!(pw = ws(&e->uw, &bp))) goto oom;
-    gather_w(a, k, cbf, bp.p);
+    gather_w(a, k, cbf, rnd, bp.p);
     if (e->rw) {
       if (!(pw = ws(&e->pw, &bw))) goto oom;
       if ((s = run_reorder(eng, st, e->rw, &e->uw, bp.p, &e->pw, bw.p))) goto done;
@@ -405,11 +445,23 @@ static int run(dnnl_engine_t eng, const centry *e, const tpumxu_conv_args *a, co
   }
   if (e->rx) {
     if (!(px = ws(&e->px, &bx))) goto oom;
-    if (!bwd_d && (s = run_reorder(eng, st, e->rx, &e->ux, a->x, &e->px, px))) goto done;
+    if (!bwd_d) {
+      if ((s = run_reorder(eng, st, e->rx, &e->ux, a->x, &e->px, px))) goto done;
+      if (rnd) {
+        if ((s = dnnl_stream_wait(st))) goto done;
+        round_buf(&e->px, px);
+      }
+    }
   }
   if (e->ry) {
     if (!(py = ws(&e->py, &by))) goto oom;
-    if (!fwd && (s = run_reorder(eng, st, e->ry, &e->uy, a->y, &e->py, py))) goto done;
+    if (!fwd) {
+      if ((s = run_reorder(eng, st, e->ry, &e->uy, a->y, &e->py, py))) goto done;
+      if (rnd) {
+        if ((s = dnnl_stream_wait(st))) goto done;
+        round_buf(&e->py, py);
+      }
+    }
   }
   dnnl_exec_arg_t args[4];
   int na = 0;
@@ -468,10 +520,10 @@ int tpumxu_conv(const tpumxu_conv_args *a) {
   if (a->nsp < 1 || a->nsp > SP || a->G < 1 || a->C % a->G || a->O % a->G ||
       a->kind < TPUMXU_CONV_FWD || a->kind > TPUMXU_CONV_BWD_WEIGHTS)
     return TPU_E_UNSUPPORTED;
-  const int cbf = a->dtype == TPU_BF16 || a->precision == TPU_PREC_DEFAULT;
   dnnl_engine_t eng = tpumxu__dnnl_engine();
   if (!eng) return TPU_E_INTERNAL;
-  if (cbf && !tpumxu__dnnl_bf16_native()) return TPU_E_UNSUPPORTED;
+  const int native = tpumxu__dnnl_bf16_native();
+  const int cbf = (a->dtype == TPU_BF16 || a->precision == TPU_PREC_DEFAULT) && native;
   ckey k;
   memset(&k, 0, sizeof k);
   k.kind = a->kind;
@@ -536,7 +588,7 @@ int tpumxu_conv(const tpumxu_conv_args *a) {
       int i = j - (SP - a->nsp);
       aw.ws[3 + j] = i >= 0 ? a->ws[3 + i] : 0;
     }
-  rc = run(eng, e, &aw, &k, cbf);
+  rc = run(eng, e, &aw, &k, cbf, round_f32(&k));
   release(e);
   if (!rc && cut && a->kind == TPUMXU_CONV_BWD_DATA) zero_tail(a, full, k.in, xs);
   return rc;

@@ -15,11 +15,19 @@
  * FP32 precision multiply f32 values (f16 x f16 products are exact in
  * f32). Where oneDNN has no native bf16 kernel (no AVX-512) the parts are
  * stored widened to f32: the products stay exact, so the result only
- * differs by accumulation order.
+ * differs by accumulation order. There the same terms take fewer f32
+ * GEMM passes, one GEMM each, with s1 = hi + r1 (16 significant bits, so
+ * hi * s1 is exact in f32):
+ *   HIGH:    A' = [r1 hi]     B' = [hi; s1]        (2k instead of 3k)
+ *   HIGHEST: A' = [r2 r1 hi]  B' = [hi; s1; x]     (3k instead of 6k)
+ * HIGHEST's hi*x = hi*(hi + r1 + r2) + hi*(x - hi - r1 - r2): the TPU's
+ * terms plus one below f32's resolution, rounded only by the FMA. Small
+ * terms cannot be zeroed separately here, so calls with a non-finite part
+ * (inf/NaN inputs, or hi overflowing) are repacked for the path above.
  *
- * C is written by oneDNN directly when it can be (f32 or bf16 C with unit
- * column stride, alpha 1, beta 0 - or beta 1 without small terms, as a sum
- * post-op); otherwise the GEMM goes to an f32 buffer and a parallel pass
+ * C is written by oneDNN directly when it can be (f32 C, or bf16 C with a
+ * native bf16 kernel; unit column stride, alpha 1, beta 0 - or beta 1
+ * without separately summed small terms, as a sum post-op); otherwise the GEMM goes to an f32 buffer and a parallel pass
  * applies alpha/beta and rounds once into C. The user epilogue runs on
  * finished blocks of rows, in parallel, after the GEMM. */
 #include <math.h>
@@ -29,13 +37,16 @@
 #include "mxu/internal.h"
 #include "tpu_rt.h"
 
-/* operand parts: bf16 parts of the split, or the raw value */
-enum { P_HI = 0, P_R1 = 1, P_R2 = 2, P_RAW = 3 };
+/* operand parts: bf16 parts of the split, the raw value, hi + r1 */
+enum { P_HI = 0, P_R1 = 1, P_R2 = 2, P_RAW = 3, P_S1 = 4 };
 
 static const int8_t k_a_high[2] = {P_HI, P_R1}, k_b_high[2] = {P_R1, P_HI};
 static const int8_t k_a_highest[5] = {P_R1, P_R2, P_HI, P_R1, P_HI};
 static const int8_t k_b_highest[5] = {P_R1, P_HI, P_R2, P_HI, P_R1};
 static const int8_t k_hi[1] = {P_HI}, k_raw[1] = {P_RAW};
+/* one-GEMM forms over f32 storage (no native bf16) */
+static const int8_t k_a_high_f[2] = {P_R1, P_HI}, k_b_high_f[2] = {P_HI, P_S1};
+static const int8_t k_a_highest_f[3] = {P_R2, P_R1, P_HI}, k_b_highest_f[3] = {P_HI, P_S1, P_RAW};
 
 static int64_t cdiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
@@ -52,6 +63,7 @@ typedef struct pack_job {
   int64_t sb, sr, sc, rows, cols, ld, db, poff[5];
   char *dst;
   int64_t rblocks;
+  int nonfin; /* set when a hi part is non-finite */
 } pack_job;
 
 #define PACK_ROWS 16
@@ -65,7 +77,7 @@ static inline float ld_src(int dt, const char *base, int64_t off) {
 }
 
 /* The parts of x (bit patterns; bf16 ones with the low 16 bits clear). */
-static inline void split(float x, uint32_t out[4]) {
+static inline void split(float x, uint32_t out[5]) {
   uint32_t hi = tpumxu__rne_bits(tpumxu__f2u(x));
   float rem = x - tpumxu__u2f(hi);
   uint32_t r1 = tpumxu__rne_bits(tpumxu__f2u(rem));
@@ -74,9 +86,10 @@ static inline void split(float x, uint32_t out[4]) {
   out[P_R1] = r1;
   out[P_R2] = tpumxu__rne_bits(tpumxu__f2u(rem2));
   out[P_RAW] = tpumxu__f2u(x);
+  out[P_S1] = tpumxu__f2u(tpumxu__u2f(hi) + tpumxu__u2f(r1));
 }
 
-static inline void put(const pack_job *J, char *d, int64_t idx, const uint32_t v[4]) {
+static inline void put(const pack_job *J, char *d, int64_t idx, const uint32_t v[5]) {
   for (int p = 0; p < J->np; p++) {
     uint32_t u = v[J->parts[p]];
     if (J->odt == TPUMXU_DT_BF16) ((uint16_t *)d)[J->poff[p] + idx] = (uint16_t)(u >> 16);
@@ -92,46 +105,55 @@ static inline uint32_t rne_bits_v(uint32_t u) {
 }
 
 /* Part `part` of a contiguous f32 row, as bf16 (o16) or f32 bits (o32):
- * the hot loops (vectorised by gcc; same bits as split()). */
-static inline __attribute__((always_inline)) void
+ * the hot loops (vectorised by gcc; same bits as split()). Returns
+ * nonzero when a hi part is non-finite. */
+static inline __attribute__((always_inline)) uint32_t
 part_row(const float *s, int part, uint16_t *o16, uint32_t *o32, int64_t n) {
+  uint32_t bad = 0;
   for (int64_t c = 0; c < n; c++) {
     float x = s[c];
     uint32_t h = rne_bits_v(tpumxu__f2u(x)), v = h;
+    bad |= (h & 0x7f800000u) == 0x7f800000u;
     if (part != P_HI) {
       float rem = x - tpumxu__u2f(h);
       v = rne_bits_v(tpumxu__f2u(rem));
       if (part == P_R2) v = rne_bits_v(tpumxu__f2u(rem - tpumxu__u2f(v)));
       if (part == P_RAW) v = tpumxu__f2u(x);
+      if (part == P_S1) v = tpumxu__f2u(tpumxu__u2f(h) + tpumxu__u2f(v));
     }
     if (o16) o16[c] = (uint16_t)(v >> 16);
     else o32[c] = v;
   }
+  return bad;
 }
 
 /* Contiguous f32 row into the parts (one clone per vector width). */
-__attribute__((target_clones("avx512f", "avx2", "default"))) static void pack_row_f32(const pack_job *J, const float *s, char *d, int64_t n) {
+__attribute__((target_clones("avx512f", "avx2", "default"))) static uint32_t pack_row_f32(const pack_job *J, const float *s, char *d, int64_t n) {
+  uint32_t bad = 0;
   for (int p = 0; p < J->np; p++) {
     uint16_t *o16 = (uint16_t *)d + J->poff[p];
     uint32_t *o32 = (uint32_t *)d + J->poff[p];
     /* constant part and output type per instance (inlined, vectorised) */
 #define PART_CASE(P)                                                       \
   case P:                                                                  \
-    if (J->odt == TPUMXU_DT_BF16) part_row(s, P, o16, NULL, n);            \
-    else part_row(s, P, NULL, o32, n);                                     \
+    if (J->odt == TPUMXU_DT_BF16) bad |= part_row(s, P, o16, NULL, n);     \
+    else bad |= part_row(s, P, NULL, o32, n);                              \
     break;
     switch (J->parts[p]) {
       PART_CASE(P_HI)
       PART_CASE(P_R1)
       PART_CASE(P_R2)
       PART_CASE(P_RAW)
+      PART_CASE(P_S1)
     }
 #undef PART_CASE
   }
+  return bad;
 }
 
 static void pack_fn(void *ctx, int64_t t0, int64_t t1) {
-  const pack_job *J = ctx;
+  pack_job *J = ctx;
+  uint32_t bad = 0;
   int64_t es = (int64_t)tpu_dtype_size(J->sdt), oes = J->odt == TPUMXU_DT_BF16 ? 2 : 4;
   for (int64_t t = t0; t < t1; t++) {
     int64_t b = t / J->rblocks, r0 = (t % J->rblocks) * PACK_ROWS;
@@ -140,23 +162,26 @@ static void pack_fn(void *ctx, int64_t t0, int64_t t1) {
     char *dst = J->dst + b * J->db * oes;
     if (J->sc == 1 && J->sdt == TPU_F32) {
       for (int64_t r = r0; r < r1; r++)
-        pack_row_f32(J, (const float *)src + r * J->sr, dst + r * J->ld * oes, J->cols);
+        bad |= pack_row_f32(J, (const float *)src + r * J->sr, dst + r * J->ld * oes, J->cols);
     } else if (J->sc == 1 || llabs(J->sc) <= llabs(J->sr)) {
       for (int64_t r = r0; r < r1; r++)
         for (int64_t c = 0; c < J->cols; c++) {
-          uint32_t v[4];
+          uint32_t v[5];
           split(ld_src(J->sdt, src, r * J->sr + c * J->sc), v);
+          bad |= (v[P_HI] & 0x7f800000u) == 0x7f800000u;
           put(J, dst, r * J->ld + c, v);
         }
     } else { /* rows closer in memory: walk the rows of the block inside */
       for (int64_t c = 0; c < J->cols; c++)
         for (int64_t r = r0; r < r1; r++) {
-          uint32_t v[4];
+          uint32_t v[5];
           split(ld_src(J->sdt, src, r * J->sr + c * J->sc), v);
+          bad |= (v[P_HI] & 0x7f800000u) == 0x7f800000u;
           put(J, dst, r * J->ld + c, v);
         }
     }
   }
+  if (bad) __atomic_store_n(&J->nonfin, 1, __ATOMIC_RELAXED);
 }
 
 static void pack(pack_job *J, int64_t nb) {
@@ -235,12 +260,9 @@ int tpumxu__run(const tpumxu__problem *p) {
   const int native = tpumxu__dnnl_bf16_native();
   /* operand element type handed to oneDNN */
   int odt = (split_f32 || p->dtype == TPU_BF16) && native ? TPUMXU_DT_BF16 : TPUMXU_DT_F32;
-  const int8_t *ap = k_hi, *bp = k_hi;
-  int np = 1;
-  if (nsmall == 2) ap = k_a_high, bp = k_b_high, np = 2;
-  if (nsmall == 5) ap = k_a_highest, bp = k_b_highest, np = 5;
-  if (!split_f32 && p->dtype != TPU_BF16) ap = bp = k_raw; /* f16, FP32 */
-  int64_t m = p->m, n = p->n, k = p->k, kk = np * k;
+  /* one GEMM over f32 parts (see the top), unless a part is non-finite */
+  int fused = nsmall && !native;
+  int64_t m = p->m, n = p->n, k = p->k;
   int64_t ba = p->batch > 1 && p->sab == 0 ? 1 : p->batch;
   int64_t bb = p->batch > 1 && p->sbb == 0 ? 1 : p->batch;
 
@@ -255,16 +277,31 @@ int tpumxu__run(const tpumxu__problem *p) {
   float *tbuf = NULL;
   int rc = TPU_OK;
   tpumxu__mat A, B, Ahi, Bhi, D;
+  const int8_t *ap, *bp;
+  int np;
+  int64_t kk;
+repack:
+  ap = bp = k_hi;
+  np = 1;
+  if (nsmall == 2) ap = fused ? k_a_high_f : k_a_high, bp = fused ? k_b_high_f : k_b_high, np = 2;
+  if (nsmall == 5) {
+    ap = fused ? k_a_highest_f : k_a_highest;
+    bp = fused ? k_b_highest_f : k_b_highest;
+    np = fused ? 3 : 5;
+  }
+  if (!split_f32 && p->dtype != TPU_BF16) ap = bp = k_raw; /* f16, FP32 */
+  kk = np * k;
   if (a_direct) {
     A = (tpumxu__mat){(void *)p->a, odt, p->sab, p->sam, 1};
   } else {
     abuf = tpumxu__ws_get((size_t)(ba * m * kk * oes), &acap);
     if (!abuf) goto oom;
     pack_job J = {p->a, p->dtype, odt, np, ap, p->sab, p->sam, p->sak, m, k,
-                  kk, m * kk, {0}, abuf, 0};
+                  kk, m * kk, {0}, abuf, 0, 0};
     for (int q = 0; q < np; q++) J.poff[q] = q * k; /* parts side by side in a row */
     pack(&J, ba);
     A = (tpumxu__mat){abuf, odt, m * kk, kk, 1};
+    if (fused && J.nonfin) goto unfuse;
   }
   if (b_direct) {
     B = (tpumxu__mat){(void *)p->b, odt, p->sbb, p->sbk, 1};
@@ -272,18 +309,21 @@ int tpumxu__run(const tpumxu__problem *p) {
     bbuf = tpumxu__ws_get((size_t)(bb * kk * n * oes), &bcap);
     if (!bbuf) goto oom;
     pack_job J = {p->b, p->dtype, odt, np, bp, p->sbb, p->sbk, p->sbn, k, n,
-                  n, kk * n, {0}, bbuf, 0};
+                  n, kk * n, {0}, bbuf, 0, 0};
     for (int q = 0; q < np; q++) J.poff[q] = q * k * n; /* parts stacked */
     pack(&J, bb);
     B = (tpumxu__mat){bbuf, odt, kk * n, n, 1};
+    if (fused && J.nonfin) goto unfuse;
   }
   if (ba == 1) A.sb = 0;
   if (bb == 1) B.sb = 0;
 
   /* result: C itself, or an f32 buffer finished below */
-  int cdt_ok = p->dtype == TPU_F32 || (p->dtype == TPU_BF16 && nsmall == 0);
+  const int zeroed = nsmall && !fused; /* small terms summed apart, zeroed */
+  /* (oneDNN has no f32 x f32 -> bf16 kernel without native bf16) */
+  int cdt_ok = p->dtype == TPU_F32 || (p->dtype == TPU_BF16 && nsmall == 0 && native);
   int direct = cdt_ok && p->alpha == 1.f && p->scn == 1 && p->scm >= 0 &&
-               p->sbc >= 0 && (p->beta == 0.f || (p->beta == 1.f && nsmall == 0));
+               p->sbc >= 0 && (p->beta == 0.f || (p->beta == 1.f && !zeroed));
   if (direct) {
     D = (tpumxu__mat){p->c, p->dtype == TPU_BF16 ? TPUMXU_DT_BF16 : TPUMXU_DT_F32,
                      p->sbc, p->scm, 1};
@@ -292,7 +332,7 @@ int tpumxu__run(const tpumxu__problem *p) {
     if (!tbuf) goto oom;
     D = (tpumxu__mat){tbuf, TPUMXU_DT_F32, m * n, n, 1};
   }
-  if (nsmall) {
+  if (zeroed) {
     /* small terms over the concatenated K, zeroed where non-finite */
     if ((rc = tpumxu__dnnl_matmul(p->batch, m, n, (nsmall == 2 ? 2 : 5) * k, &A, &B, &D, 0)))
       goto done;
@@ -305,7 +345,7 @@ int tpumxu__run(const tpumxu__problem *p) {
     Bhi.ptr = (char *)B.ptr + ib * n * oes;
     rc = tpumxu__dnnl_matmul(p->batch, m, n, k, &Ahi, &Bhi, &D, 1);
   } else {
-    rc = tpumxu__dnnl_matmul(p->batch, m, n, k, &A, &B, &D, direct && p->beta == 1.f);
+    rc = tpumxu__dnnl_matmul(p->batch, m, n, kk, &A, &B, &D, direct && p->beta == 1.f);
   }
   if (rc) goto done;
   if (!direct || p->epi) {
@@ -316,6 +356,13 @@ int tpumxu__run(const tpumxu__problem *p) {
     tpurt_parallel_for(p->batch * F.nrb, 1, fin_fn, &F);
   }
   goto done;
+unfuse: /* a non-finite part: the path with separately zeroed small terms */
+  tpumxu__ws_put(abuf, acap);
+  tpumxu__ws_put(bbuf, bcap);
+  abuf = bbuf = NULL;
+  acap = bcap = 0;
+  fused = 0;
+  goto repack;
 oom:
   rc = tpu_error(TPU_E_OOM, "tpumxu_gemm: out of host memory (workspace)");
 done:
