@@ -137,6 +137,35 @@ static void view_range(const tpu_view *v, int64_t *lo, int64_t *hi) {
   *hi = (v->offset + last + 1) * es;
 }
 
+/* 1 when writing view o replaces every element view w holds: same block
+ * and dtype, o dense (its elements fill its byte range exactly once: the
+ * dims of size > 1, ordered by stride, have row-major strides) and o's
+ * range contains w's. A write through o then supersedes w's writer, as a
+ * write through an equal view does (e.g. an in-place op on a reshaped view
+ * of a whole result). */
+static int view_covers(const tpu_view *o, const tpu_view *w) {
+  if (o->base != w->base || o->dtype != w->dtype) return 0;
+  int64_t st[TPU_MAX_DIMS], sz[TPU_MAX_DIMS];
+  int n = 0;
+  for (int i = 0; i < o->ndim; i++) {
+    if (o->sizes[i] == 0) return 0;
+    if (o->sizes[i] == 1) continue;
+    int k = n++;
+    for (; k > 0 && st[k - 1] > o->strides[i]; k--) st[k] = st[k - 1], sz[k] = sz[k - 1];
+    st[k] = o->strides[i];
+    sz[k] = o->sizes[i];
+  }
+  int64_t expect = 1;
+  for (int k = 0; k < n; k++) {
+    if (st[k] != expect) return 0;
+    expect *= sz[k];
+  }
+  int64_t ol, oh, wl, wh;
+  view_range(o, &ol, &oh);
+  view_range(w, &wl, &wh);
+  return ol <= wl && wh <= oh;
+}
+
 static int view_overlap(const tpu_view *a, const tpu_view *b) {
   int64_t al, ah, bl, bh;
   view_range(a, &al, &ah);
@@ -363,7 +392,7 @@ static int check_conflicts(gdev *D, int nin, const tpu_view *ins, int nout,
     for (int w = b->whead; w >= 0; w = D->w[w].next) {
       const gwriter *W = &D->w[w];
       if (W->superseded || !view_overlap(&W->v, &outs[i])) continue;
-      if (!view_eq(&W->v, &outs[i])) return 1;
+      if (!view_eq(&W->v, &outs[i]) && !view_covers(&outs[i], &W->v)) return 1;
     }
   }
   return 0;
@@ -1069,7 +1098,8 @@ int tpug_submit(tpurt_stream *s, const tpuir_graph *g, int nin,
   for (int i = 0; i < nout; i++) {
     gbase *b = base_get(D, outs[i].base);
     for (int w = b ? b->whead : -1; w >= 0; w = D->w[w].next)
-      if (!D->w[w].superseded && view_eq(&D->w[w].v, &outs[i]))
+      if (!D->w[w].superseded &&
+          (view_eq(&D->w[w].v, &outs[i]) || view_covers(&outs[i], &D->w[w].v)))
         D->w[w].superseded = 1;
     gwriter *W = &D->w[D->nw];
     memset(W, 0, sizeof *W);

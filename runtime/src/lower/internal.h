@@ -93,6 +93,8 @@ extern const tpulw__row tpulw__rows_nn[];
 extern const int tpulw__nrows_nn;
 extern const tpulw__row tpulw__rows_index[];
 extern const int tpulw__nrows_index;
+extern const tpulw__row tpulw__rows_view_scatter[];
+extern const int tpulw__nrows_view_scatter;
 extern const tpulw__row tpulw__rows_random[];
 extern const int tpulw__nrows_random;
 extern const tpulw__row tpulw__rows_conv[];

@@ -36,6 +36,7 @@ static void table_init(void) {
       {tpulw__rows_linalg, tpulw__nrows_linalg, 0},
       {tpulw__rows_nn, tpulw__nrows_nn, 0},
       {tpulw__rows_index, tpulw__nrows_index, 0},
+      {tpulw__rows_view_scatter, tpulw__nrows_view_scatter, 0},
       {tpulw__rows_random, tpulw__nrows_random, 0},
       {tpulw__rows_conv, tpulw__nrows_conv, 0},
       {tpulw__rows_sort, tpulw__nrows_sort, 0},
