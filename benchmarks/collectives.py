@@ -7,7 +7,8 @@ Bus bandwidth as nccl-tests defines it: all_reduce algbw * 2(n-1)/n,
 all_gather / reduce_scatter algbw * (n-1)/n, where algbw = bytes of the full
 tensor (all_gather output, reduce_scatter input) / time. Each size: one
 warm-up, then the median of --iters timed calls (each waits for
-completion)."""
+completion), tpu_dist and gloo interleaved so both see the same host
+load; the load average is printed with each table."""
 import argparse
 import json
 import os
@@ -24,6 +25,9 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 def worker(max_mb, iters):
     import torch
     import torch.distributed as dist
+    import warnings
+
+    warnings.filterwarnings("ignore", category=FutureWarning)
 
     import torch_tpu  # noqa: F401
 
@@ -40,36 +44,38 @@ def worker(max_mb, iters):
         for nbytes in sizes:
             n = nbytes // 4  # float32 elements of the full tensor
             n -= n % world
-            res = {}
+            fns = {}
             for name, dev, grp in (("tpu_dist", "tpu", None), ("gloo", "cpu", gloo)):
                 if kind == "all_reduce":
                     x = torch.ones(n, device=dev)
-                    fn = lambda: dist.all_reduce(x, group=grp)  # noqa: E731
+                    fn = (lambda x, grp: lambda: dist.all_reduce(x, group=grp))(x, grp)
                     factor = 2 * (world - 1) / world
                 elif kind == "all_gather":
                     x = torch.ones(n // world, device=dev)
                     y = torch.empty(n, device=dev)
-                    fn = lambda: dist.all_gather_into_tensor(y, x, group=grp)  # noqa: E731
+                    fn = (lambda x, y, grp: lambda: dist.all_gather_into_tensor(y, x, group=grp))(x, y, grp)
                     factor = (world - 1) / world
                 else:
                     x = torch.ones(n, device=dev)
                     y = torch.empty(n // world, device=dev)
-                    fn = lambda: dist.reduce_scatter_tensor(y, x, group=grp)  # noqa: E731
+                    fn = (lambda x, y, grp: lambda: dist.reduce_scatter_tensor(y, x, group=grp))(x, y, grp)
                     factor = (world - 1) / world
+                fns[name] = (fn, dev, grp)
                 fn()
                 if dev == "tpu":
                     torch.tpu.synchronize()
-                times = []
-                for _ in range(iters):
+            # interleaved: both backends see the same host load
+            times = {name: [] for name in fns}
+            for _ in range(iters):
+                for name, (fn, dev, grp) in fns.items():
                     dist.barrier(group=grp)
                     t0 = time.perf_counter()
                     fn()
                     if dev == "tpu":
                         torch.tpu.synchronize()
-                    times.append(time.perf_counter() - t0)
-                t = statistics.median(times)
-                res[name] = n * 4 / t * factor / 1e9
-                del x
+                    times[name].append(time.perf_counter() - t0)
+            res = {name: n * 4 / statistics.median(t) * factor / 1e9 for name, t in times.items()}
+            del fns
             rows.append({"kind": kind, "bytes": n * 4, "tpu_dist": res["tpu_dist"], "gloo": res["gloo"]})
     if rank == 0:
         print("RESULT " + json.dumps(rows), flush=True)
@@ -117,8 +123,11 @@ def main():
     if a.worker:
         return worker(a.max_mb, a.iters)
     for world in a.ranks:
+        load0 = os.getloadavg()[0]
         rows = launch(world, a.max_mb, a.iters)
-        print(f"\n{world} ranks: bus bandwidth GB/s (tpu_dist on tpu tensors vs gloo on CPU tensors)")
+        load1 = os.getloadavg()[0]
+        print(f"\n{world} ranks: bus bandwidth GB/s (tpu_dist on tpu tensors vs gloo on CPU tensors), "
+              f"{os.cpu_count()} CPUs, load average {load0:.1f} -> {load1:.1f}")
         print(f"{'collective':<15}{'size':>9}{'tpu_dist':>10}{'gloo':>9}{'ratio':>8}")
         for r in rows:
             print(f"{r['kind']:<15}{fmt_bytes(r['bytes']):>9}{r['tpu_dist']:>10.2f}{r['gloo']:>9.2f}"

@@ -18,9 +18,12 @@
  * halves. send/recv use a per-(src,dst) double-buffered channel and match
  * in order per pair (no tags).
  *
- * Waiting: spin briefly, then futex-sleep on a shared doorbell. Every wait
- * is bounded by the communicator's timeout; a peer whose process is gone is
- * detected at once. Any failure marks the communicator aborted (in shared
+ * Waiting: spin briefly, then futex-sleep on a shared doorbell (no spin
+ * when there are more ranks than CPUs: a spinning rank would only keep the
+ * rank it waits for off the CPU; TORCH_TPU_COLL_SPIN overrides the spin
+ * rounds). A rank rings (FUTEX_WAKE) only while some rank sleeps. Every
+ * wait is bounded by the communicator's timeout; a peer whose process is
+ * gone is detected within a sleep slice (20 ms). Any failure marks the communicator aborted (in shared
  * memory too, so the peers stop waiting): later calls fail at once.
  *
  * Memory: buffers are plain host addresses - the vTPU's device memory is
@@ -166,6 +169,9 @@ TPU_API int tpucoll_work_query(tpucoll_work *w);
 TPU_API void tpucoll_work_release(tpucoll_work *w);
 /* Block until every work enqueued on `c` has finished and its callback ran. */
 TPU_API void tpucoll_comm_drain(tpucoll_comm *c);
+/* 1 if every work enqueued on `c` has finished and its callback ran (so
+ * tpucoll_run may go next without a drain), else 0. */
+TPU_API int tpucoll_comm_idle(tpucoll_comm *c);
 
 /* ---- reductions (exposed for tests) ---------------------------------- */
 

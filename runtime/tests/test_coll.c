@@ -165,13 +165,20 @@ static int all_kinds(tpucoll_comm *c, int rank, int size, void *arg) {
 
 TPU_TEST(coll_all_kinds_2_and_4_ranks) {
   size_t counts[] = {1, 1000, 5 * 2048 + 3};
-  for (int size = 2; size <= 4; size += 2)
-    for (int i = 0; i < 3; i++) {
-      char name[96];
-      seg_name(name, sizeof name, "kinds");
-      CHECK(run_ranks(size, all_kinds, &counts[i], name, 20000, NULL) == 0);
-      CHECK(!seg_exists(name));
-    }
+  /* all_reduce: both algorithms (every rank reduces all, up to
+   * TORCH_TPU_COLL_DIRECT_BYTES; reduce-scatter + all-gather above) */
+  const char *direct[] = {"0", "1M"};
+  for (int d = 0; d < 2; d++) {
+    setenv("TORCH_TPU_COLL_DIRECT_BYTES", direct[d], 1);
+    for (int size = 2; size <= 4; size += 2)
+      for (int i = 0; i < 3; i++) {
+        char name[96];
+        seg_name(name, sizeof name, "kinds");
+        CHECK(run_ranks(size, all_kinds, &counts[i], name, 20000, NULL) == 0);
+        CHECK(!seg_exists(name));
+      }
+  }
+  unsetenv("TORCH_TPU_COLL_DIRECT_BYTES");
 }
 
 TPU_TEST(coll_reduce_buffers_dtypes) {

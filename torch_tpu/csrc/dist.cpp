@@ -30,6 +30,7 @@ extern "C" {
 
 #include <pybind11/pybind11.h>
 
+#include <cstdlib>
 #include <functional>
 #include <memory>
 #include <mutex>
@@ -205,7 +206,7 @@ class __attribute__((visibility("hidden"))) TpuBackend : public c10d::Backend {
     auto buf = flat_in(t);
     tpucoll_desc d = desc(TPUCOLL_ALL_REDUCE, buf, buf, buf.numel(), coll_dtype(t));
     d.op = op;
-    return issue(c10d::OpType::ALLREDUCE, {d}, {t}, copy_back(buf, t));
+    return issue(c10d::OpType::ALLREDUCE, {d}, {t}, copy_back(buf, t), {buf});
   }
 
   c10::intrusive_ptr<c10d::Work> allreduce_coalesced(std::vector<at::Tensor>& ts,
@@ -237,7 +238,7 @@ class __attribute__((visibility("hidden"))) TpuBackend : public c10d::Backend {
     auto buf = flat_in(t);
     tpucoll_desc d = desc(TPUCOLL_BROADCAST, buf, buf, buf.numel(), coll_dtype(t));
     d.root = (int)o.rootRank;
-    return issue(c10d::OpType::BROADCAST, {d}, {t}, copy_back(buf, t));
+    return issue(c10d::OpType::BROADCAST, {d}, {t}, copy_back(buf, t), {buf});
   }
 
   c10::intrusive_ptr<c10d::Work> reduce(std::vector<at::Tensor>& ts,
@@ -249,7 +250,7 @@ class __attribute__((visibility("hidden"))) TpuBackend : public c10d::Backend {
     tpucoll_desc d = desc(TPUCOLL_REDUCE, buf, buf, buf.numel(), coll_dtype(t));
     d.op = coll_op(o.reduceOp);
     d.root = (int)o.rootRank;
-    return issue(c10d::OpType::REDUCE, {d}, {t}, copy_back(buf, t));
+    return issue(c10d::OpType::REDUCE, {d}, {t}, copy_back(buf, t), {buf});
   }
 
   c10::intrusive_ptr<c10d::Work> _allgather_base(at::Tensor& out, at::Tensor& in,
@@ -264,7 +265,7 @@ class __attribute__((visibility("hidden"))) TpuBackend : public c10d::Backend {
     auto src = flat_in(in);
     auto dst = flat_out(out);
     tpucoll_desc d = desc(TPUCOLL_ALL_GATHER, src, dst, src.numel(), coll_dtype(in));
-    return issue(c10d::OpType::_ALLGATHER_BASE, {d}, {out}, copy_back(dst, out), {src});
+    return issue(c10d::OpType::_ALLGATHER_BASE, {d}, {out}, copy_back(dst, out), {src, dst});
   }
 
   c10::intrusive_ptr<c10d::Work> allgather(std::vector<std::vector<at::Tensor>>& outs,
@@ -310,7 +311,7 @@ class __attribute__((visibility("hidden"))) TpuBackend : public c10d::Backend {
     auto dst = flat_out(out);
     tpucoll_desc d = desc(TPUCOLL_REDUCE_SCATTER, src, dst, dst.numel(), coll_dtype(in));
     d.op = coll_op(o.reduceOp);
-    return issue(c10d::OpType::_REDUCE_SCATTER_BASE, {d}, {out}, copy_back(dst, out), {src});
+    return issue(c10d::OpType::_REDUCE_SCATTER_BASE, {d}, {out}, copy_back(dst, out), {src, dst});
   }
 
   c10::intrusive_ptr<c10d::Work> reduce_scatter(std::vector<at::Tensor>& outs,
@@ -376,7 +377,7 @@ class __attribute__((visibility("hidden"))) TpuBackend : public c10d::Backend {
     tpucoll_desc d = desc(TPUCOLL_ALL_TO_ALL, src, dst, 0, coll_dtype(in));
     d.send_counts = sc.data();
     d.recv_counts = rc.data();
-    return issue(c10d::OpType::ALLTOALL_BASE, {d}, {out}, copy_back(dst, out), {src});
+    return issue(c10d::OpType::ALLTOALL_BASE, {d}, {out}, copy_back(dst, out), {src, dst});
   }
 
   c10::intrusive_ptr<c10d::Work> alltoall(std::vector<at::Tensor>& outs, std::vector<at::Tensor>& ins,
@@ -570,6 +571,35 @@ class __attribute__((visibility("hidden"))) TpuBackend : public c10d::Backend {
     d.dtype = dtype;
     return d;
   }
+  // Run on the calling thread instead of the chip's stream when nothing is
+  // queued before the collective: no pending Fused Eager ops on the chip,
+  // the current stream and ours idle, no earlier collective in flight. The
+  // hand-off to the stream worker (and the completion thread) would only
+  // add wake-ups: on a 2-core host, three threads per rank competing for the
+  // CPUs. The Work is then complete on return (errors raise at the call).
+  // Never for send/recv: a send may block until the peer's recv, which this
+  // thread may post only after it (isend then recv). TORCH_TPU_DIST_INLINE=0
+  // turns it off.
+  bool can_inline(const std::vector<tpucoll_desc>& ds, tpurt_stream* cur, const std::vector<at::Tensor>& result,
+                  const std::vector<at::Tensor>& keep) {
+    static const bool enabled = [] {
+      const char* e = std::getenv("TORCH_TPU_DIST_INLINE");
+      return !(e && e[0] == '0');
+    }();
+    if (!enabled) return false;
+    for (auto& d : ds)
+      if (d.kind == TPUCOLL_SEND || d.kind == TPUCOLL_RECV) return false;
+    if (tpug_stream_query(cur) != 1 || tpurt_stream_query(stream_) != 1 || tpucoll_comm_idle(comm_) != 1)
+      return false;
+    // fresh blocks (deferred empty) read as pending until the host touches
+    // them: mark the buffers used (no pending ops, so this flushes nothing)
+    for (auto* ts : {&result, &keep})
+      for (auto& t : *ts)
+        if (t.defined() && t.device().is_privateuseone() && t.storage().data())
+          check(tpug_flush_if_uses(dev_, t.storage().data(), TPUG_R_SYNC));
+    return tpug_stream_query(cur) == 1;  // another thread may have recorded ops meanwhile
+  }
+
   // Enqueue the collectives on the backend stream after the current
   // stream's work; `after` (copy-backs) runs on the current stream after
   // the collectives (tpu) or on the host after they finished (cpu).
@@ -609,9 +639,28 @@ class __attribute__((visibility("hidden"))) TpuBackend : public c10d::Backend {
       if (after) after();
       return done_work(getRank(), op, result);
     }
-    tpurt_stream* cur = nullptr;
+    tpurt_stream* cur = current_stream(static_cast<c10::DeviceIndex>(dev_));
+    if (can_inline(ds, cur, result, keep)) {
+      // Nothing is queued before the collective: run it here (see can_inline).
+      int rc = TPU_OK;
+      std::string msg;
+      {
+        NoGil nogil;
+        std::lock_guard<std::mutex> g(mu_);
+        TORCH_CHECK(comm_, "tpu_dist: the process group was shut down");
+        for (auto& d : ds) {
+          rc = tpucoll_run(comm_, &d);
+          if (rc != TPU_OK) {
+            msg = tpu_last_error();
+            break;
+          }
+        }
+      }
+      if (rc != TPU_OK) dist_error(rc, msg);
+      if (after) after();  // device copies on the current stream
+      return done_work(getRank(), op, result);
+    }
     {
-      cur = current_stream(static_cast<c10::DeviceIndex>(dev_));
       tpurt_event* ev = tpurt_event_create();
       TORCH_CHECK(ev, "tpu_dist: cannot create an event");
       // flushes Fused Eager work first: a collective is a graph break
@@ -711,7 +760,7 @@ class __attribute__((visibility("hidden"))) TpuBackend : public c10d::Backend {
     auto src = flat_in(in);
     auto host_block = at::empty({n * local_size_}, in.options());
     tpucoll_desc d = desc(TPUCOLL_ALL_GATHER, src, host_block, n, coll_dtype(in));
-    issue(c10d::OpType::_ALLGATHER_BASE, {d}, {host_block}, nullptr, {src})->wait();
+    issue(c10d::OpType::_ALLGATHER_BASE, {d}, {host_block}, nullptr, {src, host_block})->wait();
     auto all = at::empty({n * getSize()}, in.options());
     if (in.device().is_privateuseone()) synchronize_device(static_cast<c10::DeviceIndex>(dev_));
     auto all_cpu = cpu_alias(all), blk_cpu = cpu_alias(host_block);

@@ -4,7 +4,10 @@
  * barrier) that checks all ranks called the same thing. Data then moves in
  * chunks of one slot per rank; chunk i uses buffer set (i & 1), and each
  * chunk's reads finish before its rank arrives at the next chunk's
- * barrier, so set (i & 1) is free again when chunk i + 2 writes it. */
+ * barrier, so set (i & 1) is free again when chunk i + 2 writes it. The
+ * first chunk is staged before the metadata exchange, whose barrier then
+ * serves as that chunk's (a mismatched call stages into the caller's own
+ * slot only, and nobody reads it). */
 #include <stdio.h>
 #include <string.h>
 
@@ -113,22 +116,68 @@ int tpucoll_barrier(tpucoll_comm *c) {
 
 /* all_reduce, or reduce to `root` (root >= 0): rank r reduces slice r of
  * each chunk over every rank's slot into the shared result, then every
- * rank (or only root) copies the result out. */
+ * rank (or only root) copies the result out.
+ *
+ * One barrier per chunk: chunk 0's input is staged before the metadata
+ * exchange (whose barrier is chunk 0's), and chunk i's barrier also
+ * publishes the reductions of chunk i-1, whose result is copied out right
+ * after it; a final barrier publishes the last chunk's. Safe because a
+ * chunk's slots are read before the reader's next barrier and its result
+ * before the second-next, while a rank writes chunk i's slots after
+ * barrier i-1 and its result after barrier i (parity i & 1 both). */
+/* Reduce whole chunks on every rank (instead of a reduce-scatter then an
+ * all-gather through the result area)? Each rank then reads all `size`
+ * slots instead of 1/size of them, but a chunk needs one barrier, not two.
+ * With 2 ranks that is also less memory traffic (no copy out of the result
+ * area); with more, it pays while the message is small (latency-bound).
+ * The limit is c->direct_bytes (TORCH_TPU_COLL_DIRECT_BYTES, default
+ * 256 KiB). */
+static int direct_reduce(const tpucoll_comm *c, size_t nbytes) {
+  return c->size <= 2 || nbytes <= c->direct_bytes;
+}
+
 static int reduce_common(tpucoll_comm *c, const void *in, void *out, size_t count,
                          int dtype, int op, int root) {
   int rc = check_dtype(dtype);
   if (rc) return rc;
   int kind = root < 0 ? TPUCOLL_ALL_REDUCE : TPUCOLL_REDUCE;
   if ((rc = tpucoll__check_reduce_op(dtype, op))) return rc;
+  size_t es = tpu_dtype_size(dtype), per = c->slot_bytes / es;
+  size_t chunks = (count + per - 1) / per;
+  uint64_t p0 = c->chunk;
+  if (chunks) memcpy(tpucoll__slot(c, p0, c->rank), in, (count < per ? count : per) * es);
   tpucoll__meta m = meta_of(kind, count, dtype, op, root < 0 ? 0 : root);
   if ((rc = exchange(c, &m))) return rc;
-  size_t es = tpu_dtype_size(dtype), per = c->slot_bytes / es;
+  c->chunk += chunks;
+  int copy_out = root < 0 || root == c->rank;
   const void *srcs[TPUCOLL_MAX_RANKS];
-  for (size_t off = 0; off < count; off += per) {
-    size_t n = count - off < per ? count - off : per;
-    uint64_t p = c->chunk++;
-    memcpy(tpucoll__slot(c, p, c->rank), (const uint8_t *)in + off * es, n * es);
-    if ((rc = tpucoll__barrier(c, tpucoll__kind_name(kind)))) return rc;
+  if (direct_reduce(c, count * es)) {
+    /* every rank (or root) reduces whole chunks straight into `out`: no
+     * result area, no second barrier; the same code in the same rank order
+     * gives every rank the same bits */
+    for (size_t i = 0; i < chunks; i++) {
+      size_t off = i * per, n = count - off < per ? count - off : per;
+      uint64_t p = p0 + i;
+      if (i > 0) {
+        memcpy(tpucoll__slot(c, p, c->rank), (const uint8_t *)in + off * es, n * es);
+        if ((rc = tpucoll__barrier(c, tpucoll__kind_name(kind)))) return rc;
+      }
+      if (!copy_out) continue;
+      for (int k = 0; k < c->size; k++) srcs[k] = tpucoll__slot(c, p, k);
+      rc = tpucoll_reduce_buffers((uint8_t *)out + off * es, srcs, c->size, n, dtype, op, c->size);
+      if (rc) return tpucoll__fail(c, rc, "%s", tpu_last_error());
+    }
+    return TPU_OK;
+  }
+  for (size_t i = 0; i < chunks; i++) {
+    size_t off = i * per, n = count - off < per ? count - off : per;
+    uint64_t p = p0 + i;
+    if (i > 0) {
+      memcpy(tpucoll__slot(c, p, c->rank), (const uint8_t *)in + off * es, n * es);
+      if ((rc = tpucoll__barrier(c, tpucoll__kind_name(kind)))) return rc;
+      if (copy_out)
+        memcpy((uint8_t *)out + (off - per) * es, tpucoll__result(c, p - 1), per * es);
+    }
     size_t lo = n * (size_t)c->rank / (size_t)c->size;
     size_t hi = n * ((size_t)c->rank + 1) / (size_t)c->size;
     if (hi > lo) {
@@ -137,9 +186,12 @@ static int reduce_common(tpucoll_comm *c, const void *in, void *out, size_t coun
                                   op, c->size);
       if (rc) return tpucoll__fail(c, rc, "%s", tpu_last_error());
     }
+  }
+  if (chunks) {
     if ((rc = tpucoll__barrier(c, tpucoll__kind_name(kind)))) return rc;
-    if (root < 0 || root == c->rank)
-      memcpy((uint8_t *)out + off * es, tpucoll__result(c, p), n * es);
+    size_t off = (chunks - 1) * per;
+    if (copy_out)
+      memcpy((uint8_t *)out + off * es, tpucoll__result(c, p0 + chunks - 1), (count - off) * es);
   }
   return TPU_OK;
 }
@@ -163,14 +215,20 @@ int tpucoll_broadcast(tpucoll_comm *c, void *buf, size_t count, int dtype, int r
   if (root < 0 || root >= c->size)
     return tpu_error(TPU_E_INVALID, "tpu_dist: broadcast root %d out of range [0, %d)", root,
                      c->size);
+  size_t es = tpu_dtype_size(dtype), per = c->slot_bytes / es;
+  /* chunk 0 is staged before the exchange, whose barrier is chunk 0's */
+  uint64_t p0 = c->chunk;
+  if (count && c->rank == root)
+    memcpy(tpucoll__slot(c, p0, root), buf, (count < per ? count : per) * es);
   tpucoll__meta m = meta_of(TPUCOLL_BROADCAST, count, dtype, 0, root);
   if ((rc = exchange(c, &m))) return rc;
-  size_t es = tpu_dtype_size(dtype), per = c->slot_bytes / es;
   for (size_t off = 0; off < count; off += per) {
     size_t n = count - off < per ? count - off : per;
     uint64_t p = c->chunk++;
-    if (c->rank == root) memcpy(tpucoll__slot(c, p, root), (uint8_t *)buf + off * es, n * es);
-    if ((rc = tpucoll__barrier(c, "broadcast"))) return rc;
+    if (off > 0) {
+      if (c->rank == root) memcpy(tpucoll__slot(c, p, root), (uint8_t *)buf + off * es, n * es);
+      if ((rc = tpucoll__barrier(c, "broadcast"))) return rc;
+    }
     if (c->rank != root) memcpy((uint8_t *)buf + off * es, tpucoll__slot(c, p, root), n * es);
   }
   return TPU_OK;
@@ -179,14 +237,19 @@ int tpucoll_broadcast(tpucoll_comm *c, void *buf, size_t count, int dtype, int r
 int tpucoll_all_gather(tpucoll_comm *c, const void *in, void *out, size_t count, int dtype) {
   int rc = check_dtype(dtype);
   if (rc) return rc;
+  size_t es = tpu_dtype_size(dtype), per = c->slot_bytes / es;
+  /* chunk 0 is staged before the exchange, whose barrier is chunk 0's */
+  if (count)
+    memcpy(tpucoll__slot(c, c->chunk, c->rank), in, (count < per ? count : per) * es);
   tpucoll__meta m = meta_of(TPUCOLL_ALL_GATHER, count, dtype, 0, 0);
   if ((rc = exchange(c, &m))) return rc;
-  size_t es = tpu_dtype_size(dtype), per = c->slot_bytes / es;
   for (size_t off = 0; off < count; off += per) {
     size_t n = count - off < per ? count - off : per;
     uint64_t p = c->chunk++;
-    memcpy(tpucoll__slot(c, p, c->rank), (const uint8_t *)in + off * es, n * es);
-    if ((rc = tpucoll__barrier(c, "all_gather"))) return rc;
+    if (off > 0) {
+      memcpy(tpucoll__slot(c, p, c->rank), (const uint8_t *)in + off * es, n * es);
+      if ((rc = tpucoll__barrier(c, "all_gather"))) return rc;
+    }
     for (int k = 0; k < c->size; k++)
       if (k != c->rank || (const uint8_t *)in + off * es != (uint8_t *)out + ((size_t)k * count + off) * es)
         memcpy((uint8_t *)out + ((size_t)k * count + off) * es, tpucoll__slot(c, p, k), n * es);
@@ -201,18 +264,25 @@ int tpucoll_reduce_scatter(tpucoll_comm *c, const void *in, void *out, size_t co
   int rc = check_dtype(dtype);
   if (rc) return rc;
   if ((rc = tpucoll__check_reduce_op(dtype, op))) return rc;
-  tpucoll__meta m = meta_of(TPUCOLL_REDUCE_SCATTER, count, dtype, op, 0);
-  if ((rc = exchange(c, &m))) return rc;
   size_t es = tpu_dtype_size(dtype), per = c->slot_bytes / es / (size_t)c->size;
   const void *srcs[TPUCOLL_MAX_RANKS];
+  /* chunk 0 is staged before the exchange, whose barrier is chunk 0's */
+  size_t n0 = count < per ? count : per;
+  for (int k = 0; k < c->size && n0; k++)
+    memcpy(tpucoll__slot(c, c->chunk, c->rank) + (size_t)k * n0 * es,
+           (const uint8_t *)in + (size_t)k * count * es, n0 * es);
+  tpucoll__meta m = meta_of(TPUCOLL_REDUCE_SCATTER, count, dtype, op, 0);
+  if ((rc = exchange(c, &m))) return rc;
   for (size_t off = 0; off < count; off += per) {
     size_t n = count - off < per ? count - off : per;
     uint64_t p = c->chunk++;
-    uint8_t *mine = tpucoll__slot(c, p, c->rank);
-    for (int k = 0; k < c->size; k++)
-      memcpy(mine + (size_t)k * n * es, (const uint8_t *)in + ((size_t)k * count + off) * es,
-             n * es);
-    if ((rc = tpucoll__barrier(c, "reduce_scatter"))) return rc;
+    if (off > 0) {
+      uint8_t *mine = tpucoll__slot(c, p, c->rank);
+      for (int k = 0; k < c->size; k++)
+        memcpy(mine + (size_t)k * n * es, (const uint8_t *)in + ((size_t)k * count + off) * es,
+               n * es);
+      if ((rc = tpucoll__barrier(c, "reduce_scatter"))) return rc;
+    }
     for (int k = 0; k < c->size; k++) srcs[k] = tpucoll__slot(c, p, k) + (size_t)c->rank * n * es;
     rc = tpucoll_reduce_buffers((uint8_t *)out + off * es, srcs, c->size, n, dtype, op, c->size);
     if (rc) return tpucoll__fail(c, rc, "%s", tpu_last_error());

@@ -43,6 +43,7 @@ typedef struct tpucoll__hdr {
   uint64_t slot_bytes, p2p_bytes;
   _Atomic uint32_t ready;     /* rank 0 finished initialising */
   _Atomic uint32_t bell;      /* futex doorbell: bumped on every arrival */
+  _Atomic uint32_t sleepers;  /* ranks in (or entering) a futex wait on bell */
   _Atomic uint32_t aborted;   /* some rank failed */
   int32_t abort_rank;
   char abort_msg[256];
@@ -52,6 +53,8 @@ struct tpucoll_comm {
   char name[128];
   int rank, size, linked;
   int64_t timeout_ms;
+  int spin;           /* busy-wait rounds before sleeping (0: oversubscribed) */
+  size_t direct_bytes; /* all_reduce up to this size: every rank reduces all */
   uint8_t *base;
   size_t map_bytes;
   tpucoll__hdr *hdr;

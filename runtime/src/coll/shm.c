@@ -20,6 +20,7 @@
 #define COLL_SPIN 2000
 #define COLL_SLICE_MS 20 /* futex sleep slice: abort/peer checks in between */
 #define COLL_DEFAULT_SLOT (1u << 20)
+#define COLL_DIRECT_BYTES (256u << 10)
 
 static int64_t now_ms(void) {
   struct timespec ts;
@@ -118,24 +119,39 @@ static long futex(_Atomic uint32_t *addr, int op, uint32_t val,
   return syscall(SYS_futex, (uint32_t *)addr, op, val, ts, NULL, 0);
 }
 
+/* Wake the sleepers (if any) after publishing progress. The doorbell
+ * bump and the sleeper count are sequentially consistent on both sides: a
+ * waiter counts itself before re-checking its counter, so either the ringer
+ * sees it (and wakes it) or the waiter sees the progress (or the new bell
+ * value, and FUTEX_WAIT returns at once). No syscall when nobody sleeps. */
 void tpucoll__ring(tpucoll_comm *c) {
   atomic_fetch_add(&c->hdr->bell, 1);
-  futex(&c->hdr->bell, FUTEX_WAKE, INT32_MAX, NULL);
+  if (atomic_load(&c->hdr->sleepers))
+    futex(&c->hdr->bell, FUTEX_WAKE, INT32_MAX, NULL);
+}
+
+static int spin_rounds(int size) {
+  const char *s = getenv("TORCH_TPU_COLL_SPIN");
+  if (s && *s) return atoi(s) < 0 ? 0 : atoi(s);
+  /* more ranks than cores: a spinning rank only keeps the rank it waits
+   * for off the CPU, so sleep at once */
+  long cpus = sysconf(_SC_NPROCESSORS_ONLN);
+  return cpus > 0 && size > cpus ? 0 : COLL_SPIN;
 }
 
 int tpucoll__wait_ge(tpucoll_comm *c, _Atomic uint64_t *ctr, uint64_t target,
                  int peer, const char *what) {
-  for (int i = 0; i < COLL_SPIN; i++) {
+  for (int i = 0; i < c->spin; i++) {
     if (atomic_load_explicit(ctr, memory_order_acquire) >= target) return TPU_OK;
     cpu_relax();
   }
-  int64_t start = now_ms(), deadline = start + c->timeout_ms;
-  for (int spins = 0;; spins++) {
+  int64_t start = now_ms(), deadline = start + c->timeout_ms, checked = start;
+  for (int rounds = 0;; rounds++) {
     uint32_t bell = atomic_load(&c->hdr->bell);
     if (atomic_load_explicit(ctr, memory_order_acquire) >= target) return TPU_OK;
     int rc = tpucoll__check_alive(c);
     if (rc) return rc;
-    if (spins < 8) { /* a few yields before the first sleep */
+    if (c->spin && rounds < 4) { /* a few yields before the first sleep */
       sched_yield();
       continue;
     }
@@ -146,17 +162,23 @@ int tpucoll__wait_ge(tpucoll_comm *c, _Atomic uint64_t *ctr, uint64_t target,
                        "for rank %d, which did not arrive (timeout %lld ms)",
                        c->rank, (long long)(now - start), what,
                        (unsigned long long)c->seq, peer, (long long)c->timeout_ms);
-    int pid = c->ranks[peer].pid;
-    /* a peer may arrive and exit between the counter check above and this
-     * one (the last barrier of a run): its arrival counts */
-    if (pid_dead(pid) && atomic_load_explicit(ctr, memory_order_acquire) < target)
-      return tpucoll__fail(c, TPU_E_INTERNAL,
-                       "tpu_dist timeout: rank %d (pid %d) exited while rank %d waited "
-                       "for it in %s (collective #%llu)",
-                       peer, pid, c->rank, what, (unsigned long long)c->seq);
+    /* is the peer still there? (reads /proc: once per slice, not per wake) */
+    if (now - checked >= COLL_SLICE_MS) {
+      checked = now;
+      int pid = c->ranks[peer].pid;
+      /* a peer may arrive and exit between the counter check above and
+       * this one (the last barrier of a run): its arrival counts */
+      if (pid_dead(pid) && atomic_load_explicit(ctr, memory_order_acquire) < target)
+        return tpucoll__fail(c, TPU_E_INTERNAL,
+                         "tpu_dist timeout: rank %d (pid %d) exited while rank %d waited "
+                         "for it in %s (collective #%llu)",
+                         peer, pid, c->rank, what, (unsigned long long)c->seq);
+    }
     int64_t slice = deadline - now < COLL_SLICE_MS ? deadline - now : COLL_SLICE_MS;
     struct timespec ts = {slice / 1000, (slice % 1000) * 1000000};
-    futex(&c->hdr->bell, FUTEX_WAIT, bell, &ts);
+    atomic_fetch_add(&c->hdr->sleepers, 1);
+    if (atomic_load(ctr) < target) futex(&c->hdr->bell, FUTEX_WAIT, bell, &ts);
+    atomic_fetch_sub(&c->hdr->sleepers, 1);
   }
 }
 
@@ -194,16 +216,22 @@ static size_t layout(tpucoll_comm *c) {
   return off;
 }
 
-static size_t default_slot(void) {
-  const char *s = getenv("TORCH_TPU_COLL_SLOT_BYTES");
+/* A byte count from the environment ("4096", "64K", "1M"), else `dflt`. */
+static size_t env_bytes(const char *name, size_t dflt) {
+  const char *s = getenv(name);
   if (s && *s) {
     char *end;
     unsigned long long v = strtoull(s, &end, 10);
     if (*end == 'K' || *end == 'k') v <<= 10;
     else if (*end == 'M' || *end == 'm') v <<= 20;
-    if (v >= 4096) return (size_t)v;
+    if (end != s) return (size_t)v;
   }
-  return COLL_DEFAULT_SLOT;
+  return dflt;
+}
+
+static size_t default_slot(void) {
+  size_t v = env_bytes("TORCH_TPU_COLL_SLOT_BYTES", COLL_DEFAULT_SLOT);
+  return v >= 4096 ? v : COLL_DEFAULT_SLOT;
 }
 
 static int attach_wait(tpucoll_comm *c, int64_t deadline, int *fd_out) {
@@ -245,6 +273,8 @@ int tpucoll_comm_init(const char *name, int rank, int size, size_t slot_bytes,
   c->rank = rank;
   c->size = size;
   c->timeout_ms = timeout_ms;
+  c->spin = spin_rounds(size);
+  c->direct_bytes = env_bytes("TORCH_TPU_COLL_DIRECT_BYTES", COLL_DIRECT_BYTES);
   c->slot_bytes = slot_bytes;
   c->p2p_bytes = slot_bytes;
   c->map_bytes = layout(c);

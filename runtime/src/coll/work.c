@@ -154,3 +154,11 @@ void tpucoll_comm_drain(tpucoll_comm *c) {
   while (c->finished < c->enqueued) pthread_cond_wait(&c->cv, &c->mu);
   pthread_mutex_unlock(&c->mu);
 }
+
+int tpucoll_comm_idle(tpucoll_comm *c) {
+  if (!c) return 1;
+  pthread_mutex_lock(&c->mu);
+  int idle = c->finished == c->enqueued;
+  pthread_mutex_unlock(&c->mu);
+  return idle;
+}
