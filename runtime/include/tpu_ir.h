@@ -667,6 +667,11 @@ TPU_API tpuir_graph *tpuir_read(FILE *f);
  * signature: a loop's iterations differ in their constants and params). */
 enum { TPUIR_HASH_VALUES = 1u << 0, TPUIR_HASH_LOOP = 1u << 1 };
 TPU_API void tpuir_hash(const tpuir_graph *g, unsigned flags, uint64_t out[2]);
+/* Compute g's hashes for flags 0 and TPUIR_HASH_LOOP once and keep them
+ * in g: tpuir_hash returns the kept ones until g changes (a new node or
+ * output list). For graphs shared read-only by many launches (the
+ * lowering's plan cache); call it before sharing g between threads. */
+TPU_API void tpuir_hash_keep(tpuir_graph *g);
 /* Static name of an op ("add", "dot_general", ...); "?" if invalid. */
 TPU_API const char *tpuir_op_name(int op);
 /* Whether node v can report an error when it runs (tpuir_op_info's

@@ -147,6 +147,13 @@ TPU_API const tpuir_graph *tpulw_plan_graph(const tpulw_plan *p);
  * what is flushed with it is the recorder's decision (tpu_graph.h). */
 TPU_API int tpulw_launch(tpulw_plan *p, tpurt_stream *s, const tpu_view *outs);
 TPU_API void tpulw_plan_free(tpulw_plan *p);
+/* The plan cache (lower/lower.c): elementwise calls with the same
+ * descriptor (op, dtypes, shapes, strides, aliasing, scalar values) reuse
+ * one built graph instead of lowering again. Counts since the last clear
+ * (hits, misses: lookups that found no entry); clear drops every entry.
+ * TORCH_TPU_PLAN_CACHE=0 turns the cache off. */
+TPU_API void tpulw_plan_cache_stats(uint64_t *hits, uint64_t *misses);
+TPU_API void tpulw_plan_cache_clear(void);
 
 /* ---- StableHLO import (src/lower/stablehlo.c) ----------------------------- */
 /* Build a new graph (caller frees with tpuir_graph_free) from a StableHLO

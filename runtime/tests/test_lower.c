@@ -440,3 +440,68 @@ TPU_TEST(lower_arange_out_and_empty) {
   lt_free(&e);
 }
 
+
+/* The plan cache: a repeated elementwise call reuses the built graph and
+ * binds this call's views (offsets, aliasing); another scalar, aliasing
+ * pattern or layout is another entry; results equal an uncached lowering. */
+TPU_TEST(lower_plan_cache_rebinds) {
+  tpulw_plan_cache_clear();
+  tpu_view buf = lt_from(TPU_F32, 1, SZ(8), ARR(1, 2, 3, 4, 5, 6, 7, 8));
+  tpu_view lo = buf, hi = buf; /* two views of one buffer, other offsets */
+  lo.sizes[0] = hi.sizes[0] = 4;
+  hi.offset = 4;
+  uint64_t h0, m0, h1, m1;
+  for (int rep = 0; rep < 3; rep++) {
+    tpulw_arg args[] = {lt_tensor("self", lo), lt_tensor("other", hi), lt_int("alpha", 2)};
+    lt_result r = lt_run("add", "Tensor", args, 3);
+    CHECK_OK(r.rc);
+    CHECK_VALS(r.out[0], ((double[]){11, 14, 17, 20}), 4, 1e-6);
+    lt_result_free(&r);
+    /* the same structure, the roles of the views swapped */
+    tpulw_arg sw[] = {lt_tensor("self", hi), lt_tensor("other", lo), lt_int("alpha", 2)};
+    r = lt_run("add", "Tensor", sw, 3);
+    CHECK_OK(r.rc);
+    CHECK_VALS(r.out[0], ((double[]){7, 10, 13, 16}), 4, 1e-6);
+    lt_result_free(&r);
+  }
+  tpulw_plan_cache_stats(&h0, &m0);
+  CHECK(m0 == 1 && h0 == 5);
+  /* another scalar: another entry, its own constant */
+  tpulw_arg a3[] = {lt_tensor("self", lo), lt_tensor("other", hi), lt_int("alpha", 3)};
+  lt_result r = lt_run("add", "Tensor", a3, 3);
+  CHECK_OK(r.rc);
+  CHECK_VALS(r.out[0], ((double[]){16, 20, 24, 28}), 4, 1e-6);
+  lt_result_free(&r);
+  /* self aliasing other (one parameter) vs two distinct views */
+  tpulw_arg al[] = {lt_tensor("self", lo), lt_tensor("other", lo), lt_int("alpha", 2)};
+  r = lt_run("add", "Tensor", al, 3);
+  CHECK_OK(r.rc);
+  CHECK_VALS(r.out[0], ((double[]){3, 6, 9, 12}), 4, 1e-6);
+  lt_result_free(&r);
+  tpulw_plan_cache_stats(&h1, &m1);
+  CHECK(m1 == m0 + 2 && h1 == h0);
+  /* in place into a view with an offset, twice (the second a hit) */
+  for (int rep = 0; rep < 2; rep++) {
+    tpulw_arg ip[] = {lt_out("self", hi), lt_float("other", 0.5), lt_int("alpha", 1)};
+    r = lt_run("add_", "Scalar", ip, 3);
+    CHECK_OK(r.rc);
+    lt_result_free(&r);
+  }
+  CHECK_VALS(buf, ((double[]){1, 2, 3, 4, 6, 7, 8, 9}), 8, 1e-6);
+  tpulw_plan_cache_stats(&h1, &m1);
+  CHECK(m1 == m0 + 3 && h1 == h0 + 1);
+  /* a transposed input: the new result follows its layout, not the cached one */
+  tpu_view t = buf, c = buf;
+  t.ndim = c.ndim = 2;
+  t.sizes[0] = t.sizes[1] = c.sizes[0] = c.sizes[1] = 2;
+  c.strides[0] = 2; c.strides[1] = 1;
+  t.strides[0] = 1; t.strides[1] = 2;
+  tpulw_arg ac[] = {lt_tensor("self", c), lt_float("other", 1.0), lt_int("alpha", 1)};
+  tpulw_arg at[] = {lt_tensor("self", t), lt_float("other", 1.0), lt_int("alpha", 1)};
+  tpulw_out_info oc, ot;
+  CHECK_OK(prep("add", "Scalar", ac, 3, &oc, NULL));
+  CHECK_OK(prep("add", "Scalar", at, 3, &ot, NULL));
+  CHECK(!oc.strided && ot.strided && ot.strides[0] == 1 && ot.strides[1] == 2);
+  tpulw_plan_cache_clear();
+  lt_free(&buf);
+}

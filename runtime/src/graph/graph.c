@@ -517,6 +517,7 @@ typedef struct gtask {
   size_t nconst;  /* bytes of consts */
   int32_t *rng;   /* ins index of each rng key */
   tpug_trace_event *ev; /* set while tracing: stamped and pushed when run */
+  int one_block;  /* ins, outs, consts and rng live in the task's block */
 } gtask;
 
 static int task_run(void *ctx) {
@@ -538,11 +539,36 @@ static void task_free(void *ctx) {
   gtask *t = ctx;
   free(t->ev);
   tpug__prog_unref(t->prog);
-  free(t->ins);
-  free(t->outs);
-  free(t->consts);
-  free(t->rng);
+  if (!t->one_block) {
+    free(t->ins);
+    free(t->outs);
+    free(t->consts);
+    free(t->rng);
+  }
   free(t);
+}
+
+/* A task with room for nin inputs, nout outputs, nconst bytes of
+ * constants and nrng rng keys, in one allocation (one malloc and one free
+ * per program). NULL on OOM. */
+static gtask *task_alloc(int nin, int nout, size_t nconst, int nrng) {
+  size_t a = (sizeof(gtask) + 63) & ~(size_t)63;
+  size_t b = a + sizeof(tpu_view) * (size_t)(nin ? nin : 1);
+  size_t c = b + sizeof(tpu_view) * (size_t)(nout ? nout : 1);
+  size_t d = c + ((nconst + 7) & ~(size_t)7);
+  unsigned char *m = malloc(d + sizeof(int32_t) * (size_t)(nrng ? nrng : 1));
+  if (!m) return NULL;
+  gtask *t = (gtask *)(void *)m;
+  memset(t, 0, sizeof *t);
+  t->one_block = 1;
+  t->ins = (tpu_view *)(void *)(m + a);
+  t->outs = (tpu_view *)(void *)(m + b);
+  t->consts = m + c;
+  t->rng = nrng ? (int32_t *)(void *)(m + d) : NULL;
+  t->nin = nin;
+  t->nout = nout;
+  t->nconst = nconst;
+  return t;
 }
 
 /* While tracing, give T an event describing its program (the recorded op
@@ -710,7 +736,7 @@ static int flush_with(gdev *D, int reason, gtask **keep) {
 
   /* key: op structure, bindings, live outputs */
   tpu_hash h = tpu_hash_init();
-  uint32_t ver = 3; /* 2: rng keys lifted into parameters; 3: word hash */
+  uint32_t ver = 4; /* 2: rng keys lifted into parameters; 3: word hash; 4: attribute arrays hashed up to their last nonzero element */
   TPU_HASH_FIELD(&h, ver);
   TPU_HASH_FIELD(&h, D->np);
   int nconst = 0, nrng = 0, nouts = 0;
@@ -755,24 +781,13 @@ static int flush_with(gdev *D, int reason, gtask **keep) {
     }
   }
 
-  gtask *T = calloc(1, sizeof *T);
+  /* rng key: 2 slots */
+  gtask *T = task_alloc(D->np + nconst + nrng, nouts, 8 * (size_t)(nconst + 2 * nrng + 1), nrng);
   if (!T) {
     rc = tpu_error(TPU_E_OOM, "fused eager: out of host memory");
     goto out;
   }
-  T->nin = D->np + nconst + nrng;
-  T->nout = nouts;
   T->np = D->np;
-  T->nconst = 8 * (size_t)(nconst + 2 * nrng + 1);
-  T->rng = nrng ? malloc(sizeof(int32_t) * (size_t)nrng) : NULL;
-  T->ins = malloc(sizeof(tpu_view) * (size_t)(T->nin ? T->nin : 1));
-  T->outs = malloc(sizeof(tpu_view) * (size_t)(nouts ? nouts : 1));
-  T->consts = malloc(T->nconst); /* rng key: 2 slots */
-  if (!T->ins || !T->outs || !T->consts || (nrng && !T->rng)) {
-    task_free(T);
-    rc = tpu_error(TPU_E_OOM, "fused eager: out of host memory");
-    goto out;
-  }
   for (int j = 0; j < D->np; j++) T->ins[j] = D->p[j].v;
   int c = 0, ni = 0, oi = 0;
   for (int k = 0; k < n; k++) {
@@ -862,6 +877,7 @@ static gtask *task_clone(const gtask *T) {
   if (!c) return NULL;
   *c = *T;
   c->ev = NULL; /* events belong to one run */
+  c->one_block = 0;
   c->ins = malloc(sizeof(tpu_view) * (size_t)(T->nin ? T->nin : 1));
   c->outs = malloc(sizeof(tpu_view) * (size_t)(T->nout ? T->nout : 1));
   c->consts = malloc(T->nconst);
@@ -1048,6 +1064,105 @@ int tpug_get_mode(void) {
   return __atomic_load_n(&g_mode, __ATOMIC_ACQUIRE);
 }
 
+/* Strict Eager's fast path (lock held, nothing pending, not capturing): the
+ * one-op program's task straight from the op, without recording it. Same
+ * key, task and counters as recording the op and flushing it
+ * (flush_with), when the program is in the cache; 0 (nothing done) when it
+ * is not, and the caller records and flushes it (which compiles it). */
+static int strict_run(gdev *D, tpurt_stream *s, const tpuir_graph *g, int nin,
+                      const tpu_view *ins, int nout, const tpu_view *outs, int *rc) {
+  enum { MAXV = 32 };
+  if (nin > MAXV || nout > MAXV) return 0;
+  int32_t pj[MAXV]; /* parameter of each input: identical views share one */
+  int32_t np = 0;
+  for (int j = 0; j < nin; j++) {
+    pj[j] = -1;
+    if (ins[j].base)
+      for (int q = 0; q < j && pj[j] < 0; q++)
+        if (ins[q].base == ins[j].base && view_eq(&ins[q], &ins[j])) pj[j] = pj[q];
+    if (pj[j] < 0) pj[j] = np++;
+  }
+  char live[MAXV]; /* an output written again by a later output is not */
+  int nouts = 0;
+  for (int i = 0; i < nout; i++) {
+    live[i] = 1;
+    for (int q = i + 1; q < nout && live[i]; q++)
+      if (outs[i].base && outs[q].base == outs[i].base && view_eq(&outs[q], &outs[i]))
+        live[i] = 0;
+    nouts += live[i];
+  }
+  /* the key flush_with computes for this one op */
+  uint64_t hk[2];
+  tpuir_hash(g, 0, hk);
+  tpu_hash h = tpu_hash_init();
+  uint32_t ver = 4;
+  TPU_HASH_FIELD(&h, ver);
+  TPU_HASH_FIELD(&h, np);
+  TPU_HASH_FIELD(&h, hk[0]);
+  TPU_HASH_FIELD(&h, hk[1]);
+  for (int j = 0; j < nin; j++) {
+    int32_t kind = B_PARAM;
+    TPU_HASH_FIELD(&h, kind);
+    TPU_HASH_FIELD(&h, pj[j]);
+  }
+  for (int i = 0; i < nout; i++) {
+    int lv = live[i];
+    TPU_HASH_FIELD(&h, lv);
+  }
+  int from_disk = 0;
+  tpug_prog *prog = tpug__cache_get(h.a, h.b, &from_disk);
+  if (!prog) return 0;
+  int nn = tpuir_num_nodes(g), nconst = 0, nrng = 0;
+  for (int t = 0; t < nn; t++) {
+    const tpuir_node *n = tpuir_get_node(g, t);
+    nconst += n->op == TPUIR_CONST;
+    nrng += lifted_rng(n);
+  }
+  gtask *T = task_alloc(np + nconst + nrng, nouts, 8 * (size_t)(nconst + 2 * nrng + 1), nrng);
+  if (!T) {
+    tpug__prog_unref(prog);
+    *rc = tpu_error(TPU_E_OOM, "strict eager: out of host memory");
+    return 1;
+  }
+  T->prog = prog;
+  T->np = np;
+  for (int j = 0; j < nin; j++) T->ins[pj[j]] = ins[j];
+  int c = 0, ni = np;
+  for (int t = 0; t < nn; t++) {
+    const tpuir_node *n = tpuir_get_node(g, t);
+    if (n->op == TPUIR_CONST) {
+      write_const(n, T->consts + 8 * c);
+      tpu_view_init_contiguous(&T->ins[ni++], T->consts + 8 * c, n->dtype, 0, NULL);
+      c++;
+    } else if (lifted_rng(n)) {
+      int64_t key[2] = {(int64_t)n->seed, (int64_t)n->offset}, two = 2;
+      memcpy(T->consts + 8 * c, key, sizeof key);
+      T->rng[T->nrng++] = ni;
+      tpu_view_init_contiguous(&T->ins[ni++], T->consts + 8 * c, TPU_I64, 1, &two);
+      c += 2;
+    }
+  }
+  for (int i = 0, oi = 0; i < nout; i++)
+    if (live[i]) T->outs[oi++] = outs[i];
+  pthread_mutex_lock(&g_stat_mu);
+  g_st.ops_recorded++;
+  g_st.flushes[TPUG_R_STRICT]++;
+  g_st.outputs_written += (uint64_t)nouts;
+  if (nouts) g_st.programs_run++;
+  pthread_mutex_unlock(&g_stat_mu);
+  if (nouts) trace_attach(T, s, &g, 1, TPUG_R_STRICT);
+  if (nouts == 0) {
+    task_free(T);
+    *rc = TPU_OK;
+  } else {
+    *rc = tpurt_stream_enqueue(s, task_run, task_free, T);
+  }
+  for (int i = 0; i < D->nd; i++) tpurt_free(D->deferred[i]);
+  D->nd = 0;
+  if (D->ntab) clear_bases(D);
+  return 1;
+}
+
 int tpug_submit(tpurt_stream *s, const tpuir_graph *g, int nin,
                 const tpu_view *ins, int nout, const tpu_view *outs, int sync,
                 tpurt_cleanup_fn release, void *owner) {
@@ -1069,6 +1184,12 @@ int tpug_submit(tpurt_stream *s, const tpuir_graph *g, int nin,
     sync = 0;
   }
   int rc = TPU_OK;
+  if (!fuse && !D->n && strict_run(D, s, g, nin, ins, nout, outs, &rc)) {
+    pthread_mutex_unlock(&D->mu);
+    if (release) release(owner);
+    if (rc == TPU_OK && sync) rc = tpurt_stream_synchronize(s);
+    return rc;
+  }
   if (D->n && D->s != s) rc = flush_locked(D, TPUG_R_STREAM);
   if (rc >= 0 && D->n && sync) rc = flush_locked(D, TPUG_R_SYNC_OP);
   if (rc >= 0 && D->n && check_conflicts(D, nin, ins, nout, outs))

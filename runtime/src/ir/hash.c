@@ -2,7 +2,23 @@
  * compilation cache and of the eager recorder's loop detection. */
 #include "ir/internal.h"
 
+/* an attribute array: its length up to the last nonzero element, then
+ * those elements (the rest is zero: new nodes are zeroed), so a node of a
+ * few dims hashes a few words instead of TPU_MAX_DIMS */
+static void hash_attr(tpu_hash *h, const int64_t *a) {
+  int n = TPU_MAX_DIMS;
+  while (n > 0 && a[n - 1] == 0) n--;
+  tpu_hash_word(h, (uint64_t)n);
+  for (int i = 0; i < n; i++) tpu_hash_word(h, (uint64_t)a[i]);
+}
+
 void tpuir_hash(const tpuir_graph *g, unsigned flags, uint64_t out[2]) {
+  const uint64_t *kept = tpuir__hash_memo(g, flags);
+  if (kept) {
+    out[0] = kept[0];
+    out[1] = kept[1];
+    return;
+  }
   tpu_hash h = tpu_hash_init();
   int nn = tpuir_num_nodes(g), no = tpuir_num_outputs(g);
   TPU_HASH_FIELD(&h, nn);
@@ -20,10 +36,10 @@ void tpuir_hash(const tpuir_graph *g, unsigned flags, uint64_t out[2]) {
     TPU_HASH_FIELD(&h, n->kind);
     TPU_HASH_FIELD(&h, n->dim);
     /* attribute arrays are zero beyond their used length (new nodes are) */
-    tpu_hash_bytes(&h, n->a, sizeof n->a);
-    tpu_hash_bytes(&h, n->b, sizeof n->b);
-    tpu_hash_bytes(&h, n->c, sizeof n->c);
-    tpu_hash_bytes(&h, n->d, sizeof n->d);
+    hash_attr(&h, n->a);
+    hash_attr(&h, n->b);
+    hash_attr(&h, n->c);
+    hash_attr(&h, n->d);
     TPU_HASH_FIELD(&h, n->na);
     TPU_HASH_FIELD(&h, n->nb);
     if (flags & TPUIR_HASH_VALUES) {

@@ -19,6 +19,9 @@ tpuir_node *tpuir__new_node(tpuir_graph *g, int op);
 /* Commit the node most recently returned by tpuir__new_node; returns its
  * value id. Defined in ir/ir.c. */
 tpuir_val tpuir__commit(tpuir_graph *g);
+/* tpuir_hash's result for flags kept by tpuir_hash_keep, NULL if none.
+ * Defined in ir/ir.c. */
+const uint64_t *tpuir__hash_memo(const tpuir_graph *g, unsigned flags);
 /* "f32[4,8]" (dtype and sizes) into buf, always NUL-terminated. Defined in
  * ir/ir.c; used by builder messages and the dump. */
 void tpuir__type_str(char *buf, size_t cap, int dtype, int ndim, const int64_t *sizes);

@@ -49,7 +49,23 @@ struct tpuir_graph {
   int32_t nparams;
   tpuir_val *outs;
   int32_t nouts;
+  /* structural hashes kept by tpuir_hash_keep (bit f: flags f of
+   * tpuir_hash, f = 0 or TPUIR_HASH_LOOP); any change clears them */
+  uint32_t memo_ok;
+  uint64_t memo[4][2];
 };
+
+/* tpuir_hash's kept result for flags, NULL if none (ir/hash.c) */
+const uint64_t *tpuir__hash_memo(const tpuir_graph *g, unsigned flags) {
+  return flags < 4 && ((g->memo_ok >> flags) & 1u) ? g->memo[flags] : NULL;
+}
+
+void tpuir_hash_keep(tpuir_graph *g) {
+  g->memo_ok = 0;
+  tpuir_hash(g, 0, g->memo[0]);
+  tpuir_hash(g, TPUIR_HASH_LOOP, g->memo[TPUIR_HASH_LOOP]);
+  g->memo_ok = 1u | (1u << TPUIR_HASH_LOOP);
+}
 
 /* ---- graph lifetime --------------------------------------------------- */
 
@@ -167,6 +183,7 @@ static tpuir_val commit(tpuir_graph *g) {
                     : n->nin != (n->nlist < 4 ? n->nlist : 4))
     return tpu_error(TPU_E_INTERNAL, "IR builder bug: %s has %d operands, TPUIR_OPS says %d",
                      k_ops[n->op].name, (int)n->nin, arity);
+  g->memo_ok = 0;
   return g->n++;
 }
 
@@ -1120,6 +1137,7 @@ int tpuir_set_outputs(tpuir_graph *g, int n, const tpuir_val *outs) {
   free(g->outs);
   g->outs = o;
   g->nouts = n;
+  g->memo_ok = 0;
   return TPU_OK;
 }
 

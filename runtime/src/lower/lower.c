@@ -141,8 +141,12 @@ unsigned tpulw_op_flags(const char *name, const char *overload) {
 
 /* ---- plans -------------------------------------------------------------- */
 
+typedef struct pc_entry pc_entry;
+static void pc_unref(pc_entry *e);
+
 struct tpulw_plan {
-  tpuir_graph *g;
+  tpuir_graph *g;     /* owned, or shared->g (borrowed while the plan lives) */
+  pc_entry *shared;   /* the plan cache's entry this plan came from */
   int device;
   int sync;
   int err_remap;
@@ -155,7 +159,8 @@ struct tpulw_plan {
 
 void tpulw_plan_free(tpulw_plan *p) {
   if (!p) return;
-  tpuir_graph_free(p->g);
+  if (p->shared) pc_unref(p->shared);
+  else tpuir_graph_free(p->g);
   free(p->params);
   free(p);
 }
@@ -387,12 +392,299 @@ static int place_outputs(tpulw__b *b, tpulw_plan *p) {
   return tpuir_set_outputs(b->g, b->nres, outs);
 }
 
+/* ---- the plan cache: the per-op fast path of Strict Eager ----------------
+ * An elementwise call (a row with LW_ELEMENTWISE) builds the same graph,
+ * output infos and parameter bindings whenever its descriptor is the
+ * same: op name and overload, the context, and per argument its name,
+ * kind and value, tensors described by device, dtype, sizes, strides,
+ * wrapped-number flag and which earlier tensor argument has the identical
+ * view (identical views share one parameter) - not by address or offset,
+ * which only the parameter bindings see. Scalars (and 0-dim CPU tensors)
+ * are part of the descriptor by value: a lowering may branch on them
+ * (alpha == 1, pow(x, 2)), so another value is another entry. A hit shares
+ * the entry's graph (its hashes kept: tpuir_hash_keep, so the recorder
+ * does not rehash it) and binds the parameters to this call's views.
+ * Descriptors are compared word by word (the hash only picks the slot).
+ * Not cached: rows without LW_ELEMENTWISE (they may read device data or
+ * draw random numbers), calls with a generator or a tensor list, failed
+ * lowerings. Argument and op names are compared by address (the glue
+ * passes the schema's strings) and op names by content. TORCH_TPU_PLAN_CACHE=0
+ * turns it off (tpulw_plan_cache_stats counts hits and misses). */
+
+#define PC_SLOTS 512      /* direct-mapped */
+#define PC_MAX_WORDS 256
+#define PC_MAX_TENSORS 16
+
+struct pc_entry {
+  int refs;        /* the table's, plus one per live plan */
+  uint64_t h;
+  int nw;
+  uint64_t *w;     /* descriptor words */
+  char *name, *overload;
+  tpuir_graph *g;
+  int sync, err_remap, nparams, nout;
+  int16_t parg[PC_MAX_TENSORS]; /* argument bound to each parameter */
+  tpulw_out_info outs[LW_MAX_RES];
+};
+
+typedef struct pc_desc {
+  int n, nt;
+  uint64_t h;
+  const tpu_view *tv[PC_MAX_TENSORS]; /* device tensor views, in argument order */
+  uint64_t w[PC_MAX_WORDS];
+} pc_desc;
+
+static pthread_mutex_t g_pc_mu = PTHREAD_MUTEX_INITIALIZER;
+static pc_entry *g_pc[PC_SLOTS];
+static uint64_t g_pc_hits, g_pc_misses;
+static int g_pc_state; /* 0: unread, 1: on, 2: off (TORCH_TPU_PLAN_CACHE=0) */
+
+static int pc_enabled(void) {
+  int st = __atomic_load_n(&g_pc_state, __ATOMIC_RELAXED);
+  if (st == 0) {
+    const char *e = getenv("TORCH_TPU_PLAN_CACHE");
+    st = e && (!strcmp(e, "0") || !strcmp(e, "off") || !strcmp(e, "false")) ? 2 : 1;
+    __atomic_store_n(&g_pc_state, st, __ATOMIC_RELAXED);
+  }
+  return st == 1;
+}
+
+static void pc_unref(pc_entry *e) {
+  if (__atomic_sub_fetch(&e->refs, 1, __ATOMIC_ACQ_REL) != 0) return;
+  tpuir_graph_free(e->g);
+  free(e->w);
+  free(e->name);
+  free(e->overload);
+  free(e);
+}
+
+static uint64_t f2w(double f) {
+  uint64_t w;
+  memcpy(&w, &f, sizeof w);
+  return w;
+}
+
+static int same_view_exact(const tpu_view *a, const tpu_view *c) {
+  if (a->base != c->base || a->offset != c->offset || a->dtype != c->dtype ||
+      a->ndim != c->ndim)
+    return 0;
+  for (int i = 0; i < a->ndim; i++)
+    if (a->sizes[i] != c->sizes[i] || a->strides[i] != c->strides[i]) return 0;
+  return 1;
+}
+
+/* One tensor's words; 0 if the descriptor is full. */
+static int pc_tensor(pc_desc *d, const tpulw_tensor *t) {
+  const tpu_view *v = &t->view;
+  int nd = v->ndim < 0 || v->ndim > TPU_MAX_DIMS ? 0 : v->ndim;
+  if (d->n + 5 + 2 * nd > PC_MAX_WORDS) return 0;
+  uint64_t *w = d->w + d->n;
+  if (!t->defined) {
+    w[0] = 0;
+    d->n++;
+    return 1;
+  }
+  uint64_t alias = 0xffff;
+  if (t->device >= 0) {
+    if (d->nt == PC_MAX_TENSORS) return 0;
+    for (int j = 0; j < d->nt && alias == 0xffff; j++)
+      if (same_view_exact(d->tv[j], v)) alias = (uint64_t)j;
+    d->tv[d->nt++] = v;
+  }
+  w[0] = 1u | (uint64_t)(t->wrapped_number != 0) << 1 | (uint64_t)(v->base == NULL) << 2 |
+         (uint64_t)(uint8_t)v->dtype << 8 | (uint64_t)(uint8_t)nd << 16 | alias << 24 |
+         (uint64_t)(uint32_t)t->device << 32;
+  int k = 1;
+  if (t->device < 0) { /* a 0-dim CPU tensor: its value */
+    w[k++] = f2w(t->cpu_f);
+    w[k++] = (uint64_t)t->cpu_i;
+    w[k++] = f2w(t->cpu_im);
+  }
+  for (int i = 0; i < nd; i++) w[k++] = (uint64_t)v->sizes[i];
+  for (int i = 0; i < nd; i++) w[k++] = (uint64_t)v->strides[i];
+  d->n += k;
+  return 1;
+}
+
+/* The call's descriptor; 0 if it is not cacheable. */
+static int pc_describe(const tpulw_ctx *ctx, const tpulw_arg *args, int nargs, pc_desc *d) {
+  d->n = 0;
+  d->nt = 0;
+  d->w[d->n++] = (uint64_t)(uint32_t)ctx->device | (uint64_t)(uint32_t)ctx->precision << 32;
+  d->w[d->n++] = (uint64_t)nargs;
+  for (int i = 0; i < nargs; i++) {
+    const tpulw_arg *a = &args[i];
+    if (d->n + 4 > PC_MAX_WORDS) return 0;
+    d->w[d->n++] = (uint64_t)(uintptr_t)a->name;
+    d->w[d->n++] = (uint64_t)(uint32_t)a->kind | (uint64_t)(a->is_output != 0) << 32;
+    switch (a->kind) {
+    case TPULW_NONE:
+    case TPULW_OTHER: break;
+    case TPULW_TENSOR:
+      if (!pc_tensor(d, &a->t)) return 0;
+      break;
+    case TPULW_INT:
+    case TPULW_BOOL:
+    case TPULW_DTYPE: d->w[d->n++] = (uint64_t)a->i; break;
+    case TPULW_FLOAT:
+      d->w[d->n++] = f2w(a->f);
+      d->w[d->n++] = (uint64_t)a->i;
+      break;
+    case TPULW_COMPLEX:
+      d->w[d->n++] = f2w(a->f);
+      d->w[d->n++] = f2w(a->f_im);
+      break;
+    case TPULW_INTS:
+    case TPULW_FLOATS: {
+      if (a->n < 0 || d->n + 1 + a->n > PC_MAX_WORDS || (a->n && !a->ints && !a->floats))
+        return 0;
+      d->w[d->n++] = (uint64_t)a->n;
+      const void *src = a->kind == TPULW_INTS ? (const void *)a->ints : (const void *)a->floats;
+      if (a->n) memcpy(d->w + d->n, src, (size_t)a->n * 8);
+      d->n += a->n;
+      break;
+    }
+    case TPULW_STR: {
+      size_t len = a->s ? strlen(a->s) : 0;
+      size_t nw = (len + 8) / 8; /* with the terminating zero */
+      if (!a->s || d->n + 1 + (int)nw > PC_MAX_WORDS) return 0;
+      d->w[d->n++] = (uint64_t)len;
+      d->w[d->n + (int)nw - 1] = 0;
+      memcpy(d->w + d->n, a->s, len);
+      d->n += (int)nw;
+      break;
+    }
+    default: return 0; /* generators, tensor lists */
+    }
+  }
+  tpu_hash h = tpu_hash_init();
+  for (int i = 0; i < d->n; i++) tpu_hash_word(&h, d->w[i]);
+  d->h = h.a ^ h.b;
+  return 1;
+}
+
+static int pc_same_name(const char *a, const char *b) {
+  return strcmp(a ? a : "", b ? b : "") == 0;
+}
+
+/* A plan from the cache for this call, or NULL. */
+static tpulw_plan *pc_lookup(const pc_desc *d, const char *name, const char *overload,
+                             const tpulw_arg *args) {
+  pthread_mutex_lock(&g_pc_mu);
+  pc_entry *e = g_pc[d->h % PC_SLOTS];
+  if (e && e->h == d->h && e->nw == d->n && pc_same_name(e->name, name) &&
+      pc_same_name(e->overload, overload) &&
+      memcmp(e->w, d->w, (size_t)d->n * sizeof *d->w) == 0) {
+    e->refs++;
+    g_pc_hits++;
+  } else {
+    e = NULL;
+    g_pc_misses++;
+  }
+  pthread_mutex_unlock(&g_pc_mu);
+  if (!e) return NULL;
+  tpulw_plan *p = malloc(sizeof *p);
+  tpu_view *params = malloc(sizeof(tpu_view) * (size_t)(e->nparams ? e->nparams : 1));
+  if (!p || !params) {
+    free(p);
+    free(params);
+    pc_unref(e);
+    return NULL; /* the slow path reports the OOM */
+  }
+  p->g = e->g;
+  p->shared = e;
+  p->device = (int)(d->w[0] & 0xffffffffu);
+  p->sync = e->sync;
+  p->err_remap = e->err_remap;
+  p->nparams = e->nparams;
+  p->params = params;
+  for (int j = 0; j < e->nparams; j++) params[j] = args[e->parg[j]].t.view;
+  p->nout = e->nout;
+  memcpy(p->outs, e->outs, sizeof(tpulw_out_info) * (size_t)e->nout);
+  return p;
+}
+
+/* Keep p (just built for the call d describes) for later calls: p's graph
+ * becomes the entry's. */
+static void pc_insert(const pc_desc *d, const char *name, const char *overload,
+                      const tpulw_arg *args, int nargs, tpulw_plan *p) {
+  if (p->nparams > PC_MAX_TENSORS || p->nout > LW_MAX_RES) return;
+  pc_entry *e = calloc(1, sizeof *e);
+  if (!e) return;
+  for (int j = 0; j < p->nparams; j++) { /* the argument each parameter is */
+    int found = -1;
+    for (int k = 0; k < nargs && found < 0; k++)
+      if (args[k].kind == TPULW_TENSOR && args[k].t.defined && args[k].t.device >= 0 &&
+          same_view_exact(&args[k].t.view, &p->params[j]))
+        found = k;
+    if (found < 0) {
+      free(e);
+      return;
+    }
+    e->parg[j] = (int16_t)found;
+  }
+  e->w = malloc((size_t)d->n * sizeof *e->w);
+  e->name = strdup(name ? name : "");
+  e->overload = strdup(overload ? overload : "");
+  if (!e->w || !e->name || !e->overload) {
+    free(e->w);
+    free(e->name);
+    free(e->overload);
+    free(e);
+    return;
+  }
+  memcpy(e->w, d->w, (size_t)d->n * sizeof *e->w);
+  e->nw = d->n;
+  e->h = d->h;
+  e->g = p->g;
+  e->sync = p->sync;
+  e->err_remap = p->err_remap;
+  e->nparams = p->nparams;
+  e->nout = p->nout;
+  memcpy(e->outs, p->outs, sizeof(tpulw_out_info) * (size_t)p->nout);
+  tpuir_hash_keep(e->g); /* before another thread can see it */
+  e->refs = 2;           /* the table's and p's */
+  p->shared = e;
+  pthread_mutex_lock(&g_pc_mu);
+  pc_entry *old = g_pc[d->h % PC_SLOTS];
+  g_pc[d->h % PC_SLOTS] = e;
+  pthread_mutex_unlock(&g_pc_mu);
+  if (old) pc_unref(old);
+}
+
+void tpulw_plan_cache_stats(uint64_t *hits, uint64_t *misses) {
+  pthread_mutex_lock(&g_pc_mu);
+  if (hits) *hits = g_pc_hits;
+  if (misses) *misses = g_pc_misses;
+  pthread_mutex_unlock(&g_pc_mu);
+}
+
+void tpulw_plan_cache_clear(void) {
+  pc_entry *old[PC_SLOTS];
+  pthread_mutex_lock(&g_pc_mu);
+  memcpy(old, g_pc, sizeof old);
+  memset(g_pc, 0, sizeof g_pc);
+  g_pc_hits = g_pc_misses = 0;
+  pthread_mutex_unlock(&g_pc_mu);
+  for (int i = 0; i < PC_SLOTS; i++)
+    if (old[i]) pc_unref(old[i]);
+}
+
 int tpulw_prepare(const tpulw_ctx *ctx, const char *name, const char *overload,
                   const tpulw_arg *args, int nargs, tpulw_plan **out) {
   if (!out) return tpu_error(TPU_E_INVALID, "tpulw_prepare: out is NULL");
   *out = NULL;
   if (!ctx || !name || (nargs > 0 && !args))
     return tpu_error(TPU_E_INVALID, "tpulw_prepare: bad arguments");
+  pc_desc desc;
+  int cacheable = pc_enabled() && pc_describe(ctx, args, nargs, &desc);
+  if (cacheable) {
+    tpulw_plan *hit = pc_lookup(&desc, name, overload, args);
+    if (hit) {
+      *out = hit;
+      return TPU_OK;
+    }
+  }
   int complex = tpulw__call_is_complex(args, nargs);
   /* user C kernels (lower/kernel.c) are not ATen ops: not in the table */
   const tpulw__row *row = strcmp(name, tpulw__row_c_kernel.name) == 0 ? &tpulw__row_c_kernel
@@ -436,6 +728,7 @@ int tpulw_prepare(const tpulw_ctx *ctx, const char *name, const char *overload,
   p->nparams = b.nparams;
   p->params = b.params; /* ownership moves to the plan */
   free(b.param_vals);
+  if (cacheable && (row->flags & LW_ELEMENTWISE)) pc_insert(&desc, name, overload, args, nargs, p);
   *out = p;
   return TPU_OK;
 
