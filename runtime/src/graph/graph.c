@@ -1082,12 +1082,13 @@ static int strict_run(gdev *D, tpurt_stream *s, const tpuir_graph *g, int nin,
         if (ins[q].base == ins[j].base && view_eq(&ins[q], &ins[j])) pj[j] = pj[q];
     if (pj[j] < 0) pj[j] = np++;
   }
-  char live[MAXV]; /* an output written again by a later output is not */
+  char live[MAXV]; /* an output a later output writes again (equal or covering view) is not */
   int nouts = 0;
   for (int i = 0; i < nout; i++) {
     live[i] = 1;
     for (int q = i + 1; q < nout && live[i]; q++)
-      if (outs[i].base && outs[q].base == outs[i].base && view_eq(&outs[q], &outs[i]))
+      if (outs[i].base && outs[q].base == outs[i].base &&
+          (view_eq(&outs[q], &outs[i]) || view_covers(&outs[q], &outs[i])))
         live[i] = 0;
     nouts += live[i];
   }
