@@ -54,6 +54,10 @@ def collectives():
     x = mine.to("tpu")
     dist.reduce(x, dst=0)
     out["reduce"] = (x.cpu() - (sum(data) if RANK == 0 else mine)).abs().max().item()
+    x = mine.to("tpu")
+    dist.reduce(x, dst=WORLD - 1, op=dist.ReduceOp.MAX)
+    refm = torch.stack(data).amax(0) if RANK == WORLD - 1 else mine
+    out["reduce_max_last"] = (x.cpu() - refm).abs().max().item()
     # all_gather (list and into tensor), reduce_scatter (list and tensor)
     outs = [torch.empty(1000, 3, device="tpu") for _ in range(WORLD)]
     dist.all_gather(outs, mine.to("tpu"))
@@ -66,6 +70,8 @@ def collectives():
     dist.reduce_scatter_tensor(o, full.to("tpu"))
     ref = sum(data[RANK] * (r + 1) for r in range(WORLD))
     out["reduce_scatter_tensor"] = (o.cpu() - ref).abs().max().item()
+    dist.reduce_scatter_tensor(o, full.to("tpu"), op=dist.ReduceOp.AVG)
+    out["reduce_scatter_avg"] = (o.cpu() - ref / WORLD).abs().max().item()
     o2 = torch.empty(1000, 3, device="tpu")
     dist.reduce_scatter(o2, [(d * (RANK + 1)).to("tpu") for d in data])
     out["reduce_scatter"] = (o2.cpu() - ref).abs().max().item()
@@ -264,6 +270,23 @@ def mismatch():
     except Exception as e:  # noqa: BLE001
         err = f"{type(e).__name__}: {e}"
     # the group is still usable afterwards
+    y = torch.ones(4, device="tpu")
+    dist.all_reduce(y)
+    result(error=err, after=y.cpu().tolist())
+    dist.destroy_process_group()
+
+
+def a2a_mismatch():
+    """all_to_all_single whose splits disagree between ranks (two hosts):
+    every rank raises ValueError, none hangs, the group carries on."""
+    dist.init_process_group("tpu_dist")
+    recv = [2 if (RANK == 0 and k == 1) else 1 for k in range(WORLD)]
+    try:
+        dist.all_to_all_single(torch.empty(sum(recv), device="tpu"), torch.ones(WORLD, device="tpu"), recv,
+                               [1] * WORLD)
+        err = None
+    except Exception as e:  # noqa: BLE001
+        err = f"{type(e).__name__}: {e}"
     y = torch.ones(4, device="tpu")
     dist.all_reduce(y)
     result(error=err, after=y.cpu().tolist())

@@ -73,8 +73,18 @@ def launch(scenario, world, *args, env=None, timeout=240, hosts=None, expect_fai
 
 @pytest.mark.parametrize("world", [2, 4])
 def test_collectives_match_reference(world):
+    _check_collectives(world)
+
+
+def test_collectives_two_hosts():
+    """Every collective on two "hosts" of two chips each: shared memory
+    inside a host, gloo between them; send/recv inside and between hosts."""
+    _check_collectives(4, hosts=["hostA", "hostA", "hostB", "hostB"])
+
+
+def _check_collectives(world, hosts=None):
     before = _shm_segments()
-    results, _ = launch("collectives", world)
+    results, _ = launch("collectives", world, hosts=hosts)
     for r, res in enumerate(results):
         errs = res[-1]
         for k, v in errs.items():
@@ -163,6 +173,15 @@ def test_mismatched_shapes_raise_clear_error():
         assert err is not None and err.startswith("RuntimeError") and "mismatched" in err
         assert "count=10" in err and "count=11" in err
         assert res[-1]["after"] == [2.0] * 4
+
+
+def test_all_to_all_split_mismatch_two_hosts():
+    results, _ = launch("a2a_mismatch", 4, hosts=["hostA", "hostA", "hostB", "hostB"])
+    for res in results:
+        err = res[-1]["error"]
+        assert err is not None and err.startswith("ValueError"), err
+        assert "rank 1 sends 1 elements to rank 0, which expects 2" in err
+        assert res[-1]["after"] == [4.0] * 4
 
 
 def test_tpu_ops_send_recv_ragged_all_to_all():

@@ -11,9 +11,10 @@
 // tensors) are copied on the current stream after it waited for the
 // collective's completion event. CPU tensors take the same C path
 // synchronously. Across hosts (a `cross` gloo backend joins the ranks with
-// the same local rank on every host) all_reduce/broadcast/all_gather/
-// barrier run hierarchically: shared memory inside the host, then gloo on
-// the same memory (a CPU alias, no copy), synchronously.
+// the same local rank on every host) the collectives run hierarchically:
+// shared memory inside the host, then gloo on the same memory (a CPU alias,
+// no copy), synchronously; send/recv between hosts go through a `peers`
+// gloo backend of all ranks (asynchronous, as gloo's).
 #include "glue.h"
 
 extern "C" {
@@ -165,14 +166,45 @@ c10::intrusive_ptr<c10d::Work> done_work(int rank, c10d::OpType op, std::vector<
   return c10::make_intrusive<TpuWork>(rank, op, std::vector<tpucoll_work*>{}, comp, nullptr);
 }
 
+// Works of another backend (gloo: send/recv between hosts), with host-side
+// follow-ups (copy-backs) once they have finished; holds the buffers.
+class AfterWork : public c10d::Work {
+ public:
+  AfterWork(int rank, c10d::OpType op, std::vector<c10::intrusive_ptr<c10d::Work>> works,
+            std::function<void()> after, std::vector<at::Tensor> keep)
+      : Work(rank, op), works_(std::move(works)), after_(std::move(after)), keep_(std::move(keep)) {}
+  bool isCompleted() override {
+    for (auto& w : works_)
+      if (!w->isCompleted()) return false;
+    return true;
+  }
+  bool wait(std::chrono::milliseconds timeout) override {
+    {
+      NoGil nogil;
+      for (auto& w : works_) w->wait(timeout);
+    }
+    if (after_) {
+      auto f = std::move(after_);
+      after_ = nullptr;
+      f();
+    }
+    return true;
+  }
+
+ private:
+  std::vector<c10::intrusive_ptr<c10d::Work>> works_;
+  std::function<void()> after_;
+  std::vector<at::Tensor> keep_;
+};
+
 }  // namespace
 
 class __attribute__((visibility("hidden"))) TpuBackend : public c10d::Backend {
  public:
   TpuBackend(int rank, int size, tpucoll_comm* comm, int local_rank, int local_size,
-             c10::intrusive_ptr<c10d::Backend> cross)
+             c10::intrusive_ptr<c10d::Backend> cross, c10::intrusive_ptr<c10d::Backend> peers)
       : Backend(rank, size), comm_(comm), local_rank_(local_rank), local_size_(local_size),
-        cross_(std::move(cross)) {}
+        cross_(std::move(cross)), peers_(std::move(peers)) {}
   ~TpuBackend() override { shutdown(); }
 
   const std::string getBackendName() const override { return "tpu_dist"; }
@@ -245,7 +277,7 @@ class __attribute__((visibility("hidden"))) TpuBackend : public c10d::Backend {
                                         const c10d::ReduceOptions& o) override {
     auto& t = one(ts, "reduce");
     check_root(o.rootRank);
-    no_cross("reduce");
+    if (cross_) return hier_reduce(t, coll_op(o.reduceOp), o.reduceOp, (int)o.rootRank);
     auto buf = flat_in(t);
     tpucoll_desc d = desc(TPUCOLL_REDUCE, buf, buf, buf.numel(), coll_dtype(t));
     d.op = coll_op(o.reduceOp);
@@ -306,7 +338,7 @@ class __attribute__((visibility("hidden"))) TpuBackend : public c10d::Backend {
     TORCH_CHECK_VALUE(in.numel() == out.numel() * getSize(), "tpu_dist: reduce_scatter_tensor: input has ",
                       in.numel(), " elements, expected world_size * output = ", out.numel() * getSize());
     TORCH_CHECK_TYPE(out.scalar_type() == in.scalar_type(), "tpu_dist: reduce_scatter dtype mismatch");
-    no_cross("reduce_scatter");
+    if (cross_) return hier_reduce_scatter(out, in, coll_op(o.reduceOp), o.reduceOp);
     auto src = flat_in(in);
     auto dst = flat_out(out);
     tpucoll_desc d = desc(TPUCOLL_REDUCE_SCATTER, src, dst, dst.numel(), coll_dtype(in));
@@ -348,7 +380,6 @@ class __attribute__((visibility("hidden"))) TpuBackend : public c10d::Backend {
                                                const c10d::AllToAllOptions&) override {
     check_tensor(in);
     check_tensor(out);
-    no_cross("all_to_all");
     int n = getSize();
     auto counts = [&](const at::Tensor& t, const std::vector<int64_t>& splits, const char* what) {
       std::vector<size_t> c(n);
@@ -372,6 +403,7 @@ class __attribute__((visibility("hidden"))) TpuBackend : public c10d::Backend {
     };
     auto sc = counts(in, in_splits, "input");
     auto rc = counts(out, out_splits, "output");
+    if (cross_) return hier_alltoall(out, in, sc, rc);
     auto src = flat_in(in);
     auto dst = flat_out(out);
     tpucoll_desc d = desc(TPUCOLL_ALL_TO_ALL, src, dst, 0, coll_dtype(in));
@@ -460,14 +492,14 @@ class __attribute__((visibility("hidden"))) TpuBackend : public c10d::Backend {
   c10::intrusive_ptr<c10d::Work> send(std::vector<at::Tensor>& ts, int dst, int tag) override {
     TORCH_CHECK_VALUE(!ts.empty(), "tpu_dist: send needs at least one tensor");
     check_peer(dst, "send to");
-    no_cross("send");
+    if (cross_ && host_of(dst) != host_of(getRank())) return gloo_p2p(true, ts, dst, tag);
     std::vector<tpucoll_desc> ds;
     std::vector<at::Tensor> keep;
     for (auto& t : ts) {
       check_tensor(t);
       auto buf = flat_in(t);
       tpucoll_desc d = desc(TPUCOLL_SEND, buf, buf, (size_t)buf.nbytes(), coll_dtype(t));
-      d.root = dst;
+      d.root = dst % local_size_;  // the peer's local rank
       d.tag = tag;
       ds.push_back(d);
       keep.push_back(buf);
@@ -478,14 +510,14 @@ class __attribute__((visibility("hidden"))) TpuBackend : public c10d::Backend {
   c10::intrusive_ptr<c10d::Work> recv(std::vector<at::Tensor>& ts, int src, int tag) override {
     TORCH_CHECK_VALUE(!ts.empty(), "tpu_dist: recv needs at least one tensor");
     check_peer(src, "recv from");
-    no_cross("recv");
+    if (cross_ && host_of(src) != host_of(getRank())) return gloo_p2p(false, ts, src, tag);
     std::vector<tpucoll_desc> ds;
     std::vector<std::function<void()>> backs;
     for (auto& t : ts) {
       check_tensor(t);
       auto buf = flat_out(t);
       tpucoll_desc d = desc(TPUCOLL_RECV, buf, buf, (size_t)buf.nbytes(), coll_dtype(t));
-      d.root = src;
+      d.root = src % local_size_;  // the peer's local rank
       d.tag = tag;
       ds.push_back(d);
       if (auto f = copy_back(buf, t)) backs.push_back(std::move(f));
@@ -513,7 +545,8 @@ class __attribute__((visibility("hidden"))) TpuBackend : public c10d::Backend {
   int dev_ = -1;  // the rank's chip: bound by the first tpu tensor
   tpucoll_comm* comm_;
   int local_rank_, local_size_;
-  c10::intrusive_ptr<c10d::Backend> cross_;
+  c10::intrusive_ptr<c10d::Backend> cross_;  // ranks with this local rank, one per host (gloo)
+  c10::intrusive_ptr<c10d::Backend> peers_;  // every rank (gloo): send/recv between hosts
   tpurt_stream* stream_ = nullptr;  // created with dev_
   std::mutex mu_;
 
@@ -546,11 +579,6 @@ class __attribute__((visibility("hidden"))) TpuBackend : public c10d::Backend {
   }
   void check_root(int64_t root) {
     TORCH_CHECK_VALUE(root >= 0 && root < getSize(), "tpu_dist: root rank ", root, " out of range [0, ", getSize(), ")");
-  }
-  void no_cross(const char* what) {
-    TORCH_CHECK_NOT_IMPLEMENTED(!cross_, "tpu_dist: ", what,
-                                " across hosts is not implemented yet (all_reduce, broadcast, all_gather and "
-                                "barrier are)");
   }
   static at::Tensor flat_in(const at::Tensor& t) { return t.is_contiguous() ? t.view({-1}) : t.contiguous().view({-1}); }
   static at::Tensor flat_out(const at::Tensor& t) {
@@ -708,68 +736,206 @@ class __attribute__((visibility("hidden"))) TpuBackend : public c10d::Backend {
   }
 
   // ---- hierarchical (several hosts): shm inside the host, then gloo ----
+  // Ranks are numbered host-major: rank = host * local_size_ + local rank.
+  // The gloo steps run on the tensors' memory in place (a CPU alias), after
+  // the chip has finished what it had queued (host_ready).
+  int host_of(int rank) const { return rank / local_size_; }
   at::Tensor cpu_alias(const at::Tensor& t) {
     if (t.device().is_cpu()) return t;
     return at::from_blob(t.data_ptr(), t.sizes(), t.strides(), t.options().device(c10::kCPU));
   }
+  void host_ready(const at::Tensor& t) {
+    if (t.device().is_privateuseone()) synchronize_device(static_cast<c10::DeviceIndex>(dev_));
+  }
+  // The local (shared-memory) step, run to completion.
+  void local(c10d::OpType op, const tpucoll_desc& d, const std::vector<at::Tensor>& bufs) {
+    issue(op, {d}, bufs, nullptr, bufs)->wait();
+  }
+  // AVG: both steps sum, the result is divided by the world size at the end.
+  static int local_op(int op) { return op == TPUCOLL_AVG ? TPUCOLL_SUM : op; }
+  static c10d::ReduceOp gloo_op(int op, const c10d::ReduceOp& rop) {
+    return op == TPUCOLL_AVG ? c10d::ReduceOp(c10d::ReduceOp::SUM) : rop;
+  }
+  // Copy the flat result back into t if they differ, wait for the chip.
+  c10::intrusive_ptr<c10d::Work> finish(c10d::OpType op, at::Tensor& t, const at::Tensor& buf, bool avg) {
+    if (avg) buf.div_(getSize());
+    if (buf.data_ptr() != t.data_ptr() || !t.is_contiguous()) t.copy_(buf.view(t.sizes()));
+    host_ready(t);
+    return done_work(getRank(), op, {t});
+  }
+
   c10::intrusive_ptr<c10d::Work> hier_allreduce(at::Tensor& t, int op, const c10d::ReduceOp& rop) {
     auto buf = flat_in(t);
     tpucoll_desc d = desc(TPUCOLL_ALL_REDUCE, buf, buf, buf.numel(), coll_dtype(t));
-    // AVG: sum inside the host and across hosts, then divide by the world size.
-    d.op = op == TPUCOLL_AVG ? TPUCOLL_SUM : op;
-    issue(c10d::OpType::ALLREDUCE, {d}, {buf}, nullptr)->wait();
+    d.op = local_op(op);
+    local(c10d::OpType::ALLREDUCE, d, {buf});
     std::vector<at::Tensor> v{cpu_alias(buf)};
     c10d::AllreduceOptions o;
-    o.reduceOp = op == TPUCOLL_AVG ? c10d::ReduceOp(c10d::ReduceOp::SUM) : rop;
+    o.reduceOp = gloo_op(op, rop);
     cross_->allreduce(v, o)->wait();
-    if (op == TPUCOLL_AVG) buf.div_(getSize());
-    if (!t.is_contiguous()) t.copy_(buf.view(t.sizes()));
-    if (t.device().is_privateuseone()) synchronize_device(static_cast<c10::DeviceIndex>(dev_));
-    return done_work(getRank(), c10d::OpType::ALLREDUCE, {t});
+    return finish(c10d::OpType::ALLREDUCE, t, buf, op == TPUCOLL_AVG);
+  }
+  c10::intrusive_ptr<c10d::Work> hier_reduce(at::Tensor& t, int op, const c10d::ReduceOp& rop, int root) {
+    // inside every host onto root's local rank, then across hosts onto root;
+    // a rank other than root that carries its host's sum works on a copy, so
+    // that, as inside one host, only root's tensor changes.
+    int root_local = root % local_size_;
+    bool is_root = getRank() == root, carrier = local_rank_ == root_local;
+    auto buf = carrier && !is_root ? t.clone(at::MemoryFormat::Contiguous).view({-1}) : flat_in(t);
+    tpucoll_desc d = desc(TPUCOLL_REDUCE, buf, buf, buf.numel(), coll_dtype(t));
+    d.op = local_op(op);
+    d.root = root_local;
+    local(c10d::OpType::REDUCE, d, {buf});
+    if (carrier) {
+      host_ready(buf);
+      std::vector<at::Tensor> v{cpu_alias(buf)};
+      c10d::ReduceOptions o;
+      o.reduceOp = gloo_op(op, rop);
+      o.rootRank = host_of(root);
+      cross_->reduce(v, o)->wait();
+    }
+    if (!is_root) return done_work(getRank(), c10d::OpType::REDUCE, {t});
+    return finish(c10d::OpType::REDUCE, t, buf, op == TPUCOLL_AVG);
   }
   c10::intrusive_ptr<c10d::Work> hier_broadcast(at::Tensor& t, int64_t root) {
     // root's host: local broadcast from root; then across hosts among the
     // ranks with root's local rank; then inside every other host.
     auto buf = flat_in(t);
-    int root_local = (int)(root % local_size_), root_host = (int)(root / local_size_);
-    if (getRank() / local_size_ == root_host) {
-      tpucoll_desc d = desc(TPUCOLL_BROADCAST, buf, buf, buf.numel(), coll_dtype(t));
-      d.root = root_local;
-      issue(c10d::OpType::BROADCAST, {d}, {buf}, nullptr)->wait();
-    }
+    int root_local = (int)(root % local_size_), root_host = host_of((int)root);
+    tpucoll_desc d = desc(TPUCOLL_BROADCAST, buf, buf, buf.numel(), coll_dtype(t));
+    d.root = root_local;
+    if (host_of(getRank()) == root_host) local(c10d::OpType::BROADCAST, d, {buf});
     if (local_rank_ == root_local) {
-      if (buf.device().is_privateuseone()) synchronize_device(static_cast<c10::DeviceIndex>(dev_));
+      host_ready(buf);
       std::vector<at::Tensor> v{cpu_alias(buf)};
       c10d::BroadcastOptions o;
       o.rootRank = root_host;
       cross_->broadcast(v, o)->wait();
     }
-    if (getRank() / local_size_ != root_host) {
-      tpucoll_desc d = desc(TPUCOLL_BROADCAST, buf, buf, buf.numel(), coll_dtype(t));
-      d.root = root_local;
-      issue(c10d::OpType::BROADCAST, {d}, {buf}, nullptr)->wait();
-    }
-    if (!t.is_contiguous()) t.copy_(buf.view(t.sizes()));
-    if (t.device().is_privateuseone()) synchronize_device(static_cast<c10::DeviceIndex>(dev_));
-    return done_work(getRank(), c10d::OpType::BROADCAST, {t});
+    if (host_of(getRank()) != root_host) local(c10d::OpType::BROADCAST, d, {buf});
+    return finish(c10d::OpType::BROADCAST, t, buf, false);
   }
-  c10::intrusive_ptr<c10d::Work> hier_allgather(at::Tensor& out, at::Tensor& in) {
-    // inside the host into this host's block of out, then gather the host
-    // blocks across hosts (ranks are numbered host-major).
-    int64_t n = in.numel(), hosts = getSize() / local_size_, host = getRank() / local_size_;
+  c10::intrusive_ptr<c10d::Work> hier_allgather(at::Tensor& out, const at::Tensor& in) {
+    // inside the host into this host's block, then the host blocks across hosts
+    int64_t n = in.numel();
     auto src = flat_in(in);
     auto host_block = at::empty({n * local_size_}, in.options());
-    tpucoll_desc d = desc(TPUCOLL_ALL_GATHER, src, host_block, n, coll_dtype(in));
-    issue(c10d::OpType::_ALLGATHER_BASE, {d}, {host_block}, nullptr, {src, host_block})->wait();
-    auto all = at::empty({n * getSize()}, in.options());
-    if (in.device().is_privateuseone()) synchronize_device(static_cast<c10::DeviceIndex>(dev_));
+    local(c10d::OpType::_ALLGATHER_BASE, desc(TPUCOLL_ALL_GATHER, src, host_block, n, coll_dtype(in)),
+          {src, host_block});
+    auto all = flat_out(out);
+    host_ready(host_block);
     auto all_cpu = cpu_alias(all), blk_cpu = cpu_alias(host_block);
-    (void)hosts;
-    (void)host;
     cross_->_allgather_base(all_cpu, blk_cpu, c10d::AllgatherOptions())->wait();
-    out.copy_(all.view(out.sizes()));
-    if (out.device().is_privateuseone()) synchronize_device(static_cast<c10::DeviceIndex>(dev_));
-    return done_work(getRank(), c10d::OpType::_ALLGATHER_BASE, {out});
+    return finish(c10d::OpType::_ALLGATHER_BASE, out, all, false);
+  }
+  c10::intrusive_ptr<c10d::Work> hier_reduce_scatter(at::Tensor& out, const at::Tensor& in, int op,
+                                                     const c10d::ReduceOp& rop) {
+    // Rank (h, l)'s result is the reduction of block h * L + l of every
+    // input. Inside the host, reduce-scatter the input reordered so that
+    // local rank l gets the blocks (0..H-1, l); across hosts, reduce-scatter
+    // those H blocks among the ranks with local rank l.
+    int64_t n = out.numel(), hosts = getSize() / local_size_;
+    auto mine = in.reshape({hosts, local_size_, n}).transpose(0, 1).contiguous().view({-1});
+    auto part = at::empty({hosts * n}, in.options());
+    tpucoll_desc d = desc(TPUCOLL_REDUCE_SCATTER, mine, part, hosts * n, coll_dtype(in));
+    d.op = local_op(op);
+    local(c10d::OpType::_REDUCE_SCATTER_BASE, d, {mine, part});
+    auto dst = flat_out(out);
+    host_ready(part);
+    auto dst_cpu = cpu_alias(dst), part_cpu = cpu_alias(part);
+    c10d::ReduceScatterOptions o;
+    o.reduceOp = gloo_op(op, rop);
+    cross_->_reduce_scatter_base(dst_cpu, part_cpu, o)->wait();
+    return finish(c10d::OpType::_REDUCE_SCATTER_BASE, out, dst, op == TPUCOLL_AVG);
+  }
+  static at::Tensor cat_or_empty(const std::vector<at::Tensor>& ts, const at::TensorOptions& o) {
+    return ts.empty() ? at::empty({0}, o) : at::cat(ts);
+  }
+  c10::intrusive_ptr<c10d::Work> hier_alltoall(at::Tensor& out, const at::Tensor& in, const std::vector<size_t>& sc,
+                                               const std::vector<size_t>& rc) {
+    // Two hops. Inside the host, rank (h, l) hands local rank m everything
+    // it sends to ranks (*, m); across hosts, the ranks with local rank m
+    // deliver it: each receives, host by host, the blocks of ranks
+    // (h, 0..L-1) in rank order, which is out's layout. First every rank
+    // learns every rank's send and receive counts (in elements).
+    int W = getSize(), L = local_size_, H = W / L, h = host_of(getRank()), l = local_rank_;
+    auto counts = at::empty({2 * W}, at::kLong);
+    for (int k = 0; k < W; k++) {
+      counts.data_ptr<int64_t>()[k] = (int64_t)sc[k];
+      counts.data_ptr<int64_t>()[W + k] = (int64_t)rc[k];
+    }
+    auto all = at::empty({2 * W * W}, at::kLong);
+    hier_allgather(all, counts);
+    const int64_t* A = all.data_ptr<int64_t>();
+    auto S = [&](int src, int dst) { return A[(size_t)src * 2 * W + dst]; };
+    for (int s = 0; s < W; s++)  // every rank sees the same matrix: all raise, none hangs
+      for (int r = 0; r < W; r++)
+        TORCH_CHECK_VALUE(S(s, r) == A[(size_t)r * 2 * W + W + s], "tpu_dist: all_to_all: rank ", s, " sends ",
+                          S(s, r), " elements to rank ", r, ", which expects ", A[(size_t)r * 2 * W + W + s]);
+    auto src = flat_in(in);
+    std::vector<int64_t> off(W + 1, 0);
+    for (int k = 0; k < W; k++) off[k + 1] = off[k] + (int64_t)sc[k];
+    std::vector<at::Tensor> pieces;
+    std::vector<size_t> s1(L, 0), r1(L, 0);
+    for (int m = 0; m < L; m++)
+      for (int g = 0; g < H; g++) {
+        int dst = g * L + m;
+        pieces.push_back(src.narrow(0, off[dst], (int64_t)sc[dst]));
+        s1[m] += sc[dst];
+        r1[m] += (size_t)S(h * L + m, g * L + l);
+      }
+    auto hop1 = cat_or_empty(pieces, in.options());
+    int64_t n1 = 0;
+    for (auto c : r1) n1 += (int64_t)c;
+    auto got1 = at::empty({n1}, in.options());
+    tpucoll_desc d = desc(TPUCOLL_ALL_TO_ALL, hop1, got1, 0, coll_dtype(in));
+    d.send_counts = s1.data();
+    d.recv_counts = r1.data();
+    local(c10d::OpType::ALLTOALL_BASE, d, {hop1, got1});
+    // got1 holds, by source local rank m, the blocks for (0..H-1, l): regroup by host
+    std::vector<int64_t> cur(L, 0), s2(H, 0), r2(H, 0);
+    for (int m = 1; m < L; m++) cur[m] = cur[m - 1] + (int64_t)r1[m - 1];
+    pieces.clear();
+    for (int g = 0; g < H; g++)
+      for (int m = 0; m < L; m++) {
+        int64_t k = S(h * L + m, g * L + l);
+        pieces.push_back(got1.narrow(0, cur[m], k));
+        cur[m] += k;
+        s2[g] += k;
+        r2[g] += (int64_t)rc[g * L + m];
+      }
+    auto hop2 = cat_or_empty(pieces, in.options());
+    auto dst = flat_out(out);
+    host_ready(hop2);
+    auto dst_cpu = cpu_alias(dst), hop2_cpu = cpu_alias(hop2);
+    cross_->alltoall_base(dst_cpu, hop2_cpu, r2, s2, c10d::AllToAllOptions())->wait();
+    return finish(c10d::OpType::ALLTOALL_BASE, out, dst, false);
+  }
+
+  // send/recv with a rank on another host: through the `peers` gloo group
+  // (asynchronous, as gloo's), on the tensors' memory in place.
+  c10::intrusive_ptr<c10d::Work> gloo_p2p(bool is_send, std::vector<at::Tensor>& ts, int peer, int tag) {
+    TORCH_CHECK(peers_, "tpu_dist: send/recv between hosts needs the peers gloo group");
+    std::vector<c10::intrusive_ptr<c10d::Work>> works;
+    std::vector<at::Tensor> keep;
+    std::vector<std::function<void()>> backs;
+    for (auto& t : ts) check_tensor(t);
+    for (auto& t : ts) {
+      auto buf = is_send ? flat_in(t) : flat_out(t);
+      host_ready(buf);
+      std::vector<at::Tensor> v{cpu_alias(buf)};
+      works.push_back(is_send ? peers_->send(v, peer, tag) : peers_->recv(v, peer, tag));
+      keep.push_back(buf);
+      if (!is_send)
+        if (auto f = copy_back(buf, t)) backs.push_back(std::move(f));
+    }
+    std::function<void()> after;
+    if (!backs.empty())
+      after = [backs]() {
+        for (auto& f : backs) f();
+      };
+    return c10::make_intrusive<AfterWork>(getRank(), is_send ? c10d::OpType::SEND : c10d::OpType::RECV,
+                                          std::move(works), std::move(after), std::move(keep));
   }
 };
 
@@ -780,7 +946,8 @@ void init_dist(py::module& m) {
   m.def(
       "_tpu_dist_create",
       [](const std::string& name, int rank, int size, int local_rank, int local_size,
-         size_t slot_bytes, int64_t timeout_ms, std::optional<c10::intrusive_ptr<c10d::Backend>> cross) {
+         size_t slot_bytes, int64_t timeout_ms, std::optional<c10::intrusive_ptr<c10d::Backend>> cross,
+         std::optional<c10::intrusive_ptr<c10d::Backend>> peers) {
         tpucoll_comm* comm = nullptr;
         int rc;
         {
@@ -789,10 +956,12 @@ void init_dist(py::module& m) {
         }
         if (rc != TPU_OK) dist_error(rc, tpu_last_error());
         return c10::make_intrusive<TpuBackend>(rank, size, comm, local_rank, local_size,
-                                               cross ? *cross : c10::intrusive_ptr<c10d::Backend>());
+                                               cross ? *cross : c10::intrusive_ptr<c10d::Backend>(),
+                                               peers ? *peers : c10::intrusive_ptr<c10d::Backend>());
       },
       py::arg("name"), py::arg("rank"), py::arg("size"), py::arg("local_rank"),
-      py::arg("local_size"), py::arg("slot_bytes"), py::arg("timeout_ms"), py::arg("cross") = py::none());
+      py::arg("local_size"), py::arg("slot_bytes"), py::arg("timeout_ms"), py::arg("cross") = py::none(),
+      py::arg("peers") = py::none());
 }
 
 }  // namespace torch_tpu

@@ -47,7 +47,9 @@ def _slot_bytes():
 def _create_backend(store, rank, world_size, timeout):
     """c10d creator: rendezvous through `store` (already prefixed per
     group), then join this host's shared-memory communicator and, on a
-    multi-host job, a gloo group of the ranks with the same local rank."""
+    multi-host job, a gloo group of the ranks with the same local rank (the
+    hierarchical collectives' second step) and one of all ranks (send/recv
+    between hosts)."""
     timeout_ms = max(1, int(timeout.total_seconds() * 1000))
     host = _host_key()
     store.set(f"tpu_dist/host/{rank}", host)
@@ -56,7 +58,7 @@ def _create_backend(store, rank, world_size, timeout):
     local = [r for r in range(world_size) if hosts[r] == host]
     local_rank, local_size = local.index(rank), len(local)
     host_idx = order.index(host)
-    cross = None
+    cross = peers = None
     if len(order) > 1:
         expect = [order[r // local_size] for r in range(world_size)]
         if hosts != expect or world_size % local_size:
@@ -68,6 +70,8 @@ def _create_backend(store, rank, world_size, timeout):
 
         cross_store = PrefixStore(f"tpu_dist/cross/{local_rank}/", store)
         cross = ProcessGroupGloo(cross_store, host_idx, len(order), timeout)
+        # send/recv between hosts: any rank to any rank
+        peers = ProcessGroupGloo(PrefixStore("tpu_dist/peers/", store), rank, world_size, timeout)
     key = f"tpu_dist/seg/{host_idx}"
     if local_rank == 0:
         name = f"/tpu_dist_{os.getpid()}_{uuid.uuid4().hex[:16]}"
@@ -75,7 +79,7 @@ def _create_backend(store, rank, world_size, timeout):
     else:
         name = store.get(key).decode()
     return _C._tpu_dist_create(
-        name, rank, world_size, local_rank, local_size, _slot_bytes(), timeout_ms, cross
+        name, rank, world_size, local_rank, local_size, _slot_bytes(), timeout_ms, cross, peers
     )
 
 
