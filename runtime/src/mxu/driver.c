@@ -151,6 +151,31 @@ __attribute__((target_clones("avx512f", "avx2", "default"))) static uint32_t pac
   return bad;
 }
 
+/* f32 rows [r0, r1) whose columns are not contiguous (a transposed or
+ * strided operand): PACK_TCOLS columns at a time are gathered into
+ * contiguous rows, walking the source in its memory order, then packed by
+ * the vector row loop. */
+#define PACK_TCOLS 64
+static uint32_t pack_rows_gather_f32(const pack_job *J, const float *src, char *dst, int64_t oes, int64_t r0,
+                                     int64_t r1) {
+  float tmp[PACK_ROWS][PACK_TCOLS];
+  uint32_t bad = 0;
+  int rows_inner = llabs(J->sr) < llabs(J->sc);
+  for (int64_t c0 = 0; c0 < J->cols; c0 += PACK_TCOLS) {
+    int64_t nc = J->cols - c0 < PACK_TCOLS ? J->cols - c0 : PACK_TCOLS;
+    const float *s = src + c0 * J->sc;
+    if (rows_inner) {
+      for (int64_t c = 0; c < nc; c++)
+        for (int64_t r = r0; r < r1; r++) tmp[r - r0][c] = s[r * J->sr + c * J->sc];
+    } else {
+      for (int64_t r = r0; r < r1; r++)
+        for (int64_t c = 0; c < nc; c++) tmp[r - r0][c] = s[r * J->sr + c * J->sc];
+    }
+    for (int64_t r = r0; r < r1; r++) bad |= pack_row_f32(J, tmp[r - r0], dst + (r * J->ld + c0) * oes, nc);
+  }
+  return bad;
+}
+
 static void pack_fn(void *ctx, int64_t t0, int64_t t1) {
   pack_job *J = ctx;
   uint32_t bad = 0;
@@ -163,6 +188,8 @@ static void pack_fn(void *ctx, int64_t t0, int64_t t1) {
     if (J->sc == 1 && J->sdt == TPU_F32) {
       for (int64_t r = r0; r < r1; r++)
         bad |= pack_row_f32(J, (const float *)src + r * J->sr, dst + r * J->ld * oes, J->cols);
+    } else if (J->sdt == TPU_F32) {
+      bad |= pack_rows_gather_f32(J, (const float *)src, dst, oes, r0, r1);
     } else if (J->sc == 1 || llabs(J->sc) <= llabs(J->sr)) {
       for (int64_t r = r0; r < r1; r++)
         for (int64_t c = 0; c < J->cols; c++) {
