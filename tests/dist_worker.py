@@ -261,36 +261,31 @@ def fault(victim):
     os._exit(0)  # a broken group cannot be destroyed collectively
 
 
-def mismatch():
+def _error_then_usable(bad_call):
+    """Run a collective that must fail; report its error and that the group
+    is still usable afterwards."""
     dist.init_process_group("tpu_dist")
-    x = torch.ones(10 + RANK, device="tpu")
     try:
-        dist.all_reduce(x)
+        bad_call()
         err = None
     except Exception as e:  # noqa: BLE001
         err = f"{type(e).__name__}: {e}"
-    # the group is still usable afterwards
     y = torch.ones(4, device="tpu")
     dist.all_reduce(y)
     result(error=err, after=y.cpu().tolist())
     dist.destroy_process_group()
+
+
+def mismatch():
+    _error_then_usable(lambda: dist.all_reduce(torch.ones(10 + RANK, device="tpu")))
 
 
 def a2a_mismatch():
     """all_to_all_single whose splits disagree between ranks (two hosts):
-    every rank raises ValueError, none hangs, the group carries on."""
-    dist.init_process_group("tpu_dist")
+    every rank raises ValueError, none hangs."""
     recv = [2 if (RANK == 0 and k == 1) else 1 for k in range(WORLD)]
-    try:
-        dist.all_to_all_single(torch.empty(sum(recv), device="tpu"), torch.ones(WORLD, device="tpu"), recv,
-                               [1] * WORLD)
-        err = None
-    except Exception as e:  # noqa: BLE001
-        err = f"{type(e).__name__}: {e}"
-    y = torch.ones(4, device="tpu")
-    dist.all_reduce(y)
-    result(error=err, after=y.cpu().tolist())
-    dist.destroy_process_group()
+    _error_then_usable(lambda: dist.all_to_all_single(torch.empty(sum(recv), device="tpu"),
+                                                      torch.ones(WORLD, device="tpu"), recv, [1] * WORLD))
 
 
 def fused():
