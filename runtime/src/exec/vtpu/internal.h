@@ -45,6 +45,11 @@ void tpux__store(int dt, char *p, int64_t stride, int64_t n, const void *src);
  * (r = op(a, b)) over [0, n); r may equal a or b. Returns 1 if done, 0 if
  * the op is not covered (the caller uses the portable kernel). */
 int tpux__vmath_f32(int op, int64_t n, float *r, const float *a, const float *b);
+/* The same at a given vector width (16: AVX-512, 8: AVX2+FMA, 4: SSE2), for
+ * tests and benchmarks of the narrower paths; returns 0 also when this CPU
+ * lacks that width. */
+int tpux__vmath_f32_width(int width, int op, int64_t n, float *r, const float *a,
+                          const float *b);
 
 /* Round a float to bf16 / f16 precision (RNE), as stored. */
 static inline float xk_round_bf16(float f) {
