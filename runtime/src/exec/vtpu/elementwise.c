@@ -10,6 +10,7 @@
 #include <math.h>
 #include <stddef.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "exec/vtpu/internal.h"
 
@@ -639,6 +640,31 @@ int tpux__ew_apply(const xk_ins *in, int64_t n, void *r, const void *a,
   return rc;
 }
 
+/* A float32 ADD/SUB/MUL/DIV/MAX/MIN whose operand a (sfirst) or b is a
+ * broadcast scalar s: the same expressions as EW_FLOAT_BODY without reading
+ * a tile of copies of s (in a fused chain, the scalars' tiles would crowd
+ * L1). Returns 0 for other ops. */
+#define SC_LOOP(EXPR)                                                          \
+  do {                                                                         \
+    if (sfirst)                                                                \
+      for (int64_t i = 0; i < n; i++) { float x = s, y = a[i]; r[i] = (EXPR); } \
+    else                                                                       \
+      for (int64_t i = 0; i < n; i++) { float x = a[i], y = s; r[i] = (EXPR); } \
+  } while (0)
+CLONES static int ew_f32_scalar(int op, int64_t n, float *r, const float *a, float s,
+                                int sfirst) {
+  switch (op) {
+  case TPUIR_ADD: SC_LOOP(x + y); return 1;
+  case TPUIR_SUB: SC_LOOP(x - y); return 1;
+  case TPUIR_MUL: SC_LOOP(x * y); return 1;
+  case TPUIR_DIV: SC_LOOP(x / y); return 1;
+  case TPUIR_MAX: SC_LOOP((x > y || x != x) ? x : y); return 1;
+  case TPUIR_MIN: SC_LOOP((x < y || x != x) ? x : y); return 1;
+  default: return 0;
+  }
+}
+#undef SC_LOOP
+
 /* ---- program runner ----------------------------------------------------- */
 
 typedef struct prog_job {
@@ -684,13 +710,25 @@ static void run_tile(xk_prog *p, const xk_space *s, int64_t L, int64_t n,
       stored[k] = 1;
     }
   }
+  /* buffers of broadcast scalars (filled once by prog_range, never reused) */
+  char cst[XK_MAX_BUF];
+  memset(cst, 0, (size_t)p->nbuf);
+  for (int k = 0; k < p->nload; k++)
+    if (p->load_const[k]) cst[p->load[k].buf] = 1;
   for (int j = 0; j < p->nins; j++) {
     const xk_ins *in = &p->ins[j];
     int64_t bad = 0;
     void *r = dout[j] ? dout[j] : scratch + (size_t)in->r * XK_TILE * 8;
-    int rc = tpux__ew_apply(in, n, r, in->a >= 0 ? bp[in->a] : NULL,
-                            in->b >= 0 ? bp[in->b] : NULL,
-                            in->c >= 0 ? bp[in->c] : NULL, &bad);
+    int rc;
+    if (in->b >= 0 && in->c < 0 && (cst[in->a] ^ cst[in->b]) && !in->norm &&
+        xk_cls(in->in_dt) == XK_F32 && xk_cls(in->dt) == XK_F32 &&
+        ew_f32_scalar(in->op, n, r, bp[cst[in->a] ? in->b : in->a],
+                      *(const float *)bp[cst[in->a] ? in->a : in->b], cst[in->a]))
+      rc = TPU_OK;
+    else
+      rc = tpux__ew_apply(in, n, r, in->a >= 0 ? bp[in->a] : NULL,
+                          in->b >= 0 ? bp[in->b] : NULL,
+                          in->c >= 0 ? bp[in->c] : NULL, &bad);
     bp[in->r] = r;
     if (rc != TPU_OK) {
       int z = TPU_OK;

@@ -123,7 +123,7 @@ void tpux__space_coalesce(xk_space *s);
 int64_t tpux__space_numel(const xk_space *s);
 
 /* ---- elementwise programs --------------------------------------------- */
-#define XK_MAX_INS 32
+#define XK_MAX_INS 64
 #define XK_MAX_BUF (XK_MAX_INS + XK_MAX_ARR)
 /* limits of a fused elementwise region (leave room for stores) */
 #define XK_REGION_MAX_NODES XK_MAX_INS
