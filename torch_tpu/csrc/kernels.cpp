@@ -20,7 +20,6 @@
 
 #include <algorithm>
 #include <cstring>
-#include <deque>
 #include <map>
 #include <mutex>
 
@@ -342,11 +341,14 @@ void cpu_fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack,
 }
 
 // ---- the native path: marshal -> tpulw_prepare -> allocate -> tpulw_launch -----------
+// The arguments of one call in the runtime's form. args point into ints,
+// floats and lists: their elements' buffers stay put when the outer
+// vectors grow.
 struct Marshal {
   std::vector<tpulw_arg> args;
-  std::deque<std::vector<int64_t>> ints;
-  std::deque<std::vector<double>> floats;
-  std::deque<std::vector<tpulw_tensor>> lists;
+  std::vector<std::vector<int64_t>> ints;
+  std::vector<std::vector<double>> floats;
+  std::vector<std::vector<tpulw_tensor>> lists;
   std::vector<at::Generator> gens;
   std::vector<int> gen_args;
   int device = -1;
@@ -354,6 +356,40 @@ struct Marshal {
   std::vector<at::Tensor> keep;  // device copies of such indices
   std::string why;  // reason for a CPU fallback
 };
+
+// A Marshal for this call, reused by later calls on the thread (its
+// vectors keep their capacity: no allocation per op); one per nesting
+// level, since marshalling may dispatch another op (index copies).
+class MarshalLease {
+ public:
+  MarshalLease() {
+    if (depth_ == pool_.size()) pool_.push_back(std::make_unique<Marshal>());
+    m_ = pool_[depth_++].get();
+    m_->args.clear();
+    m_->ints.clear();
+    m_->floats.clear();
+    m_->lists.clear();
+    m_->gen_args.clear();
+    m_->device = -1;
+    m_->cpu_indices_ok = false;
+    m_->why.clear();
+  }
+  ~MarshalLease() {  // drop the references now, not at the thread's next op
+    m_->gens.clear();
+    m_->keep.clear();
+    depth_--;
+  }
+  MarshalLease(const MarshalLease&) = delete;
+  MarshalLease& operator=(const MarshalLease&) = delete;
+  Marshal& get() { return *m_; }
+
+ private:
+  Marshal* m_;
+  static thread_local std::vector<std::unique_ptr<Marshal>> pool_;
+  static thread_local size_t depth_;
+};
+thread_local std::vector<std::unique_ptr<Marshal>> MarshalLease::pool_;
+thread_local size_t MarshalLease::depth_ = 0;
 
 [[noreturn]] void device_mismatch(int a, const c10::Device& b) {
   TORCH_CHECK(false, "Expected all tensors to be on the same device, but found at least "
@@ -577,29 +613,62 @@ bool overlap_write_ok(const char* name, const char* overload) {
   return false;
 }
 
-void native_boxed(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
-  const auto& schema = op.schema();
-  const std::string& qual = schema.name();
+// What native_boxed needs to know of an operator, found once per schema
+// and thread (no lock) instead of by name on every call.
+struct OpInfo {
+  bool aten = false, user_kernel = false;
+  unsigned flags = 0;          // tpulw_op_flags
+  bool check_overlap = false;  // writes an argument and CPU refuses overlapping writes
+};
+
+OpInfo op_info(const c10::FunctionSchema& schema) {
+  struct Entry {
+    const c10::FunctionSchema* schema = nullptr;
+    std::string qual, overload;  // checked on a hit: a freed schema's address may be reused
+    OpInfo info;
+  };
+  thread_local Entry cache[256];
+  Entry& e = cache[(reinterpret_cast<uintptr_t>(&schema) >> 4) & 255];
+  if (e.schema == &schema && e.qual == schema.name() && e.overload == schema.overload_name()) return e.info;
+  e.schema = &schema;
+  e.qual = schema.name();
+  e.overload = schema.overload_name();
+  OpInfo& i = e.info;
   // torch_tpu::c_kernel (a user C kernel, torch_tpu/kernels) lowers natively
   // under its qualified name and never falls back
-  const bool user_kernel = qual == "torch_tpu::c_kernel";
-  if (!user_kernel && qual.rfind("aten::", 0) != 0) return cpu_fallback(op, stack, "not an aten op");
+  i.user_kernel = e.qual == "torch_tpu::c_kernel";
+  i.aten = e.qual.rfind("aten::", 0) == 0;
+  const char* name = i.user_kernel ? e.qual.c_str() : e.qual.c_str() + 6;
+  // one lookup in the lowering table: native? CPU indices? generator?
+  i.flags = i.aten || i.user_kernel ? tpulw_op_flags(name, e.overload.c_str()) : 0u;
+  i.check_overlap = false;
+  for (const auto& a : schema.arguments()) i.check_overlap |= a.alias_info() && a.alias_info()->isWrite();
+  i.check_overlap = i.check_overlap && !overlap_write_ok(name, e.overload.c_str());
+  return i;
+}
+
+void native_boxed(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
+  const auto& schema = op.schema();
+  const OpInfo info = op_info(schema);
+  const std::string& qual = schema.name();
+  const bool user_kernel = info.user_kernel;
+  if (!user_kernel && !info.aten) return cpu_fallback(op, stack, "not an aten op");
   const char* name = user_kernel ? qual.c_str() : qual.c_str() + 6;
   const char* overload = schema.overload_name().c_str();
-  // one lookup in the lowering table: native? CPU indices? generator?
-  const unsigned op_flags = tpulw_op_flags(name, overload);
+  const unsigned op_flags = info.flags;
   if (!(op_flags & TPULW_OP_NATIVE)) return cpu_fallback(op, stack, "");
 
   // In-place writes into a tensor whose elements share memory (expand
   // views) are refused, as on CPU, except where CPU allows them.
-  for (size_t j = 0; !overlap_write_ok(name, overload) && j < schema.arguments().size(); j++) {
+  for (size_t j = 0; info.check_overlap && j < schema.arguments().size(); j++) {
     const auto* ai = schema.arguments()[j].alias_info();
     if (!ai || !ai->isWrite()) continue;
     const c10::IValue& iv = torch::jit::peek(*stack, j, schema.arguments().size());
     if (iv.isTensor()) at::assert_no_internal_overlap(iv.toTensor());
   }
 
-  Marshal m;
+  MarshalLease lease;
+  Marshal& m = lease.get();
   m.cpu_indices_ok = (op_flags & TPULW_OP_CPU_INDICES) != 0;
   if (!marshal(m, schema, stack)) {
     TORCH_CHECK(!user_kernel, "C kernel call: ", m.why,
