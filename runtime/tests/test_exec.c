@@ -433,6 +433,25 @@ TPU_TEST(exec_select_const_broadcast) {
   tpuir_graph_free(g);
 }
 
+/* iota over tiles that start inside a row and a run of the inner dims */
+TPU_TEST(exec_iota_across_tiles) {
+  int64_t sz[3] = {3, 701, 5};
+  for (int dim = 0; dim < 3; dim++) {
+    tpuir_graph *g = tpuir_graph_new();
+    tpuir_val io = tpuir_iota(g, TPU_I64, 3, sz, dim);
+    CHECK_OK(tpuir_set_outputs(g, 1, &io));
+    tarr O = ta_new(TPU_I64, 3, sz);
+    tpu_view outs[1] = {O.v};
+    CHECK_OK(tpux_run(g, 0, NULL, 1, outs));
+    for (int64_t i = 0; i < 3 * 701 * 5; i++) {
+      int64_t idx[3] = {i / (701 * 5), i / 5 % 701, i % 5};
+      CHECK(tv_get(&O.v, i) == idx[dim]);
+    }
+    free(O.mem);
+    tpuir_graph_free(g);
+  }
+}
+
 TPU_TEST(exec_rank0_and_empty) {
   /* rank 0 */
   tpuir_graph *g = tpuir_graph_new();

@@ -79,7 +79,15 @@ static void iota_range(void *ctx, int64_t b, int64_t e) {
   for (int64_t tile = b; tile < e; tile++) {
     int64_t L = tile * XK_TILE, n = j->total - L;
     if (n > XK_TILE) n = XK_TILE;
-    for (int64_t i = 0; i < n; i++) ib[i] = ((L + i) / j->inner) % j->size;
+    /* (L + i) / inner % size, stepped: two divisions per tile, not per element */
+    int64_t r = L % j->inner, v = L / j->inner % j->size;
+    for (int64_t i = 0; i < n; i++) {
+      ib[i] = v;
+      if (++r == j->inner) {
+        r = 0;
+        if (++v == j->size) v = 0;
+      }
+    }
     void *src = ib;
     if (cls == XK_F32) {
       for (int64_t i = 0; i < n; i++) fb[i] = (float)ib[i];
