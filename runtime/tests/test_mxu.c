@@ -668,3 +668,46 @@ TPU_TEST(mxu_concurrent_calls) {
   free(a);
   free(b);
 }
+
+/* Big GEMMs are cut into parts for the kernel pool's threads (groups of
+ * batch items, or row blocks of one item; never K): the result does not
+ * depend on how many threads the pool has, bit for bit, for every
+ * precision, a broadcast operand and an accumulated (beta 1) result. */
+#include "tpu_rt.h"
+TPU_TEST(mxu_pool_cut_thread_invariant) {
+  static const int64_t shapes[][5] = {
+      /* batch, m, n, k, B broadcast */
+      {3, 300, 200, 100, 0},
+      {4, 130, 96, 256, 1},
+      {1, 257, 130, 300, 0},
+      {6, 64, 80, 512, 0},
+  };
+  const int saved = tpurt_num_threads();
+  for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++) {
+    const int64_t bt = shapes[s][0], m = shapes[s][1], n = shapes[s][2], k = shapes[s][3];
+    const int64_t sbb = shapes[s][4] ? 0 : k * n, nb = shapes[s][4] ? 1 : bt;
+    float *a = malloc(sizeof(float) * bt * m * k), *b = malloc(sizeof(float) * nb * k * n);
+    float *c0 = malloc(sizeof(float) * bt * m * n);
+    for (int64_t i = 0; i < bt * m * k; i++) a[i] = (float)urand();
+    for (int64_t i = 0; i < nb * k * n; i++) b[i] = (float)urand();
+    for (int64_t i = 0; i < bt * m * n; i++) c0[i] = (float)urand();
+    for (int prec = TPU_PREC_DEFAULT; prec <= TPU_PREC_FP32; prec++)
+      for (int beta = 0; beta <= 1; beta++) {
+        float *want = malloc(sizeof(float) * bt * m * n), *got = malloc(sizeof(float) * bt * m * n);
+        for (int nt = 1; nt <= 3; nt++) {
+          float *c = nt == 1 ? want : got;
+          memcpy(c, c0, sizeof(float) * bt * m * n);
+          tpurt_set_num_threads(nt);
+          CHECK_OK(tpumxu_gemm(TPU_F32, prec, bt, m, n, k, 1.0, a, m * k, k, 1, b, sbb, n, 1,
+                               beta, c, m * n, n, 1));
+          if (nt > 1) CHECK(memcmp(want, got, sizeof(float) * bt * m * n) == 0);
+        }
+        free(want);
+        free(got);
+      }
+    free(a);
+    free(b);
+    free(c0);
+  }
+  tpurt_set_num_threads(saved);
+}

@@ -16,7 +16,23 @@
  * (OpenMP team of one), batch items in a loop. JIT-compiling a kernel per
  * shape costs milliseconds, and waking a thread team for a few
  * microseconds of work costs more than it saves; both dominated eager runs
- * of many small distinct matmuls. */
+ * of many small distinct matmuls.
+ *
+ * Bigger problems run on the runtime's kernel pool, not on an OpenMP
+ * team: the problem is cut into parts, a multiple of the pool's thread
+ * count of them where possible (groups of whole batch items, else blocks
+ * of rows of C of one item), and each part runs as a single-thread
+ * primitive (created and executed with an OpenMP team of one) on a pool
+ * thread. Parts keep the parent's dense layout, so oneDNN picks the same
+ * kernel, and K is never cut: every element of C is computed exactly as
+ * by one thread without the cut (the team matches it bit for bit except
+ * where it cuts K itself, for a small C with a long K). On a few cores
+ * an OpenMP team that spins after every GEMM starves the pool's
+ * elementwise work and the pool's spinning starves the team; with one set
+ * of threads neither waits for the other. Fewer items than threads with fewer than
+ * POOL_MIN_ROWS rows per thread (no dense cut: a block of columns gets a
+ * slower kernel) still run on the team, as does everything with
+ * TORCH_TPU_MXU_POOL=0. */
 #include <oneapi/dnnl/dnnl.h>
 #include <pthread.h>
 #include <stdio.h>
@@ -24,6 +40,7 @@
 #include <string.h>
 
 #include "mxu/internal.h"
+#include "tpu_rt.h"
 
 /* OpenMP (oneDNN's threading runtime here): per-thread team size */
 int omp_get_max_threads(void);
@@ -134,6 +151,7 @@ static dnnl_data_type_t ddt_of(int dt) { return dt == TPUMXU_DT_BF16 ? dnnl_bf16
 
 typedef struct key {
   int sdt, wdt, ddt, acc;
+  int one; /* created for a team of one (a part on the pool) */
   int64_t bs, bw, bd, m, n, k;
   int64_t ss[3], ws[3], ds[3];
 } key;
@@ -377,15 +395,18 @@ static void strides_of(const tpumxu__mat *x, int64_t nb, int64_t r, int64_t c,
   }
 }
 
-int tpumxu__dnnl_matmul(int64_t batch, int64_t m, int64_t n, int64_t k,
-                       const tpumxu__mat *src, const tpumxu__mat *wei,
-                       const tpumxu__mat *dst, int accumulate) {
-  int rc = engine();
-  if (rc) return rc;
-  if (m * n * k <= SMALL_MACS && src->s1 == 1 && wei->s1 == 1 && dst->s1 == 1)
-    return small_matmul(batch, m, n, k, src, wei, dst, accumulate);
+/* A problem on the cached shape-specialised primitive, on the OpenMP team
+ * of the calling thread (one: a team of one, whatever that thread's
+ * setting; the primitive is created and run so). */
+static int cached_matmul(int64_t batch, int64_t m, int64_t n, int64_t k,
+                         const tpumxu__mat *src, const tpumxu__mat *wei,
+                         const tpumxu__mat *dst, int accumulate, int one) {
+  int rc = TPU_OK;
+  int nthr = one ? omp_get_max_threads() : 0;
+  if (one) omp_set_num_threads(1);
   key kk;
   memset(&kk, 0, sizeof kk);
+  kk.one = one;
   kk.sdt = src->dt;
   kk.wdt = wei->dt;
   kk.ddt = dst->dt;
@@ -400,7 +421,10 @@ int tpumxu__dnnl_matmul(int64_t batch, int64_t m, int64_t n, int64_t k,
   strides_of(wei, kk.bw, k, n, kk.ws);
   strides_of(dst, kk.bd, m, n, kk.ds);
   entry *e = NULL;
-  if ((rc = acquire(&kk, &e))) return rc;
+  if ((rc = acquire(&kk, &e))) {
+    if (one) omp_set_num_threads(nthr);
+    return rc;
+  }
   size_t scap = 0;
   void *scratch = e->scratch ? tpumxu__ws_get(e->scratch, &scap) : NULL;
   dnnl_memory_t ms = NULL, mw = NULL, md = NULL, mp = NULL;
@@ -437,11 +461,136 @@ done:
   if (ms) dnnl_memory_destroy(ms);
   tpumxu__ws_put(scratch, scap);
   release(e);
+  if (one) omp_set_num_threads(nthr);
   if (!rc && s)
     rc = tpu_error(s == dnnl_out_of_memory ? TPU_E_OOM : TPU_E_INTERNAL,
                    "tpumxu: oneDNN matmul (m=%lld n=%lld k=%lld) failed: %s",
                    (long long)m, (long long)n, (long long)k, status_name(s));
   return rc;
+}
+
+/* ---- big problems on the kernel pool ------------------------------------ */
+
+/* Parts of a problem. CUT_BATCH: part q is batch items [q*step,
+ * (q+1)*step). CUT_ROWS: part q is rows [r*step, (r+1)*step) of batch
+ * item q / mparts (r = q % mparts), a one-item problem. Every part keeps
+ * the parent's dense layout (oneDNN's brgemm kernels want dense operands;
+ * a column block of C, or rows of several items at once, would get its
+ * slower generic gemm, with another summation order). */
+enum { CUT_BATCH, CUT_ROWS };
+
+typedef struct part_job {
+  int64_t batch, m, n, k, step, mparts;
+  tpumxu__mat src, wei, dst;
+  int acc, dim;
+  int rc;            /* first failure (under mu) */
+  char msg[256];     /* its message (set on the thread that failed) */
+  pthread_mutex_t mu;
+} part_job;
+
+static int64_t esize(int dt) { return dt == TPUMXU_DT_BF16 ? 2 : 4; }
+
+static tpumxu__mat offset(const tpumxu__mat *x, int64_t elems) {
+  tpumxu__mat r = *x;
+  r.ptr = (char *)x->ptr + elems * esize(x->dt);
+  return r;
+}
+
+static void part_fn(void *ctx, int64_t q0, int64_t q1) {
+  part_job *J = ctx;
+  for (int64_t q = q0; q < q1; q++) {
+    int64_t b0, nb, i0 = 0, m = J->m;
+    if (J->dim == CUT_BATCH) {
+      b0 = q * J->step;
+      nb = J->batch - b0 < J->step ? J->batch - b0 : J->step;
+    } else {
+      b0 = q / J->mparts, nb = 1;
+      i0 = (q % J->mparts) * J->step;
+      m = J->m - i0 < J->step ? J->m - i0 : J->step;
+    }
+    if (nb <= 0 || m <= 0) continue;
+    /* a broadcast operand (sb 0) stays put */
+    tpumxu__mat s = offset(&J->src, b0 * J->src.sb + i0 * J->src.s0);
+    tpumxu__mat w = offset(&J->wei, b0 * J->wei.sb);
+    tpumxu__mat d = offset(&J->dst, b0 * J->dst.sb + i0 * J->dst.s0);
+    int rc = cached_matmul(nb, m, J->n, J->k, &s, &w, &d, J->acc, 1);
+    if (rc) {
+      pthread_mutex_lock(&J->mu);
+      if (!J->rc) {
+        J->rc = rc;
+        snprintf(J->msg, sizeof J->msg, "%s", tpu_last_error());
+      }
+      pthread_mutex_unlock(&J->mu);
+    }
+  }
+}
+
+static int g_use_pool = -1; /* TORCH_TPU_MXU_POOL (default 1) */
+
+static int use_pool(void) {
+  int u = __atomic_load_n(&g_use_pool, __ATOMIC_RELAXED);
+  if (u < 0) {
+    const char *e = getenv("TORCH_TPU_MXU_POOL");
+    u = !(e && e[0] == '0' && e[1] == 0);
+    __atomic_store_n(&g_use_pool, u, __ATOMIC_RELAXED);
+  }
+  return u;
+}
+
+static int64_t gcd(int64_t a, int64_t b) {
+  while (b) {
+    int64_t t = a % b;
+    a = b;
+    b = t;
+  }
+  return a;
+}
+
+/* Rows per thread below which a lone item is not cut by rows (it stays
+ * on oneDNN's OpenMP team). */
+#define POOL_MIN_ROWS 32
+
+/* The problem cut into parts for the pool threads (see the top); 1 when it
+ * was run, 0 when it has no dense cut (the caller runs it on the team). */
+static int pool_matmul(int64_t batch, int64_t m, int64_t n, int64_t k,
+                       const tpumxu__mat *src, const tpumxu__mat *wei,
+                       const tpumxu__mat *dst, int accumulate, int *rc) {
+  int64_t P = tpurt_num_threads();
+  part_job J = {batch, m, n, k, 0, 1, *src, *wei, *dst, accumulate, CUT_BATCH, 0, {0},
+                PTHREAD_MUTEX_INITIALIZER};
+  int64_t parts;
+  if (P <= 1 || batch % P == 0) { /* P groups of items */
+    J.step = (batch + P - 1) / P;
+    parts = (batch + J.step - 1) / J.step;
+  } else if (m >= POOL_MIN_ROWS * P) {
+    /* item x row-block parts, a multiple of P of them (balanced) */
+    J.dim = CUT_ROWS;
+    J.mparts = P / gcd(batch, P);
+    J.step = ((m + J.mparts - 1) / J.mparts + 15) / 16 * 16;
+    J.mparts = (m + J.step - 1) / J.step;
+    parts = batch * J.mparts;
+  } else if (batch >= P) { /* one item per part, claimed as threads free up */
+    J.step = 1;
+    parts = batch;
+  } else {
+    pthread_mutex_destroy(&J.mu);
+    return 0;
+  }
+  tpurt_parallel_for(parts, 1, part_fn, &J);
+  pthread_mutex_destroy(&J.mu);
+  *rc = J.rc ? tpu_error(J.rc, "%s", J.msg) : TPU_OK;
+  return 1;
+}
+
+int tpumxu__dnnl_matmul(int64_t batch, int64_t m, int64_t n, int64_t k,
+                       const tpumxu__mat *src, const tpumxu__mat *wei,
+                       const tpumxu__mat *dst, int accumulate) {
+  int rc = engine();
+  if (rc) return rc;
+  if (m * n * k <= SMALL_MACS && src->s1 == 1 && wei->s1 == 1 && dst->s1 == 1)
+    return small_matmul(batch, m, n, k, src, wei, dst, accumulate);
+  if (use_pool() && pool_matmul(batch, m, n, k, src, wei, dst, accumulate, &rc)) return rc;
+  return cached_matmul(batch, m, n, k, src, wei, dst, accumulate, 0);
 }
 
 /* Implementation name for a dense problem (no cache). */
