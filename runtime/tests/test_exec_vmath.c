@@ -1,8 +1,8 @@
 /* test_exec_vmath.c - the float32 transcendental kernels (exec/vtpu/vmath.c,
  * SLEEF) against double-precision libm over a sweep of float bit patterns
  * (every 251st for exp/tanh/logistic/erf/sin, every 4093rd for the rest,
- * both signs) plus special values: SLEEF's 1-ulp functions and erf within
- * 1.5 ulp of the exact result (logistic, sinh, cosh 3: see the test),
+ * both signs) plus special values: SLEEF's 1-ulp functions and the own erf
+ * and tanh within 1.5 ulp of the exact result (logistic, sinh, cosh 3: see the test),
  * NaN -> NaN, signed zeros and infinities as C99; at every vector width the
  * host runs (AVX-512, AVX2, SSE2). */
 #include <math.h>
@@ -95,50 +95,60 @@ TPU_TEST(exec_vmath_ulp) {
   }
 }
 
-/* erf (exec/vtpu/vmath.c's own at 16 and 8 lanes, within 1 ulp): every
- * float within 64 ulp of 1, 2, 3, 4 (piece ends) and of erf's rounding to 1,
- * the 1344 smallest subnormals, and every 7th float of [2^-8, 4], both
- * signs. */
-TPU_TEST(exec_vmath_erf_pieces) {
+/* Worst ulp error of op at a width over: every float within 64 ulp of
+ * ends[0..4] (piece ends, rounding to 1), the 1344 smallest subnormals, and
+ * every 7th float of [2^-8, top], both signs. */
+static double pieces_worst(int width, int op, double (*ref)(double), const float *ends,
+                           uint32_t top) {
   enum { B = 4096 };
   static float in[B], out[B];
-  static const float ends[] = {1.0f, 2.0f, 3.0f, 4.0f, 3.9192059f};
-  for (int width = 16; width >= 4; width /= 2) {
-    if (!tpux__vmath_f32_width(width, TPUIR_EXP, 0, NULL, NULL, NULL)) continue;
-    double worst = 0;
-    int cnt = 0;
-    for (int e = 0; e < 5; e++) {
-      float v = ends[e];
-      for (int s = 0; s < 64; s++) v = nextafterf(v, 0.0f);
-      for (int s = 0; s < 128; s++, v = nextafterf(v, INFINITY)) {
-        in[cnt++] = v;
-        in[cnt++] = -v;
-      }
+  double worst = 0;
+  int cnt = 0;
+  for (int e = 0; e < 5; e++) {
+    float v = ends[e];
+    for (int s = 0; s < 64; s++) v = nextafterf(v, 0.0f);
+    for (int s = 0; s < 128; s++, v = nextafterf(v, INFINITY)) {
+      in[cnt++] = v;
+      in[cnt++] = -v;
     }
-    for (float v = 0x1p-149f; cnt < 5 * 256 + 64; v = nextafterf(v, 1.0f)) in[cnt++] = v;
-    CHECK(tpux__vmath_f32_width(width, TPUIR_ERF, cnt, out, in, NULL) == 1);
+  }
+  for (float v = 0x1p-149f; cnt < 5 * 256 + 64; v = nextafterf(v, 1.0f)) in[cnt++] = v;
+  if (!tpux__vmath_f32_width(width, op, cnt, out, in, NULL)) return 1e9;
+  for (int i = 0; i < cnt; i++) {
+    double er = ulp_err(out[i], ref((double)in[i]));
+    if (er > worst) worst = er;
+  }
+  for (uint32_t u = 0x3b800000u; u <= top; u += B / 2 * 7) {
+    cnt = 0;
+    for (uint32_t v = u; v < u + B / 2 * 7 && v <= top; v += 7) {
+      float x;
+      memcpy(&x, &v, 4);
+      in[cnt++] = x;
+      in[cnt++] = -x;
+    }
+    if (!tpux__vmath_f32_width(width, op, cnt, out, in, NULL)) return 1e9;
     for (int i = 0; i < cnt; i++) {
-      double er = ulp_err(out[i], erf((double)in[i]));
+      double er = ulp_err(out[i], ref((double)in[i]));
       if (er > worst) worst = er;
     }
-    uint32_t lo = 0x3b800000u, hi = 0x40800000u; /* 2^-8 .. 4 */
-    for (uint32_t u = lo; u <= hi; u += B / 2 * 7) {
-      cnt = 0;
-      for (uint32_t v = u; v < u + B / 2 * 7 && v <= hi; v += 7) {
-        float x;
-        memcpy(&x, &v, 4);
-        in[cnt++] = x;
-        in[cnt++] = -x;
-      }
-      CHECK(tpux__vmath_f32_width(width, TPUIR_ERF, cnt, out, in, NULL) == 1);
-      for (int i = 0; i < cnt; i++) {
-        double er = ulp_err(out[i], erf((double)in[i]));
-        if (er > worst) worst = er;
-      }
-    }
-    if (getenv("TPU_TEST_VERBOSE") || worst > 1.0)
-      printf("  %d lanes erf pieces: %.3f ulp\n", width, worst);
-    CHECK(worst <= (width == 4 ? 1.5 : 1.0)); /* 4 lanes: SLEEF's erf */
+  }
+  return worst;
+}
+
+/* erf (exec/vtpu/vmath.c's own at 16 and 8 lanes) and tanh (own at 16
+ * lanes): within 1 ulp around their pieces' ends and densely below
+ * (pieces_worst); the SLEEF paths within their 1.5. */
+TPU_TEST(exec_vmath_pieces) {
+  static const float erf_ends[] = {1.0f, 2.0f, 3.0f, 4.0f, 3.9192059f};
+  static const float tanh_ends[] = {0.3125f, 1.25f, 3.125f, 9.6875f, 9.0109f};
+  for (int width = 16; width >= 4; width /= 2) {
+    if (!tpux__vmath_f32_width(width, TPUIR_EXP, 0, NULL, NULL, NULL)) continue;
+    double we = pieces_worst(width, TPUIR_ERF, erf, erf_ends, 0x40800000u);     /* 4 */
+    double wt = pieces_worst(width, TPUIR_TANH, tanh, tanh_ends, 0x41200000u);  /* 10 */
+    if (getenv("TPU_TEST_VERBOSE") || we > 1.0 || wt > 1.0)
+      printf("  %d lanes pieces: erf %.3f ulp, tanh %.3f ulp\n", width, we, wt);
+    CHECK(we <= (width == 4 ? 1.5 : 1.0));
+    CHECK(wt <= (width == 16 ? 1.0 : 1.5));
   }
 }
 

@@ -21,6 +21,10 @@
  * subnormal results (tests/test_exec_vmath.c checks <= 1 ulp). The 4-lane
  * (SSE2) path keeps SLEEF's erf.
  *
+ * tanh at 16 lanes likewise (SLEEF's: ~1.45 ns per element, this 0.5):
+ * tanh(t)/t on 32 pieces of [0, 10), degree 6, 1 above; <= 0.72 ulp over
+ * every float in [0.5, 10], <= 0.57 below. 8 and 4 lanes: SLEEF's.
+ *
  * The vector prototypes are declared here (sleef.h only declares the
  * 512/256-bit ones when the whole file is compiled for that ISA, and this
  * file is not: each width is a target attribute, chosen at run time). No
@@ -251,6 +255,46 @@ T256 static __m256 erf8(__m256 x) {
   return _mm256_or_ps(r, _mm256_and_ps(sign, x));
 }
 
+/* tanh at 16 lanes, as erf16: tanh(t)/t on 32 pieces of [0, 10) (width
+ * 5/16, degree 6; a two-register permute picks each coefficient; the
+ * nearest poles, at +-i pi/2, keep the pieces short), 1 for t >= 10
+ * (tanh(t) rounds to 1 above 9.02). */
+/* TANH32: 32 pieces of width 0.3125, degree 6; relative error of the polynomial (float
+ * coefficients, c0 as hi + lo) 4.0e-09 */
+static const float TANH32[8][32] __attribute__((aligned(64))) = {
+    {0x1.fbdfa60000000p-1f, 0x1.dd86d80000000p-1f, 0x1.ac3a4a0000000p-1f, 0x1.75ab380000000p-1f, 0x1.42d5fa0000000p-1f, 0x1.1756020000000p-1f, 0x1.e711960000000p-2f, 0x1.aceebc0000000p-2f, 0x1.7db9480000000p-2f, 0x1.571c600000000p-2f, 0x1.3732280000000p-2f, 0x1.1c82360000000p-2f, 0x1.05ee940000000p-2f, 0x1.e53dda0000000p-3f, 0x1.c3de1c0000000p-3f, 0x1.a6c2ac0000000p-3f, 0x1.8d29580000000p-3f, 0x1.767a660000000p-3f, 0x1.623dee0000000p-3f, 0x1.5014200000000p-3f, 0x1.3fafa20000000p-3f, 0x1.30d1560000000p-3f, 0x1.23454a0000000p-3f, 0x1.16e05a0000000p-3f, 0x1.0b7e660000000p-3f, 0x1.0100fc0000000p-3f, 0x1.ee9c7c0000000p-4f, 0x1.dca01c0000000p-4f, 0x1.cbe6d80000000p-4f, 0x1.bc4fd60000000p-4f, 0x1.adbe880000000p-4f, 0x1.a01a020000000p-4f},
+    {-0x1.a274820000000p-4f, -0x1.0e73e60000000p-2f, -0x1.592bc80000000p-2f, -0x1.579bc60000000p-2f, -0x1.2f7b020000000p-2f, -0x1.fa464a0000000p-3f, -0x1.9c82fa0000000p-3f, -0x1.4e6ac80000000p-3f, -0x1.105c7a0000000p-3f, -0x1.bfcfac0000000p-4f, -0x1.7454920000000p-4f, -0x1.393aac0000000p-4f, -0x1.0a85c00000000p-4f, -0x1.ca663c0000000p-5f, -0x1.8e0d480000000p-5f, -0x1.5cb2d40000000p-5f, -0x1.33e3d40000000p-5f, -0x1.11cc260000000p-5f, -0x1.ea161a0000000p-6f, -0x1.b927f80000000p-6f, -0x1.8f30980000000p-6f, -0x1.6aee780000000p-6f, -0x1.4b64de0000000p-6f, -0x1.2fcb220000000p-6f, -0x1.1780740000000p-6f, -0x1.0202c00000000p-6f, -0x1.ddcfe80000000p-7f, -0x1.bbb1c60000000p-7f, -0x1.9d1abe0000000p-7f, -0x1.81927a0000000p-7f, -0x1.68b40c0000000p-7f, -0x1.522a420000000p-7f},
+    {-0x1.41d1840000000p-2f, -0x1.8716be0000000p-3f, -0x1.87b2b40000000p-5f, 0x1.58207a0000000p-5f, 0x1.3720ca0000000p-4f, 0x1.3f670e0000000p-4f, 0x1.14934e0000000p-4f, 0x1.be9fe20000000p-5f, 0x1.5e84820000000p-5f, 0x1.10dd620000000p-5f, 0x1.a9d6ac0000000p-6f, 0x1.4ee4ac0000000p-6f, 0x1.0a24240000000p-6f, 0x1.abe8360000000p-7f, 0x1.5c08220000000p-7f, 0x1.1e475c0000000p-7f, 0x1.dc01ec0000000p-8f, 0x1.8faca60000000p-8f, 0x1.52a7c00000000p-8f, 0x1.215c3c0000000p-8f, 0x1.f247000000000p-9f, 0x1.b007200000000p-9f, 0x1.78fe960000000p-9f, 0x1.4ae9420000000p-9f, 0x1.2409160000000p-9f, 0x1.0303c00000000p-9f, 0x1.cd93900000000p-10f, 0x1.9d08f40000000p-10f, 0x1.73112e0000000p-10f, 0x1.4e98dc0000000p-10f, 0x1.2ec0f00000000p-10f, 0x1.12d36e0000000p-10f},
+    {0x1.44e05a0000000p-4f, 0x1.4bc5de0000000p-3f, 0x1.09ffc80000000p-3f, 0x1.ff187c0000000p-5f, 0x1.e607d00000000p-7f, -0x1.ccbca40000000p-8f, -0x1.bd51460000000p-7f, -0x1.bb69500000000p-7f, -0x1.73f6f20000000p-7f, -0x1.239c640000000p-7f, -0x1.bcbda40000000p-8f, -0x1.5035b20000000p-8f, -0x1.fcf7900000000p-9f, -0x1.83ce3a0000000p-9f, -0x1.2a4b240000000p-9f, -0x1.cfdec40000000p-10f, -0x1.6cc3ac0000000p-10f, -0x1.220f960000000p-10f, -0x1.d253060000000p-11f, -0x1.7ab59a0000000p-11f, -0x1.3686400000000p-11f, -0x1.00e74e0000000p-11f, -0x1.aca00e0000000p-12f, -0x1.68529a0000000p-12f, -0x1.3110c60000000p-12f, -0x1.03fd040000000p-12f, -0x1.bddb5e0000000p-13f, -0x1.8079c40000000p-13f, -0x1.4d4c3e0000000p-13f, -0x1.225b340000000p-13f, -0x1.fc39100000000p-14f, -0x1.beb2ac0000000p-14f},
+    {0x1.d4c8440000000p-4f, 0x1.ae5fac0000000p-7f, -0x1.a4b8040000000p-5f, -0x1.9355ee0000000p-5f, -0x1.b4db7e0000000p-6f, -0x1.44caea0000000p-7f, -0x1.cb15740000000p-10f, 0x1.4d46460000000p-10f, 0x1.04c14a0000000p-9f, 0x1.e819760000000p-10f, 0x1.8b16fc0000000p-10f, 0x1.2d939e0000000p-10f, 0x1.c13c820000000p-11f, 0x1.4beea60000000p-11f, 0x1.eaf02e0000000p-12f, 0x1.6d2c680000000p-12f, 0x1.11f7a20000000p-12f, 0x1.9f3ad60000000p-13f, 0x1.3e0b420000000p-13f, 0x1.ec80d20000000p-14f, 0x1.8165960000000p-14f, 0x1.30ae040000000p-14f, 0x1.e6700a0000000p-15f, 0x1.87e28a0000000p-15f, 0x1.3e6f760000000p-15f, 0x1.04d6fa0000000p-15f, 0x1.ae8a980000000p-16f, 0x1.65d2920000000p-16f, 0x1.2b56500000000p-16f, 0x1.f7e4840000000p-17f, 0x1.aa8c9e0000000p-17f, 0x1.6b04940000000p-17f},
+    {-0x1.71bcbe0000000p-5f, -0x1.05ea940000000p-4f, -0x1.09f14c0000000p-6f, 0x1.91bb240000000p-7f, 0x1.be43aa0000000p-7f, 0x1.f891ce0000000p-8f, 0x1.a5fd580000000p-9f, 0x1.03ba300000000p-10f, 0x1.9462ba0000000p-14f, -0x1.8eac4e0000000p-13f, -0x1.f5d56a0000000p-13f, -0x1.b96a840000000p-13f, -0x1.59c2400000000p-13f, -0x1.01e52a0000000p-13f, -0x1.78bbec0000000p-14f, -0x1.1142420000000p-14f, -0x1.8cb74c0000000p-15f, -0x1.217db20000000p-15f, -0x1.a9d3ec0000000p-16f, -0x1.3c1f240000000p-16f, -0x1.da1b1c0000000p-17f, -0x1.6735dc0000000p-17f, -0x1.12f7640000000p-17f, -0x1.a930f40000000p-18f, -0x1.4bec060000000p-18f, -0x1.057f560000000p-18f, -0x1.9f9ee40000000p-19f, -0x1.4d01600000000p-19f, -0x1.0cdfe80000000p-19f, -0x1.b557b60000000p-20f, -0x1.661c500000000p-20f, -0x1.271cec0000000p-20f},
+    {-0x1.43ca060000000p-5f, 0x1.19be1a0000000p-6f, 0x1.932b660000000p-6f, 0x1.8c68620000000p-8f, -0x1.5569f80000000p-9f, -0x1.8efbde0000000p-9f, -0x1.c2e5b00000000p-10f, -0x1.88918e0000000p-11f, -0x1.18b5b40000000p-12f, -0x1.1e4bb40000000p-14f, 0x1.9ace580000000p-19f, 0x1.7fc14c0000000p-16f, 0x1.9643d20000000p-16f, 0x1.5197e00000000p-16f, 0x1.0097fc0000000p-16f, 0x1.76f8280000000p-17f, 0x1.0d4b4c0000000p-17f, 0x1.809fce0000000p-18f, 0x1.12f0c60000000p-18f, 0x1.8b02ea0000000p-19f, 0x1.1dd7be0000000p-19f, 0x1.a1508c0000000p-20f, 0x1.33886e0000000p-20f, 0x1.c9bc880000000p-21f, 0x1.5806b20000000p-21f, 0x1.05156e0000000p-21f, 0x1.9005d20000000p-22f, 0x1.353ba80000000p-22f, 0x1.e23db40000000p-23f, 0x1.7b1db00000000p-23f, 0x1.2c5dda0000000p-23f, 0x1.df74de0000000p-24f},
+    {-0x1.7f1fc40000000p-29f, 0x1.ea35cc0000000p-28f, -0x1.2b826c0000000p-26f, 0x1.c935360000000p-26f, 0x1.83902c0000000p-27f, 0x1.b74cec0000000p-26f, -0x1.e2d1700000000p-27f, 0x1.ce47640000000p-28f, 0x1.071d840000000p-29f, 0x1.24e2e40000000p-27f, -0x1.70bb120000000p-27f, 0x1.3c368e0000000p-28f, -0x1.638db60000000p-27f, 0x1.9b1fbc0000000p-32f, 0x1.e1b7d80000000p-28f, -0x1.62c8000000000p-29f, -0x1.413d280000000p-29f, -0x1.9d18da0000000p-29f, -0x1.afa0b00000000p-29f, 0x1.dc4f660000000p-28f, -0x1.0ebdf80000000p-29f, -0x1.dbc4740000000p-30f, -0x1.2354a00000000p-29f, -0x1.68d2e40000000p-28f, 0x1.d32b700000000p-28f, 0x1.efe87a0000000p-28f, -0x1.47a5fa0000000p-29f, -0x1.6b8ee00000000p-30f, 0x1.1278b40000000p-30f, -0x1.d0ad160000000p-31f, -0x1.4a71de0000000p-30f, -0x1.0e77640000000p-29f}, /* c0 lo */
+};
+
+T512 static __m512 tanh16(__m512 x) {
+  __m512 t = _mm512_abs_ps(x);
+  __m512i i = _mm512_cvttps_epi32( /* NaN -> 31 */
+      _mm512_mul_ps(_mm512_min_ps(t, _mm512_set1_ps(9.6875f)), _mm512_set1_ps(3.2f)));
+  __m512 u = _mm512_sub_ps(t, _mm512_fmadd_ps(_mm512_cvtepi32_ps(i), _mm512_set1_ps(0.3125f),
+                                              _mm512_set1_ps(0.15625f)));
+#define C(k) _mm512_permutex2var_ps(_mm512_load_ps(TANH32[k]), i, _mm512_load_ps(TANH32[k] + 16))
+  __m512 q = C(6);
+  for (int k = 5; k >= 1; k--) q = _mm512_fmadd_ps(q, u, C(k));
+  __m512 sm = _mm512_fmadd_ps(u, q, C(7)), c0 = C(0);
+#undef C
+  __mmask16 tiny = _mm512_cmp_ps_mask(t, _mm512_set1_ps(0x1p-64f), _CMP_LT_OQ);
+  __m512 ts = _mm512_mask_mul_ps(t, tiny, t, _mm512_set1_ps(0x1p64f));
+  __m512 hi = _mm512_mul_ps(ts, c0);
+  __m512 r = _mm512_add_ps(hi, _mm512_fmadd_ps(ts, sm, _mm512_fmsub_ps(ts, c0, hi)));
+  r = _mm512_mask_mul_ps(r, tiny, r, _mm512_set1_ps(0x1p-64f));
+  r = _mm512_mask_mov_ps(r, _mm512_cmp_ps_mask(t, _mm512_set1_ps(10.0f), _CMP_GE_OQ),
+                         _mm512_set1_ps(1.0f));
+  return _mm512_castsi512_ps(_mm512_or_si512(
+      _mm512_castps_si512(r), _mm512_and_si512(_mm512_castps_si512(x),
+                                               _mm512_set1_epi32((int)0x80000000u))));
+}
+
 typedef __m512 (*un16)(__m512);
 typedef __m256 (*un8)(__m256);
 typedef __m128 (*un4)(__m128);
@@ -280,7 +324,7 @@ static int fn_of(int op, vfn *f) {
   case TPUIR_SIN: *f = UNF(sin); return 1;
   case TPUIR_COS: *f = UNF(cos); return 1;
   case TPUIR_TAN: *f = UNF(tan); return 1;
-  case TPUIR_TANH: *f = UNF(tanh); return 1;
+  case TPUIR_TANH: *f = (vfn){tanh16, Sleef_tanhf8_u10, Sleef_tanhf4_u10, 0, 0, 0}; return 1;
   case TPUIR_ASIN: *f = UNF(asin); return 1;
   case TPUIR_ACOS: *f = UNF(acos); return 1;
   case TPUIR_ATAN: *f = UNF(atan); return 1;
