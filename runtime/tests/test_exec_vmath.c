@@ -135,12 +135,11 @@ static double pieces_worst(int width, int op, double (*ref)(double), const float
   return worst;
 }
 
-/* erf (exec/vtpu/vmath.c's own at 16 and 8 lanes) and tanh (own at 16
- * lanes): within 1 ulp around their pieces' ends and densely below
+/* erf and tanh (exec/vtpu/vmath.c's own at 16 and 8 lanes): within 1 ulp around their pieces' ends and densely below
  * (pieces_worst); the SLEEF paths within their 1.5. */
 TPU_TEST(exec_vmath_pieces) {
   static const float erf_ends[] = {1.0f, 2.0f, 3.0f, 4.0f, 3.9192059f};
-  static const float tanh_ends[] = {0.3125f, 1.25f, 3.125f, 9.6875f, 9.0109f};
+  static const float tanh_ends[] = {0.3125f, 2.5f, 5.0f, 9.6875f, 9.0109f};
   for (int width = 16; width >= 4; width /= 2) {
     if (!tpux__vmath_f32_width(width, TPUIR_EXP, 0, NULL, NULL, NULL)) continue;
     double we = pieces_worst(width, TPUIR_ERF, erf, erf_ends, 0x40800000u);     /* 4 */
@@ -148,7 +147,7 @@ TPU_TEST(exec_vmath_pieces) {
     if (getenv("TPU_TEST_VERBOSE") || we > 1.0 || wt > 1.0)
       printf("  %d lanes pieces: erf %.3f ulp, tanh %.3f ulp\n", width, we, wt);
     CHECK(we <= (width == 4 ? 1.5 : 1.0));
-    CHECK(wt <= (width == 16 ? 1.0 : 1.5));
+    CHECK(wt <= (width == 4 ? 1.5 : 1.0));
   }
 }
 
