@@ -333,7 +333,7 @@ def test_repeated_unit_inside_a_step_is_not_a_step(fused):
     torch.tpu.synchronize()
     s = stats()
     assert s["flushes"]["loop"] == 4, s
-    assert s["misses"] + s["hits"] == 4, s
+    assert s["misses"] + s["hits"] + s["disk_hits"] == 4, s  # a warm disk cache serves the first
     ref = x.cpu()
     for _ in range(5):
         ref = torch.tanh(ref * 1.001 + 0.5) - 0.25
