@@ -49,7 +49,25 @@ from . import _C  # noqa: E402
 __version__ = "0.1.0"
 
 
+def _settle_autograd_threads():
+    """At exit. PyTorch runs backward passes over tpu tensors on an autograd
+    thread per device, which drops a finished graph task after backward()
+    has returned; the task's thread-local state can hold Python objects
+    (torch.compile stashes some there), so that thread then waits for the
+    GIL. If the interpreter is already finalizing when it gets it, the
+    thread is ended mid-unwind and the process aborts ("terminate called
+    without an active exception"). Giving the GIL away for a moment lets
+    such a thread finish first; only processes that used a chip wait."""
+    if any(_C._is_initialized(i) for i in range(_C._device_count())):
+        import time
+
+        time.sleep(0.05)
+
+
 def _init():
+    import atexit
+
+    atexit.register(_settle_autograd_threads)
     if _torch._C._get_privateuse1_backend_name() != "tpu":
         _torch.utils.rename_privateuse1_backend("tpu")
     from . import tpu as _tpu_module
