@@ -290,6 +290,17 @@ TPU_TEST(mxu_strides_alpha_beta) {
   }
 }
 
+/* Big problems (past the small-problem primitive) with B read along K (a
+ * transposed weight: packed in its own order and handed over transposed),
+ * every precision, with A and C in other layouts; alpha/beta. */
+TPU_TEST(mxu_big_transposed_b) {
+  for (int prec = TPU_PREC_DEFAULT; prec <= TPU_PREC_FP32; prec++)
+    for (int la = 0; la < 3; la++) {
+      CHECK(check_f32(prec, 96, 160, 192, la, 1, (la + 1) % 3, 1.0, 0.0) == 0);
+      CHECK(check_f32(prec, 70, 130, 257, la, 1, 2, -0.75, 0.5) == 0);
+    }
+}
+
 /* HIGHEST is within ~1e-6 of a true f64 GEMM; DEFAULT visibly is not. */
 TPU_TEST(mxu_precision_vs_f64) {
   const int64_t m = 24, n = 40, k = 96;

@@ -10,7 +10,7 @@
  * "user" mode, from the workspace cache below, so concurrent callers never
  * share one.
  *
- * Small problems (m*n*k below SMALL_MACS) skip the shape-specialised
+ * Small problems (m*n*k up to TPUMXU_SMALL_MACS) skip the shape-specialised
  * kernels: one primitive per type combination with run-time sizes and
  * strides (oneDNN's JIT GEMM, created once) runs them on the calling thread
  * (OpenMP team of one), batch items in a loop. JIT-compiling a kernel per
@@ -46,7 +46,6 @@
 int omp_get_max_threads(void);
 void omp_set_num_threads(int n);
 
-#define SMALL_MACS ((int64_t)1 << 21)
 
 /* ---- workspace cache --------------------------------------------------- */
 
@@ -587,7 +586,7 @@ int tpumxu__dnnl_matmul(int64_t batch, int64_t m, int64_t n, int64_t k,
                        const tpumxu__mat *dst, int accumulate) {
   int rc = engine();
   if (rc) return rc;
-  if (m * n * k <= SMALL_MACS && src->s1 == 1 && wei->s1 == 1 && dst->s1 == 1)
+  if (m * n * k <= TPUMXU_SMALL_MACS && src->s1 == 1 && wei->s1 == 1 && dst->s1 == 1)
     return small_matmul(batch, m, n, k, src, wei, dst, accumulate);
   if (use_pool() && pool_matmul(batch, m, n, k, src, wei, dst, accumulate, &rc)) return rc;
   return cached_matmul(batch, m, n, k, src, wei, dst, accumulate, 0);

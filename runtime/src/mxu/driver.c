@@ -298,6 +298,11 @@ int tpumxu__run(const tpumxu__problem *p) {
                 (p->dtype == TPU_BF16 && odt == TPUMXU_DT_BF16);
   int a_direct = same_dt && p->sak == 1 && p->sam >= 0 && p->sab >= 0;
   int b_direct = same_dt && p->sbn == 1 && p->sbk >= 0 && p->sbb >= 0;
+  /* B read along K (a transposed weight): packed in its own order, rows of
+   * B^T with the parts side by side, and handed to oneDNN transposed (its
+   * kernels reorder B anyway), so packing needs no gather. Big problems
+   * only: the small-problem primitive takes unit column strides. */
+  int b_trans = !b_direct && p->sbk == 1 && p->sbn != 1 && m * n * k > TPUMXU_SMALL_MACS;
   int64_t oes = odt == TPUMXU_DT_BF16 ? 2 : 4;
   size_t acap = 0, bcap = 0, tcap = 0;
   char *abuf = NULL, *bbuf = NULL;
@@ -332,6 +337,15 @@ repack:
   }
   if (b_direct) {
     B = (tpumxu__mat){(void *)p->b, odt, p->sbb, p->sbk, 1};
+  } else if (b_trans) {
+    bbuf = tpumxu__ws_get((size_t)(bb * kk * n * oes), &bcap);
+    if (!bbuf) goto oom;
+    pack_job J = {p->b, p->dtype, odt, np, bp, p->sbb, p->sbn, p->sbk, n, k,
+                  kk, kk * n, {0}, bbuf, 0, 0};
+    for (int q = 0; q < np; q++) J.poff[q] = q * k; /* parts side by side in a row of B^T */
+    pack(&J, bb);
+    B = (tpumxu__mat){bbuf, odt, kk * n, 1, kk};
+    if (fused && J.nonfin) goto unfuse;
   } else {
     bbuf = tpumxu__ws_get((size_t)(bb * kk * n * oes), &bcap);
     if (!bbuf) goto oom;
@@ -369,7 +383,7 @@ repack:
     Ahi = A;
     Ahi.ptr = (char *)A.ptr + ia * oes;
     Bhi = B;
-    Bhi.ptr = (char *)B.ptr + ib * n * oes;
+    Bhi.ptr = (char *)B.ptr + ib * B.s0 * oes;
     rc = tpumxu__dnnl_matmul(p->batch, m, n, k, &Ahi, &Bhi, &D, 1);
   } else {
     rc = tpumxu__dnnl_matmul(p->batch, m, n, kk, &A, &B, &D, direct && p->beta == 1.f);

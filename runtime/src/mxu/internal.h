@@ -36,6 +36,10 @@ enum { TPUMXU_DT_F32 = 0, TPUMXU_DT_BF16 = 1 };
 /* One operand or result of a batched matmul: element (b, i, j) at
  * ptr + (b * sb + i * s0 + j * s1) elements of dt; sb == 0 with a batch of
  * more than one broadcasts a single matrix. Strides >= 0. */
+/* m*n*k up to this runs on the small-problem primitive (run-time sizes,
+ * unit column strides, calling thread): see mxu/dnnl.c */
+#define TPUMXU_SMALL_MACS ((int64_t)1 << 21)
+
 typedef struct tpumxu__mat {
   void *ptr;
   int dt;
