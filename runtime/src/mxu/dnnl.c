@@ -46,7 +46,6 @@
 int omp_get_max_threads(void);
 void omp_set_num_threads(int n);
 
-
 /* ---- workspace cache --------------------------------------------------- */
 
 /* Packed operands, temporaries and scratchpads are large, short-lived
@@ -145,6 +144,11 @@ int tpumxu__dnnl_bf16_native(void) {
 }
 
 static dnnl_data_type_t ddt_of(int dt) { return dt == TPUMXU_DT_BF16 ? dnnl_bf16 : dnnl_f32; }
+
+/* x's pointer moved by elems elements */
+static void *at_elem(const tpumxu__mat *x, int64_t elems) {
+  return (char *)x->ptr + elems * (x->dt == TPUMXU_DT_BF16 ? 2 : 4);
+}
 
 /* ---- primitive cache --------------------------------------------------- */
 
@@ -354,13 +358,11 @@ static int small_matmul(int64_t batch, int64_t m, int64_t n, int64_t k,
       !(s = dnnl_memory_desc_init_by_strides(&wmd, 2, dw, ddt_of(wei->dt), sw)) &&
       !(s = dnnl_memory_desc_init_by_strides(&dmd, 2, dd, ddt_of(dst->dt), sd)) &&
       !(s = dnnl_stream_create(&st, g_eng, dnnl_stream_default_flags))) {
-    int64_t es = src->dt == TPUMXU_DT_BF16 ? 2 : 4, ew = wei->dt == TPUMXU_DT_BF16 ? 2 : 4,
-            ed = dst->dt == TPUMXU_DT_BF16 ? 2 : 4;
     for (int64_t b = 0; b < batch && !s; b++) {
       dnnl_memory_t ms = NULL, mw = NULL, md = NULL;
-      if (!(s = dnnl_memory_create(&ms, &smd, g_eng, (char *)src->ptr + b * src->sb * es)) &&
-          !(s = dnnl_memory_create(&mw, &wmd, g_eng, (char *)wei->ptr + b * wei->sb * ew)) &&
-          !(s = dnnl_memory_create(&md, &dmd, g_eng, (char *)dst->ptr + b * dst->sb * ed))) {
+      if (!(s = dnnl_memory_create(&ms, &smd, g_eng, at_elem(src, b * src->sb))) &&
+          !(s = dnnl_memory_create(&mw, &wmd, g_eng, at_elem(wei, b * wei->sb))) &&
+          !(s = dnnl_memory_create(&md, &dmd, g_eng, at_elem(dst, b * dst->sb)))) {
         dnnl_exec_arg_t args[3] = {{DNNL_ARG_SRC, ms}, {DNNL_ARG_WEIGHTS, mw}, {DNNL_ARG_DST, md}};
         if (!(s = dnnl_primitive_execute(prim, st, 3, args))) s = dnnl_stream_wait(st);
       }
@@ -487,14 +489,6 @@ typedef struct part_job {
   pthread_mutex_t mu;
 } part_job;
 
-static int64_t esize(int dt) { return dt == TPUMXU_DT_BF16 ? 2 : 4; }
-
-static tpumxu__mat offset(const tpumxu__mat *x, int64_t elems) {
-  tpumxu__mat r = *x;
-  r.ptr = (char *)x->ptr + elems * esize(x->dt);
-  return r;
-}
-
 static void part_fn(void *ctx, int64_t q0, int64_t q1) {
   part_job *J = ctx;
   for (int64_t q = q0; q < q1; q++) {
@@ -509,9 +503,10 @@ static void part_fn(void *ctx, int64_t q0, int64_t q1) {
     }
     if (nb <= 0 || m <= 0) continue;
     /* a broadcast operand (sb 0) stays put */
-    tpumxu__mat s = offset(&J->src, b0 * J->src.sb + i0 * J->src.s0);
-    tpumxu__mat w = offset(&J->wei, b0 * J->wei.sb);
-    tpumxu__mat d = offset(&J->dst, b0 * J->dst.sb + i0 * J->dst.s0);
+    tpumxu__mat s = J->src, w = J->wei, d = J->dst;
+    s.ptr = at_elem(&J->src, b0 * J->src.sb + i0 * J->src.s0);
+    w.ptr = at_elem(&J->wei, b0 * J->wei.sb);
+    d.ptr = at_elem(&J->dst, b0 * J->dst.sb + i0 * J->dst.s0);
     int rc = cached_matmul(nb, m, J->n, J->k, &s, &w, &d, J->acc, 1);
     if (rc) {
       pthread_mutex_lock(&J->mu);

@@ -10,7 +10,6 @@
 #include <math.h>
 #include <stddef.h>
 #include <stdlib.h>
-#include <string.h>
 
 #include "exec/vtpu/internal.h"
 
@@ -710,11 +709,7 @@ static void run_tile(xk_prog *p, const xk_space *s, int64_t L, int64_t n,
       stored[k] = 1;
     }
   }
-  /* buffers of broadcast scalars (filled once by prog_range, never reused) */
-  char cst[XK_MAX_BUF];
-  memset(cst, 0, (size_t)p->nbuf);
-  for (int k = 0; k < p->nload; k++)
-    if (p->load_const[k]) cst[p->load[k].buf] = 1;
+  const int8_t *cst = p->buf_const; /* buffers of broadcast scalars */
   for (int j = 0; j < p->nins; j++) {
     const xk_ins *in = &p->ins[j];
     int64_t bad = 0;
@@ -970,7 +965,10 @@ int tpux__region_prog(xctx *c, int n, const int32_t *members, const char *store,
     p->bufcls[pick] = vcls[j];
   }
   p->nbuf = np;
-  for (int l = 0; l < p->nload; l++) p->load[l].buf = phys[p->load[l].buf];
+  for (int l = 0; l < p->nload; l++) {
+    p->load[l].buf = phys[p->load[l].buf];
+    p->buf_const[p->load[l].buf] = p->load_const[l];
+  }
   for (int k = 0; k < n; k++) {
     const tpuir_node *m = tpuir_get_node(g, members[k]);
     int in_dt = tpuir_get_node(g, m->in[m->op == TPUIR_SELECT ? 1 : 0])->dtype;

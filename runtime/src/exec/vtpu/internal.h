@@ -148,6 +148,7 @@ typedef struct xk_prog {
   int8_t bufcls[XK_MAX_BUF];
   int8_t direct_ok[XK_MAX_ARR]; /* store array may be written in place */
   int8_t load_const[XK_MAX_ARR]; /* all strides 0: filled once per thread */
+  int8_t buf_const[XK_MAX_BUF];  /* the buffer of such a load (never reused) */
   /* run-time error raised by a kernel (first wins) */
   _Atomic int err;
   int64_t err_val;

@@ -211,6 +211,34 @@ static const float ERF8[9][8] __attribute__((aligned(64))) = {
     {0x1.0d2a960000000p-27f, 0x1.ee01340000000p-27f, -0x1.48ed700000000p-27f, 0x1.1e6fd60000000p-27f, 0x1.1caeb40000000p-27f, -0x1.cd397c0000000p-29f, 0x1.889e600000000p-28f, -0x1.efe9880000000p-27f}, /* c0 lo */
 };
 
+/* t * (c0 + sm) for the piecewise kernels below (c0: the piece's constant
+ * coefficient, hi part; sm: u * (the rest of the polynomial) + c0's lo
+ * part) as hi + fma(t, sm, t c0 - hi) (FMA-exact low part); for t < 2^-64
+ * at t 2^64 (the low parts would be subnormal), scaled back. */
+T512 static inline __m512 times_t16(__m512 t, __m512 c0, __m512 sm) {
+  __mmask16 tiny = _mm512_cmp_ps_mask(t, _mm512_set1_ps(0x1p-64f), _CMP_LT_OQ);
+  __m512 ts = _mm512_mask_mul_ps(t, tiny, t, _mm512_set1_ps(0x1p64f));
+  __m512 hi = _mm512_mul_ps(ts, c0);
+  __m512 r = _mm512_add_ps(hi, _mm512_fmadd_ps(ts, sm, _mm512_fmsub_ps(ts, c0, hi)));
+  return _mm512_mask_mul_ps(r, tiny, r, _mm512_set1_ps(0x1p-64f));
+}
+T256 static inline __m256 times_t8(__m256 t, __m256 c0, __m256 sm) {
+  __m256 tiny = _mm256_cmp_ps(t, _mm256_set1_ps(0x1p-64f), _CMP_LT_OQ);
+  __m256 ts = _mm256_blendv_ps(t, _mm256_mul_ps(t, _mm256_set1_ps(0x1p64f)), tiny);
+  __m256 hi = _mm256_mul_ps(ts, c0);
+  __m256 r = _mm256_add_ps(hi, _mm256_fmadd_ps(ts, sm, _mm256_fmsub_ps(ts, c0, hi)));
+  return _mm256_blendv_ps(r, _mm256_mul_ps(r, _mm256_set1_ps(0x1p-64f)), tiny);
+}
+/* times_t16, then 1 where t >= sat, with x's sign (odd functions) */
+T512 static inline __m512 odd_times_t16(__m512 x, __m512 t, __m512 c0, __m512 sm, float sat) {
+  __m512 r = times_t16(t, c0, sm);
+  r = _mm512_mask_mov_ps(r, _mm512_cmp_ps_mask(t, _mm512_set1_ps(sat), _CMP_GE_OQ),
+                         _mm512_set1_ps(1.0f));
+  return _mm512_castsi512_ps(_mm512_or_si512(
+      _mm512_castps_si512(r), _mm512_and_si512(_mm512_castps_si512(x),
+                                               _mm512_set1_epi32((int)0x80000000u))));
+}
+
 /* erf at 16 lanes: 16 pieces, one vpermps per coefficient */
 T512 static __m512 erf16(__m512 x) {
   __m512 t = _mm512_abs_ps(x);
@@ -223,17 +251,7 @@ T512 static __m512 erf16(__m512 x) {
   for (int k = 4; k >= 1; k--) q = _mm512_fmadd_ps(q, u, C(k));
   __m512 sm = _mm512_fmadd_ps(u, q, C(6)), c0 = C(0);
 #undef C
-  /* t < 2^-64: the products at t 2^64 (their low parts would be subnormal) */
-  __mmask16 tiny = _mm512_cmp_ps_mask(t, _mm512_set1_ps(0x1p-64f), _CMP_LT_OQ);
-  __m512 ts = _mm512_mask_mul_ps(t, tiny, t, _mm512_set1_ps(0x1p64f));
-  __m512 hi = _mm512_mul_ps(ts, c0);
-  __m512 r = _mm512_add_ps(hi, _mm512_fmadd_ps(ts, sm, _mm512_fmsub_ps(ts, c0, hi)));
-  r = _mm512_mask_mul_ps(r, tiny, r, _mm512_set1_ps(0x1p-64f));
-  r = _mm512_mask_mov_ps(r, _mm512_cmp_ps_mask(t, _mm512_set1_ps(4.0f), _CMP_GE_OQ),
-                         _mm512_set1_ps(1.0f));
-  return _mm512_castsi512_ps(_mm512_or_si512(
-      _mm512_castps_si512(r), _mm512_and_si512(_mm512_castps_si512(x),
-                                               _mm512_set1_epi32((int)0x80000000u))));
+  return odd_times_t16(x, t, c0, sm, 4.0f);
 }
 /* erf at 8 lanes: 8 pieces, one vpermps per coefficient */
 T256 static __m256 erf8(__m256 x) {
@@ -247,11 +265,7 @@ T256 static __m256 erf8(__m256 x) {
   for (int k = 6; k >= 1; k--) q = _mm256_fmadd_ps(q, u, C(k));
   __m256 sm = _mm256_fmadd_ps(u, q, C(8)), c0 = C(0);
 #undef C
-  __m256 tiny = _mm256_cmp_ps(t, _mm256_set1_ps(0x1p-64f), _CMP_LT_OQ); /* as erf16 */
-  __m256 ts = _mm256_blendv_ps(t, _mm256_mul_ps(t, _mm256_set1_ps(0x1p64f)), tiny);
-  __m256 hi = _mm256_mul_ps(ts, c0);
-  __m256 r = _mm256_add_ps(hi, _mm256_fmadd_ps(ts, sm, _mm256_fmsub_ps(ts, c0, hi)));
-  r = _mm256_blendv_ps(r, _mm256_mul_ps(r, _mm256_set1_ps(0x1p-64f)), tiny);
+  __m256 r = times_t8(t, c0, sm);
   r = _mm256_blendv_ps(r, _mm256_set1_ps(1.0f), _mm256_cmp_ps(t, _mm256_set1_ps(4.0f), _CMP_GE_OQ));
   return _mm256_or_ps(r, _mm256_and_ps(sign, x));
 }
@@ -284,16 +298,7 @@ T512 static __m512 tanh16(__m512 x) {
   for (int k = 5; k >= 1; k--) q = _mm512_fmadd_ps(q, u, C(k));
   __m512 sm = _mm512_fmadd_ps(u, q, C(7)), c0 = C(0);
 #undef C
-  __mmask16 tiny = _mm512_cmp_ps_mask(t, _mm512_set1_ps(0x1p-64f), _CMP_LT_OQ);
-  __m512 ts = _mm512_mask_mul_ps(t, tiny, t, _mm512_set1_ps(0x1p64f));
-  __m512 hi = _mm512_mul_ps(ts, c0);
-  __m512 r = _mm512_add_ps(hi, _mm512_fmadd_ps(ts, sm, _mm512_fmsub_ps(ts, c0, hi)));
-  r = _mm512_mask_mul_ps(r, tiny, r, _mm512_set1_ps(0x1p-64f));
-  r = _mm512_mask_mov_ps(r, _mm512_cmp_ps_mask(t, _mm512_set1_ps(10.0f), _CMP_GE_OQ),
-                         _mm512_set1_ps(1.0f));
-  return _mm512_castsi512_ps(_mm512_or_si512(
-      _mm512_castps_si512(r), _mm512_and_si512(_mm512_castps_si512(x),
-                                               _mm512_set1_epi32((int)0x80000000u))));
+  return odd_times_t16(x, t, c0, sm, 10.0f);
 }
 
 /* tanh at 8 lanes: TANH32's first 16 pieces ([0, 5); two vpermps and a
@@ -313,11 +318,7 @@ T256 static __m256 tanh8(__m256 x) {
   for (int k = 5; k >= 1; k--) q = _mm256_fmadd_ps(q, u, C(k));
   __m256 sm = _mm256_fmadd_ps(u, q, C(7)), c0 = C(0);
 #undef C
-  __m256 tiny = _mm256_cmp_ps(t, _mm256_set1_ps(0x1p-64f), _CMP_LT_OQ); /* as erf16 */
-  __m256 ts = _mm256_blendv_ps(t, _mm256_mul_ps(t, _mm256_set1_ps(0x1p64f)), tiny);
-  __m256 hi = _mm256_mul_ps(ts, c0);
-  __m256 r = _mm256_add_ps(hi, _mm256_fmadd_ps(ts, sm, _mm256_fmsub_ps(ts, c0, hi)));
-  r = _mm256_blendv_ps(r, _mm256_mul_ps(r, _mm256_set1_ps(0x1p-64f)), tiny);
+  __m256 r = times_t8(t, c0, sm);
   __m256 big = _mm256_cmp_ps(t, _mm256_set1_ps(5.0f), _CMP_GE_OQ);
   if (_mm256_movemask_ps(big)) {
     __m256 one = _mm256_set1_ps(1.0f);
