@@ -463,21 +463,26 @@ def _reset_cache_stats():
     _c_kernel._reset_stats()
 
 
-_FUSIONS = {"epilogue": 0, "reduce": 1}  # tpu_exec.h TPUX_FUSE_*
+_FUSIONS = {"epilogue": 0, "reduce": 1, "bf16_operands": 2}  # tpu_exec.h TPUX_FUSE_*
 
 
 def _get_fusion_stats():
     """Executor fusion counters since the process started: ``epilogue``
-    (matmuls whose elementwise consumers ran on each finished GEMM block)
-    and ``reduce`` (reductions evaluated tile by tile from their producer
-    region, never materialising its value)."""
+    (matmuls whose elementwise consumers ran on each finished GEMM block),
+    ``reduce`` (reductions evaluated tile by tile from their producer
+    region, never materialising its value) and ``bf16_operands`` (f32
+    DEFAULT-precision matmuls planned to read bf16 operands rounded once
+    where they are produced)."""
     return {k: _C._fusion_runs(v) for k, v in _FUSIONS.items()}
 
 
 def _set_fusion(kind, enabled):
-    """Turn an executor fusion ("epilogue" or "reduce") on (True), off
-    (False) or back to its environment default (None), process-wide; for
-    A/B comparisons (results are bit-identical either way)."""
+    """Turn an executor fusion ("epilogue", "reduce" or "bf16_operands") on
+    (True), off (False) or back to its environment default (None),
+    process-wide; for A/B comparisons. "epilogue" and "reduce" are
+    bit-identical either way; "bf16_operands" has the same products (f32
+    accumulation order may differ) and applies to programs planned after
+    the switch (clear the compilation cache to re-plan cached ones)."""
     if kind not in _FUSIONS:
         raise ValueError(f"unknown fusion {kind!r}; expected one of {sorted(_FUSIONS)}")
     _C._set_fusion(_FUSIONS[kind], -1 if enabled is None else int(bool(enabled)))

@@ -56,11 +56,17 @@ TPU_API int tpux_copy(const tpu_view *dst, const tpu_view *src);
  * Kinds: TPUX_FUSE_EPILOGUE (a matmul's elementwise consumers run on each
  * finished GEMM block; env TORCH_TPU_NO_EPILOGUE=1 turns it off) and
  * TPUX_FUSE_REDUCE (a reduction evaluates its producer region tile by tile;
- * env TORCH_TPU_NO_REDUCE_FUSION=1). Both are bit-identical to the unfused
- * plan. Process-wide and thread-safe. */
-enum { TPUX_FUSE_EPILOGUE = 0, TPUX_FUSE_REDUCE = 1 };
+ * env TORCH_TPU_NO_REDUCE_FUSION=1), both bit-identical to the unfused
+ * plan; TPUX_FUSE_BF16_OPERANDS (an f32 matmul at DEFAULT precision reads
+ * bf16 operands rounded once where they are produced, instead of rounding
+ * them itself per matmul: same products, the f32 accumulation order may
+ * differ; on hosts with native bf16 only; env TORCH_TPU_NO_BF16_OPERANDS=1;
+ * it applies to programs planned after the switch). Process-wide and
+ * thread-safe. */
+enum { TPUX_FUSE_EPILOGUE = 0, TPUX_FUSE_REDUCE = 1, TPUX_FUSE_BF16_OPERANDS = 2 };
 /* How many times fusion `kind` has run since the process started (dots with
- * an epilogue / fused reductions); -1 for an unknown kind. */
+ * an epilogue / fused reductions / dots planned with bf16 operands); -1 for
+ * an unknown kind. */
 TPU_API int64_t tpux_fusion_runs(int kind);
 /* Turn fusion `kind` on (mode 1), off (0) or back to its environment
  * default (-1), for every later program (A/B comparisons, tests). Returns

@@ -75,6 +75,22 @@ TPU_API int tpumxu_gemm_ex(int dtype, int precision, int64_t batch, int64_t m,
                    int64_t sbc, int64_t scm, int64_t scn,
                    tpumxu_epilogue_fn epi, void *epi_ctx);
 
+/* tpumxu_gemm_ex with operands (A, B) of ab_dtype and C of c_dtype: either
+ * the same dtype (exactly tpumxu_gemm_ex), or TPU_BF16 operands with an
+ * TPU_F32 C (bf16 x bf16 products accumulated and stored in f32: the
+ * DEFAULT pass of f32 operands already rounded to bf16, without the
+ * rounding pass; `precision` is ignored). Borrowed: all pointers, epi_ctx. */
+TPU_API int tpumxu_gemm_io(int ab_dtype, int c_dtype, int precision, int64_t batch,
+                   int64_t m, int64_t n, int64_t k, double alpha, const void *a,
+                   int64_t sab, int64_t sam, int64_t sak, const void *b,
+                   int64_t sbb, int64_t sbk, int64_t sbn, double beta, void *c,
+                   int64_t sbc, int64_t scm, int64_t scn,
+                   tpumxu_epilogue_fn epi, void *epi_ctx);
+
+/* 1 when bf16 operands multiply natively on this host (AVX512-BF16, AMX),
+ * 0 when oneDNN widens them to f32 (same products, slower), or oneDNN is
+ * unusable. */
+TPU_API int tpumxu_bf16_native(void);
 
 /* ---- convolution ----------------------------------------------------- */
 

@@ -301,6 +301,70 @@ TPU_TEST(mxu_big_transposed_b) {
     }
 }
 
+/* bf16 operands with an f32 C (tpumxu_gemm_io): products exact, f32
+ * accumulation, any layout (transposed operands of big problems are read
+ * in place), small and big problems, alpha/beta; mixed pairs other than
+ * bf16 -> f32 are refused. */
+static int check_bf16_f32(int64_t m, int64_t n, int64_t k, int la, int lb, int lc,
+                          double alpha, double beta) {
+  tmat A, B, C;
+  tmat_init(&A, TPU_BF16, m, k, la);
+  tmat_init(&B, TPU_BF16, k, n, lb);
+  tmat_init(&C, TPU_F32, m, n, lc);
+  tmat_fill(&A, 1.0);
+  tmat_fill(&B, 1.0);
+  if (beta != 0) tmat_fill(&C, 1.0);
+  double *c0 = calloc((size_t)(m * n), sizeof(double));
+  for (int64_t i = 0; i < m; i++)
+    for (int64_t j = 0; j < n; j++) c0[i * n + j] = beta != 0 ? tmat_get(&C, i, j) : 0;
+  int bad = 0;
+  int rc = tpumxu_gemm_io(TPU_BF16, TPU_F32, TPU_PREC_HIGHEST, 1, m, n, k, alpha,
+                          A.base, 0, A.rs, A.cs, B.base, 0, B.rs, B.cs, beta,
+                          C.base, 0, C.rs, C.cs, NULL, NULL);
+  if (rc) {
+    fprintf(stderr, "  gemm_io rc %d: %s\n", rc, tpu_last_error());
+    bad = 1;
+  }
+  double tolk = 3.0 * EPS32 * (sqrt((double)k) + 2.0);
+  for (int64_t i = 0; i < m && !bad; i++)
+    for (int64_t j = 0; j < n && !bad; j++) {
+      double s = 0, g = 0;
+      for (int64_t l = 0; l < k; l++) {
+        double pr = tmat_get(&A, i, l) * tmat_get(&B, l, j);
+        s += pr;
+        g += fabs(pr);
+      }
+      double want = alpha * s + beta * c0[i * n + j], got = tmat_get(&C, i, j);
+      double tol = tolk * (fabs(alpha) * g + fabs(beta * c0[i * n + j])) + 1e-30;
+      if (!(fabs(got - want) <= tol)) {
+        fprintf(stderr, "  bf16->f32 m%lld n%lld k%lld la%d lb%d lc%d: C[%lld,%lld]=%.9g want %.9g\n",
+                (long long)m, (long long)n, (long long)k, la, lb, lc, (long long)i,
+                (long long)j, got, want);
+        bad = 1;
+      }
+    }
+  free(c0);
+  tmat_free(&A);
+  tmat_free(&B);
+  tmat_free(&C);
+  return bad;
+}
+
+TPU_TEST(mxu_bf16_operands_f32_result) {
+  for (int la = 0; la < 3; la++)
+    for (int lb = 0; lb < 3; lb++) {
+      CHECK(check_bf16_f32(19, 37, 41, la, lb, (la + lb) % 3, 1.0, 0.0) == 0);
+      CHECK(check_bf16_f32(96, 160, 192, la, lb, 0, 1.0, 0.0) == 0);
+      CHECK(check_bf16_f32(70, 130, 257, la, lb, 2, -0.75, 0.5) == 0);
+    }
+  CHECK(check_bf16_f32(300, 70, 130, 1, 1, 0, 1.0, 0.0) == 0); /* cut by rows */
+  float x = 0;
+  CHECK(tpumxu_gemm_io(TPU_F16, TPU_F32, 0, 1, 1, 1, 1, 1, &x, 0, 1, 1, &x, 0, 1, 1,
+                       0, &x, 0, 1, 1, NULL, NULL) == TPU_E_TYPE);
+  CHECK(tpumxu_gemm_io(TPU_F32, TPU_BF16, 0, 1, 1, 1, 1, 1, &x, 0, 1, 1, &x, 0, 1, 1,
+                       0, &x, 0, 1, 1, NULL, NULL) == TPU_E_TYPE);
+}
+
 /* HIGHEST is within ~1e-6 of a true f64 GEMM; DEFAULT visibly is not. */
 TPU_TEST(mxu_precision_vs_f64) {
   const int64_t m = 24, n = 40, k = 96;

@@ -25,6 +25,10 @@
  * terms cannot be zeroed separately here, so calls with a non-finite part
  * (inf/NaN inputs, or hi overflowing) are repacked for the path above.
  *
+ * Operands oneDNN can read as they are (bf16 operands with a native
+ * kernel, f32 ones at FP32; row-major, or transposed in big problems) are
+ * not copied; bf16 operands may have an f32 C (tpumxu_gemm_io).
+ *
  * C is written by oneDNN directly when it can be (f32 C, or bf16 C with a
  * native bf16 kernel; unit column stride, alpha 1, beta 0 - or beta 1
  * without separately summed small terms, as a sum post-op); otherwise the GEMM goes to an f32 buffer and a parallel pass
@@ -248,7 +252,7 @@ static void zero_nonfinite(float *s, int64_t batch, int64_t m, int64_t n,
 static void fin_fn(void *ctx, int64_t t0, int64_t t1) {
   const fin_job *J = ctx;
   const tpumxu__problem *p = J->p;
-  int64_t es = (int64_t)tpu_dtype_size(p->dtype);
+  int64_t es = (int64_t)tpu_dtype_size(p->cdtype);
   for (int64_t t = t0; t < t1; t++) {
     int64_t b = t / J->nrb, i0 = (t % J->nrb) * J->rb;
     int64_t i1 = i0 + J->rb < p->m ? i0 + J->rb : p->m;
@@ -259,7 +263,7 @@ static void fin_fn(void *ctx, int64_t t0, int64_t t1) {
         for (int64_t j = 0; j < p->n; j++) {
           float v = p->alpha * tb[i * p->n + j];
           char *cp = cb + (i * p->scm + j * p->scn) * es;
-          switch (p->dtype) {
+          switch (p->cdtype) {
           case TPU_F32:
             *(float *)cp = p->beta != 0.f ? v + p->beta * *(float *)cp : v;
             break;
@@ -298,11 +302,17 @@ int tpumxu__run(const tpumxu__problem *p) {
                 (p->dtype == TPU_BF16 && odt == TPUMXU_DT_BF16);
   int a_direct = same_dt && p->sak == 1 && p->sam >= 0 && p->sab >= 0;
   int b_direct = same_dt && p->sbn == 1 && p->sbk >= 0 && p->sbb >= 0;
+  /* a transposed operand (columns contiguous) is read in place too, big
+   * problems only (the small-problem primitive takes unit column strides);
+   * oneDNN's transposed-A kernels keep the speed of the row-major ones */
+  int big = m * n * k > TPUMXU_SMALL_MACS;
+  int a_direct_t = same_dt && big && !a_direct && p->sam == 1 && p->sak > 0 && p->sab >= 0;
+  int b_direct_t = same_dt && big && !b_direct && p->sbk == 1 && p->sbn > 0 && p->sbb >= 0;
   /* B read along K (a transposed weight): packed in its own order, rows of
    * B^T with the parts side by side, and handed to oneDNN transposed (its
    * kernels reorder B anyway), so packing needs no gather. Big problems
    * only: the small-problem primitive takes unit column strides. */
-  int b_trans = !b_direct && p->sbk == 1 && p->sbn != 1 && m * n * k > TPUMXU_SMALL_MACS;
+  int b_trans = !b_direct && !b_direct_t && p->sbk == 1 && p->sbn != 1 && big;
   int64_t oes = odt == TPUMXU_DT_BF16 ? 2 : 4;
   size_t acap = 0, bcap = 0, tcap = 0;
   char *abuf = NULL, *bbuf = NULL;
@@ -323,8 +333,8 @@ repack:
   }
   if (!split_f32 && p->dtype != TPU_BF16) ap = bp = k_raw; /* f16, FP32 */
   kk = np * k;
-  if (a_direct) {
-    A = (tpumxu__mat){(void *)p->a, odt, p->sab, p->sam, 1};
+  if (a_direct || a_direct_t) {
+    A = (tpumxu__mat){(void *)p->a, odt, p->sab, p->sam, p->sak};
   } else {
     abuf = tpumxu__ws_get((size_t)(ba * m * kk * oes), &acap);
     if (!abuf) goto oom;
@@ -335,8 +345,8 @@ repack:
     A = (tpumxu__mat){abuf, odt, m * kk, kk, 1};
     if (fused && J.nonfin) goto unfuse;
   }
-  if (b_direct) {
-    B = (tpumxu__mat){(void *)p->b, odt, p->sbb, p->sbk, 1};
+  if (b_direct || b_direct_t) {
+    B = (tpumxu__mat){(void *)p->b, odt, p->sbb, p->sbk, p->sbn};
   } else if (b_trans) {
     bbuf = tpumxu__ws_get((size_t)(bb * kk * n * oes), &bcap);
     if (!bbuf) goto oom;
@@ -362,11 +372,11 @@ repack:
   /* result: C itself, or an f32 buffer finished below */
   const int zeroed = nsmall && !fused; /* small terms summed apart, zeroed */
   /* (oneDNN has no f32 x f32 -> bf16 kernel without native bf16) */
-  int cdt_ok = p->dtype == TPU_F32 || (p->dtype == TPU_BF16 && nsmall == 0 && native);
+  int cdt_ok = p->cdtype == TPU_F32 || (p->cdtype == TPU_BF16 && nsmall == 0 && native);
   int direct = cdt_ok && p->alpha == 1.f && p->scn == 1 && p->scm >= 0 &&
                p->sbc >= 0 && (p->beta == 0.f || (p->beta == 1.f && !zeroed));
   if (direct) {
-    D = (tpumxu__mat){p->c, p->dtype == TPU_BF16 ? TPUMXU_DT_BF16 : TPUMXU_DT_F32,
+    D = (tpumxu__mat){p->c, p->cdtype == TPU_BF16 ? TPUMXU_DT_BF16 : TPUMXU_DT_F32,
                      p->sbc, p->scm, 1};
   } else {
     tbuf = tpumxu__ws_get((size_t)(p->batch * m * n * 4), &tcap);

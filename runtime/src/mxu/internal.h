@@ -76,10 +76,11 @@ void tpumxu__ws_put(void *p, size_t cap);
 
 /* ---- driver (mxu/driver.c) ------------------------------------------ */
 
-/* One validated GEMM request (dtype F32, BF16 or F16; strides in elements,
- * pointers already offset to element (0,0) of batch 0). */
+/* One validated GEMM request (operand dtype F32, BF16 or F16, C of cdtype:
+ * the same, or F32 for BF16 operands; strides in elements, pointers
+ * already offset to element (0,0) of batch 0). */
 typedef struct tpumxu__problem {
-  int dtype, prec;
+  int dtype, cdtype, prec;
   int64_t batch, m, n, k;
   float alpha, beta;
   const char *a, *b;

@@ -145,10 +145,28 @@ int tpumxu_gemm_ex(int dtype, int precision, int64_t batch, int64_t m,
                    int64_t sbb, int64_t sbk, int64_t sbn, double beta, void *c,
                    int64_t sbc, int64_t scm, int64_t scn,
                    tpumxu_epilogue_fn epi, void *epi_ctx) {
+  return tpumxu_gemm_io(dtype, dtype, precision, batch, m, n, k, alpha, a, sab,
+                        sam, sak, b, sbb, sbk, sbn, beta, c, sbc, scm, scn, epi,
+                        epi_ctx);
+}
+
+int tpumxu_bf16_native(void) { return tpumxu__dnnl_bf16_native(); }
+
+/* GEMM with operand and result dtypes of their own (see tpu_mxu.h). */
+int tpumxu_gemm_io(int dtype, int c_dtype, int precision, int64_t batch,
+                   int64_t m, int64_t n, int64_t k, double alpha, const void *a,
+                   int64_t sab, int64_t sam, int64_t sak, const void *b,
+                   int64_t sbb, int64_t sbk, int64_t sbn, double beta, void *c,
+                   int64_t sbc, int64_t scm, int64_t scn,
+                   tpumxu_epilogue_fn epi, void *epi_ctx) {
   if (dtype != TPU_F32 && dtype != TPU_BF16 && dtype != TPU_F16 &&
       dtype != TPU_F64)
     return tpu_error(TPU_E_TYPE, "tpumxu_gemm: unsupported dtype %s",
                      tpu_dtype_name(dtype));
+  if (c_dtype != dtype && !(dtype == TPU_BF16 && c_dtype == TPU_F32))
+    return tpu_error(TPU_E_TYPE, "tpumxu_gemm: %s operands with a %s result are not supported",
+                     tpu_dtype_name(dtype), tpu_dtype_name(c_dtype));
+  if (dtype != c_dtype) precision = TPU_PREC_DEFAULT;
   if (precision < TPU_PREC_DEFAULT || precision > TPU_PREC_FP32)
     return tpu_error(TPU_E_INVALID, "tpumxu_gemm: bad precision %d", precision);
   if (batch < 0 || m < 0 || n < 0 || k < 0)
@@ -159,7 +177,7 @@ int tpumxu_gemm_ex(int dtype, int precision, int64_t batch, int64_t m,
   if (!c || (k > 0 && (!a || !b)))
     return tpu_error(TPU_E_INVALID, "tpumxu_gemm: NULL operand");
   if (k == 0) {
-    scale_c(dtype, batch, m, n, beta, c, sbc, scm, scn);
+    scale_c(c_dtype, batch, m, n, beta, c, sbc, scm, scn);
     if (epi)
       for (int64_t bi = 0; bi < batch; bi++) epi(epi_ctx, bi, 0, m, 0, n);
     return TPU_OK;
@@ -171,7 +189,7 @@ int tpumxu_gemm_ex(int dtype, int precision, int64_t batch, int64_t m,
     tpurt_parallel_for(batch * J.mb, grain, f64_fn, &J);
     return J.oom ? tpu_error(TPU_E_OOM, "tpumxu_gemm: out of host memory") : TPU_OK;
   }
-  tpumxu__problem p = {dtype, precision, batch, m, n, k,
+  tpumxu__problem p = {dtype, c_dtype, precision, batch, m, n, k,
                       (float)alpha, (float)beta, a, b, c, sab, sam, sak, sbb,
                       sbk, sbn, sbc, scm, scn, epi, epi_ctx};
   return tpumxu__run(&p);

@@ -316,3 +316,39 @@ int tpux__alloc_value(xctx *c, int t) {
   tpu_view_init_contiguous(&c->vals[t].v, m, n->dtype, n->ndim, n->sizes);
   return TPU_OK;
 }
+
+/* A CONVERT the plan keeps out of regions (a parameter's bf16 copy for the
+ * matrix unit, exec/vtpu/rewrite.c): when the operand is dense in some dim
+ * order the value keeps that memory order, so the conversion is one flat
+ * pass (a transposed weight stays transposed; the matrix unit reads it
+ * so); otherwise the value is contiguous. */
+int tpux__eval_convert(xctx *c, int t) {
+  const tpuir_node *n = tpuir_get_node(c->g, t);
+  const tpu_view *x = &c->vals[n->in[0]].v;
+  int rc = tpux__alloc_value(c, t);
+  if (rc) return rc;
+  tpu_view *v = &c->vals[t].v;
+  int ord[TPU_MAX_DIMS], no = 0;
+  for (int d = 0; d < x->ndim; d++) { /* dims of size > 1 by increasing stride */
+    if (x->sizes[d] == 1) continue;
+    int k = no++;
+    while (k > 0 && x->strides[ord[k - 1]] > x->strides[d]) {
+      ord[k] = ord[k - 1];
+      k--;
+    }
+    ord[k] = d;
+  }
+  int64_t expect = 1;
+  int dense = 1;
+  for (int k = 0; k < no && dense; k++) {
+    dense = x->strides[ord[k]] == expect;
+    expect *= x->sizes[ord[k]];
+  }
+  if (!dense || no < 2) return tpu_view_numel(v) ? tpux__copy_nocheck(v, x) : TPU_OK;
+  for (int k = 0; k < no; k++) v->strides[ord[k]] = x->strides[ord[k]];
+  tpu_view fx = *x, fv = *v; /* the same memory order: convert it flat */
+  fx.ndim = fv.ndim = 1;
+  fx.sizes[0] = fv.sizes[0] = expect;
+  fx.strides[0] = fv.strides[0] = 1;
+  return tpux__copy_nocheck(&fv, &fx);
+}

@@ -5,6 +5,8 @@
  * of dims cannot be expressed with a single stride the operand is first
  * copied into that canonical order. Float dtypes go to tpumxu_gemm:
  *   same in/out dtype (f32/bf16/f16/f64): one gemm into the result;
+ *   bf16 operands with an f32 result: one bf16 gemm with an f32 C (how
+ *     the plan's bf16 operands of f32 DEFAULT dots run: exec/vtpu/rewrite.c);
  *   bf16/f16 operands with another result dtype: operands widened to f32
  *     (exact) and multiplied with plain fp32 (products of bf16/f16 are exact
  *     in fp32, so this is the one-pass MXU result with f32 accumulation);
@@ -171,34 +173,35 @@ int tpux__eval_dot_ex(xctx *c, int t, tpumxu_epilogue_fn fn, void *ctx,
 
   int in_dt = L->dtype, out_dt = n->dtype;
   int is_int = xk_cls(in_dt) == XK_I64;
-  int gdt, prec = n->kind; /* gemm dtype */
+  int gdt, prec = n->kind; /* gemm operand dtype */
   if (is_int) gdt = TPU_I64;
-  else if (in_dt == out_dt) gdt = in_dt;
+  else if (in_dt == out_dt || (in_dt == TPU_BF16 && out_dt == TPU_F32)) gdt = in_dt;
   else if (in_dt == TPU_BF16 || in_dt == TPU_F16) {
     gdt = TPU_F32;
     prec = TPU_PREC_FP32;
   } else gdt = in_dt;
 
-  int64_t lt[3], ls[3], rt[3], rs[3];
+  int64_t lt[3] = {0}, ls[3] = {0}, rt[3] = {0}, rs[3] = {0};
   rc = prepare(&lo, gdt, is_int, lt, ls);
   if (!rc) rc = prepare(&ro, gdt, is_int, rt, rs);
   /* lt = {batch, m, k}, rt = {batch, k, n} */
   int64_t batch = lt[0], m = lt[1], k = lt[2], nn = rt[2];
+  int cdt = gdt == TPU_BF16 && out_dt == TPU_F32 ? TPU_F32 : gdt; /* gemm C dtype */
   void *cbuf = NULL;
   tpu_view cv = c->vals[t].v;
-  if (!rc && gdt != out_dt) {
+  if (!rc && cdt != out_dt) {
     int64_t numel = tpu_view_numel(&cv);
-    cbuf = tpux__alloc((size_t)numel * tpu_dtype_size(gdt));
+    cbuf = tpux__alloc((size_t)numel * tpu_dtype_size(cdt));
     if (!cbuf) rc = tpu_error(TPU_E_OOM, "dot_general: out of host memory");
     else {
       int64_t csz[TPU_MAX_DIMS];
       memcpy(csz, cv.sizes, sizeof csz);
-      tpu_view_init_contiguous(&cv, cbuf, gdt, cv.ndim, csz);
+      tpu_view_init_contiguous(&cv, cbuf, cdt, cv.ndim, csz);
     }
   }
   if (!rc && batch * m * nn > 0) {
     if (k == 0) {
-      memset(cv.base, 0, (size_t)(batch * m * nn) * tpu_dtype_size(gdt));
+      memset(cv.base, 0, (size_t)(batch * m * nn) * tpu_dtype_size(cdt));
     } else if (is_int) {
       idot_job j = {lo.v.base, ro.v.base, cv.base, m, nn, k};
       int64_t rows = batch * m, per = nn * k;
@@ -211,7 +214,7 @@ int tpux__eval_dot_ex(xctx *c, int t, tpumxu_epilogue_fn fn, void *ctx,
       const char *ab = (const char *)lo.v.base + lo.v.offset * (int64_t)es;
       const char *bb = (const char *)ro.v.base + ro.v.offset * (int64_t)es;
       tpumxu_epilogue_fn epi = cbuf ? NULL : fn;
-      rc = tpumxu_gemm_ex(gdt, prec, batch, m, nn, k, 1.0, ab, ls[0], ls[1],
+      rc = tpumxu_gemm_io(gdt, cdt, prec, batch, m, nn, k, 1.0, ab, ls[0], ls[1],
                           ls[2], bb, rs[0], rs[1], rs[2], 0.0, cv.base, m * nn,
                           nn, 1, epi, ctx);
       *applied = epi != NULL;

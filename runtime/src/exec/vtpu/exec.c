@@ -143,6 +143,7 @@ static int eval_node(xctx *c, int t, const tpu_view *ins) {
   case TPUIR_LDL: case TPUIR_LDL_SOLVE:
     return tpux__eval_linalg(c, t);
   case TPUIR_CUSTOM_CALL: return tpux__eval_custom(c, t);
+  case TPUIR_CONVERT: return tpux__eval_convert(c, t); /* kept out of regions */
   default:
     if (tpux__is_view_op(n->op)) return eval_view(c, t, n);
     return tpu_error(TPU_E_UNSUPPORTED, "vTPU executor: op %s not supported",

@@ -208,6 +208,9 @@ typedef struct xctx {
 
 /* Allocate a contiguous temporary for node t's result into c->vals[t]. */
 int tpux__alloc_value(xctx *c, int t);
+/* CONVERT node t evaluated alone, its value in the operand's memory order
+ * when the operand is dense (exec/vtpu/copy.c). */
+int tpux__eval_convert(xctx *c, int t);
 /* 64-byte aligned host allocation (never NULL for 0 bytes); release with
  * tpux__free (large blocks are cached for reuse across runs). */
 void *tpux__alloc(size_t bytes);
@@ -249,6 +252,21 @@ int tpux__eval_dot_fused(xctx *c, int t, int n, const int32_t *members,
 int tpux__eval_dot_ex(xctx *c, int t, void (*fn)(void *, int64_t, int64_t,
                                                  int64_t, int64_t, int64_t),
                       void *ctx, int *applied);
+
+/* ---- bf16 operands of f32 DEFAULT dots (exec/vtpu/rewrite.c) --------------- */
+/* 1 unless disabled (env TORCH_TPU_NO_BF16_OPERANDS=1, or
+ * tpux__set_bf16_operands(0)); read when a program is planned. */
+int tpux__bf16_operands_enabled(void);
+void tpux__set_bf16_operands(int mode);
+/* Dots planned with bf16 operands since the process started. */
+int64_t tpux__bf16_operand_dots(void);
+/* g rewritten so f32 DEFAULT dots read bf16 operands rounded where they
+ * are produced: *out = the new graph (caller frees), or NULL when nothing
+ * is rewritten (switched off, no such dot, no native bf16); *alone = a
+ * flag per node of *out (caller frees; NULL with it): the converts of
+ * parameters, to be evaluated alone. Returns TPU_OK or an error code
+ * (OOM). Borrowed: g. */
+int tpux__rewrite_dots(const tpuir_graph *g, tpuir_graph **out, char **alone);
 
 /* ---- reductions fused with their producer (exec/vtpu/reduce.c) ------------- */
 /* 1 unless reduction fusion is disabled (env TORCH_TPU_NO_REDUCE_FUSION=1,
@@ -359,7 +377,11 @@ typedef struct xvar {
 typedef struct xscratch xscratch;
 
 struct tpux_plan {
-  const tpuir_graph *g; /* borrowed: outlives the plan */
+  const tpuir_graph *g; /* the planned graph: the caller's (borrowed, outlives
+                           the plan) or own */
+  tpuir_graph *own;     /* owned rewrite of the caller's graph, or NULL */
+  char *alone;          /* with own: nodes kept out of regions (evaluated
+                           alone: tpux__eval_convert), or NULL; owned */
   int32_t nn, nout, last_fail;
   int32_t nparam, nlp, ncand;
   int32_t *outv;        /* output node of each output index */

@@ -12,6 +12,9 @@
  *   candidates    region outputs that may be written straight into their
  *                 destination, pending the bindings' aliasing
  *
+ * It plans a rewritten copy of the graph when f32 DEFAULT dots get bf16
+ * operands (exec/vtpu/rewrite.c).
+ *
  * The parts that depend on how the bindings alias each other (direct
  * writes, GEMM epilogues, fused reductions: exec/vtpu/variant.c) are
  * planned per aliasing pattern into a variant, also kept by the plan.
@@ -158,7 +161,8 @@ static void plan_regions(tpux_plan *p, pbuild *b) {
     const tpuir_val *ops;
     int no = tpux__node_operands(n, &ops);
     int R = -1;
-    if (tpuir_op_is_elementwise(n->op) && !tpux__is_complex_node(g, n)) {
+    if (tpuir_op_is_elementwise(n->op) && !tpux__is_complex_node(g, n) &&
+        !(p->alone && p->alone[t])) {
       R = region_join(p, b, t, ops, no);
       if (R < 0) R = region_new(p, b, t, ops, no);
       p->reg[t] = R;
@@ -279,13 +283,21 @@ int tpux_plan_new(const tpuir_graph *g, tpux_plan **out) {
   if (!out) return tpu_error(TPU_E_INVALID, "tpux_plan_new: NULL result");
   *out = NULL;
   if (!g) return tpu_error(TPU_E_INVALID, "tpux_plan_new: NULL graph");
-  tpux_plan *p = plan_alloc(g);
+  tpuir_graph *own = NULL; /* the graph with bf16 dot operands, if rewritten */
+  char *alone = NULL;
+  int rc = tpux__rewrite_dots(g, &own, &alone);
+  if (rc) return rc;
+  tpux_plan *p = plan_alloc(own ? own : g);
   size_t nb = (size_t)(p && p->nn ? p->nn : 1);
   int32_t *tmp = p ? malloc(4 * nb * sizeof(int32_t) + nb) : NULL;
   if (!tmp) {
     free(p);
+    tpuir_graph_free(own);
+    free(alone);
     return tpu_error(TPU_E_OOM, "tpux_plan_new: out of host memory");
   }
+  p->own = own;
+  p->alone = alone;
   pbuild b = {tmp, tmp + nb, tmp + 2 * nb, tmp + 3 * nb, (char *)(tmp + 4 * nb)};
   memset(b.rclosed, 0, nb);
   plan_liveness(p, &b);
@@ -303,5 +315,7 @@ void tpux_plan_free(tpux_plan *p) {
   tpux__variants_free(atomic_load_explicit(&p->vars, memory_order_acquire));
   tpux__run_scratch_free(atomic_load_explicit(&p->spare, memory_order_acquire));
   pthread_mutex_destroy(&p->mu);
+  tpuir_graph_free(p->own);
+  free(p->alone);
   free(p);
 }

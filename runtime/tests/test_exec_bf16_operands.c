@@ -1,0 +1,136 @@
+/* test_exec_bf16_operands.c - the plan's bf16 operands for f32 DEFAULT
+ * matmuls (exec/vtpu/rewrite.c): one program with an elementwise producer
+ * read by two matmuls (one transposed), a weight read by two matmuls (one
+ * transposed; bound as a transposed view), a matmul result read by another
+ * matmul, and a lone matmul of two parameters. Run with the rewrite on and
+ * off: the rewritten matmuls are counted, row-major ones are bit-identical
+ * (same products, same kernel), transposed ones agree within f32
+ * accumulation error, and the lone matmul is left alone. */
+#include <stdio.h>
+
+#include "exec/vtpu/internal.h"
+#include "test_exec_util.h"
+#include "tpu_mxu.h"
+#include "tpu_test.h"
+
+enum { M = 256, K = 128, N = 96, P = 96, Q = 160 };
+
+static tpuir_val dot2(tpuir_graph *g, tpuir_val a, tpuir_val b, int64_t ca, int64_t cb) {
+  return tpuir_dot_general(g, a, b, 0, NULL, NULL, 1, &ca, &cb, TPU_PREC_DEFAULT, TPU_F32);
+}
+
+/* Run g with the rewrite switched (on: 1, off: 0) into fresh outputs;
+ * returns the run's status, *dots = rewritten dots planned. */
+static int run_mode(tpuir_graph *g, int on, int np, const tpu_view *ins, tarr *outs,
+                    int64_t *dots) {
+  int no = tpuir_num_outputs(g);
+  tpu_view ov[8];
+  for (int i = 0; i < no; i++) {
+    int dt, nd;
+    int64_t sz[TPU_MAX_DIMS];
+    tpuir_value_info(g, tpuir_output(g, i), &dt, &nd, sz);
+    outs[i] = ta_new(dt, nd, sz);
+    ov[i] = outs[i].v;
+  }
+  int64_t d0 = tpux_fusion_runs(TPUX_FUSE_BF16_OPERANDS);
+  tpux_set_fusion(TPUX_FUSE_BF16_OPERANDS, on);
+  int rc = tpux_run(g, np, ins, no, ov);
+  tpux_set_fusion(TPUX_FUSE_BF16_OPERANDS, -1);
+  *dots = tpux_fusion_runs(TPUX_FUSE_BF16_OPERANDS) - d0;
+  return rc;
+}
+
+TPU_TEST(exec_bf16_operands) {
+  tpuir_graph *g = tpuir_graph_new();
+  int64_t xs[2] = {M, K}, ws[2] = {K, N}, gs[2] = {M, N}, w2s[2] = {N, P};
+  int64_t as[2] = {K, K}, bs[2] = {K, Q};
+  tpuir_val X = tpuir_param(g, TPU_F32, 2, xs), W = tpuir_param(g, TPU_F32, 2, ws);
+  tpuir_val G = tpuir_param(g, TPU_F32, 2, gs), W2 = tpuir_param(g, TPU_F32, 2, w2s);
+  tpuir_val A = tpuir_param(g, TPU_F32, 2, as), B = tpuir_param(g, TPU_F32, 2, bs);
+  tpuir_val H = tpuir_unary(g, TPUIR_TANH, X);       /* produced in the program */
+  tpuir_val Y1 = dot2(g, H, W, 1, 0);                 /* [M,N] row-major */
+  int64_t perm[2] = {1, 0};
+  tpuir_val Y2 = dot2(g, tpuir_transpose(g, H, perm), G, 1, 0); /* H^T G: [K,N] */
+  tpuir_val Y3 = dot2(g, G, tpuir_transpose(g, W, perm), 1, 0); /* G W^T: [M,K] */
+  tpuir_val Y4 = dot2(g, Y1, W2, 1, 0);               /* a dot's result: [M,P] */
+  tpuir_val Y5 = dot2(g, A, B, 1, 0);                 /* two lone parameters */
+  tpuir_val outs[5] = {Y1, Y2, Y3, Y4, Y5};
+  CHECK_OK(tpuir_set_outputs(g, 5, outs));
+
+  uint64_t seed = 0x5eed;
+  tarr P0[6];
+  int64_t wt[2] = {N, K}; /* W bound as a transposed view of an [N,K] array */
+  const int64_t *shp[6] = {xs, wt, gs, w2s, as, bs};
+  tpu_view ins[6];
+  for (int i = 0; i < 6; i++) {
+    P0[i] = ta_new(TPU_F32, 2, shp[i]);
+    ta_fill(&P0[i].v, &seed, -1, 1);
+    ins[i] = P0[i].v;
+  }
+  ins[1].sizes[0] = K;
+  ins[1].sizes[1] = N;
+  ins[1].strides[0] = 1;
+  ins[1].strides[1] = K;
+
+  tarr on[5], off[5];
+  int64_t dots_on = 0, dots_off = 0;
+  int rc_on = run_mode(g, 1, 6, ins, on, &dots_on);
+  int rc_off = run_mode(g, 0, 6, ins, off, &dots_off);
+  int native = tpumxu_bf16_native();
+  int same_rm = 1, close = 1;
+  for (int o = 0; o < 5 && rc_on == TPU_OK && rc_off == TPU_OK; o++) {
+    int64_t n = tpu_view_numel(&on[o].v);
+    if (o == 0 || o == 3 || o == 4) /* row-major operands: bit-identical */
+      same_rm &= memcmp(on[o].mem, off[o].mem, (size_t)n * 4) == 0;
+    for (int64_t i = 0; i < n && close; i++) {
+      double a = tv_get(&on[o].v, i), b = tv_get(&off[o].v, i);
+      if (!near_eq(a, b, 1e-5 * (1 + sqrt((double)M)))) {
+        fprintf(stderr, "  output %d [%lld]: %g (rewrite) vs %g\n", o, (long long)i, a, b);
+        close = 0;
+      }
+    }
+  }
+  /* Y1 against an independent reference: bf16(tanh(x)) . bf16(w) */
+  int refok = 1;
+  for (int64_t i = 0; i < M && refok && rc_on == TPU_OK; i += 37)
+    for (int64_t j = 0; j < N && refok; j += 5) {
+      double s = 0;
+      for (int64_t l = 0; l < K; l++)
+        s += round_to(TPU_BF16, (float)tanh(tv_get(&P0[0].v, i * K + l))) *
+             round_to(TPU_BF16, tv_get(&P0[1].v, j * K + l));
+      refok = near_eq(tv_get(&on[0].v, i * N + j), s, 1e-3);
+    }
+  for (int o = 0; o < 5; o++) {
+    free(on[o].mem);
+    free(off[o].mem);
+  }
+  for (int i = 0; i < 6; i++) free(P0[i].mem);
+  tpuir_graph_free(g);
+  CHECK(rc_on == TPU_OK && rc_off == TPU_OK);
+  CHECK(dots_on == (native ? 4 : 0)); /* Y1..Y4; not the lone Y5 */
+  CHECK(dots_off == 0);
+  CHECK(same_rm);
+  CHECK(close);
+  CHECK(refok);
+}
+
+/* Below REWRITE_MIN_MACS, non-f32 or non-DEFAULT dots are not rewritten. */
+TPU_TEST(exec_bf16_operands_skipped) {
+  static const int precs[2] = {TPU_PREC_DEFAULT, TPU_PREC_HIGHEST};
+  static const int64_t rows[2] = {8, 256};
+  for (int c = 0; c < 2; c++) {
+    tpuir_graph *g = tpuir_graph_new();
+    int64_t xs[2] = {rows[c], K}, ws[2] = {K, N};
+    tpuir_val X = tpuir_param(g, TPU_F32, 2, xs), W = tpuir_param(g, TPU_F32, 2, ws);
+    tpuir_val H = tpuir_unary(g, TPUIR_TANH, X);
+    int64_t ca = 1, cb = 0;
+    tpuir_val Y = tpuir_dot_general(g, H, W, 0, NULL, NULL, 1, &ca, &cb, precs[c], TPU_F32);
+    CHECK_OK(tpuir_set_outputs(g, 1, &Y));
+    tpux_plan *p = NULL;
+    int64_t d0 = tpux_fusion_runs(TPUX_FUSE_BF16_OPERANDS);
+    CHECK_OK(tpux_plan_new(g, &p));
+    CHECK(tpux_fusion_runs(TPUX_FUSE_BF16_OPERANDS) == d0);
+    tpux_plan_free(p);
+    tpuir_graph_free(g);
+  }
+}
