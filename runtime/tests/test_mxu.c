@@ -298,6 +298,7 @@ TPU_TEST(mxu_big_transposed_b) {
     for (int la = 0; la < 3; la++) {
       CHECK(check_f32(prec, 96, 160, 192, la, 1, (la + 1) % 3, 1.0, 0.0) == 0);
       CHECK(check_f32(prec, 70, 130, 257, la, 1, 2, -0.75, 0.5) == 0);
+      CHECK(check_f32(prec, 10, 1024, 256, la, 1, 0, 1.0, 0.0) == 0); /* no dense cut */
     }
 }
 
@@ -358,6 +359,7 @@ TPU_TEST(mxu_bf16_operands_f32_result) {
       CHECK(check_bf16_f32(70, 130, 257, la, lb, 2, -0.75, 0.5) == 0);
     }
   CHECK(check_bf16_f32(300, 70, 130, 1, 1, 0, 1.0, 0.0) == 0); /* cut by rows */
+  CHECK(check_bf16_f32(10, 1024, 256, 1, 0, 0, 1.0, 0.0) == 0); /* no cut: one thread */
   float x = 0;
   CHECK(tpumxu_gemm_io(TPU_F16, TPU_F32, 0, 1, 1, 1, 1, 1, &x, 0, 1, 1, &x, 0, 1, 1,
                        0, &x, 0, 1, 1, NULL, NULL) == TPU_E_TYPE);

@@ -31,7 +31,8 @@
  * elementwise work and the pool's spinning starves the team; with one set
  * of threads neither waits for the other. Fewer items than threads with fewer than
  * POOL_MIN_ROWS rows per thread (no dense cut: a block of columns gets a
- * slower kernel) still run on the team, as does everything with
+ * slower kernel) run on the calling thread up to TEAM_MIN_MACS
+ * multiply-adds and on the team above, as does everything with
  * TORCH_TPU_MXU_POOL=0. */
 #include <oneapi/dnnl/dnnl.h>
 #include <pthread.h>
@@ -541,8 +542,10 @@ static int64_t gcd(int64_t a, int64_t b) {
 }
 
 /* Rows per thread below which a lone item is not cut by rows (it stays
- * on oneDNN's OpenMP team). */
+ * on oneDNN's OpenMP team, or on the calling thread up to TEAM_MIN_MACS
+ * multiply-adds). */
 #define POOL_MIN_ROWS 32
+#define TEAM_MIN_MACS ((int64_t)1 << 30)
 
 /* The problem cut into parts for the pool threads (see the top); 1 when it
  * was run, 0 when it has no dense cut (the caller runs it on the team). */
@@ -584,7 +587,11 @@ int tpumxu__dnnl_matmul(int64_t batch, int64_t m, int64_t n, int64_t k,
   if (m * n * k <= TPUMXU_SMALL_MACS && src->s1 == 1 && wei->s1 == 1 && dst->s1 == 1)
     return small_matmul(batch, m, n, k, src, wei, dst, accumulate);
   if (use_pool() && pool_matmul(batch, m, n, k, src, wei, dst, accumulate, &rc)) return rc;
-  return cached_matmul(batch, m, n, k, src, wei, dst, accumulate, 0);
+  /* no dense cut: a moderate problem runs on the calling thread (waking
+   * the OpenMP team while the pool's threads hold the cores cost
+   * milliseconds: a 10x256x1024 GEMM took 7 ms on the team) */
+  int one = use_pool() && batch * m * n * k <= TEAM_MIN_MACS;
+  return cached_matmul(batch, m, n, k, src, wei, dst, accumulate, one);
 }
 
 /* Implementation name for a dense problem (no cache). */
