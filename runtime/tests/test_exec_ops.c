@@ -165,6 +165,76 @@ TPU_TEST(exec_reduce_random) {
   }
 }
 
+/* Float reductions around the accumulator lanes' edges: rows of lengths
+ * 1 .. 2100 (the inner shape's 32 lanes and their tail, runs of more than
+ * one tile) and columns (the outer shape's strips of 32 and batches of 8
+ * rows), contiguous, transposed (strided loads) and bf16 (converting
+ * loads); MAX/MIN with a NaN at a random place of some outputs (the tail,
+ * the last lane) and infinities elsewhere must give NaN there and the
+ * exact max/min elsewhere; SUM within rounding of a double reference. */
+TPU_TEST(exec_reduce_lane_edges) {
+  static const int64_t lens[] = {1, 5, 31, 32, 33, 63, 65, 257, 1023, 1025, 2100};
+  static const int64_t cols[] = {1, 7, 31, 33, 65, 100, 1100};
+  static const int dts[] = {TPU_F32, TPU_F64, TPU_BF16};
+  uint64_t seed = 77;
+  int trial = 0;
+  for (int di = 0; di < 3; di++)
+    for (int kind = TPUIR_RED_SUM; kind <= TPUIR_RED_MIN; kind++) {
+      if (kind == TPUIR_RED_PROD) continue;
+      for (int li = 0; li < 11; li++)
+        for (int shape = 0; shape < 3; shape++, trial++) {
+          /* shape 0: [k, n] over dim 1; 1: [n, c] over dim 0; 2: shape 0
+           * as a transposed view */
+          int dt = dts[di];
+          int64_t n = lens[li], c = shape == 1 ? cols[(li + di) % 7] : 3;
+          int64_t sz[2] = {shape == 1 ? n : c, shape == 1 ? c : n};
+          int64_t bsz[2] = {sz[1], sz[0]};
+          tarr B = ta_new(dt, 2, shape == 2 ? bsz : sz);
+          tpu_view X = B.v;
+          if (shape == 2) {
+            X.sizes[0] = sz[0];
+            X.sizes[1] = sz[1];
+            X.strides[0] = 1;
+            X.strides[1] = sz[0];
+          }
+          ta_fill(&X, &seed, -50, 50);
+          int64_t nout = c, len = n;
+          if (kind != TPUIR_RED_SUM) {
+            for (int64_t o = 0; o < nout; o++) {
+              int64_t pick = (int64_t)(trand_next(&seed) % 4);
+              int64_t at = pick == 0 ? len - 1 : pick == 1 ? (len / 32) * 32 + (len % 32) / 2
+                         : (int64_t)(trand_next(&seed) % (uint64_t)len);
+              if (at >= len) at = len - 1;
+              int64_t lin = shape == 1 ? at * c + o : o * len + at;
+              if (trand_next(&seed) % 3 == 0) tv_set(&X, lin, NAN);
+              else tv_set(&X, lin, trand_next(&seed) % 2 ? INFINITY : -INFINITY);
+            }
+          }
+          int64_t dim[1] = {shape == 1 ? 0 : 1}, osz[1] = {nout};
+          tpuir_graph *g = tpuir_graph_new();
+          tpuir_val r = tpuir_reduce(g, kind, tpuir_param(g, dt, 2, sz), 1, dim);
+          CHECK_OK(tpuir_set_outputs(g, 1, &r));
+          tarr O = ta_new(dt, 1, osz);
+          CHECK_OK(tpux_run(g, 1, &X, 1, &O.v));
+          double want[1100];
+          ref_reduce(kind, &X, 1u << dim[0], want, NULL, nout);
+          for (int64_t o = 0; o < nout; o++) {
+            double w = round_to(dt, want[o]), got = tv_get(&O.v, o);
+            double tol = kind != TPUIR_RED_SUM ? 0 : dt == TPU_F32 ? 1e-6 : dt == TPU_F64 ? 1e-12 : 8e-3;
+            if (!(near_eq(got, w, tol) && (kind == TPUIR_RED_SUM || isnan(w) || got == w))) {
+              fprintf(stderr, "  trial %d %s kind %d shape %d n %lld: out[%lld] = %.17g want %.17g\n",
+                      trial, tpu_dtype_name(dt), kind, shape, (long long)n, (long long)o, got, w);
+              CHECK(0);
+              break;
+            }
+          }
+          free(O.mem);
+          free(B.mem);
+          tpuir_graph_free(g);
+        }
+    }
+}
+
 TPU_TEST(exec_reduce_big_accuracy) {
   /* 3M float32 values of 0.1f: naive float summation is off by ~1e-2 rel */
   int64_t n = 3 << 20;
