@@ -313,6 +313,8 @@ int tpumxu__run(const tpumxu__problem *p) {
    * kernels reorder B anyway), so packing needs no gather. Big problems
    * only: the small-problem primitive takes unit column strides. */
   int b_trans = !b_direct && !b_direct_t && p->sbk == 1 && p->sbn != 1 && big;
+  /* likewise A read along M (the backward's transposed activations) */
+  int a_trans = !a_direct && !a_direct_t && p->sam == 1 && p->sak != 1 && big;
   int64_t oes = odt == TPUMXU_DT_BF16 ? 2 : 4;
   size_t acap = 0, bcap = 0, tcap = 0;
   char *abuf = NULL, *bbuf = NULL;
@@ -335,6 +337,15 @@ repack:
   kk = np * k;
   if (a_direct || a_direct_t) {
     A = (tpumxu__mat){(void *)p->a, odt, p->sab, p->sam, p->sak};
+  } else if (a_trans) {
+    abuf = tpumxu__ws_get((size_t)(ba * m * kk * oes), &acap);
+    if (!abuf) goto oom;
+    pack_job J = {p->a, p->dtype, odt, np, ap, p->sab, p->sak, p->sam, k, m,
+                  m, m * kk, {0}, abuf, 0, 0};
+    for (int q = 0; q < np; q++) J.poff[q] = q * k * m; /* parts stacked: rows of A^T */
+    pack(&J, ba);
+    A = (tpumxu__mat){abuf, odt, m * kk, 1, m};
+    if (fused && J.nonfin) goto unfuse;
   } else {
     abuf = tpumxu__ws_get((size_t)(ba * m * kk * oes), &acap);
     if (!abuf) goto oom;
@@ -391,7 +402,7 @@ repack:
     /* hi parts: A' part at K offset ia, B' part at row offset ib */
     int64_t ia = nsmall == 2 ? 0 : 4 * k, ib = nsmall == 2 ? k : 3 * k;
     Ahi = A;
-    Ahi.ptr = (char *)A.ptr + ia * oes;
+    Ahi.ptr = (char *)A.ptr + ia * A.s1 * oes;
     Bhi = B;
     Bhi.ptr = (char *)B.ptr + ib * B.s0 * oes;
     rc = tpumxu__dnnl_matmul(p->batch, m, n, k, &Ahi, &Bhi, &D, 1);
