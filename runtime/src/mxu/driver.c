@@ -180,6 +180,31 @@ static uint32_t pack_rows_gather_f32(const pack_job *J, const float *src, char *
   return bad;
 }
 
+/* bf16 rows [r0, r1) copied as they are (bf16 operands handed to a
+ * native kernel: no parts to split), a block of PACK_TCOLS columns at a
+ * time walking the source in its memory order. */
+static void pack_rows_bf16(const pack_job *J, const uint16_t *src, uint16_t *dst, int64_t r0,
+                           int64_t r1) {
+  if (J->sc == 1) {
+    for (int64_t r = r0; r < r1; r++)
+      memcpy(dst + r * J->ld, src + r * J->sr, (size_t)J->cols * 2);
+    return;
+  }
+  int rows_inner = llabs(J->sr) < llabs(J->sc);
+  for (int64_t c0 = 0; c0 < J->cols; c0 += PACK_TCOLS) {
+    int64_t nc = J->cols - c0 < PACK_TCOLS ? J->cols - c0 : PACK_TCOLS;
+    const uint16_t *s = src + c0 * J->sc;
+    uint16_t *d = dst + c0;
+    if (rows_inner) {
+      for (int64_t c = 0; c < nc; c++)
+        for (int64_t r = r0; r < r1; r++) d[r * J->ld + c] = s[r * J->sr + c * J->sc];
+    } else {
+      for (int64_t r = r0; r < r1; r++)
+        for (int64_t c = 0; c < nc; c++) d[r * J->ld + c] = s[r * J->sr + c * J->sc];
+    }
+  }
+}
+
 static void pack_fn(void *ctx, int64_t t0, int64_t t1) {
   pack_job *J = ctx;
   uint32_t bad = 0;
@@ -189,7 +214,9 @@ static void pack_fn(void *ctx, int64_t t0, int64_t t1) {
     int64_t r1 = r0 + PACK_ROWS < J->rows ? r0 + PACK_ROWS : J->rows;
     const char *src = J->base + b * J->sb * es;
     char *dst = J->dst + b * J->db * oes;
-    if (J->sc == 1 && J->sdt == TPU_F32) {
+    if (J->sdt == TPU_BF16 && J->odt == TPUMXU_DT_BF16 && J->np == 1) {
+      pack_rows_bf16(J, (const uint16_t *)src, (uint16_t *)dst, r0, r1); /* hi part = the value */
+    } else if (J->sc == 1 && J->sdt == TPU_F32) {
       for (int64_t r = r0; r < r1; r++)
         bad |= pack_row_f32(J, (const float *)src + r * J->sr, dst + r * J->ld * oes, J->cols);
     } else if (J->sdt == TPU_F32) {
