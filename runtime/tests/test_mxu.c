@@ -166,13 +166,15 @@ static void emulate_f32(int prec, int64_t m, int64_t n, int64_t k,
 
 static const double EPS32 = 5.960464477539063e-08; /* 2^-24 */
 
-/* One f32 GEMM of the given precision on the current ISA vs the emulation.
- * Returns 0 if every element is within fp32 accumulation error. */
-static int check_f32(int prec, int64_t m, int64_t n, int64_t k, int la,
-                     int lb, int lc, double alpha, double beta) {
+/* One GEMM of ab_dt operands (f32, or bf16 with an f32 C: tpumxu_gemm_io)
+ * at the given precision on the current ISA vs the emulation (bf16 values
+ * are their own hi part: one exact product each). Returns 0 if every
+ * element is within fp32 accumulation error. */
+static int check_io(int ab_dt, int prec, int64_t m, int64_t n, int64_t k, int la,
+                    int lb, int lc, double alpha, double beta) {
   tmat A, B, C;
-  tmat_init(&A, TPU_F32, m, k, la);
-  tmat_init(&B, TPU_F32, k, n, lb);
+  tmat_init(&A, ab_dt, m, k, la);
+  tmat_init(&B, ab_dt, k, n, lb);
   tmat_init(&C, TPU_F32, m, n, lc);
   tmat_fill(&A, 1.0);
   tmat_fill(&B, 1.0);
@@ -182,9 +184,11 @@ static int check_f32(int prec, int64_t m, int64_t n, int64_t k, int la,
   if (beta != 0) tmat_fill(&C, 1.0); /* else C keeps its NaN filler */
   for (int64_t i = 0; i < m; i++)
     for (int64_t j = 0; j < n; j++) c0[i * n + j] = beta != 0 ? tmat_get(&C, i, j) : 0;
-  emulate_f32(prec, m, n, k, &A, &B, alpha, beta, c0, ref, mag);
+  emulate_f32(ab_dt == TPU_F32 ? prec : TPU_PREC_DEFAULT, m, n, k, &A, &B, alpha, beta, c0,
+              ref, mag);
   int bad = 0;
-  int rc = gemm_t(prec, alpha, &A, &B, beta, &C);
+  int rc = tpumxu_gemm_io(ab_dt, TPU_F32, prec, 1, m, n, k, alpha, A.base, 0, A.rs, A.cs,
+                          B.base, 0, B.rs, B.cs, beta, C.base, 0, C.rs, C.cs, NULL, NULL);
   if (rc) {
     fprintf(stderr, "  gemm rc %d: %s\n", rc, tpu_last_error());
     bad = 1;
@@ -196,9 +200,9 @@ static int check_f32(int prec, int64_t m, int64_t n, int64_t k, int la,
       double tol = tolk * mag[i * n + j] + 1e-30;
       if (!(fabs(got - r) <= tol)) {
         fprintf(stderr,
-                "  prec %d m%lld n%lld k%lld la%d lb%d lc%d: C[%lld,%lld]=%.9g "
+                "  %s prec %d m%lld n%lld k%lld la%d lb%d lc%d: C[%lld,%lld]=%.9g "
                 "ref %.9g (tol %.3g)\n",
-                prec, (long long)m, (long long)n,
+                tpu_dtype_name(ab_dt), prec, (long long)m, (long long)n,
                 (long long)k, la, lb, lc, (long long)i, (long long)j, got, r,
                 tol);
         bad = 1;
@@ -213,6 +217,10 @@ static int check_f32(int prec, int64_t m, int64_t n, int64_t k, int la,
   return bad;
 }
 
+static int check_f32(int prec, int64_t m, int64_t n, int64_t k, int la, int lb, int lc,
+                     double alpha, double beta) {
+  return check_io(TPU_F32, prec, m, n, k, la, lb, lc, alpha, beta);
+}
 
 /* ---- tests ----------------------------------------------------------- */
 
@@ -308,47 +316,7 @@ TPU_TEST(mxu_big_transposed_b) {
  * bf16 -> f32 are refused. */
 static int check_bf16_f32(int64_t m, int64_t n, int64_t k, int la, int lb, int lc,
                           double alpha, double beta) {
-  tmat A, B, C;
-  tmat_init(&A, TPU_BF16, m, k, la);
-  tmat_init(&B, TPU_BF16, k, n, lb);
-  tmat_init(&C, TPU_F32, m, n, lc);
-  tmat_fill(&A, 1.0);
-  tmat_fill(&B, 1.0);
-  if (beta != 0) tmat_fill(&C, 1.0);
-  double *c0 = calloc((size_t)(m * n), sizeof(double));
-  for (int64_t i = 0; i < m; i++)
-    for (int64_t j = 0; j < n; j++) c0[i * n + j] = beta != 0 ? tmat_get(&C, i, j) : 0;
-  int bad = 0;
-  int rc = tpumxu_gemm_io(TPU_BF16, TPU_F32, TPU_PREC_HIGHEST, 1, m, n, k, alpha,
-                          A.base, 0, A.rs, A.cs, B.base, 0, B.rs, B.cs, beta,
-                          C.base, 0, C.rs, C.cs, NULL, NULL);
-  if (rc) {
-    fprintf(stderr, "  gemm_io rc %d: %s\n", rc, tpu_last_error());
-    bad = 1;
-  }
-  double tolk = 3.0 * EPS32 * (sqrt((double)k) + 2.0);
-  for (int64_t i = 0; i < m && !bad; i++)
-    for (int64_t j = 0; j < n && !bad; j++) {
-      double s = 0, g = 0;
-      for (int64_t l = 0; l < k; l++) {
-        double pr = tmat_get(&A, i, l) * tmat_get(&B, l, j);
-        s += pr;
-        g += fabs(pr);
-      }
-      double want = alpha * s + beta * c0[i * n + j], got = tmat_get(&C, i, j);
-      double tol = tolk * (fabs(alpha) * g + fabs(beta * c0[i * n + j])) + 1e-30;
-      if (!(fabs(got - want) <= tol)) {
-        fprintf(stderr, "  bf16->f32 m%lld n%lld k%lld la%d lb%d lc%d: C[%lld,%lld]=%.9g want %.9g\n",
-                (long long)m, (long long)n, (long long)k, la, lb, lc, (long long)i,
-                (long long)j, got, want);
-        bad = 1;
-      }
-    }
-  free(c0);
-  tmat_free(&A);
-  tmat_free(&B);
-  tmat_free(&C);
-  return bad;
+  return check_io(TPU_BF16, TPU_PREC_HIGHEST, m, n, k, la, lb, lc, alpha, beta);
 }
 
 TPU_TEST(mxu_bf16_operands_f32_result) {

@@ -242,10 +242,29 @@ static void pack_fn(void *ctx, int64_t t0, int64_t t1) {
   if (bad) __atomic_store_n(&J->nonfin, 1, __ATOMIC_RELAXED);
 }
 
-static void pack(pack_job *J, int64_t nb) {
-  J->rblocks = cdiv(J->rows, PACK_ROWS);
-  int64_t per = PACK_ROWS * J->cols * J->np;
-  tpurt_parallel_for(nb * J->rblocks, 1 + (1 << 15) / (per + 1), pack_fn, J);
+/* Operand src (nb items of sb; `outer` free rows or columns - m of A, n
+ * of B - at stride s_outer, p->k along K at stride s_k) packed into a
+ * workspace buffer in np parts: K along the buffer's rows (k_rows: np*k
+ * rows of `outer`, the parts stacked; a source read along `outer` keeps
+ * its memory order) or along its columns (`outer` rows of np*k, the parts
+ * side by side). Returns the buffer (*cap: its size) or NULL (out of
+ * memory); *nonfin: a hi part is non-finite. */
+static char *pack_operand(const tpumxu__problem *p, const char *src, int odt, int np,
+                          const int8_t *parts, int64_t sb, int64_t s_outer, int64_t s_k,
+                          int64_t outer, int64_t nb, int k_rows, size_t *cap, int *nonfin) {
+  int64_t k = p->k, kk = np * k, oes = odt == TPUMXU_DT_BF16 ? 2 : 4;
+  char *buf = tpumxu__ws_get((size_t)(nb * outer * kk * oes), cap);
+  if (!buf) return NULL;
+  pack_job J = {src, p->dtype, odt, np, parts, sb,
+                k_rows ? s_k : s_outer, k_rows ? s_outer : s_k,
+                k_rows ? k : outer, k_rows ? outer : k,
+                k_rows ? outer : kk, outer * kk, {0}, buf, 0, 0};
+  for (int q = 0; q < np; q++) J.poff[q] = k_rows ? q * k * outer : q * k;
+  J.rblocks = cdiv(J.rows, PACK_ROWS);
+  int64_t per = PACK_ROWS * J.cols * J.np;
+  tpurt_parallel_for(nb * J.rblocks, 1 + (1 << 15) / (per + 1), pack_fn, &J);
+  *nonfin = J.nonfin;
+  return buf;
 }
 
 /* ---- finishing C ------------------------------------------------------- */
@@ -349,7 +368,7 @@ int tpumxu__run(const tpumxu__problem *p) {
   int rc = TPU_OK;
   tpumxu__mat A, B, Ahi, Bhi, D;
   const int8_t *ap, *bp;
-  int np;
+  int np, nonfin = 0;
   int64_t kk;
 repack:
   ap = bp = k_hi;
@@ -364,45 +383,19 @@ repack:
   kk = np * k;
   if (a_direct || a_direct_t) {
     A = (tpumxu__mat){(void *)p->a, odt, p->sab, p->sam, p->sak};
-  } else if (a_trans) {
-    abuf = tpumxu__ws_get((size_t)(ba * m * kk * oes), &acap);
-    if (!abuf) goto oom;
-    pack_job J = {p->a, p->dtype, odt, np, ap, p->sab, p->sak, p->sam, k, m,
-                  m, m * kk, {0}, abuf, 0, 0};
-    for (int q = 0; q < np; q++) J.poff[q] = q * k * m; /* parts stacked: rows of A^T */
-    pack(&J, ba);
-    A = (tpumxu__mat){abuf, odt, m * kk, 1, m};
-    if (fused && J.nonfin) goto unfuse;
   } else {
-    abuf = tpumxu__ws_get((size_t)(ba * m * kk * oes), &acap);
+    abuf = pack_operand(p, p->a, odt, np, ap, p->sab, p->sam, p->sak, m, ba, a_trans, &acap, &nonfin);
     if (!abuf) goto oom;
-    pack_job J = {p->a, p->dtype, odt, np, ap, p->sab, p->sam, p->sak, m, k,
-                  kk, m * kk, {0}, abuf, 0, 0};
-    for (int q = 0; q < np; q++) J.poff[q] = q * k; /* parts side by side in a row */
-    pack(&J, ba);
-    A = (tpumxu__mat){abuf, odt, m * kk, kk, 1};
-    if (fused && J.nonfin) goto unfuse;
+    A = a_trans ? (tpumxu__mat){abuf, odt, m * kk, 1, m} : (tpumxu__mat){abuf, odt, m * kk, kk, 1};
+    if (fused && nonfin) goto unfuse;
   }
   if (b_direct || b_direct_t) {
     B = (tpumxu__mat){(void *)p->b, odt, p->sbb, p->sbk, p->sbn};
-  } else if (b_trans) {
-    bbuf = tpumxu__ws_get((size_t)(bb * kk * n * oes), &bcap);
-    if (!bbuf) goto oom;
-    pack_job J = {p->b, p->dtype, odt, np, bp, p->sbb, p->sbn, p->sbk, n, k,
-                  kk, kk * n, {0}, bbuf, 0, 0};
-    for (int q = 0; q < np; q++) J.poff[q] = q * k; /* parts side by side in a row of B^T */
-    pack(&J, bb);
-    B = (tpumxu__mat){bbuf, odt, kk * n, 1, kk};
-    if (fused && J.nonfin) goto unfuse;
   } else {
-    bbuf = tpumxu__ws_get((size_t)(bb * kk * n * oes), &bcap);
+    bbuf = pack_operand(p, p->b, odt, np, bp, p->sbb, p->sbn, p->sbk, n, bb, !b_trans, &bcap, &nonfin);
     if (!bbuf) goto oom;
-    pack_job J = {p->b, p->dtype, odt, np, bp, p->sbb, p->sbk, p->sbn, k, n,
-                  n, kk * n, {0}, bbuf, 0, 0};
-    for (int q = 0; q < np; q++) J.poff[q] = q * k * n; /* parts stacked */
-    pack(&J, bb);
-    B = (tpumxu__mat){bbuf, odt, kk * n, n, 1};
-    if (fused && J.nonfin) goto unfuse;
+    B = b_trans ? (tpumxu__mat){bbuf, odt, kk * n, 1, kk} : (tpumxu__mat){bbuf, odt, kk * n, n, 1};
+    if (fused && nonfin) goto unfuse;
   }
   if (ba == 1) A.sb = 0;
   if (bb == 1) B.sb = 0;
