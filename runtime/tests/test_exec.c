@@ -433,6 +433,71 @@ TPU_TEST(exec_select_const_broadcast) {
   tpuir_graph_free(g);
 }
 
+/* One fused region over several tiles with: an integer-class value
+ * (compare result) whose buffer is later reused by floats, pairs of + - * /
+ * computed in one pass (also with broadcast scalars, one of them stored so
+ * it must not be merged), and a SELECT on a 0-dim predicate (its other
+ * operand's producers are skipped). Bit-exact against the same float ops in
+ * C, for both predicate values. */
+TPU_TEST(exec_fusion_tile_kernels) {
+  enum { N = 1000 };
+  int64_t sz[1] = {N};
+  tpuir_graph *g = tpuir_graph_new();
+  tpuir_val x = tpuir_param(g, TPU_F32, 1, sz), z = tpuir_param(g, TPU_F32, 1, sz);
+  tpuir_val sp = tpuir_param(g, TPU_F32, 0, NULL), cp = tpuir_param(g, TPU_BOOL, 0, NULL);
+  tpuir_val s = tpuir_broadcast_in_dim(g, sp, 1, sz, NULL);
+  tpuir_val c = tpuir_broadcast_in_dim(g, cp, 1, sz, NULL);
+  tpuir_val m = tpuir_binary(g, TPUIR_LT, x, z);
+  tpuir_val y = tpuir_select(g, m, x, z);
+  tpuir_val w = tpuir_binary(g, TPUIR_MUL, y, s);
+  tpuir_val u = tpuir_binary(g, TPUIR_ADD, w, z);
+  tpuir_val q = tpuir_binary(g, TPUIR_SUB, s, u);
+  tpuir_val d = tpuir_binary(g, TPUIR_DIV, q, x);
+  tpuir_val k = tpuir_binary(g, TPUIR_LT, d, x);
+  tpuir_val e = tpuir_select(g, k, d, u);
+  tpuir_val a1 = tpuir_binary(g, TPUIR_DIV, tpuir_binary(g, TPUIR_SUB, e, z), s);
+  tpuir_val b1 = tpuir_binary(g, TPUIR_DIV, x, tpuir_binary(g, TPUIR_ADD, e, s));
+  tpuir_val f = tpuir_select(g, c, a1, b1);
+  tpuir_val out = tpuir_binary(g, TPUIR_SUB, y, tpuir_binary(g, TPUIR_MUL, f, z));
+  tpuir_val outv[3] = {out, k, q};
+  CHECK_OK(tpuir_set_outputs(g, 3, outv));
+  uint64_t seed = 11;
+  tarr X = ta_new(TPU_F32, 1, sz), Z = ta_new(TPU_F32, 1, sz);
+  ta_fill(&X.v, &seed, -3, 3);
+  ta_fill(&Z.v, &seed, -3, 3);
+  float sv = 0.37f;
+  for (int pv = 0; pv < 2; pv++) {
+    uint8_t cv = (uint8_t)pv;
+    tpu_view S, C;
+    tpu_view_init_contiguous(&S, &sv, TPU_F32, 0, NULL);
+    tpu_view_init_contiguous(&C, &cv, TPU_BOOL, 0, NULL);
+    tarr O = ta_new(TPU_F32, 1, sz), K = ta_new(TPU_BOOL, 1, sz), Q = ta_new(TPU_F32, 1, sz);
+    tpu_view ins[4] = {X.v, Z.v, S, C}, outs[3] = {O.v, K.v, Q.v};
+    CHECK_OK(tpux_run(g, 4, ins, 3, outs));
+    const float *xs = X.mem, *zs = Z.mem;
+    int bad = 0;
+    for (int i = 0; i < N && bad < 3; i++) {
+      float yv = xs[i] < zs[i] ? xs[i] : zs[i];
+      float uv = yv * sv + zs[i], qv = sv - uv, dv = qv / xs[i];
+      int kv = dv < xs[i];
+      float ev = kv ? dv : uv;
+      float fv = cv ? (ev - zs[i]) / sv : xs[i] / (ev + sv);
+      float ov = yv - fv * zs[i];
+      float got = ((const float *)O.mem)[i], gq = ((const float *)Q.mem)[i];
+      int gk = ((const uint8_t *)K.mem)[i];
+      if (memcmp(&got, &ov, 4) || memcmp(&gq, &qv, 4) || gk != kv) {
+        fprintf(stderr, "  pred %d [%d]: out %.9g want %.9g, q %.9g want %.9g, k %d want %d\n",
+                pv, i, got, ov, gq, qv, gk, kv);
+        bad++;
+      }
+    }
+    CHECK(bad == 0);
+    free(O.mem); free(K.mem); free(Q.mem);
+  }
+  free(X.mem); free(Z.mem);
+  tpuir_graph_free(g);
+}
+
 /* iota over tiles that start inside a row and a run of the inner dims */
 TPU_TEST(exec_iota_across_tiles) {
   int64_t sz[3] = {3, 701, 5};

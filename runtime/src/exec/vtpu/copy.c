@@ -252,6 +252,7 @@ int tpux__copy_nocheck(const tpu_view *dst, const tpu_view *src) {
     p->nbuf = 1;
     p->store[0].buf = 0;
   }
+  tpux__prog_finish(p);
   int rc = tpux__prog_run(p);
   free(p);
   return rc;

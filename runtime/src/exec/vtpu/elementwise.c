@@ -639,30 +639,203 @@ int tpux__ew_apply(const xk_ins *in, int64_t n, void *r, const void *a,
   return rc;
 }
 
-/* A float32 ADD/SUB/MUL/DIV/MAX/MIN whose operand a (sfirst) or b is a
- * broadcast scalar s: the same expressions as EW_FLOAT_BODY without reading
- * a tile of copies of s (in a fused chain, the scalars' tiles would crowd
- * L1). Returns 0 for other ops. */
-#define SC_LOOP(EXPR)                                                          \
-  do {                                                                         \
-    if (sfirst)                                                                \
-      for (int64_t i = 0; i < n; i++) { float x = s, y = a[i]; r[i] = (EXPR); } \
-    else                                                                       \
-      for (int64_t i = 0; i < n; i++) { float x = a[i], y = s; r[i] = (EXPR); } \
-  } while (0)
-CLONES static int ew_f32_scalar(int op, int64_t n, float *r, const float *a, float s,
-                                int sfirst) {
+/* ---- direct kernels ----------------------------------------------------- */
+
+/* r may be one of the operands (a buffer reused by the allocator), never a
+ * partly overlapping range: element i is read before it is written, so the
+ * loops vectorise without run-time overlap checks falling back to scalar */
+#define IVDEP _Pragma("GCC ivdep")
+
+/* The common float ops of fused chains, one function each (vector-vector,
+ * vector-scalar, scalar-vector), bound to their instructions once by
+ * tpux__prog_finish: an instruction then costs one indirect call instead of
+ * the generic dispatch (op table, vector-math and class switches), which
+ * matters once tiles are small enough to stay in L1. A broadcast scalar
+ * operand is read as a value, not as a tile of copies (in a fused chain,
+ * the scalars' tiles would crowd L1). The expressions are those of
+ * EW_FLOAT_BODY, so results are identical. */
+#define FK(NAME, EXPR)                                                         \
+  CLONES static void fk_##NAME##_vv(int64_t n, float *r, const void *va,      \
+                                    const void *vb, const void *vc, float s) { \
+    const float *a = va, *b = vb;                                              \
+    IVDEP for (int64_t i = 0; i < n; i++) { float x = a[i], y = b[i]; r[i] = (EXPR); } \
+  }                                                                            \
+  CLONES static void fk_##NAME##_vs(int64_t n, float *r, const void *va,      \
+                                    const void *vb, const void *vc, float s) { \
+    const float *a = va;                                                       \
+    IVDEP for (int64_t i = 0; i < n; i++) { float x = a[i], y = s; r[i] = (EXPR); }  \
+  }                                                                            \
+  CLONES static void fk_##NAME##_sv(int64_t n, float *r, const void *va,      \
+                                    const void *vb, const void *vc, float s) { \
+    const float *a = va;                                                       \
+    IVDEP for (int64_t i = 0; i < n; i++) { float x = s, y = a[i]; r[i] = (EXPR); }  \
+  }
+FK(add, x + y)
+FK(sub, x - y)
+FK(mul, x * y)
+FK(div, x / y)
+FK(max, (x > y || x != x) ? x : y)
+FK(min, (x < y || x != x) ? x : y)
+#undef FK
+
+CLONES static void fk_neg(int64_t n, float *r, const void *va, const void *vb,
+                          const void *vc, float s) {
+  const float *a = va;
+  IVDEP for (int64_t i = 0; i < n; i++) r[i] = -a[i];
+}
+static void fk_sqrt(int64_t n, float *r, const void *va, const void *vb,
+                    const void *vc, float s) {
+  vsqrt_f(n, r, va, 0);
+}
+static void fk_rsqrt(int64_t n, float *r, const void *va, const void *vb,
+                     const void *vc, float s) {
+  vsqrt_f(n, r, va, 1);
+}
+CLONES static void fk_select(int64_t n, float *r, const void *vp, const void *vb,
+                             const void *vc, float s) {
+  const int64_t *p = vp;
+  const float *b = vb, *c = vc;
+  IVDEP for (int64_t i = 0; i < n; i++) r[i] = p[i] ? b[i] : c[i];
+}
+
+/* Two instructions in one pass: r = f2(f1(a, b), c) (_l) or f2(c, f1(a, b))
+ * (_r), where the inner value has no other use, for f1, f2 among + - * /:
+ * one store and one load of a tile fewer. The inner value is rounded to
+ * float as a separate instruction's would be (no contraction), so results
+ * are identical. */
+#define FP(N1, E1, N2, E2)                                                     \
+  CLONES static void fp_##N1##_##N2##_l(int64_t n, float *r, const void *va,  \
+                                        const void *vb, const void *vc,        \
+                                        float s) {                             \
+    const float *a = va, *b = vb, *c = vc;                                     \
+    IVDEP for (int64_t i = 0; i < n; i++) {                                          \
+      float x = a[i], y = b[i], t = (E1);                                      \
+      x = t, y = c[i];                                                         \
+      r[i] = (E2);                                                             \
+    }                                                                          \
+  }                                                                            \
+  CLONES static void fp_##N1##_##N2##_r(int64_t n, float *r, const void *va,  \
+                                        const void *vb, const void *vc,        \
+                                        float s) {                             \
+    const float *a = va, *b = vb, *c = vc;                                     \
+    IVDEP for (int64_t i = 0; i < n; i++) {                                          \
+      float x = a[i], y = b[i], t = (E1);                                      \
+      x = c[i], y = t;                                                         \
+      r[i] = (E2);                                                             \
+    }                                                                          \
+  }
+#define FP_ROW(N1, E1)                                                         \
+  FP(N1, E1, add, x + y) FP(N1, E1, sub, x - y) FP(N1, E1, mul, x * y)         \
+  FP(N1, E1, div, x / y)
+FP_ROW(add, x + y)
+FP_ROW(sub, x - y)
+FP_ROW(mul, x * y)
+FP_ROW(div, x / y)
+#undef FP_ROW
+#undef FP
+#define FP_ENT(N1, N2) {fp_##N1##_##N2##_l, fp_##N1##_##N2##_r}
+#define FP_ROW(N1) {FP_ENT(N1, add), FP_ENT(N1, sub), FP_ENT(N1, mul), FP_ENT(N1, div)}
+static const xk_fast_fn fp_tab[4][4][2] = {FP_ROW(add), FP_ROW(sub), FP_ROW(mul), FP_ROW(div)};
+#undef FP_ROW
+#undef FP_ENT
+
+/* index of + - * / in fp_tab, -1 for other ops */
+static int fp_op(int op) {
   switch (op) {
-  case TPUIR_ADD: SC_LOOP(x + y); return 1;
-  case TPUIR_SUB: SC_LOOP(x - y); return 1;
-  case TPUIR_MUL: SC_LOOP(x * y); return 1;
-  case TPUIR_DIV: SC_LOOP(x / y); return 1;
-  case TPUIR_MAX: SC_LOOP((x > y || x != x) ? x : y); return 1;
-  case TPUIR_MIN: SC_LOOP((x < y || x != x) ? x : y); return 1;
-  default: return 0;
+  case TPUIR_ADD: return 0;
+  case TPUIR_SUB: return 1;
+  case TPUIR_MUL: return 2;
+  case TPUIR_DIV: return 3;
+  default: return -1;
   }
 }
-#undef SC_LOOP
+
+/* Elements per tile of a program run (p->pt): the most, up to XK_TILE,
+ * whose tile buffers fit in XK_PT_BYTES, so they stay in L1 between
+ * instructions; at least XK_PT_MIN (per-tile costs). A one-op program gets
+ * long tiles, a long chain short ones. */
+#define XK_PT_BYTES 16384
+#define XK_PT_MIN 256
+/* what a run does with an instruction (planned by tpux__prog_fill_consts) */
+enum { XR_SKIP = 0, XR_RUN = 1, XR_TAKE_B = 2, XR_TAKE_C = 3 };
+
+void tpux__prog_finish(xk_prog *p) {
+  /* a buffer takes 8 bytes an element if any value it holds (a physical
+   * buffer is reused across classes) is double or integer */
+  int8_t wide[XK_MAX_BUF] = {0};
+  for (int k = 0; k < p->nload; k++)
+    wide[p->load[k].buf] |= xk_cls(p->sp.arr[p->load[k].arr].dt) != XK_F32;
+  for (int j = 0; j < p->nins; j++) wide[p->ins[j].r] |= xk_cls(p->ins[j].dt) != XK_F32;
+  int32_t per = 0; /* bytes of all buffers per element */
+  for (int b = 0; b < p->nbuf; b++) per += wide[b] || p->bufcls[b] != XK_F32 ? 8 : 4;
+  p->pt = XK_TILE;
+  while (p->pt > XK_PT_MIN && p->pt * per > XK_PT_BYTES) p->pt /= 2;
+  int32_t off = 0;
+  for (int b = 0; b < p->nbuf; b++) {
+    p->boff[b] = off;
+    off += p->pt * (wide[b] || p->bufcls[b] != XK_F32 ? 8 : 4);
+  }
+  p->moff = off;
+  p->scratch_bytes = off + ((XK_MAX_INS + 63) & ~63); /* 64-byte multiple */
+  const int8_t *cst = p->buf_const;
+  for (int j = 0; j < p->nins; j++) {
+    const xk_ins *in = &p->ins[j];
+    xk_fast_fn fn = NULL;
+    p->fa[j] = in->a, p->fb[j] = in->b, p->fc[j] = in->c, p->fs[j] = -1;
+    if (xk_cls(in->in_dt) == XK_F32 && xk_cls(in->dt) == XK_F32) {
+      int two = in->a >= 0 && in->b >= 0 && in->c < 0;
+      /* one broadcast-scalar operand: read as a value, not a tile */
+      int sa = two && cst[in->a] && !cst[in->b], sb = two && cst[in->b] && !cst[in->a];
+#define PICK(NAME) fn = sa ? fk_##NAME##_sv : sb ? fk_##NAME##_vs : fk_##NAME##_vv
+      switch (in->op) {
+      case TPUIR_ADD: if (two) PICK(add); break;
+      case TPUIR_SUB: if (two) PICK(sub); break;
+      case TPUIR_MUL: if (two) PICK(mul); break;
+      case TPUIR_DIV: if (two) PICK(div); break;
+      case TPUIR_MAX: if (two) PICK(max); break;
+      case TPUIR_MIN: if (two) PICK(min); break;
+      case TPUIR_NEG: fn = fk_neg; break;
+      case TPUIR_SQRT: fn = fk_sqrt; break;
+      case TPUIR_RSQRT: fn = fk_rsqrt; break;
+      case TPUIR_SELECT: fn = fk_select; break;
+      default: break;
+      }
+#undef PICK
+      if (fn && sa) p->fa[j] = in->b, p->fs[j] = in->a;
+      if (fn && sb) p->fs[j] = in->b;
+    }
+    p->fn[j] = fn;
+  }
+  /* a stored value holds its buffer to the end of the program: its
+   * producer is the last instruction writing that buffer */
+  for (int k = 0; k < p->nstore; k++) {
+    p->store_prod[k] = -1;
+    for (int j = 0; j < p->nins; j++)
+      if (p->ins[j].r == p->store[k].buf) p->store_prod[k] = (int16_t)j;
+  }
+  /* pairs: + - * / feeding the next + - * / and nothing else */
+  for (int j = 0; j + 1 < p->nins; j++) {
+    const xk_ins *i1 = &p->ins[j], *i2 = &p->ins[j + 1];
+    int o1 = fp_op(i1->op), o2 = fp_op(i2->op), t = i1->r;
+    if (o1 < 0 || o2 < 0 || !p->fn[j] || !p->fn[j + 1] || i1->norm || i2->norm ||
+        (i2->a == t) == (i2->b == t))
+      continue;
+    int single = 1;
+    for (int k = 0; k < p->nstore; k++) single &= p->store_prod[k] != j;
+    for (int k = j + 2; k < p->nins && single; k++) {
+      const xk_ins *q = &p->ins[k];
+      single = q->a != t && q->b != t && q->c != t;
+      if (q->r == t) break; /* overwritten: later reads are of another value */
+    }
+    if (!single) continue;
+    int right = i2->b == t;
+    p->fn[j + 1] = fp_tab[o1][o2][right];
+    p->fa[j + 1] = i1->a, p->fb[j + 1] = i1->b, p->fs[j + 1] = -1;
+    p->fc[j + 1] = right ? i2->a : i2->b;
+    p->merged[j] = 1;
+    j++;
+  }
+}
 
 /* ---- program runner ----------------------------------------------------- */
 
@@ -673,21 +846,42 @@ typedef struct prog_job {
   int64_t total; /* elements */
 } prog_job;
 
+/* Offset (elements) of array a at index idx. */
+static int64_t index_offset(const xk_space *s, int a, const int64_t *idx) {
+  int64_t off = 0;
+  for (int d = 0; d < s->nd; d++) off += idx[d] * s->arr[a].st[d];
+  return off;
+}
+
 static void run_tile(xk_prog *p, const xk_space *s, int64_t L, int64_t n,
                      int in_row, char *scratch) {
   void *bp[XK_MAX_BUF], *dout[XK_MAX_INS];
   char stored[XK_MAX_ARR] = {0};
-  for (int i = 0; i < p->nbuf; i++) bp[i] = scratch + (size_t)i * XK_TILE * 8;
+  for (int i = 0; i < p->nbuf; i++) bp[i] = scratch + p->boff[i];
   for (int j = 0; j < p->nins; j++) dout[j] = NULL;
+  /* the tile's first element as an index, once for all arrays (in row
+   * mode; a division per dim) */
   int64_t idx[TPU_MAX_DIMS];
+  if (in_row) {
+    int64_t q = L;
+    for (int d = s->nd - 1; d >= 0; d--) {
+      int64_t q2 = q / s->sz[d];
+      idx[d] = q - q2 * s->sz[d];
+      q = q2;
+    }
+  }
   /* loads */
   for (int k = 0; k < p->nload; k++) {
     int a = p->load[k].arr, bi = p->load[k].buf;
     const xk_arr *ar = &s->arr[a];
     if (p->load_const[k]) continue; /* filled once by prog_range */
     if (in_row && ar->st[s->nd - 1] == 1 && ar->dt == xk_native(xk_cls(ar->dt))) {
-      int64_t off = space_offset(s, a, L, idx);
-      bp[bi] = ar->p + off * (int64_t)tpu_dtype_size(ar->dt);
+      int64_t es = (int64_t)tpu_dtype_size(ar->dt), off = index_offset(s, a, idx);
+      bp[bi] = ar->p + off * es;
+      /* the next tile of this stream (usually the bytes that follow; a
+       * prefetch never faults) comes in while this one computes */
+      for (int64_t o = n * es; o < 2 * n * es; o += 64)
+        __builtin_prefetch((const char *)bp[bi] + o, 0, 3);
     } else {
       space_xfer(s, a, L, n, bp[bi], 0);
     }
@@ -697,33 +891,35 @@ static void run_tile(xk_prog *p, const xk_space *s, int64_t L, int64_t n,
    * instruction producing it is the last one writing that buffer (earlier
    * writers of the same physical buffer keep using scratch). */
   for (int k = 0; k < p->nstore; k++) {
-    int a = p->store[k].arr, bi = p->store[k].buf;
+    int a = p->store[k].arr, bi = p->store[k].buf, prod = p->store_prod[k];
     const xk_arr *ar = &s->arr[a];
-    int prod = -1;
-    for (int j = 0; j < p->nins; j++)
-      if (p->ins[j].r == bi) prod = j;
     if (prod >= 0 && !dout[prod] && p->direct_ok[k] && in_row &&
         ar->st[s->nd - 1] == 1 && ar->dt == xk_native(p->bufcls[bi])) {
-      int64_t off = space_offset(s, a, L, idx);
+      int64_t off = index_offset(s, a, idx);
       dout[prod] = ar->p + off * (int64_t)tpu_dtype_size(ar->dt);
       stored[k] = 1;
     }
   }
-  const int8_t *cst = p->buf_const; /* buffers of broadcast scalars */
+  const int8_t *plan = (const int8_t *)scratch + p->moff;
   for (int j = 0; j < p->nins; j++) {
     const xk_ins *in = &p->ins[j];
+    if (plan[j] == XR_SKIP || p->merged[j]) continue;
     int64_t bad = 0;
-    void *r = dout[j] ? dout[j] : scratch + (size_t)in->r * XK_TILE * 8;
-    int rc;
-    if (in->b >= 0 && in->c < 0 && (cst[in->a] ^ cst[in->b]) && !in->norm &&
-        xk_cls(in->in_dt) == XK_F32 && xk_cls(in->dt) == XK_F32 &&
-        ew_f32_scalar(in->op, n, r, bp[cst[in->a] ? in->b : in->a],
-                      *(const float *)bp[cst[in->a] ? in->a : in->b], cst[in->a]))
-      rc = TPU_OK;
-    else
+    void *r = dout[j] ? dout[j] : scratch + p->boff[in->r];
+    int rc = TPU_OK;
+    if (plan[j] != XR_RUN) { /* a SELECT on a scalar predicate */
+      const void *v = bp[plan[j] == XR_TAKE_B ? in->b : in->c];
+      if (r != v) memmove(r, v, (size_t)n * (xk_cls(in->dt) == XK_F32 ? 4 : 8));
+    } else if (p->fn[j]) {
+      p->fn[j](n, r, bp[p->fa[j]], p->fb[j] >= 0 ? bp[p->fb[j]] : NULL,
+               p->fc[j] >= 0 ? bp[p->fc[j]] : NULL,
+               p->fs[j] >= 0 ? *(const float *)bp[p->fs[j]] : 0.f);
+      if (in->norm) norm_buf(in->dt, n, r);
+    } else {
       rc = tpux__ew_apply(in, n, r, in->a >= 0 ? bp[in->a] : NULL,
                           in->b >= 0 ? bp[in->b] : NULL,
                           in->c >= 0 ? bp[in->c] : NULL, &bad);
+    }
     bp[in->r] = r;
     if (rc != TPU_OK) {
       int z = TPU_OK;
@@ -736,7 +932,7 @@ static void run_tile(xk_prog *p, const xk_space *s, int64_t L, int64_t n,
     int a = p->store[k].arr, bi = p->store[k].buf;
     const xk_arr *ar = &s->arr[a];
     if (in_row) {
-      int64_t off = space_offset(s, a, L, idx);
+      int64_t off = index_offset(s, a, idx);
       tpux__store(ar->dt, ar->p + off * (int64_t)tpu_dtype_size(ar->dt),
                   ar->st[s->nd - 1], n, bp[bi]);
     } else {
@@ -748,29 +944,24 @@ static void run_tile(xk_prog *p, const xk_space *s, int64_t L, int64_t n,
 static void prog_range(void *ctx, int64_t b, int64_t e) {
   prog_job *j = ctx;
   xk_prog *p = j->p;
-  char *scratch = tpux__alloc((size_t)(p->nbuf ? p->nbuf : 1) * XK_TILE * 8);
+  char *scratch = tpux__alloc((size_t)p->scratch_bytes);
   if (!scratch) {
     int z = TPU_OK;
     atomic_compare_exchange_strong(&p->err, &z, TPU_E_OOM);
     return;
   }
-  for (int k = 0; k < p->nload; k++) /* broadcast scalars: one fill */
-    if (p->load_const[k]) {
-      const xk_arr *ar = &p->sp.arr[p->load[k].arr];
-      tpux__load(ar->dt, ar->p, 0, XK_TILE,
-                 scratch + (size_t)p->load[k].buf * XK_TILE * 8);
-    }
+  tpux__prog_fill_consts(p, &p->sp, scratch); /* broadcast scalars: one fill */
   for (int64_t t = b; t < e; t++) {
     if (atomic_load_explicit(&p->err, memory_order_relaxed)) break;
     if (j->cpr) {
       int64_t row = t / j->cpr, ch = t - row * j->cpr;
-      int64_t L = row * j->row + ch * XK_TILE;
-      int64_t n = j->row - ch * XK_TILE;
-      if (n > XK_TILE) n = XK_TILE;
+      int64_t L = row * j->row + ch * p->pt;
+      int64_t n = j->row - ch * p->pt;
+      if (n > p->pt) n = p->pt;
       run_tile(p, &p->sp, L, n, 1, scratch);
     } else {
-      int64_t L = t * XK_TILE, n = j->total - L;
-      if (n > XK_TILE) n = XK_TILE;
+      int64_t L = t * p->pt, n = j->total - L;
+      if (n > p->pt) n = p->pt;
       run_tile(p, &p->sp, L, n, p->sp.nd == 1, scratch);
     }
   }
@@ -786,12 +977,12 @@ int tpux__prog_run(xk_prog *p) {
   prog_job j = {p, p->sp.sz[p->sp.nd - 1], 0, total};
   int64_t ntiles, tile_len;
   if (p->sp.nd > 1 && j.row >= 256) {
-    j.cpr = (j.row + XK_TILE - 1) / XK_TILE;
+    j.cpr = (j.row + p->pt - 1) / p->pt;
     ntiles = (total / j.row) * j.cpr;
     tile_len = j.row / j.cpr;
   } else {
-    ntiles = (total + XK_TILE - 1) / XK_TILE;
-    tile_len = XK_TILE;
+    ntiles = (total + p->pt - 1) / p->pt;
+    tile_len = p->pt;
   }
   int64_t grain = XK_GRAIN / (tile_len > 0 ? tile_len : 1);
   if (grain < 1) grain = 1;
@@ -805,9 +996,35 @@ void tpux__prog_fill_consts(const xk_prog *p, const xk_space *s, char *scratch) 
   for (int k = 0; k < p->nload; k++)
     if (p->load_const[k]) {
       const xk_arr *ar = &s->arr[p->load[k].arr];
-      tpux__load(ar->dt, ar->p, 0, XK_TILE,
-                 scratch + (size_t)p->load[k].buf * XK_TILE * 8);
+      tpux__load(ar->dt, ar->p, 0, p->pt, scratch + p->boff[p->load[k].buf]);
     }
+  /* the run's plan (XR_*), by liveness from the stores backwards: a SELECT
+   * on a broadcast-scalar predicate needs only the operand it picks (lerp's
+   * two formulas, torch.where on a 0-dim condition), so the float work that
+   * fed only the other operand is not computed */
+  int8_t *run = (int8_t *)scratch + p->moff;
+  uint8_t live[XK_MAX_BUF] = {0};
+  for (int k = 0; k < p->nstore; k++) live[p->store[k].buf] = 1;
+  for (int j = p->nins - 1; j >= 0; j--) {
+    const xk_ins *in = &p->ins[j];
+    /* only float work is skipped: an integer op still reports its errors
+     * (division by zero) when its value is not used */
+    if (!live[in->r] && xk_cls(in->in_dt) == XK_F32 && xk_cls(in->dt) == XK_F32) {
+      run[j] = XR_SKIP;
+      continue;
+    }
+    live[in->r] = 0;
+    if (in->op == TPUIR_SELECT && p->buf_const[in->a]) {
+      int pick = *(const int64_t *)(scratch + p->boff[in->a]) ? in->b : in->c;
+      run[j] = pick == in->b ? XR_TAKE_B : XR_TAKE_C;
+      live[pick] = 1;
+      continue;
+    }
+    run[j] = XR_RUN;
+    if (in->a >= 0) live[in->a] = 1;
+    if (in->b >= 0) live[in->b] = 1;
+    if (in->c >= 0) live[in->c] = 1;
+  }
 }
 
 /* Run p serially over `s` with the caller's tile buffers (see
@@ -818,19 +1035,19 @@ void tpux__prog_run_window(xk_prog *p, xk_space *s, char *scratch) {
   if (total == 0) return;
   int64_t row = s->sz[s->nd - 1];
   if (s->nd > 1 && row >= 256) {
-    int64_t cpr = (row + XK_TILE - 1) / XK_TILE;
+    int64_t cpr = (row + p->pt - 1) / p->pt;
     for (int64_t r = 0; r < total / row; r++)
       for (int64_t ch = 0; ch < cpr; ch++) {
         if (atomic_load_explicit(&p->err, memory_order_relaxed)) return;
-        int64_t n = row - ch * XK_TILE;
-        run_tile(p, s, r * row + ch * XK_TILE, n > XK_TILE ? XK_TILE : n, 1,
+        int64_t n = row - ch * p->pt;
+        run_tile(p, s, r * row + ch * p->pt, n > p->pt ? p->pt : n, 1,
                  scratch);
       }
   } else {
-    for (int64_t L = 0; L < total; L += XK_TILE) {
+    for (int64_t L = 0; L < total; L += p->pt) {
       if (atomic_load_explicit(&p->err, memory_order_relaxed)) break;
       int64_t n = total - L;
-      run_tile(p, s, L, n > XK_TILE ? XK_TILE : n, s->nd == 1, scratch);
+      run_tile(p, s, L, n > p->pt ? p->pt : n, s->nd == 1, scratch);
     }
   }
 }
@@ -844,7 +1061,7 @@ void tpux__prog_run_serial(xk_prog *p, xk_space *s) {
   static _Thread_local char *tl_scratch;
   static _Thread_local size_t tl_cap;
   if (tpux__space_numel(s) == 0) return;
-  size_t need = (size_t)(p->nbuf ? p->nbuf : 1) * XK_TILE * 8;
+  size_t need = (size_t)p->scratch_bytes;
   if (tl_cap < need) {
     char *nb = aligned_alloc(64, need);
     if (!nb) {
@@ -991,6 +1208,7 @@ int tpux__region_prog(xctx *c, int n, const int32_t *members, const char *store,
           p->direct_ok[s] = 0;
   }
   p->nins = n;
+  tpux__prog_finish(p);
   *out = p;
   return TPU_OK;
 }

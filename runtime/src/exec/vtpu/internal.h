@@ -140,6 +140,11 @@ typedef struct xk_ins {
   int16_t norm;       /* round/wrap the result buffer to dt */
 } xk_ins;
 
+/* a float-class kernel over n elements: r = op(a, b, c) with s the value of
+ * a broadcast scalar operand (see tpux__prog_finish) */
+typedef void (*xk_fast_fn)(int64_t n, float *r, const void *a, const void *b,
+                           const void *c, float s);
+
 typedef struct xk_prog {
   xk_space sp;
   int32_t nload, nins, nstore, nbuf;
@@ -149,11 +154,28 @@ typedef struct xk_prog {
   int8_t direct_ok[XK_MAX_ARR]; /* store array may be written in place */
   int8_t load_const[XK_MAX_ARR]; /* all strides 0: filled once per thread */
   int8_t buf_const[XK_MAX_BUF];  /* the buffer of such a load (never reused) */
+  /* set by tpux__prog_finish: the scratch a run needs (scratch_bytes: the
+   * tile buffers, float-class ones 4 bytes an element, at boff[], then the
+   * run's instruction plan at moff, see tpux__prog_fill_consts), the
+   * direct kernel of each instruction (NULL: generic dispatch) with its
+   * operand buffers (fs: broadcast scalar operand, -1: none; a kernel may
+   * also compute the previous instruction, see merged), each store's
+   * producer */
+  int32_t scratch_bytes, moff, pt; /* pt: elements per tile */
+  int32_t boff[XK_MAX_BUF];
+  xk_fast_fn fn[XK_MAX_INS];
+  int16_t fa[XK_MAX_INS], fb[XK_MAX_INS], fc[XK_MAX_INS], fs[XK_MAX_INS];
+  int16_t store_prod[XK_MAX_ARR];
+  int8_t merged[XK_MAX_INS]; /* computed by the next instruction's kernel */
   /* run-time error raised by a kernel (first wins) */
   _Atomic int err;
   int64_t err_val;
 } xk_prog;
 
+/* Complete a built program (buffer layout, direct kernels, store
+ * producers): every builder calls it once, after the last field is set
+ * and before the program first runs. */
+void tpux__prog_finish(xk_prog *p);
 /* Run a program over its space (parallel). Returns TPU_OK or an error
  * (message set on the calling thread). */
 int tpux__prog_run(xk_prog *p);
@@ -165,10 +187,12 @@ void tpux__prog_run_serial(xk_prog *p, xk_space *s);
 /* The two halves of tpux__prog_run_serial, for callers that run a program
  * over many small windows with tile buffers of their own (fused
  * reductions): fill the buffers of p's broadcast-scalar loads (their
- * arrays taken from s) into scratch (p->nbuf * XK_TILE * 8 bytes, once per
- * scratch), then run p serially over each window s (arrays re-based and
- * re-shaped as for tpux__prog_run_serial; s is coalesced in place). Errors
- * are recorded in p->err. */
+ * arrays taken from s) into scratch (p->scratch_bytes, once per scratch;
+ * this also plans which instructions the run needs: a SELECT whose
+ * predicate is such a scalar becomes a copy of the chosen operand, and
+ * what only fed the other one is skipped), then run p serially over each
+ * window s (arrays re-based and re-shaped as for tpux__prog_run_serial; s
+ * is coalesced in place). Errors are recorded in p->err. */
 void tpux__prog_fill_consts(const xk_prog *p, const xk_space *s, char *scratch);
 void tpux__prog_run_window(xk_prog *p, xk_space *s, char *scratch);
 /* TPU_OK, or the error recorded in p->err with its message set. */

@@ -618,7 +618,7 @@ static void fuse_outer(const red_plan *p, const int64_t *aoff, int64_t xb,
 static void fuse_range(red_plan *p, int64_t b, int64_t e, void *buf) {
   red_fuse *F = p->F;
   xk_prog *prog = F->prog;
-  char *scr = tpux__alloc((size_t)(prog->nbuf ? prog->nbuf : 1) * XK_TILE * 8);
+  char *scr = tpux__alloc((size_t)prog->scratch_bytes);
   if (!scr) {
     int z = TPU_OK;
     atomic_compare_exchange_strong(&prog->err, &z, TPU_E_OOM);
