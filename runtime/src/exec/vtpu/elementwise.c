@@ -142,15 +142,19 @@ void tpux__space_coalesce(xk_space *s) {
   s->nd = nd;
 }
 
-/* Element offset of linear index L in array a (multi-index into idx). */
-static int64_t space_offset(const xk_space *s, int a, int64_t L, int64_t *idx) {
-  int64_t off = 0;
+/* The multi-index of linear index L of the space (a division per dim). */
+static void space_index(const xk_space *s, int64_t L, int64_t *idx) {
   for (int d = s->nd - 1; d >= 0; d--) {
     int64_t q = L / s->sz[d];
     idx[d] = L - q * s->sz[d];
-    off += idx[d] * s->arr[a].st[d];
     L = q;
   }
+}
+
+/* Element offset of array a at multi-index idx. */
+static int64_t index_offset(const xk_space *s, int a, const int64_t *idx) {
+  int64_t off = 0;
+  for (int d = 0; d < s->nd; d++) off += idx[d] * s->arr[a].st[d];
   return off;
 }
 
@@ -162,7 +166,8 @@ static void space_xfer(const xk_space *s, int a, int64_t L, int64_t n,
   size_t bs = 8; /* class buffers: float uses 4 */
   if (xk_cls(ar->dt) == XK_F32) bs = 4;
   int64_t idx[TPU_MAX_DIMS];
-  int64_t off = space_offset(s, a, L, idx);
+  space_index(s, L, idx);
+  int64_t off = index_offset(s, a, idx);
   int nd = s->nd;
   int64_t inner = s->sz[nd - 1], ist = ar->st[nd - 1];
   char *b = buf;
@@ -760,20 +765,23 @@ static int fp_op(int op) {
 enum { XR_SKIP = 0, XR_RUN = 1, XR_TAKE_B = 2, XR_TAKE_C = 3 };
 
 void tpux__prog_finish(xk_prog *p) {
-  /* a buffer takes 8 bytes an element if any value it holds (a physical
-   * buffer is reused across classes) is double or integer */
-  int8_t wide[XK_MAX_BUF] = {0};
+  /* bytes an element of each buffer: 8 if any value it holds (a physical
+   * buffer is reused across classes; bufcls is its last holder's) is
+   * double or integer, else 4 */
+  int8_t esz[XK_MAX_BUF];
+  for (int b = 0; b < p->nbuf; b++) esz[b] = p->bufcls[b] != XK_F32 ? 8 : 4;
   for (int k = 0; k < p->nload; k++)
-    wide[p->load[k].buf] |= xk_cls(p->sp.arr[p->load[k].arr].dt) != XK_F32;
-  for (int j = 0; j < p->nins; j++) wide[p->ins[j].r] |= xk_cls(p->ins[j].dt) != XK_F32;
+    if (xk_cls(p->sp.arr[p->load[k].arr].dt) != XK_F32) esz[p->load[k].buf] = 8;
+  for (int j = 0; j < p->nins; j++)
+    if (xk_cls(p->ins[j].dt) != XK_F32) esz[p->ins[j].r] = 8;
   int32_t per = 0; /* bytes of all buffers per element */
-  for (int b = 0; b < p->nbuf; b++) per += wide[b] || p->bufcls[b] != XK_F32 ? 8 : 4;
+  for (int b = 0; b < p->nbuf; b++) per += esz[b];
   p->pt = XK_TILE;
   while (p->pt > XK_PT_MIN && p->pt * per > XK_PT_BYTES) p->pt /= 2;
   int32_t off = 0;
   for (int b = 0; b < p->nbuf; b++) {
     p->boff[b] = off;
-    off += p->pt * (wide[b] || p->bufcls[b] != XK_F32 ? 8 : 4);
+    off += p->pt * esz[b];
   }
   p->moff = off;
   p->scratch_bytes = off + ((XK_MAX_INS + 63) & ~63); /* 64-byte multiple */
@@ -846,30 +854,15 @@ typedef struct prog_job {
   int64_t total; /* elements */
 } prog_job;
 
-/* Offset (elements) of array a at index idx. */
-static int64_t index_offset(const xk_space *s, int a, const int64_t *idx) {
-  int64_t off = 0;
-  for (int d = 0; d < s->nd; d++) off += idx[d] * s->arr[a].st[d];
-  return off;
-}
-
 static void run_tile(xk_prog *p, const xk_space *s, int64_t L, int64_t n,
                      int in_row, char *scratch) {
   void *bp[XK_MAX_BUF], *dout[XK_MAX_INS];
   char stored[XK_MAX_ARR] = {0};
   for (int i = 0; i < p->nbuf; i++) bp[i] = scratch + p->boff[i];
   for (int j = 0; j < p->nins; j++) dout[j] = NULL;
-  /* the tile's first element as an index, once for all arrays (in row
-   * mode; a division per dim) */
+  /* the tile's first element as an index, once for all arrays (row mode) */
   int64_t idx[TPU_MAX_DIMS];
-  if (in_row) {
-    int64_t q = L;
-    for (int d = s->nd - 1; d >= 0; d--) {
-      int64_t q2 = q / s->sz[d];
-      idx[d] = q - q2 * s->sz[d];
-      q = q2;
-    }
-  }
+  if (in_row) space_index(s, L, idx);
   /* loads */
   for (int k = 0; k < p->nload; k++) {
     int a = p->load[k].arr, bi = p->load[k].buf;

@@ -146,6 +146,37 @@ static inline int64_t comb_i(int kind, int64_t a, int64_t v) {
 #define ANDI(a, v) ((a) & (v))
 #define ORI(a, v) ((a) | (v))
 
+/* FOLD(T, A, ACC, COMB) for the operand class cls and reduction kind:
+ * element type T, accumulator type A (f32 sums in double, f32 max/min in
+ * float), the acc_t member ACC and the combine COMB. */
+#define FOLD_DISPATCH(FOLD)                                                  \
+  do {                                                                       \
+    if (cls == XK_F32) {                                                     \
+      switch (kind) {                                                        \
+      case TPUIR_RED_SUM: FOLD(float, double, d, SUMD); break;               \
+      case TPUIR_RED_PROD: FOLD(float, double, d, PRODD); break;             \
+      case TPUIR_RED_MAX: FOLD(float, float, d, MAXF); break;                \
+      default: FOLD(float, float, d, MINF); break;                           \
+      }                                                                      \
+    } else if (cls == XK_F64) {                                              \
+      switch (kind) {                                                        \
+      case TPUIR_RED_SUM: FOLD(double, double, d, SUMD); break;              \
+      case TPUIR_RED_PROD: FOLD(double, double, d, PRODD); break;            \
+      case TPUIR_RED_MAX: FOLD(double, double, d, MAXD); break;              \
+      default: FOLD(double, double, d, MIND); break;                         \
+      }                                                                      \
+    } else {                                                                 \
+      switch (kind) {                                                        \
+      case TPUIR_RED_SUM: FOLD(int64_t, int64_t, i, SUMI); break;            \
+      case TPUIR_RED_PROD: FOLD(int64_t, int64_t, i, PRODI); break;          \
+      case TPUIR_RED_MAX: FOLD(int64_t, int64_t, i, MAXI); break;            \
+      case TPUIR_RED_MIN: FOLD(int64_t, int64_t, i, MINI); break;            \
+      case TPUIR_RED_AND: FOLD(int64_t, int64_t, i, ANDI); break;            \
+      default: FOLD(int64_t, int64_t, i, ORI); break;                        \
+      }                                                                      \
+    }                                                                        \
+  } while (0)
+
 /* Fold a class buffer (elements of type T) into LANES accumulators of type
  * A: element i goes to lane i % LANES. The lanes live in registers; they
  * start from `lanes` (or, fresh, from the identity id) and go back there,
@@ -184,30 +215,7 @@ __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
 static acc_t fold_lanes(int kind, int cls, int64_t n, const void *restrict buf,
                         acc_t *restrict lanes, acc_t id, int fresh, int fin) {
   acc_t r = id;
-  if (cls == XK_F32) {
-    switch (kind) {
-    case TPUIR_RED_SUM: FOLD_LANES(float, double, d, SUMD); break;
-    case TPUIR_RED_PROD: FOLD_LANES(float, double, d, PRODD); break;
-    case TPUIR_RED_MAX: FOLD_LANES(float, float, d, MAXF); break;
-    default: FOLD_LANES(float, float, d, MINF); break;
-    }
-  } else if (cls == XK_F64) {
-    switch (kind) {
-    case TPUIR_RED_SUM: FOLD_LANES(double, double, d, SUMD); break;
-    case TPUIR_RED_PROD: FOLD_LANES(double, double, d, PRODD); break;
-    case TPUIR_RED_MAX: FOLD_LANES(double, double, d, MAXD); break;
-    default: FOLD_LANES(double, double, d, MIND); break;
-    }
-  } else {
-    switch (kind) {
-    case TPUIR_RED_SUM: FOLD_LANES(int64_t, int64_t, i, SUMI); break;
-    case TPUIR_RED_PROD: FOLD_LANES(int64_t, int64_t, i, PRODI); break;
-    case TPUIR_RED_MAX: FOLD_LANES(int64_t, int64_t, i, MAXI); break;
-    case TPUIR_RED_MIN: FOLD_LANES(int64_t, int64_t, i, MINI); break;
-    case TPUIR_RED_AND: FOLD_LANES(int64_t, int64_t, i, ANDI); break;
-    default: FOLD_LANES(int64_t, int64_t, i, ORI); break;
-    }
-  }
+  FOLD_DISPATCH(FOLD_LANES);
   return r;
 }
 
@@ -244,30 +252,7 @@ static acc_t fold_lanes(int kind, int cls, int64_t n, const void *restrict buf,
 __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
 static void fold_rows(int kind, int cls, int64_t nrows, int64_t n, int64_t rst,
                       const void *restrict buf, acc_t *restrict acc) {
-  if (cls == XK_F32) {
-    switch (kind) {
-    case TPUIR_RED_SUM: FOLD_ROWS(float, double, d, SUMD); break;
-    case TPUIR_RED_PROD: FOLD_ROWS(float, double, d, PRODD); break;
-    case TPUIR_RED_MAX: FOLD_ROWS(float, float, d, MAXF); break;
-    default: FOLD_ROWS(float, float, d, MINF); break;
-    }
-  } else if (cls == XK_F64) {
-    switch (kind) {
-    case TPUIR_RED_SUM: FOLD_ROWS(double, double, d, SUMD); break;
-    case TPUIR_RED_PROD: FOLD_ROWS(double, double, d, PRODD); break;
-    case TPUIR_RED_MAX: FOLD_ROWS(double, double, d, MAXD); break;
-    default: FOLD_ROWS(double, double, d, MIND); break;
-    }
-  } else {
-    switch (kind) {
-    case TPUIR_RED_SUM: FOLD_ROWS(int64_t, int64_t, i, SUMI); break;
-    case TPUIR_RED_PROD: FOLD_ROWS(int64_t, int64_t, i, PRODI); break;
-    case TPUIR_RED_MAX: FOLD_ROWS(int64_t, int64_t, i, MAXI); break;
-    case TPUIR_RED_MIN: FOLD_ROWS(int64_t, int64_t, i, MINI); break;
-    case TPUIR_RED_AND: FOLD_ROWS(int64_t, int64_t, i, ANDI); break;
-    default: FOLD_ROWS(int64_t, int64_t, i, ORI); break;
-    }
-  }
+  FOLD_DISPATCH(FOLD_ROWS);
 }
 
 static acc_t comb(const red_plan *p, acc_t a, acc_t v) {
