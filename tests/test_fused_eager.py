@@ -400,4 +400,4 @@ def test_disk_cache_second_process(tmp_path):
     assert first["misses"] > 0 and first["disk_hits"] == 0, first
     assert second["misses"] == 0, second          # zero compiles
     assert second["disk_hits"] == first["misses"], (first, second)
-    assert os.listdir(tmp_path / "cache")
+    assert [f for f in os.listdir(tmp_path / "cache") if f != "vtpu_jit"]  # programs

@@ -438,12 +438,17 @@ def _get_cache_stats():
     ``runs``); ``pjrt`` the PJRT executor's (``compiles``: executables XLA
     compiled, ``disk_loads``: executables deserialized from the cache
     directory instead, ``emits``, ``executions``, ``donated_inputs``,
-    ``direct_outputs``, ``bytes_h2d``/``bytes_d2h``; all 0 on the vTPU)."""
+    ``direct_outputs``, ``bytes_h2d``/``bytes_d2h``; all 0 on the vTPU);
+    ``vtpu_jit`` the vTPU's native elementwise kernels (``compiles``,
+    ``disk_loads``, ``failures``, ``compile_time_s``, ``bound``: program
+    runs that used one, ``pending``: queued or compiling now; see
+    TORCH_TPU_VTPU_JIT in the README)."""
     from . import _compile
 
     d = _C._cache_stats()
     d["compile"] = _compile.stats()
     d["pjrt"] = _C._pjrt_stats()
+    d["vtpu_jit"] = _C._vtpu_jit_stats()
     d["recompiles"] = d["compile"].get("recompiles", 0)
     from .kernels import _c_kernel
 

@@ -165,6 +165,21 @@ typedef struct tpux_pjrt_stats {
 } tpux_pjrt_stats;
 TPU_API void tpux_pjrt_get_stats(tpux_pjrt_stats *out);
 
+/* Counters of the vTPU's native elementwise kernels (process-wide; see
+ * exec/vtpu/jit.c): program signatures compiled, loaded from the cache
+ * directory instead, failed (no compiler, compile error: those programs
+ * stay on the tile engine), seconds spent compiling, program builds bound
+ * to a native kernel, and signatures queued or compiling now. */
+typedef struct tpux_jit_stats {
+  uint64_t compiles, disk_loads, failures;
+  double compile_seconds;
+  uint64_t bound, pending;
+} tpux_jit_stats;
+TPU_API void tpux_jit_get_stats(tpux_jit_stats *out);
+/* Block until no native kernel is queued or compiling (benchmarks measure
+ * the steady state after their warm-up). */
+TPU_API void tpux_jit_wait(void);
+
 /* StableHLO text (MLIR, generic op form) of graph g: func.func @main with
  * g's parameters as arguments and its outputs as results. *text is
  * malloc'd (caller frees), NUL-terminated; *len (may be NULL) its length.

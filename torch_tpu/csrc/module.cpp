@@ -166,6 +166,22 @@ PYBIND11_MODULE(_C, m) {
     d["bytes_d2h"] = s.bytes_d2h;
     return d;
   });
+  m.def("_vtpu_jit_stats", [] {
+    tpux_jit_stats s{};
+    tpux_jit_get_stats(&s);
+    py::dict d;
+    d["compiles"] = s.compiles;
+    d["disk_loads"] = s.disk_loads;
+    d["failures"] = s.failures;
+    d["compile_time_s"] = s.compile_seconds;
+    d["bound"] = s.bound;
+    d["pending"] = s.pending;
+    return d;
+  });
+  m.def("_vtpu_jit_wait", [] {
+    py::gil_scoped_release nogil;
+    tpux_jit_wait();
+  });
   m.def("_reset_cache_stats", [] { tpug_reset_stats(); });
   // user C kernels (torch_tpu/kernels): register a compiled kernel with the
   // executor; the descriptor fields come from the parsed signature

@@ -765,6 +765,14 @@ static int fp_op(int op) {
 enum { XR_SKIP = 0, XR_RUN = 1, XR_TAKE_B = 2, XR_TAKE_C = 3 };
 
 void tpux__prog_finish(xk_prog *p) {
+  /* a stored value holds its buffer to the end of the program: its
+   * producer is the last instruction writing that buffer */
+  for (int k = 0; k < p->nstore; k++) {
+    p->store_prod[k] = -1;
+    for (int j = 0; j < p->nins; j++)
+      if (p->ins[j].r == p->store[k].buf) p->store_prod[k] = (int16_t)j;
+  }
+  p->jit = tpux__jit_bind(p);
   /* bytes an element of each buffer: 8 if any value it holds (a physical
    * buffer is reused across classes; bufcls is its last holder's) is
    * double or integer, else 4 */
@@ -776,15 +784,18 @@ void tpux__prog_finish(xk_prog *p) {
     if (xk_cls(p->ins[j].dt) != XK_F32) esz[p->ins[j].r] = 8;
   int32_t per = 0; /* bytes of all buffers per element */
   for (int b = 0; b < p->nbuf; b++) per += esz[b];
-  p->pt = XK_TILE;
-  while (p->pt > XK_PT_MIN && p->pt * per > XK_PT_BYTES) p->pt /= 2;
+  p->pt = XK_TILE; /* a native kernel keeps values in registers: long tiles */
+  while (!p->jit && p->pt > XK_PT_MIN && p->pt * per > XK_PT_BYTES) p->pt /= 2;
   int32_t off = 0;
   for (int b = 0; b < p->nbuf; b++) {
     p->boff[b] = off;
     off += p->pt * esz[b];
   }
+  p->jit_soff = off;
+  if (p->jit) off += p->nstore * 8 * p->pt;
   p->moff = off;
   p->scratch_bytes = off + ((XK_MAX_INS + 63) & ~63); /* 64-byte multiple */
+  if (p->jit) return;
   const int8_t *cst = p->buf_const;
   for (int j = 0; j < p->nins; j++) {
     const xk_ins *in = &p->ins[j];
@@ -813,13 +824,6 @@ void tpux__prog_finish(xk_prog *p) {
       if (fn && sb) p->fs[j] = in->b;
     }
     p->fn[j] = fn;
-  }
-  /* a stored value holds its buffer to the end of the program: its
-   * producer is the last instruction writing that buffer */
-  for (int k = 0; k < p->nstore; k++) {
-    p->store_prod[k] = -1;
-    for (int j = 0; j < p->nins; j++)
-      if (p->ins[j].r == p->store[k].buf) p->store_prod[k] = (int16_t)j;
   }
   /* pairs: + - * / feeding the next + - * / and nothing else */
   for (int j = 0; j + 1 < p->nins; j++) {
@@ -886,12 +890,23 @@ static void run_tile(xk_prog *p, const xk_space *s, int64_t L, int64_t n,
   for (int k = 0; k < p->nstore; k++) {
     int a = p->store[k].arr, bi = p->store[k].buf, prod = p->store_prod[k];
     const xk_arr *ar = &s->arr[a];
-    if (prod >= 0 && !dout[prod] && p->direct_ok[k] && in_row &&
+    if (prod >= 0 && !dout[prod] && (p->direct_ok[k] || (p->jit && p->direct_jit[k])) &&
+        in_row &&
         ar->st[s->nd - 1] == 1 && ar->dt == xk_native(p->bufcls[bi])) {
       int64_t off = index_offset(s, a, idx);
       dout[prod] = ar->p + off * (int64_t)tpu_dtype_size(ar->dt);
       stored[k] = 1;
     }
+  }
+  if (p->jit) { /* the whole program in one pass; stores as above */
+    void *in[XK_MAX_ARR], *out[XK_MAX_ARR];
+    for (int k = 0; k < p->nload; k++) in[k] = bp[p->load[k].buf];
+    for (int k = 0; k < p->nstore; k++) /* a store's own tile (its buffer
+      * may be a load's: the engine's reuse, of another element size) */
+      out[k] = stored[k] ? dout[p->store_prod[k]]
+                         : (bp[p->store[k].buf] = scratch + p->jit_soff + k * 8 * p->pt);
+    p->jit(n, in, out, tpux__jit_fns());
+    goto stores;
   }
   const int8_t *plan = (const int8_t *)scratch + p->moff;
   for (int j = 0; j < p->nins; j++) {
@@ -920,6 +935,7 @@ static void run_tile(xk_prog *p, const xk_space *s, int64_t L, int64_t n,
       return;
     }
   }
+stores:
   for (int k = 0; k < p->nstore; k++) {
     if (stored[k]) continue;
     int a = p->store[k].arr, bi = p->store[k].buf;
@@ -1193,12 +1209,15 @@ int tpux__region_prog(xctx *c, int n, const int32_t *members, const char *store,
     int s = p->nstore++;
     p->store[s].arr = (int16_t)tpux__space_add(&p->sp, &c->vals[members[k]].v);
     p->store[s].buf = phys[rv];
-    /* caller memory that a load also reads: write only at the tile end */
-    p->direct_ok[s] = 1;
+    /* caller memory that a load also reads: write only at the tile end
+     * (a native kernel: also in place over an identical view) */
+    p->direct_ok[s] = p->direct_jit[s] = 1;
     if (dst[k])
       for (int j = 0; j < nv; j++)
-        if (vload[j] && tpux__views_overlap(&c->vals[vid[j]].v, dst[k]))
+        if (vload[j] && tpux__views_overlap(&c->vals[vid[j]].v, dst[k])) {
           p->direct_ok[s] = 0;
+          if (!tpux__views_same(&c->vals[vid[j]].v, dst[k])) p->direct_jit[s] = 0;
+        }
   }
   p->nins = n;
   tpux__prog_finish(p);

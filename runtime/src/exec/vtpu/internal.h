@@ -51,6 +51,15 @@ int tpux__vmath_f32(int op, int64_t n, float *r, const float *a, const float *b)
 int tpux__vmath_f32_width(int width, int op, int64_t n, float *r, const float *a,
                           const float *b);
 
+/* Vector width (lanes) tpux__vmath_f32 runs at on this CPU: 16, 8 or 4. */
+int tpux__vmath_width(void);
+/* The vector function tpux__vmath_f32 applies per `width` lanes for op
+ * (width 16: __m512 f(__m512) or, for pow/atan2, f(__m512, __m512); 8: the
+ * __m256 ones), NULL when op is not covered or the CPU lacks the width. Lanes
+ * are independent (a lane's result depends on that lane only), so native
+ * kernels calling it match tpux__vmath_f32 bit for bit. Static functions. */
+void (*tpux__vmath_f32_vec(int op, int width))(void);
+
 /* Round a float to bf16 / f16 precision (RNE), as stored. */
 static inline float xk_round_bf16(float f) {
   uint32_t u;
@@ -145,6 +154,13 @@ typedef struct xk_ins {
 typedef void (*xk_fast_fn)(int64_t n, float *r, const void *a, const void *b,
                            const void *c, float s);
 
+/* a native kernel of a whole program (exec/vtpu/jit.c): n elements, in[k]
+ * load k's tile (a broadcast-scalar load: its value at [0]), out[k] store
+ * k's destination (float or, for bool values, int64 0/1), fns: see
+ * tpux__jit_fns */
+typedef void (*xk_jit_fn)(int64_t n, void *const *in, void *const *out,
+                          void (*const *fns)(void));
+
 typedef struct xk_prog {
   xk_space sp;
   int32_t nload, nins, nstore, nbuf;
@@ -152,6 +168,9 @@ typedef struct xk_prog {
   xk_ins ins[XK_MAX_INS];
   int8_t bufcls[XK_MAX_BUF];
   int8_t direct_ok[XK_MAX_ARR]; /* store array may be written in place */
+  /* ... by a native kernel (which reads a vector step's loads before it
+   * writes its stores): the array overlaps no load but identical views */
+  int8_t direct_jit[XK_MAX_ARR];
   int8_t load_const[XK_MAX_ARR]; /* all strides 0: filled once per thread */
   int8_t buf_const[XK_MAX_BUF];  /* the buffer of such a load (never reused) */
   /* set by tpux__prog_finish: the scratch a run needs (scratch_bytes: the
@@ -167,6 +186,8 @@ typedef struct xk_prog {
   int16_t fa[XK_MAX_INS], fb[XK_MAX_INS], fc[XK_MAX_INS], fs[XK_MAX_INS];
   int16_t store_prod[XK_MAX_ARR];
   int8_t merged[XK_MAX_INS]; /* computed by the next instruction's kernel */
+  xk_jit_fn jit; /* the whole program as one native kernel, or NULL */
+  int32_t jit_soff; /* its stores' tiles (8 bytes an element, each pt long) */
   /* run-time error raised by a kernel (first wins) */
   _Atomic int err;
   int64_t err_val;
@@ -176,6 +197,18 @@ typedef struct xk_prog {
  * producers): every builder calls it once, after the last field is set
  * and before the program first runs. */
 void tpux__prog_finish(xk_prog *p);
+/* The native kernel of p's signature (exec/vtpu/jit.c) when one is ready,
+ * else NULL (the signature is counted, and compiled in the background once
+ * hot; see jit.c for what is covered). Called by tpux__prog_finish once the
+ * instructions, loads, stores and store producers are set. Thread-safe. */
+xk_jit_fn tpux__jit_bind(const xk_prog *p);
+/* The function table native kernels take (tpux__vmath_f32_vec per op at
+ * the kernels' width; static). */
+void (*const *tpux__jit_fns(void))(void);
+/* Tests: mode 0 off, 1 background compiles, 2 compile on the calling
+ * thread; hot > 0: builds of a signature before it is compiled (<= 0:
+ * unchanged). Returns the previous mode. Overrides TORCH_TPU_VTPU_JIT(_HOT). */
+int tpux__jit_configure(int mode, int hot);
 /* Run a program over its space (parallel). Returns TPU_OK or an error
  * (message set on the calling thread). */
 int tpux__prog_run(xk_prog *p);

@@ -442,6 +442,18 @@ int tpux__vmath_f32_width(int width, int op, int64_t n, float *r, const float *a
 }
 
 /* See exec/vtpu/internal.h. */
+int tpux__vmath_width(void) { return host_width(); }
+
+/* See exec/vtpu/internal.h. */
+void (*tpux__vmath_f32_vec(int op, int width))(void) {
+  vfn f;
+  if (width > host_width() || !fn_of(op, &f)) return NULL;
+  if (width == 16) return f.u16 ? (void (*)(void))f.u16 : (void (*)(void))f.b16;
+  if (width == 8) return f.u8 ? (void (*)(void))f.u8 : (void (*)(void))f.b8;
+  return NULL;
+}
+
+/* See exec/vtpu/internal.h. */
 int tpux__vmath_f32(int op, int64_t n, float *r, const float *a, const float *b) {
   return tpux__vmath_f32_width(host_width(), op, n, r, a, b);
 }
