@@ -179,6 +179,11 @@ TPU_API void tpux_jit_get_stats(tpux_jit_stats *out);
 /* Block until no native kernel is queued or compiling (benchmarks measure
  * the steady state after their warm-up). */
 TPU_API void tpux_jit_wait(void);
+/* Switch native kernels (overrides TORCH_TPU_VTPU_JIT(_HOT)): mode 0 off,
+ * 1 compile in the background, 2 compile on the calling thread; hot > 0:
+ * builds of a program signature before it is compiled (<= 0: unchanged).
+ * Programs built from then on follow it. Returns the previous mode. */
+TPU_API int tpux_jit_configure(int mode, int hot);
 
 /* StableHLO text (MLIR, generic op form) of graph g: func.func @main with
  * g's parameters as arguments and its outputs as results. *text is

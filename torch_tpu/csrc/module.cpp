@@ -178,6 +178,7 @@ PYBIND11_MODULE(_C, m) {
     d["pending"] = s.pending;
     return d;
   });
+  m.def("_vtpu_jit_configure", [](int mode, int hot) { return tpux_jit_configure(mode, hot); });
   m.def("_vtpu_jit_wait", [] {
     py::gil_scoped_release nogil;
     tpux_jit_wait();

@@ -205,10 +205,6 @@ xk_jit_fn tpux__jit_bind(const xk_prog *p);
 /* The function table native kernels take (tpux__vmath_f32_vec per op at
  * the kernels' width; static). */
 void (*const *tpux__jit_fns(void))(void);
-/* Tests: mode 0 off, 1 background compiles, 2 compile on the calling
- * thread; hot > 0: builds of a signature before it is compiled (<= 0:
- * unchanged). Returns the previous mode. Overrides TORCH_TPU_VTPU_JIT(_HOT). */
-int tpux__jit_configure(int mode, int hot);
 /* Run a program over its space (parallel). Returns TPU_OK or an error
  * (message set on the calling thread). */
 int tpux__prog_run(xk_prog *p);

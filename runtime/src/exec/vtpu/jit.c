@@ -582,8 +582,8 @@ xk_jit_fn tpux__jit_bind(const xk_prog *p) {
 /* See exec/vtpu/internal.h. */
 void (*const *tpux__jit_fns(void))(void) { return J.fns; }
 
-/* See exec/vtpu/internal.h. */
-int tpux__jit_configure(int mode, int hot) {
+/* See tpu_exec.h. */
+int tpux_jit_configure(int mode, int hot) {
   pthread_once(&j_once, j_init);
   pthread_mutex_lock(&J.mu);
   int old = J.mode;

@@ -1,0 +1,81 @@
+"""vTPU native kernels (TORCH_TPU_VTPU_JIT): training steps with and without
+them, in one process, interleaved.
+
+The host is noisy (a 2-core VM whose speed moves by tens of percent from one
+second to the next), so each round runs a few steps of every configuration
+back to back and the figure is the best round: PyTorch CPU eager, Strict
+Eager, Fused Eager with the tile engine only, Fused Eager with native
+kernels. Ratios are printed against the same round's neighbours.
+
+    PYTHONPATH=. python3 benchmarks/vtpu_jit.py [--rounds 6] [--only block,encoder,mlp]
+"""
+import argparse
+import os
+import sys
+import time
+
+import torch
+
+import torch_tpu
+from torch_tpu.execution_mode import EagerMode, eager_mode
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from fused_eager import make_train  # noqa: E402
+
+
+def steps(fn, n, sync):
+    out = None
+    t0 = time.perf_counter()
+    for _ in range(n):
+        out = fn()
+    sync()
+    del out
+    return (time.perf_counter() - t0) / n
+
+
+def case(kind, rounds, n):
+    cfg = {}
+    cfg["cpu"] = (make_train(kind, "cpu"), None, None)
+    for label, mode, jit in (("strict", EagerMode.DEFER_NEVER, 1),
+                             ("fused, tile engine", EagerMode.DEFER_AND_FUSE, 0),
+                             ("fused, native kernels", EagerMode.DEFER_AND_FUSE, 1)):
+        with eager_mode(mode):
+            cfg[label] = (make_train(kind, "tpu"), mode, jit)
+    best = {}
+    for r in range(rounds + 1):  # round 0 warms up (and compiles the kernels)
+        for label, (fn, mode, jit) in cfg.items():
+            if mode is None:
+                t = steps(fn, n, lambda: None)
+            else:
+                torch_tpu._C._vtpu_jit_configure(jit, 1)
+                with eager_mode(mode):
+                    if r == 0:
+                        steps(fn, 2, torch.tpu.synchronize)
+                        torch_tpu._C._vtpu_jit_wait()
+                    t = steps(fn, n, torch.tpu.synchronize)
+            if r:
+                best[label] = min(best.get(label, t), t)
+    torch_tpu._C._vtpu_jit_configure(1, 3)
+    c, s = best["cpu"], best["strict"]
+    f0, f1 = best["fused, tile engine"], best["fused, native kernels"]
+    print(f"{kind:8s} cpu {c*1e3:7.1f}  strict {s*1e3:7.1f}  fused/tile {f0*1e3:7.1f}  "
+          f"fused/native {f1*1e3:7.1f} ms | native vs tile {f0/f1:5.2f}x  "
+          f"fused/native vs strict {s/f1:5.2f}x (tile {s/f0:5.2f}x)  vs cpu {c/f1:5.2f}x",
+          flush=True)
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--rounds", type=int, default=6)
+    ap.add_argument("--steps", type=int, default=3, help="steps per configuration per round")
+    ap.add_argument("--only", default="mlp,encoder,block")
+    a = ap.parse_args()
+    print(f"host: {os.cpu_count()} CPUs, load {os.getloadavg()[0]:.1f}; best of {a.rounds} "
+          f"rounds of {a.steps} steps")
+    for kind in a.only.split(","):
+        case(kind.strip(), a.rounds, a.steps)
+    print("vTPU native kernels:", torch.tpu._get_cache_stats()["vtpu_jit"])
+
+
+if __name__ == "__main__":
+    main()
