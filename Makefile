@@ -81,6 +81,7 @@ bench: build
 	$(PY) benchmarks/mxu.py --quick
 	$(PY) benchmarks/conv.py
 	$(PY) benchmarks/fused_eager.py --steps 3
+	$(PY) benchmarks/vtpu_jit.py --rounds 3
 	$(PY) benchmarks/c_kernel.py
 
 # Full-dtype OpInfo sweep (CI runs the float32 form inside test-py).
