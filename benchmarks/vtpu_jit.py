@@ -12,7 +12,6 @@ kernels. Ratios are printed against the same round's neighbours.
 import argparse
 import os
 import sys
-import time
 
 import torch
 
@@ -20,17 +19,7 @@ import torch_tpu
 from torch_tpu.execution_mode import EagerMode, eager_mode
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from fused_eager import make_train  # noqa: E402
-
-
-def steps(fn, n, sync):
-    out = None
-    t0 = time.perf_counter()
-    for _ in range(n):
-        out = fn()
-    sync()
-    del out
-    return (time.perf_counter() - t0) / n
+from fused_eager import make_train, timeit  # noqa: E402
 
 
 def case(kind, rounds, n):
@@ -45,14 +34,11 @@ def case(kind, rounds, n):
     for r in range(rounds + 1):  # round 0 warms up (and compiles the kernels)
         for label, (fn, mode, jit) in cfg.items():
             if mode is None:
-                t = steps(fn, n, lambda: None)
-            else:
+                t = timeit(fn, lambda: None, n, warmup=0)
+            else:  # (timeit waits for pending kernels and runs one step first)
                 torch_tpu._C._vtpu_jit_configure(jit, 1)
                 with eager_mode(mode):
-                    if r == 0:
-                        steps(fn, 2, torch.tpu.synchronize)
-                        torch_tpu._C._vtpu_jit_wait()
-                    t = steps(fn, n, torch.tpu.synchronize)
+                    t = timeit(fn, torch.tpu.synchronize, n, warmup=2 if r == 0 else 0)
             if r:
                 best[label] = min(best.get(label, t), t)
     torch_tpu._C._vtpu_jit_configure(1, 3)
