@@ -127,6 +127,7 @@ static int load_kind(int dt) {
 static int ins_kind(const xk_ins *in, int ka, int kb, int kc) {
   int fin = xk_cls(in->in_dt) == XK_F32, fout = xk_cls(in->dt) == XK_F32;
   int bout = in->dt == TPU_BOOL;
+  if (in->op < 0 || in->op >= TPUIR_NUM_OPS) return 0; /* XK_OP_COPY */
   if (in->norm && fout && in->dt != TPU_BF16 && in->dt != TPU_F32) return 0; /* f16 */
   switch (in->op) {
   case TPUIR_ADD: case TPUIR_SUB: case TPUIR_MUL: case TPUIR_DIV:
