@@ -1,7 +1,8 @@
 /* test_exec_jit.c - native kernels of elementwise programs (exec/vtpu/jit.c)
  * give the tile engine's results bit for bit: random float/bf16/bool
  * programs with special values, tails, broadcasts and in-place updates,
- * each run with the kernels off and then compiled on the calling thread. */
+ * each run with the kernels off and then compiled on the calling thread.
+ * TPU_TEST_JIT_TRIALS=n runs n random programs (default 48). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <unistd.h>
@@ -10,20 +11,33 @@
 #include "test_exec_util.h"
 #include "tpu_test.h"
 
-/* a private cache directory for this process's kernels (removed at exit) */
-static char jit_dir[64];
+/* A private cache directory for this process's kernels (removed at exit;
+ * TPU_TEST_KEEP_JIT=1 keeps it), set for the test's duration only: other
+ * layers read the variable once (the graph cache's disk tier). */
+static char jit_dir[64], saved_dir[1024];
+static int had_dir;
 static void rm_jit_dir(void) {
   if (getenv("TPU_TEST_KEEP_JIT")) return;
   char cmd[128];
   snprintf(cmd, sizeof cmd, "rm -rf %s", jit_dir);
   if (system(cmd)) {}
 }
-static void use_private_cache(void) {
-  if (jit_dir[0]) return;
-  snprintf(jit_dir, sizeof jit_dir, "/tmp/tpu_jit_test_XXXXXX");
-  if (!mkdtemp(jit_dir)) return;
-  setenv("TORCH_TPU_COMPILATION_CACHE_DIR", jit_dir, 1);
-  atexit(rm_jit_dir);
+static void use_private_cache(int on) {
+  if (!jit_dir[0]) {
+    snprintf(jit_dir, sizeof jit_dir, "/tmp/tpu_jit_test_XXXXXX");
+    if (!mkdtemp(jit_dir)) return;
+    atexit(rm_jit_dir);
+  }
+  if (on) {
+    const char *d = getenv("TORCH_TPU_COMPILATION_CACHE_DIR");
+    had_dir = d != NULL;
+    snprintf(saved_dir, sizeof saved_dir, "%s", d ? d : "");
+    setenv("TORCH_TPU_COMPILATION_CACHE_DIR", jit_dir, 1);
+  } else if (had_dir) {
+    setenv("TORCH_TPU_COMPILATION_CACHE_DIR", saved_dir, 1);
+  } else {
+    unsetenv("TORCH_TPU_COMPILATION_CACHE_DIR");
+  }
 }
 
 /* run g with the kernels off, then on (compiled now); 1 if every output's
@@ -72,7 +86,7 @@ static void fill_special(const tpu_view *v, uint64_t *seed, int64_t n) {
 }
 
 TPU_TEST(exec_jit_random_programs) {
-  use_private_cache();
+  use_private_cache(1);
   tpux_jit_stats s0, s1;
   tpux_jit_get_stats(&s0);
   uint64_t seed = 77;
@@ -182,6 +196,7 @@ TPU_TEST(exec_jit_random_programs) {
     tpuir_graph_free(g);
   }
   tpux_jit_get_stats(&s1);
+  use_private_cache(0);
   /* most programs are covered (not every trial's regions: some hold one op) */
   CHECK(s1.compiles + s1.disk_loads - s0.compiles - s0.disk_loads >= 30);
   CHECK(s1.failures == s0.failures);
@@ -192,7 +207,7 @@ TPU_TEST(exec_jit_random_programs) {
  * step writes them) runs straight into the arrays; an output overlapping a
  * shifted view of its input must not. */
 TPU_TEST(exec_jit_in_place) {
-  use_private_cache();
+  use_private_cache(1);
   enum { N = 4099 };
   int64_t sz[1] = {N}, szm[1] = {N - 1};
   uint64_t seed = 5;
@@ -240,6 +255,7 @@ TPU_TEST(exec_jit_in_place) {
     CHECK(!memcmp(&now[i], &want, 4));
   }
   tpuir_graph_free(g);
+  use_private_cache(0);
   free(save[0]);
   free(save[1]);
   free(Pm.mem);
