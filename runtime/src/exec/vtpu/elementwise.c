@@ -708,27 +708,19 @@ CLONES static void fk_select(int64_t n, float *r, const void *vp, const void *vb
  * one store and one load of a tile fewer. The inner value is rounded to
  * float as a separate instruction's would be (no contraction), so results
  * are identical. */
-#define FP(N1, E1, N2, E2)                                                     \
-  CLONES static void fp_##N1##_##N2##_l(int64_t n, float *r, const void *va,  \
-                                        const void *vb, const void *vc,        \
-                                        float s) {                             \
+#define FP_SIDE(N1, E1, N2, E2, SIDE, X, Y)                                    \
+  CLONES static void fp_##N1##_##N2##_##SIDE(int64_t n, float *r, const void *va, \
+                                             const void *vb, const void *vc,   \
+                                             float s) {                        \
     const float *a = va, *b = vb, *c = vc;                                     \
-    IVDEP for (int64_t i = 0; i < n; i++) {                                          \
+    IVDEP for (int64_t i = 0; i < n; i++) {                                    \
       float x = a[i], y = b[i], t = (E1);                                      \
-      x = t, y = c[i];                                                         \
-      r[i] = (E2);                                                             \
-    }                                                                          \
-  }                                                                            \
-  CLONES static void fp_##N1##_##N2##_r(int64_t n, float *r, const void *va,  \
-                                        const void *vb, const void *vc,        \
-                                        float s) {                             \
-    const float *a = va, *b = vb, *c = vc;                                     \
-    IVDEP for (int64_t i = 0; i < n; i++) {                                          \
-      float x = a[i], y = b[i], t = (E1);                                      \
-      x = c[i], y = t;                                                         \
+      x = (X), y = (Y);                                                        \
       r[i] = (E2);                                                             \
     }                                                                          \
   }
+#define FP(N1, E1, N2, E2)                                                     \
+  FP_SIDE(N1, E1, N2, E2, l, t, c[i]) FP_SIDE(N1, E1, N2, E2, r, c[i], t)
 #define FP_ROW(N1, E1)                                                         \
   FP(N1, E1, add, x + y) FP(N1, E1, sub, x - y) FP(N1, E1, mul, x * y)         \
   FP(N1, E1, div, x / y)
@@ -738,6 +730,7 @@ FP_ROW(mul, x * y)
 FP_ROW(div, x / y)
 #undef FP_ROW
 #undef FP
+#undef FP_SIDE
 #define FP_ENT(N1, N2) {fp_##N1##_##N2##_l, fp_##N1##_##N2##_r}
 #define FP_ROW(N1) {FP_ENT(N1, add), FP_ENT(N1, sub), FP_ENT(N1, mul), FP_ENT(N1, div)}
 static const xk_fast_fn fp_tab[4][4][2] = {FP_ROW(add), FP_ROW(sub), FP_ROW(mul), FP_ROW(div)};
@@ -858,6 +851,41 @@ typedef struct prog_job {
   int64_t total; /* elements */
 } prog_job;
 
+/* The tile engine over one tile: each instruction on whole buffers (bp: the
+ * buffer each value is read from; dout: results written straight to their
+ * destination). 0 when an instruction failed (recorded in p->err). */
+static int run_instructions(xk_prog *p, int64_t n, void **bp, void *const *dout,
+                            char *scratch) {
+  const int8_t *plan = (const int8_t *)scratch + p->moff;
+  for (int j = 0; j < p->nins; j++) {
+    const xk_ins *in = &p->ins[j];
+    if (plan[j] == XR_SKIP || p->merged[j]) continue;
+    int64_t bad = 0;
+    void *r = dout[j] ? dout[j] : scratch + p->boff[in->r];
+    int rc = TPU_OK;
+    if (plan[j] != XR_RUN) { /* a SELECT on a scalar predicate */
+      const void *v = bp[plan[j] == XR_TAKE_B ? in->b : in->c];
+      if (r != v) memmove(r, v, (size_t)n * (xk_cls(in->dt) == XK_F32 ? 4 : 8));
+    } else if (p->fn[j]) {
+      p->fn[j](n, r, bp[p->fa[j]], p->fb[j] >= 0 ? bp[p->fb[j]] : NULL,
+               p->fc[j] >= 0 ? bp[p->fc[j]] : NULL,
+               p->fs[j] >= 0 ? *(const float *)bp[p->fs[j]] : 0.f);
+      if (in->norm) norm_buf(in->dt, n, r);
+    } else {
+      rc = tpux__ew_apply(in, n, r, in->a >= 0 ? bp[in->a] : NULL,
+                          in->b >= 0 ? bp[in->b] : NULL,
+                          in->c >= 0 ? bp[in->c] : NULL, &bad);
+    }
+    bp[in->r] = r;
+    if (rc != TPU_OK) {
+      int z = TPU_OK;
+      if (atomic_compare_exchange_strong(&p->err, &z, rc)) p->err_val = bad;
+      return 0;
+    }
+  }
+  return 1;
+}
+
 static void run_tile(xk_prog *p, const xk_space *s, int64_t L, int64_t n,
                      int in_row, char *scratch) {
   void *bp[XK_MAX_BUF], *dout[XK_MAX_INS];
@@ -901,7 +929,7 @@ static void run_tile(xk_prog *p, const xk_space *s, int64_t L, int64_t n,
       stored[k] = 1;
     }
   }
-  if (p->jit) { /* the whole program in one pass; stores as above */
+  if (p->jit) { /* the whole program in one pass */
     void *in[XK_MAX_ARR], *out[XK_MAX_ARR];
     for (int k = 0; k < p->nload; k++) in[k] = bp[p->load[k].buf];
     for (int k = 0; k < p->nstore; k++) /* a store's own tile (its buffer
@@ -909,36 +937,9 @@ static void run_tile(xk_prog *p, const xk_space *s, int64_t L, int64_t n,
       out[k] = stored[k] ? dout[p->store_prod[k]]
                          : (bp[p->store[k].buf] = scratch + p->jit_soff + k * 8 * p->pt);
     p->jit(n, in, out, tpux__jit_fns());
-    goto stores;
+  } else if (!run_instructions(p, n, bp, dout, scratch)) {
+    return;
   }
-  const int8_t *plan = (const int8_t *)scratch + p->moff;
-  for (int j = 0; j < p->nins; j++) {
-    const xk_ins *in = &p->ins[j];
-    if (plan[j] == XR_SKIP || p->merged[j]) continue;
-    int64_t bad = 0;
-    void *r = dout[j] ? dout[j] : scratch + p->boff[in->r];
-    int rc = TPU_OK;
-    if (plan[j] != XR_RUN) { /* a SELECT on a scalar predicate */
-      const void *v = bp[plan[j] == XR_TAKE_B ? in->b : in->c];
-      if (r != v) memmove(r, v, (size_t)n * (xk_cls(in->dt) == XK_F32 ? 4 : 8));
-    } else if (p->fn[j]) {
-      p->fn[j](n, r, bp[p->fa[j]], p->fb[j] >= 0 ? bp[p->fb[j]] : NULL,
-               p->fc[j] >= 0 ? bp[p->fc[j]] : NULL,
-               p->fs[j] >= 0 ? *(const float *)bp[p->fs[j]] : 0.f);
-      if (in->norm) norm_buf(in->dt, n, r);
-    } else {
-      rc = tpux__ew_apply(in, n, r, in->a >= 0 ? bp[in->a] : NULL,
-                          in->b >= 0 ? bp[in->b] : NULL,
-                          in->c >= 0 ? bp[in->c] : NULL, &bad);
-    }
-    bp[in->r] = r;
-    if (rc != TPU_OK) {
-      int z = TPU_OK;
-      if (atomic_compare_exchange_strong(&p->err, &z, rc)) p->err_val = bad;
-      return;
-    }
-  }
-stores:
   for (int k = 0; k < p->nstore; k++) {
     if (stored[k]) continue;
     int a = p->store[k].arr, bi = p->store[k].buf;
@@ -1005,11 +1006,12 @@ int tpux__prog_run(xk_prog *p) {
 
 /* Fill the tile buffers of p's broadcast-scalar loads (once per scratch). */
 void tpux__prog_fill_consts(const xk_prog *p, const xk_space *s, char *scratch) {
-  for (int k = 0; k < p->nload; k++)
+  for (int k = 0; k < p->nload; k++) /* a native kernel reads [0] only */
     if (p->load_const[k]) {
       const xk_arr *ar = &s->arr[p->load[k].arr];
-      tpux__load(ar->dt, ar->p, 0, p->pt, scratch + p->boff[p->load[k].buf]);
+      tpux__load(ar->dt, ar->p, 0, p->jit ? 1 : p->pt, scratch + p->boff[p->load[k].buf]);
     }
+  if (p->jit) return; /* it computes every instruction: no plan */
   /* the run's plan (XR_*), by liveness from the stores backwards: a SELECT
    * on a broadcast-scalar predicate needs only the operand it picks (lerp's
    * two formulas, torch.where on a 0-dim condition), so the float work that

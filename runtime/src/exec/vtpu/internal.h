@@ -219,7 +219,8 @@ void tpux__prog_run_serial(xk_prog *p, xk_space *s);
  * arrays taken from s) into scratch (p->scratch_bytes, once per scratch;
  * this also plans which instructions the run needs: a SELECT whose
  * predicate is such a scalar becomes a copy of the chosen operand, and
- * what only fed the other one is skipped), then run p serially over each
+ * what only fed the other one is skipped; a program with a native kernel
+ * gets element 0 of each and no plan), then run p serially over each
  * window s (arrays re-based and re-shaped as for tpux__prog_run_serial; s
  * is coalesced in place). Errors are recorded in p->err. */
 void tpux__prog_fill_consts(const xk_prog *p, const xk_space *s, char *scratch);

@@ -303,7 +303,7 @@ static void emit_step(sbuf *b, const xk_prog *p, const int8_t *kind, int U, cons
     cur[in->r] = (int16_t)v;
   }
   for (int k = 0; k < p->nstore; k++) {
-    int v = cur[p->store[k].buf];
+    int v = p->nload + p->store_prod[k]; /* the buffer's last writer */
     for (int u = 0; u < U; u++) {
       if (kind[v] == VK_F)
         put(b, "  *(vfu *)((float *)out[%d] + i + %d * W) = v%d_%d;\n", k, u, v, u);
@@ -349,10 +349,7 @@ static char *write_kernel(const xk_prog *p, const int8_t *kind, const int16_t *s
   for (int j = 0; j < p->nins; j++) calls |= J.fns[p->ins[j].op] != NULL;
   int U = calls ? 4 : 2;
   emit_step(&b, p, kind, U, "blkU");
-  int16_t cur[XK_MAX_BUF];
   emit_step(&b, p, kind, 1, "blk1");
-  for (int k = 0; k < p->nload; k++) cur[p->load[k].buf] = (int16_t)k;
-  for (int j = 0; j < p->nins; j++) cur[p->ins[j].r] = (int16_t)(p->nload + j);
   put(&b, "void tpu_jit_kernel(int64_t n, void *const *in, void *const *out, "
           "const any_fn *fns);\n"
           "void tpu_jit_kernel(int64_t n, void *const *in, void *const *out, "
@@ -372,12 +369,12 @@ static char *write_kernel(const xk_prog *p, const int8_t *kind, const int16_t *s
             "  tin[%d] = x%d;\n", t, k, k, t, k, t, k, k);
   }
   for (int k = 0; k < p->nstore; k++) {
-    int v = cur[p->store[k].buf];
+    int v = p->nload + p->store_prod[k];
     put(&b, "  %s y%d[W];\n  tout[%d] = y%d;\n", kind[v] == VK_F ? "float" : "long long", k, k, k);
   }
   put(&b, "  blk1(tin, tout, fns, 0);\n");
   for (int k = 0; k < p->nstore; k++) {
-    int v = cur[p->store[k].buf];
+    int v = p->nload + p->store_prod[k];
     const char *t = kind[v] == VK_F ? "float" : "long long";
     put(&b, "  memcpy((%s *)out[%d] + i, y%d, m * sizeof(%s));\n", t, k, k, t);
   }
