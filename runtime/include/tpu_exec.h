@@ -185,6 +185,12 @@ TPU_API void tpux_jit_wait(void);
  * Programs built from then on follow it. Returns the previous mode. */
 TPU_API int tpux_jit_configure(int mode, int hot);
 
+/* The vTPU keeps freed temporaries of >= 1 MiB (values of running
+ * programs, not device memory) in a process-wide cache of at most 1 GiB,
+ * so a program's next run reuses the same pages; this returns them to the
+ * host (torch.tpu.empty_cache calls it). Thread-safe. */
+TPU_API void tpux_trim_temporaries(void);
+
 /* StableHLO text (MLIR, generic op form) of graph g: func.func @main with
  * g's parameters as arguments and its outputs as results. *text is
  * malloc'd (caller frees), NUL-terminated; *len (may be NULL) its length.

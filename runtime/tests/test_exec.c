@@ -863,6 +863,41 @@ TPU_TEST(exec_inplace_aliasing) {
   free(X.mem); free(ref.mem); free(Y.mem); free(Z.mem);
 }
 
+/* A program whose 4 MiB values are materialised (read after a reduction
+ * closes their region) runs on reused temporaries, and again after
+ * tpux_trim_temporaries returned them: the same bytes every time. */
+TPU_TEST(exec_temporaries_reused_and_trimmed) {
+  int64_t sz[2] = {1024, 1024}, d1[1] = {1};
+  tpuir_graph *g = tpuir_graph_new();
+  tpuir_val x = tpuir_param(g, TPU_F32, 2, sz);
+  tpuir_val t = tpuir_unary(g, TPUIR_EXP, tpuir_binary(g, TPUIR_MUL, x, x));
+  tpuir_val r = tpuir_reduce(g, TPUIR_RED_SUM, t, 1, d1);
+  int64_t d0[1] = {0};
+  tpuir_val o = tpuir_binary(g, TPUIR_DIV, t, tpuir_broadcast_in_dim(g, r, 2, sz, d0));
+  CHECK_OK(tpuir_set_outputs(g, 1, &o));
+  tarr X = ta_new(TPU_F32, 2, sz), O = ta_new(TPU_F32, 2, sz), P = ta_new(TPU_F32, 2, sz);
+  uint64_t seed = 8;
+  ta_fill(&X.v, &seed, -1, 1);
+  tpux_plan *p = NULL;
+  CHECK_OK(tpux_plan_new(g, &p));
+  CHECK_OK(tpux_plan_run(p, 1, &X.v, 1, &O.v));
+  for (int k = 0; k < 3; k++) {
+    if (k == 1) tpux_trim_temporaries();
+    memset(P.mem, 0, (size_t)(sz[0] * sz[1]) * 4);
+    CHECK_OK(tpux_plan_run(p, 1, &X.v, 1, &P.v));
+    CHECK(memcmp(O.mem, P.mem, (size_t)(sz[0] * sz[1]) * 4) == 0);
+  }
+  const float *xp = X.mem, *op = O.mem;
+  for (int i = 0; i < 1024; i += 97) {
+    double sum = 0;
+    for (int j = 0; j < 1024; j++) sum += exp((double)xp[i * 1024 + j] * xp[i * 1024 + j]);
+    CHECK(fabs(op[i * 1024 + 5] - exp((double)xp[i * 1024 + 5] * xp[i * 1024 + 5]) / sum) < 1e-7);
+  }
+  tpux_plan_free(p);
+  tpuir_graph_free(g);
+  free(X.mem); free(O.mem); free(P.mem);
+}
+
 /* ---- tpux_copy ---------------------------------------------------------------- */
 
 TPU_TEST(exec_copy_convert_and_overlap) {
@@ -903,6 +938,73 @@ TPU_TEST(exec_copy_convert_and_overlap) {
   /* mismatched sizes */
   CHECK(tpux_copy(&A.v, &T.v) == TPU_E_INVALID);
   free(A.mem); free(T.mem); free(T2.mem); free(B.mem); free(C.mem); free(D.mem);
+}
+
+/* Same-dtype copies of permuted, reversed and offset views (ranks 2-4,
+ * sizes around the 32x32 transpose blocks, element sizes 1-16 bytes)
+ * against a byte-wise reference; the bytes around the destination stay. */
+TPU_TEST(exec_copy_permutations) {
+  static const int dts[5] = {TPU_I8, TPU_BF16, TPU_F32, TPU_I64, TPU_C128};
+  static const int64_t dimsz[6] = {1, 5, 31, 32, 33, 70};
+  uint64_t seed = 77;
+  for (int trial = 0; trial < 120; trial++) {
+    int dt = dts[trial % 5], nd = 2 + (int)(trial / 5 % 3);
+    int64_t es = (int64_t)tpu_dtype_size(dt), sz[4], n = 1;
+    for (int d = 0; d < nd; d++) {
+      seed = seed * 6364136223846793005ull + 1442695040888963407ull;
+      sz[d] = d >= nd - 2 ? dimsz[2 + (seed >> 33) % 4] : dimsz[(seed >> 40) % 4];
+      n *= sz[d];
+    }
+    /* source: a contiguous buffer of the permuted shape, seen through a
+     * permutation, one dim reversed */
+    int perm[4] = {0, 1, 2, 3};
+    for (int d = nd - 1; d > 0; d--) {
+      seed = seed * 6364136223846793005ull + 1442695040888963407ull;
+      int k = (int)((seed >> 33) % (uint64_t)(d + 1)), t = perm[d];
+      perm[d] = perm[k];
+      perm[k] = t;
+    }
+    /* even trials: the source's last dim is not its contiguous one; odd
+     * trials: it is, and the destination is transposed instead */
+    for (int d = 0; d < nd - 1 && (perm[nd - 1] == nd - 1) == (trial % 2 == 0); d++)
+      if ((perm[d] == nd - 1) == (trial % 2 == 1)) {
+        int t = perm[nd - 1];
+        perm[nd - 1] = perm[d];
+        perm[d] = t;
+      }
+    int64_t psz[4], pst[4], st = 1;
+    for (int d = 0; d < nd; d++) psz[d] = sz[perm[d]];
+    for (int d = nd - 1; d >= 0; d--) pst[d] = st, st *= psz[d];
+    char *src = malloc((size_t)(n * es)), *dst = malloc((size_t)((n + 8) * es));
+    for (int64_t i = 0; i < n * es; i++) src[i] = (char)(i * 131 + trial);
+    memset(dst, 0x5a, (size_t)((n + 8) * es));
+    tpu_view sv, dv;
+    tpu_view_init_contiguous(&dv, dst, dt, nd, sz);
+    dv.offset = 4;
+    if (trial % 2) { /* a transposed destination (its last two dims swapped) */
+      int64_t acc = sz[nd - 2] * sz[nd - 1];
+      dv.strides[nd - 2] = 1;
+      dv.strides[nd - 1] = sz[nd - 2];
+      for (int d = nd - 3; d >= 0; d--) dv.strides[d] = acc, acc *= sz[d];
+    }
+    sv = dv;
+    sv.base = src;
+    sv.offset = 0;
+    for (int d = 0; d < nd; d++) sv.strides[perm[d]] = pst[d];
+    int rev = trial % nd;
+    sv.offset += (sz[rev] - 1) * sv.strides[rev];
+    sv.strides[rev] = -sv.strides[rev];
+    CHECK_OK(tpux_copy(&dv, &sv));
+    int bad = 0;
+    for (int64_t i = 0; i < n && !bad; i++)
+      bad = memcmp(dst + tv_off(&dv, i) * es, src + tv_off(&sv, i) * es, (size_t)es) != 0;
+    for (int64_t i = 0; i < 4 * es && !bad; i++)
+      bad = dst[i] != 0x5a || dst[(n + 4) * es + i] != 0x5a;
+    if (bad) fprintf(stderr, "copy trial %d (dtype %d, rank %d) wrong\n", trial, dt, nd);
+    CHECK(!bad);
+    free(src);
+    free(dst);
+  }
 }
 
 /* ---- fused elementwise regions ------------------------------------------------ */

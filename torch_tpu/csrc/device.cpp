@@ -2,6 +2,7 @@
 // device/stream, the caching allocator front (runtime memory), the
 // DeviceGuard implementation (streams, events), hooks and the generator.
 #include "glue.h"
+#include "tpu_exec.h"
 
 #include <ATen/EmptyTensor.h>
 #include <ATen/detail/PrivateUse1HooksInterface.h>
@@ -162,6 +163,7 @@ struct TpuAllocator final : public c10::DeviceAllocator {
   void emptyCache(c10::MempoolId_t) override {
     for (DeviceIndex d = 0; d < device_count(); d++)
       if (tpurt_device_is_open(d)) check(tpurt_mem_empty_cache(d));
+    tpux_trim_temporaries();
   }
   void recordStream(const c10::DataPtr&, c10::Stream) override {
     // Frees are ordered against every stream of the chip by the runtime.

@@ -59,7 +59,10 @@ PYBIND11_MODULE(_C, m) {
   m.def("_hbm_capacity", [](int d) { return tpurt_device_hbm_capacity(d); });
   m.def("_memory_stats", &mem_stats);
   m.def("_reset_peak_memory_stats", [](int d) { check(tpurt_mem_reset_peak(d)); });
-  m.def("_empty_cache", [](int d) { check(tpurt_mem_empty_cache(d)); });
+  m.def("_empty_cache", [](int d) {
+    check(tpurt_mem_empty_cache(d));
+    tpux_trim_temporaries();
+  });
   m.def("_get_default_generator", [](int d) {
     return py::reinterpret_steal<py::object>(
         THPGenerator_initDefaultGenerator(default_generator(static_cast<c10::DeviceIndex>(d))));

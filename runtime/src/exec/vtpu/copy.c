@@ -8,18 +8,37 @@
 
 /* ---- temporaries --------------------------------------------------------
  * Large temporaries come from mmap in glibc, so every run would fault in
- * (and zero) fresh pages. Freed blocks of >= 1 MiB are kept in a small
- * process-wide cache (at most 16 blocks / 256 MiB, under a mutex) and
- * reused for requests between half their size and their size. */
+ * (and zero) fresh pages, and freeing them unmaps them again. Freed blocks
+ * of >= 1 MiB are kept in a process-wide cache (at most 128 blocks / 1 GiB,
+ * under a mutex) and reused for requests between half their size and their
+ * size: a whole training step's program (dozens of large values live at
+ * once) then runs on the same pages every time. An allocation that fails
+ * releases the cache and tries once more; tpux_trim_temporaries releases
+ * it on request (torch.tpu.empty_cache). */
 #define TMP_HDR 64
 #define CACHE_MIN ((size_t)1 << 20)
-#define CACHE_SLOTS 16
-#define CACHE_MAX_BYTES ((size_t)256 << 20)
+#define CACHE_SLOTS 128
+#define CACHE_MAX_BYTES ((size_t)1 << 30)
 
 static pthread_mutex_t g_cache_mu = PTHREAD_MUTEX_INITIALIZER;
 static void *g_cache[CACHE_SLOTS]; /* block bases (headers) */
 static size_t g_cache_size[CACHE_SLOTS];
 static size_t g_cache_bytes;
+
+/* Release every cached block (see tpu_exec.h). */
+void tpux_trim_temporaries(void) {
+  void *drop[CACHE_SLOTS];
+  int nd = 0;
+  pthread_mutex_lock(&g_cache_mu);
+  for (int i = 0; i < CACHE_SLOTS; i++)
+    if (g_cache[i]) {
+      drop[nd++] = g_cache[i];
+      g_cache[i] = NULL;
+    }
+  g_cache_bytes = 0;
+  pthread_mutex_unlock(&g_cache_mu);
+  for (int i = 0; i < nd; i++) free(drop[i]);
+}
 
 /* 64-byte aligned host memory (never NULL for 0 bytes unless OOM). Caller
  * frees with tpux__free. */
@@ -43,6 +62,10 @@ void *tpux__alloc(size_t bytes) {
     if (b) return (char *)b + TMP_HDR;
   }
   char *b = aligned_alloc(64, n + TMP_HDR);
+  if (!b) {
+    tpux_trim_temporaries();
+    b = aligned_alloc(64, n + TMP_HDR);
+  }
   if (!b) return NULL;
   memcpy(b, &n, sizeof n);
   return b + TMP_HDR;
@@ -138,38 +161,92 @@ static void raw_row(size_t es, char *d, int64_t ds, const char *s, int64_t ss,
   }
 }
 
+/* Rows [b, e) of the job; the row offsets advance as an odometer (no
+ * division per row: rows of a head split are only 64 elements long). */
 static void raw_rows(void *ctx, int64_t b, int64_t e) {
   raw_job *j = ctx;
   const xk_space *s = &j->sp;
+  const int64_t *dst = s->arr[0].st, *sst = s->arr[1].st;
   int nd = s->nd;
-  int64_t es = (int64_t)j->es;
+  int64_t es = (int64_t)j->es, idx[TPU_MAX_DIMS], q = b, od = 0, os = 0;
+  for (int d = nd - 2; d >= 0; d--) {
+    idx[d] = q % s->sz[d];
+    q /= s->sz[d];
+    od += idx[d] * dst[d];
+    os += idx[d] * sst[d];
+  }
   for (int64_t r = b; r < e; r++) {
-    int64_t q = r, od = 0, os = 0;
+    raw_row(j->es, s->arr[0].p + od * es, dst[nd - 1], s->arr[1].p + os * es, sst[nd - 1],
+            j->row);
     for (int d = nd - 2; d >= 0; d--) {
+      od += dst[d];
+      os += sst[d];
+      if (++idx[d] < s->sz[d]) break;
+      od -= dst[d] * s->sz[d];
+      os -= sst[d] * s->sz[d];
+      idx[d] = 0;
+    }
+  }
+}
+
+/* One 32x32 block (rows i0.., cols j0.. of the copy's last two dims) through
+ * a tile in L1: read in the source's memory order, written in the
+ * destination's. Reading a transposed source straight across its rows would
+ * touch 32 lines a power-of-two stride apart, all in one L1 set. */
+#define RAW_BLOCK(T)                                                             \
+  do {                                                                           \
+    T tile_[32][33];                                                             \
+    const T *s_ = (const T *)sp;                                                 \
+    T *d_ = (T *)dp;                                                             \
+    if (llabs(sr) <= llabs(sc))                                                  \
+      for (int64_t j = 0; j < nj; j++)                                           \
+        for (int64_t i = 0; i < ni; i++) tile_[i][j] = s_[i * sr + j * sc];      \
+    else                                                                         \
+      for (int64_t i = 0; i < ni; i++)                                           \
+        for (int64_t j = 0; j < nj; j++) tile_[i][j] = s_[i * sr + j * sc];      \
+    if (llabs(dr) <= llabs(dc))                                                  \
+      for (int64_t j = 0; j < nj; j++)                                           \
+        for (int64_t i = 0; i < ni; i++) d_[i * dr + j * dc] = tile_[i][j];      \
+    else                                                                         \
+      for (int64_t i = 0; i < ni; i++)                                           \
+        for (int64_t j = 0; j < nj; j++) d_[i * dr + j * dc] = tile_[i][j];      \
+  } while (0)
+
+static void raw_block(size_t es, char *dp, int64_t dr, int64_t dc, const char *sp, int64_t sr,
+                      int64_t sc, int64_t ni, int64_t nj) {
+  switch (es) {
+  case 1: RAW_BLOCK(uint8_t); break;
+  case 2: RAW_BLOCK(uint16_t); break;
+  case 4: RAW_BLOCK(uint32_t); break;
+  case 8: RAW_BLOCK(uint64_t); break;
+  default:
+    for (int64_t i = 0; i < ni; i++)
+      raw_row(es, dp + i * dr * (int64_t)es, dc, sp + i * sr * (int64_t)es, sc, nj);
+  }
+}
+
+/* Copy whose last two dims transpose (one side is read across rows): 32x32
+ * blocks of those two dims, for every index of the dims before them. */
+static void raw_blocked(void *ctx, int64_t b, int64_t e) {
+  raw_job *j = ctx;
+  const xk_space *s = &j->sp;
+  int nd = s->nd;
+  int64_t R = s->sz[nd - 2], C = s->sz[nd - 1], es = (int64_t)j->es;
+  int64_t dr = s->arr[0].st[nd - 2], dc = s->arr[0].st[nd - 1];
+  int64_t sr = s->arr[1].st[nd - 2], sc = s->arr[1].st[nd - 1];
+  int64_t rb = (R + 31) / 32, cb = (C + 31) / 32;
+  for (int64_t blk = b; blk < e; blk++) {
+    int64_t q = blk / (rb * cb), in = blk % (rb * cb), od = 0, os = 0;
+    for (int d = nd - 3; d >= 0; d--) {
       int64_t i = q % s->sz[d];
       q /= s->sz[d];
       od += i * s->arr[0].st[d];
       os += i * s->arr[1].st[d];
     }
-    raw_row(j->es, s->arr[0].p + od * es, s->arr[0].st[nd - 1],
-            s->arr[1].p + os * es, s->arr[1].st[nd - 1], j->row);
-  }
-}
-
-/* 2-D copy where the source is read across rows: 32x32 blocks. */
-static void raw_blocked(void *ctx, int64_t b, int64_t e) {
-  raw_job *j = ctx;
-  const xk_space *s = &j->sp;
-  int64_t R = s->sz[0], C = s->sz[1], es = (int64_t)j->es;
-  int64_t dr = s->arr[0].st[0], dc = s->arr[0].st[1];
-  int64_t sr = s->arr[1].st[0], sc = s->arr[1].st[1];
-  int64_t cb = (C + 31) / 32;
-  for (int64_t blk = b; blk < e; blk++) {
-    int64_t i0 = (blk / cb) * 32, j0 = (blk % cb) * 32;
+    int64_t i0 = (in / cb) * 32, j0 = (in % cb) * 32;
     int64_t i1 = i0 + 32 < R ? i0 + 32 : R, j1 = j0 + 32 < C ? j0 + 32 : C;
-    for (int64_t i = i0; i < i1; i++)
-      raw_row(j->es, s->arr[0].p + (i * dr + j0 * dc) * es, dc,
-              s->arr[1].p + (i * sr + j0 * sc) * es, sc, j1 - j0);
+    raw_block(j->es, s->arr[0].p + (od + i0 * dr + j0 * dc) * es, dr, dc,
+              s->arr[1].p + (os + i0 * sr + j0 * sc) * es, sr, sc, i1 - i0, j1 - j0);
   }
 }
 
@@ -186,9 +263,10 @@ static void raw_copy(const tpu_view *dst, const tpu_view *src) {
   j.row = j.sp.sz[nd - 1];
   j.rows = total / j.row;
   int64_t ss = j.sp.arr[1].st[nd - 1], ds = j.sp.arr[0].st[nd - 1];
-  if (nd == 2 && j.sp.sz[0] >= 32 && j.sp.sz[1] >= 32 &&
-      ((ds == 1 && llabs(ss) > 64) || (ss == 1 && llabs(ds) > 64))) {
-    int64_t nblk = ((j.sp.sz[0] + 31) / 32) * ((j.sp.sz[1] + 31) / 32);
+  if (nd >= 2 && j.sp.sz[nd - 2] >= 32 && j.sp.sz[nd - 1] >= 32 &&
+      ((ds == 1 && llabs(ss) > 8) || (ss == 1 && llabs(ds) > 8))) {
+    int64_t nblk = total / (j.sp.sz[nd - 2] * j.sp.sz[nd - 1]) *
+                   ((j.sp.sz[nd - 2] + 31) / 32) * ((j.sp.sz[nd - 1] + 31) / 32);
     tpurt_parallel_for(nblk, XK_GRAIN / 1024 > 0 ? XK_GRAIN / 1024 : 1,
                        raw_blocked, &j);
     return;
