@@ -134,3 +134,106 @@ TPU_TEST(exec_bf16_operands_skipped) {
     tpuir_graph_free(g);
   }
 }
+
+/* Attention's batched matmuls over heads split off [B, T, H, D] activations
+ * (exec/vtpu/rewrite.c, "Heads"): q = reshape(transpose(Q)) [B*H, T, D],
+ * k^T and v likewise, through the extra reshape/slice views Fused Eager
+ * records; S = q k^T is read by an elementwise region (a GEMM epilogue),
+ * O = exp(S / 8) v. The plan multiplies the transposed views over batch
+ * dims (B, H) (no reshape copies; dot.c loops over B): checked against a
+ * float64 reference at HIGHEST and DEFAULT (bf16-rounded operands). */
+static double bf16r(double x) { return tpu_bf16_to_f32(tpu_f32_to_bf16((float)x)); }
+
+TPU_TEST(exec_dot_head_split) {
+  enum { B = 3, T = 40, H = 4, D = 24 };
+  for (int prec = 0; prec < 2; prec++) {
+    int pr = prec ? TPU_PREC_HIGHEST : TPU_PREC_DEFAULT;
+    tpuir_graph *g = tpuir_graph_new();
+    int64_t xs[4] = {B, T, H, D}, p0213[4] = {0, 2, 1, 3}, p0231[4] = {0, 2, 3, 1};
+    int64_t qs[3] = {B * H, T, D}, q1[4] = {B * H, T, D, 1}, ks[3] = {B * H, D, T};
+    int64_t z4[4] = {0, 0, 0, 0}, l4[4] = {B * H, T, D, 1}, o4[4] = {1, 1, 1, 1};
+    tpuir_val Q = tpuir_param(g, TPU_F32, 4, xs), K = tpuir_param(g, TPU_F32, 4, xs);
+    tpuir_val V = tpuir_param(g, TPU_F32, 4, xs);
+    /* q through Fused Eager's views: [B*H,T,D,1] -> slice -> [B*H,T,D] */
+    tpuir_val q = tpuir_reshape(g, tpuir_transpose(g, Q, p0213), 4, q1);
+    q = tpuir_reshape(g, tpuir_slice(g, q, z4, l4, o4), 3, qs);
+    tpuir_val kt = tpuir_reshape(g, tpuir_transpose(g, K, p0231), 3, ks);
+    tpuir_val v = tpuir_reshape(g, tpuir_transpose(g, V, p0213), 3, qs);
+    int64_t b0 = 0, c2 = 2, c1 = 1;
+    tpuir_val S = tpuir_dot_general(g, q, kt, 1, &b0, &b0, 1, &c2, &c1, pr, TPU_F32);
+    int64_t ss[3] = {B * H, T, T};
+    tpuir_val c8 = tpuir_broadcast_in_dim(g, tpuir_const_f(g, TPU_F32, 0.125), 3, ss, NULL);
+    tpuir_val E = tpuir_unary(g, TPUIR_EXP, tpuir_binary(g, TPUIR_MUL, S, c8));
+    tpuir_val O = tpuir_dot_general(g, E, v, 1, &b0, &b0, 1, &c2, &c1, pr, TPU_F32);
+    /* O read by a matmul too: at DEFAULT its bf16 copy is the split dot's
+     * epilogue */
+    int64_t ws[2] = {D, 256}, rs[3] = {B * H, T, 256}, c0 = 0;
+    tpuir_val W = tpuir_param(g, TPU_F32, 2, ws);
+    tpuir_val R = tpuir_dot_general(g, O, W, 0, NULL, NULL, 1, &c2, &c0, pr, TPU_F32);
+    tpuir_val outs[3] = {S, O, R};
+    CHECK_OK(tpuir_set_outputs(g, 3, outs));
+    tpux_plan *p = NULL;
+    CHECK_OK(tpux_plan_new(g, &p));
+    int split = 0;
+    for (int t = 0; p && p->own && t < tpuir_num_nodes(p->own); t++) {
+      const tpuir_node *n = tpuir_get_node(p->own, t);
+      split += n->op == TPUIR_DOT_GENERAL && n->na == 2;
+    }
+    CHECK(split == 2);
+    tarr X[4], So = ta_new(TPU_F32, 3, ss), Oo = ta_new(TPU_F32, 3, qs), Ro = ta_new(TPU_F32, 3, rs);
+    uint64_t seed = 99 + (uint64_t)prec;
+    tpu_view ins[4], ov[3] = {So.v, Oo.v, Ro.v};
+    for (int i = 0; i < 4; i++) {
+      X[i] = i < 3 ? ta_new(TPU_F32, 4, xs) : ta_new(TPU_F32, 2, ws);
+      ta_fill(&X[i].v, &seed, -1, 1);
+      ins[i] = X[i].v;
+    }
+    CHECK_OK(tpux_plan_run(p, 4, ins, 3, ov));
+    const float *wp = X[3].mem, *rp = Ro.mem;
+    double worst_r = 0;
+    for (int r = 0; r < B * H * T; r++)
+      for (int c = 0; c < 256; c++) {
+        double acc = 0;
+        for (int d = 0; d < D; d++) {
+          double a = ((const float *)Oo.mem)[r * D + d], w = wp[d * 256 + c];
+          acc += prec ? a * w : bf16r(a) * bf16r(w);
+        }
+        worst_r = fmax(worst_r, fabs(rp[r * 256 + c] - acc));
+      }
+    CHECK(worst_r <= 2e-5);
+    const float *qp = X[0].mem, *kp = X[1].mem, *vp = X[2].mem, *sp = So.mem, *op = Oo.mem;
+    double worst_s = 0, worst_o = 0;
+    static double e[T];
+    for (int b = 0; b < B; b++)
+      for (int h = 0; h < H; h++)
+        for (int i = 0; i < T; i++) {
+          for (int j = 0; j < T; j++) {
+            double acc = 0;
+            for (int d = 0; d < D; d++) {
+              double a = qp[((b * T + i) * H + h) * D + d], c = kp[((b * T + j) * H + h) * D + d];
+              acc += prec ? a * c : bf16r(a) * bf16r(c);
+            }
+            double got = sp[((b * H + h) * T + i) * T + j];
+            worst_s = fmax(worst_s, fabs(got - acc));
+            e[j] = exp((double)(float)(got * 0.125f));
+          }
+          for (int d = 0; d < D; d++) {
+            double acc = 0;
+            for (int j = 0; j < T; j++) {
+              double a = (float)e[j], c = vp[((b * T + j) * H + h) * D + d];
+              acc += prec ? a * c : bf16r(a) * bf16r(c);
+            }
+            worst_o = fmax(worst_o, fabs(op[((b * H + h) * T + i) * D + d] - acc) / (1 + fabs(acc)));
+          }
+        }
+    if (worst_s > 2e-5 || worst_o > 2e-5)
+      fprintf(stderr, "head split (prec %d): S err %g, O err %g\n", pr, worst_s, worst_o);
+    CHECK(worst_s <= 2e-5 && worst_o <= 2e-5);
+    for (int i = 0; i < 4; i++) free(X[i].mem);
+    free(So.mem);
+    free(Oo.mem);
+    free(Ro.mem);
+    tpux_plan_free(p);
+    tpuir_graph_free(g);
+  }
+}

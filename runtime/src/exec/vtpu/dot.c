@@ -84,15 +84,27 @@ static void group(const dot_op *o, int g, dot_dims *d) {
   }
 }
 
+/* Whether dims [from, n) of o's group g merge into one (size, stride). */
+static int merge_from(const dot_op *o, int g, int from, int64_t *tot, int64_t *stride) {
+  dot_dims d;
+  group(o, g, &d);
+  d.n -= from;
+  memmove(d.sz, d.sz + from, (size_t)d.n * sizeof d.sz[0]);
+  memmove(d.st, d.st + from, (size_t)d.n * sizeof d.st[0]);
+  return merge(&d, tot, stride);
+}
+
 /* Make o contiguous in dtype dt (copy) if needed or if its groups do not
- * merge; then return merged (size, stride) of the three groups. */
-static int prepare(dot_op *o, int dt, int force, int64_t tot[3],
-                   int64_t str[3]) {
+ * merge; then return merged (size, stride) of the three groups. With
+ * `split` non-NULL, batch dims that do not merge (heads split off a
+ * transposed activation) are left for the caller to loop over: *split = 1
+ * and tot[0]/str[0] unset. */
+static int prepare(dot_op *o, int dt, int force, int64_t tot[3], int64_t str[3], int *split) {
   int ok = !force && o->v.dtype == dt;
-  for (int g = 0; g < 3 && ok; g++) {
-    dot_dims d;
-    group(o, g, &d);
-    ok = merge(&d, &tot[g], &str[g]);
+  for (int g = 1; g < 3 && ok; g++) ok = merge_from(o, g, 0, &tot[g], &str[g]);
+  if (ok && !merge_from(o, 0, 0, &tot[0], &str[0])) {
+    if (split) *split = 1;
+    else ok = 0;
   }
   if (ok) return TPU_OK;
   int64_t numel = tpu_view_numel(&o->v);
@@ -107,12 +119,54 @@ static int prepare(dot_op *o, int dt, int force, int64_t tot[3],
   }
   o->v = c;
   o->own = m;
-  for (int g = 0; g < 3; g++) {
-    dot_dims d;
-    group(o, g, &d);
-    merge(&d, &tot[g], &str[g]);
-  }
+  for (int g = 0; g < 3; g++) merge_from(o, g, 0, &tot[g], &str[g]);
   return TPU_OK;
+}
+
+/* An epilogue seen from one GEMM call of an outer batch loop: its batch
+ * items are items off.. of the whole result. */
+typedef struct outer_epi {
+  tpumxu_epilogue_fn fn;
+  void *ctx;
+  int64_t off;
+} outer_epi;
+
+static void outer_epi_block(void *ctx, int64_t b, int64_t m0, int64_t m1, int64_t n0,
+                            int64_t n1) {
+  outer_epi *e = ctx;
+  e->fn(e->ctx, e->off + b, m0, m1, n0, n1);
+}
+
+/* Float GEMM of a dot whose batch dims do not merge for some operand (a
+ * copy avoided): the longest run of trailing batch dims that merges in
+ * both operands is one batched call, the leading ones a loop of calls. C
+ * is contiguous. */
+static int gemm_outer(int gdt, int cdt, int prec, const dot_op *lo, const dot_op *ro, int64_t m,
+                      int64_t nn, int64_t k, const int64_t ls[3], const int64_t rs[3], void *c,
+                      tpumxu_epilogue_fn fn, void *ctx) {
+  int s = 0;
+  int64_t lt, lst, rt, rst;
+  while (!(merge_from(lo, 0, s, &lt, &lst) && merge_from(ro, 0, s, &rt, &rst))) s++;
+  int64_t outer = 1, es = (int64_t)tpu_dtype_size(gdt), ces = (int64_t)tpu_dtype_size(cdt);
+  for (int d = 0; d < s; d++) outer *= lo->v.sizes[d];
+  const char *ab = (const char *)lo->v.base + lo->v.offset * es;
+  const char *bb = (const char *)ro->v.base + ro->v.offset * es;
+  int rc = TPU_OK;
+  for (int64_t q = 0; q < outer && rc == TPU_OK; q++) {
+    int64_t r = q, la = 0, ra = 0;
+    for (int d = s - 1; d >= 0; d--) {
+      int64_t i = r % lo->v.sizes[d];
+      r /= lo->v.sizes[d];
+      la += i * lo->v.strides[d];
+      ra += i * ro->v.strides[d];
+    }
+    outer_epi e = {fn, ctx, q * lt};
+    rc = tpumxu_gemm_io(gdt, cdt, prec, lt, m, nn, k, 1.0, ab + la * es, lst, ls[1], ls[2],
+                        bb + ra * es, rst, rs[1], rs[2], 0.0,
+                        (char *)c + q * lt * m * nn * ces, m * nn, nn, 1,
+                        fn ? outer_epi_block : NULL, &e);
+  }
+  return rc;
 }
 
 typedef struct idot_job {
@@ -182,10 +236,12 @@ int tpux__eval_dot_ex(xctx *c, int t, tpumxu_epilogue_fn fn, void *ctx,
   } else gdt = in_dt;
 
   int64_t lt[3] = {0}, ls[3] = {0}, rt[3] = {0}, rs[3] = {0};
-  rc = prepare(&lo, gdt, is_int, lt, ls);
-  if (!rc) rc = prepare(&ro, gdt, is_int, rt, rs);
+  int split = 0;
+  rc = prepare(&lo, gdt, is_int, lt, ls, is_int ? NULL : &split);
+  if (!rc) rc = prepare(&ro, gdt, is_int, rt, rs, is_int ? NULL : &split);
   /* lt = {batch, m, k}, rt = {batch, k, n} */
-  int64_t batch = lt[0], m = lt[1], k = lt[2], nn = rt[2];
+  int64_t batch = 1, m = lt[1], k = lt[2], nn = rt[2];
+  for (int i = 0; i < lo.n0; i++) batch *= lo.v.sizes[i];
   int cdt = gdt == TPU_BF16 && out_dt == TPU_F32 ? TPU_F32 : gdt; /* gemm C dtype */
   void *cbuf = NULL;
   tpu_view cv = c->vals[t].v;
@@ -214,9 +270,11 @@ int tpux__eval_dot_ex(xctx *c, int t, tpumxu_epilogue_fn fn, void *ctx,
       const char *ab = (const char *)lo.v.base + lo.v.offset * (int64_t)es;
       const char *bb = (const char *)ro.v.base + ro.v.offset * (int64_t)es;
       tpumxu_epilogue_fn epi = cbuf ? NULL : fn;
-      rc = tpumxu_gemm_io(gdt, cdt, prec, batch, m, nn, k, 1.0, ab, ls[0], ls[1],
-                          ls[2], bb, rs[0], rs[1], rs[2], 0.0, cv.base, m * nn,
-                          nn, 1, epi, ctx);
+      if (split)
+        rc = gemm_outer(gdt, cdt, prec, &lo, &ro, m, nn, k, ls, rs, cv.base, epi, ctx);
+      else
+        rc = tpumxu_gemm_io(gdt, cdt, prec, batch, m, nn, k, 1.0, ab, ls[0], ls[1], ls[2], bb,
+                            rs[0], rs[1], rs[2], 0.0, cv.base, m * nn, nn, 1, epi, ctx);
       *applied = epi != NULL;
     }
   }

@@ -26,7 +26,17 @@
  * where bf16 is native to the host (tpumxu_bf16_native: elsewhere the
  * matrix unit would widen the bf16 copies back to f32). Switch:
  * TPUX_FUSE_BF16_OPERANDS (env TORCH_TPU_NO_BF16_OPERANDS=1), read when a
- * program is planned. */
+ * program is planned.
+ *
+ * Heads: attention's batched matmuls see [B*H, T, D] operands, reshaped
+ * from [B, H, T, D] views that a transpose took out of [B, T, H, D]
+ * activations; B and H do not merge there, so each reshape would be a
+ * copy. A dot with one batch dim (leading in both operands) whose operand
+ * is such a reshape multiplies the transposed view itself, over batch dims
+ * (B, H) (the other operand split likewise, a view); its result is
+ * reshaped back (a view: it is contiguous). exec/vtpu/dot.c loops over
+ * the batch dims that do not merge (one GEMM call per B). Same products
+ * and accumulation order as the batched GEMM of the copies. */
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
@@ -71,12 +81,102 @@ static int64_t dot_macs(const tpuir_graph *g, const tpuir_node *n) {
   return macs;
 }
 
-static int candidate(const tpuir_graph *g, const tpuir_node *n) {
-  if (n->op != TPUIR_DOT_GENERAL || n->dtype != TPU_F32 || n->kind != TPU_PREC_DEFAULT)
+static int candidate(const tpuir_graph *g, const tpuir_node *n, int bf16) {
+  if (!bf16 || n->op != TPUIR_DOT_GENERAL || n->dtype != TPU_F32 ||
+      n->kind != TPU_PREC_DEFAULT)
     return 0;
   for (int k = 0; k < 2; k++)
     if (tpuir_get_node(g, n->in[k])->dtype != TPU_F32) return 0;
   return dot_macs(g, n) >= REWRITE_MIN_MACS;
+}
+
+/* Views between a dot operand and the reshape that merged heads into its
+ * batch dim: each keeps dim 0 as it is (a TRANSPOSE fixing dim 0, a RESHAPE
+ * of the other dims, a SLICE whole along dim 0), so each replays with dim 0
+ * split. */
+#define HEAD_CHAIN_MAX 8
+typedef struct heads {
+  int p;                     /* batch dims after the split (0: no split) */
+  int64_t lead[TPU_MAX_DIMS]; /* their sizes */
+  int y;                     /* the transposed value the heads come from */
+  int ch[HEAD_CHAIN_MAX], nch; /* views down to the merge, the dot's operand first */
+} heads;
+
+static int keeps_dim0(const tpuir_node *m, const tpuir_node *in) {
+  if (m->ndim < 1 || in->ndim < 1 || m->sizes[0] != in->sizes[0]) return 0;
+  if (m->op == TPUIR_TRANSPOSE) return m->a[0] == 0;
+  if (m->op == TPUIR_RESHAPE) return 1;
+  if (m->op == TPUIR_SLICE) return m->a[0] == 0 && m->b[0] == in->sizes[0] && m->c[0] == 1;
+  return 0;
+}
+
+/* Operand k of dot n, through views that keep dim 0, is RESHAPE(y) merging
+ * y's leading p >= 2 dims into dim 0 (and reshaping the others), and y is a
+ * TRANSPOSE that took those dims from non-adjacent places (so the reshape
+ * copies). Fills *h (h->p 0 when not). */
+static void merged_heads(const tpuir_graph *g, const tpuir_node *n, int k, heads *h) {
+  h->p = h->nch = 0;
+  int v = n->in[k];
+  for (;;) {
+    const tpuir_node *x = tpuir_get_node(g, v);
+    if (!tpux__is_view_op(x->op) || x->nin < 1) return;
+    const tpuir_node *y = tpuir_get_node(g, x->in[0]);
+    if (keeps_dim0(x, y)) {
+      if (h->nch == HEAD_CHAIN_MAX) return;
+      h->ch[h->nch++] = v;
+      v = x->in[0];
+      continue;
+    }
+    if (x->op != TPUIR_RESHAPE || y->op != TPUIR_TRANSPOSE || h->nch == HEAD_CHAIN_MAX) return;
+    int p = 0, adjacent = 1;
+    int64_t prod = 1;
+    while (p < y->ndim && prod < x->sizes[0]) prod *= y->sizes[p++];
+    for (int d = 0; d + 1 < p; d++) adjacent &= y->a[d + 1] == y->a[d] + 1;
+    if (p < 2 || prod != x->sizes[0] || adjacent) return;
+    h->ch[h->nch++] = v; /* (replayed as a reshape of the dims after the heads) */
+    for (int q = 0; q < h->nch; q++)
+      if (tpuir_get_node(g, h->ch[q])->ndim + p - 1 > TPU_MAX_DIMS) return;
+    memcpy(h->lead, y->sizes, (size_t)p * sizeof *h->lead);
+    h->y = x->in[0];
+    h->p = p;
+    return;
+  }
+}
+
+/* The batch split of dot n (see the top) in hd[0..1]: operand k with
+ * hd[k].p > 0 drops its merging reshape; the other is split by a reshape
+ * (a view). Returns the number of batch dims, 0 when n is no such dot. */
+static int batch_split(const tpuir_graph *g, const tpuir_node *n, heads *hd) {
+  hd[0].p = hd[1].p = 0;
+  if (n->op != TPUIR_DOT_GENERAL || n->na != 1 || n->a[0] != 0 || n->b[0] != 0) return 0;
+  merged_heads(g, n, 0, &hd[0]);
+  merged_heads(g, n, 1, &hd[1]);
+  if (hd[0].p && hd[1].p &&
+      (hd[0].p != hd[1].p || memcmp(hd[0].lead, hd[1].lead, (size_t)hd[0].p * sizeof(int64_t))))
+    hd[1].p = 0;
+  int p = hd[0].p ? hd[0].p : hd[1].p;
+  for (int k = 0; k < 2; k++)
+    if (tpuir_get_node(g, n->in[k])->ndim + p - 1 > TPU_MAX_DIMS) p = 0;
+  return n->ndim + p - 1 > TPU_MAX_DIMS ? 0 : p;
+}
+
+/* In h: value v (of y's shape) through the views hd->ch with dim 0 split. */
+static tpuir_val replay_split(tpuir_graph *h, const tpuir_graph *g, const heads *hd, tpuir_val v) {
+  int p = hd->p;
+  for (int q = hd->nch - 1; q >= 0 && v >= 0; q--) {
+    const tpuir_node *m = tpuir_get_node(g, hd->ch[q]);
+    int64_t a[TPU_MAX_DIMS], b[TPU_MAX_DIMS], c[TPU_MAX_DIMS];
+    for (int d = 0; d < p; d++) a[d] = m->op == TPUIR_TRANSPOSE ? d : 0, b[d] = hd->lead[d], c[d] = 1;
+    for (int d = 1; d < m->ndim; d++) {
+      a[d + p - 1] = m->op == TPUIR_TRANSPOSE ? m->a[d] + p - 1 : m->a[d];
+      b[d + p - 1] = m->op == TPUIR_RESHAPE ? m->sizes[d] : m->b[d];
+      c[d + p - 1] = m->c[d];
+    }
+    if (m->op == TPUIR_TRANSPOSE) v = tpuir_transpose(h, v, a);
+    else if (m->op == TPUIR_RESHAPE) v = tpuir_reshape(h, v, m->ndim + p - 1, b);
+    else v = tpuir_slice(h, v, a, b, c);
+  }
+  return v;
 }
 
 /* Node s copied with operands `ops` (nin of them) and result dtype dt. */
@@ -102,12 +202,44 @@ static tpuir_val bf16_operand(const tpuir_graph *g, tpuir_graph *h, int v,
   return x < 0 ? x : copy_with(h, n, 1, &x, TPU_BF16);
 }
 
+/* Dot n of g in h over p leading batch dims (batch_split): operand k is
+ * ops[k] (y's value, hd[k].p > 0) through its views, split, or ops[k] (the
+ * operand's value) split by a reshape; the dot's value is reshaped back.
+ * *bf16 (if not NULL) gets the bf16 counterpart, converted from the dot
+ * itself (so it can run as the GEMM's epilogue). */
+static tpuir_val split_dot(tpuir_graph *h, const tpuir_graph *g, const tpuir_node *n,
+                           tpuir_val *ops, int p, const heads *hd, tpuir_val *bf16) {
+  const int64_t *lead = hd[0].p ? hd[0].lead : hd[1].lead;
+  int64_t bd[TPU_MAX_DIMS], lc[TPU_MAX_DIMS], rc[TPU_MAX_DIMS], sz[TPU_MAX_DIMS];
+  for (int k = 0; k < 2; k++) {
+    const tpuir_node *x = tpuir_get_node(g, n->in[k]);
+    memcpy(sz, lead, (size_t)p * sizeof *sz);
+    memcpy(sz + p, x->sizes + 1, (size_t)(x->ndim - 1) * sizeof *sz);
+    if (hd[k].p) ops[k] = replay_split(h, g, &hd[k], ops[k]);
+    else if (ops[k] >= 0) ops[k] = tpuir_reshape(h, ops[k], x->ndim + p - 1, sz);
+    if (ops[k] < 0) return ops[k];
+  }
+  for (int i = 0; i < p; i++) bd[i] = i;
+  for (int i = 0; i < n->nb; i++) lc[i] = n->c[i] + p - 1, rc[i] = n->d[i] + p - 1;
+  tpuir_val d = tpuir_dot_general(h, ops[0], ops[1], p, bd, bd, n->nb, lc, rc, n->kind, n->dtype);
+  if (bf16 && d >= 0) {
+    *bf16 = tpuir_convert(h, d, TPU_BF16);
+    if (*bf16 >= 0) *bf16 = tpuir_reshape(h, *bf16, n->ndim, n->sizes);
+    if (*bf16 < 0) return *bf16;
+  }
+  return d < 0 ? d : tpuir_reshape(h, d, n->ndim, n->sizes);
+}
+
 int tpux__rewrite_dots(const tpuir_graph *g, tpuir_graph **out, char **alone) {
   *out = NULL;
   *alone = NULL;
-  int nn = tpuir_num_nodes(g), ndots = 0;
-  if (!tpux__bf16_operands_enabled() || !tpumxu_bf16_native()) return TPU_OK;
-  for (int t = 0; t < nn && !ndots; t++) ndots = candidate(g, tpuir_get_node(g, t));
+  int nn = tpuir_num_nodes(g), ndots = 0, nsplit = 0;
+  int bf = tpux__bf16_operands_enabled() && tpumxu_bf16_native();
+  heads hd[2];
+  for (int t = 0; t < nn && !ndots; t++) {
+    const tpuir_node *n = tpuir_get_node(g, t);
+    ndots = candidate(g, n, bf) || batch_split(g, n, hd);
+  }
   if (!ndots) return TPU_OK;
   /* uses[x]: candidate-dot operands whose source is x (capped at 2);
    * dot[t]: dot t is rewritten; need[x]: x gets a bf16 counterpart */
@@ -117,7 +249,7 @@ int tpux__rewrite_dots(const tpuir_graph *g, tpuir_graph **out, char **alone) {
   int rc = uses && map && h ? TPU_OK : tpu_error(TPU_E_OOM, "tpux_plan_new: out of host memory");
   for (int t = 0; t < nn && rc == TPU_OK; t++) {
     const tpuir_node *n = tpuir_get_node(g, t);
-    for (int k = 0; k < 2 && candidate(g, n); k++) {
+    for (int k = 0; k < 2 && candidate(g, n, bf); k++) {
       char *u = &uses[chain_source(g, n->in[k])];
       *u += *u < 2;
     }
@@ -130,7 +262,7 @@ int tpux__rewrite_dots(const tpuir_graph *g, tpuir_graph **out, char **alone) {
   ndots = 0;
   for (int t = 0; t < nn && rc == TPU_OK; t++) {
     const tpuir_node *n = tpuir_get_node(g, t);
-    if (!candidate(g, n)) continue;
+    if (!candidate(g, n, bf)) continue;
     for (int k = 0; k < 2; k++) {
       int x = chain_source(g, n->in[k]);
       dot[t] |= tpuir_get_node(g, x)->op != TPUIR_PARAM || uses[x] > 1;
@@ -140,14 +272,24 @@ int tpux__rewrite_dots(const tpuir_graph *g, tpuir_graph **out, char **alone) {
   }
   for (int t = 0; t < nn && rc == TPU_OK; t++) {
     const tpuir_node *n = tpuir_get_node(g, t);
-    if (dot[t]) { /* (values below 0 are error codes) */
-      tpuir_val ops[2] = {bf16_operand(g, h, n->in[0], shadow), -1};
-      if (ops[0] >= 0) ops[1] = bf16_operand(g, h, n->in[1], shadow);
-      map[t] = ops[0] < 0 ? ops[0] : ops[1] < 0 ? ops[1] : copy_with(h, n, 2, ops, n->dtype);
+    int p = batch_split(g, n, hd), done = 0;
+    if (dot[t] || p) { /* (values below 0 are error codes) */
+      tpuir_val ops[2];
+      for (int k = 0; k < 2; k++) {
+        int x = p && hd[k].p ? hd[k].y : n->in[k];
+        ops[k] = k && ops[0] < 0 ? ops[0] : dot[t] ? bf16_operand(g, h, x, shadow) : map[x];
+      }
+      if (p) {
+        map[t] = split_dot(h, g, n, ops, p, hd, need[t] ? &shadow[t] : NULL);
+        done = need[t];
+        nsplit++;
+      } else {
+        map[t] = ops[0] < 0 ? ops[0] : ops[1] < 0 ? ops[1] : copy_with(h, n, 2, ops, n->dtype);
+      }
     } else {
       map[t] = tpuir_copy_node(h, n, map);
     }
-    if (map[t] >= 0 && need[t]) shadow[t] = tpuir_convert(h, map[t], TPU_BF16);
+    if (map[t] >= 0 && need[t] && !done) shadow[t] = tpuir_convert(h, map[t], TPU_BF16);
     rc = map[t] < 0 ? map[t] : need[t] && shadow[t] < 0 ? shadow[t] : TPU_OK;
     if (rc == TPU_OK && need[t] && n->op == TPUIR_PARAM) need[t] = 2; /* alone */
   }
@@ -166,7 +308,7 @@ int tpux__rewrite_dots(const tpuir_graph *g, tpuir_graph **out, char **alone) {
   }
   free(uses);
   free(map);
-  if (rc != TPU_OK || !ndots) {
+  if (rc != TPU_OK || (!ndots && !nsplit)) {
     tpuir_graph_free(h);
     free(al);
     return rc;
