@@ -898,6 +898,69 @@ TPU_TEST(exec_temporaries_reused_and_trimmed) {
   free(X.mem); free(O.mem); free(P.mem);
 }
 
+/* A dot whose value is an output is computed straight into it (and its
+ * users read it there) unless the destination overlaps an operand or is
+ * not contiguous: Y = X W (DEFAULT: X is rounded while the GEMM packs it)
+ * and Z = 2 Y bound to fresh, offset, strided and X-aliasing (in place)
+ * destinations all give the reference. */
+TPU_TEST(exec_dot_output_destinations) {
+  enum { N = 384 };
+  int64_t sz[2] = {N, N}, c1 = 1, c0 = 0;
+  tpuir_graph *g = tpuir_graph_new();
+  tpuir_val X = tpuir_param(g, TPU_F32, 2, sz), W = tpuir_param(g, TPU_F32, 2, sz);
+  tpuir_val Y = tpuir_dot_general(g, X, W, 0, NULL, NULL, 1, &c1, &c0, TPU_PREC_DEFAULT, TPU_F32);
+  tpuir_val Z = tpuir_binary(g, TPUIR_ADD, Y, Y);
+  tpuir_val outs[2] = {Y, Z};
+  CHECK_OK(tpuir_set_outputs(g, 2, outs));
+  tpux_plan *p = NULL;
+  CHECK_OK(tpux_plan_new(g, &p));
+  uint64_t seed = 31;
+  for (int mode = 0; mode < 3; mode++) { /* 0 fresh+offset, 1 strided, 2 Y over X */
+    float *xb = malloc((N * N + 16) * sizeof(float)), *w = malloc(N * N * sizeof(float));
+    float *yb = calloc(2 * N * N + 16, sizeof(float)), *z = calloc(N * N, sizeof(float));
+    tarr tmp = ta_new(TPU_F32, 2, sz);
+    ta_fill(&tmp.v, &seed, -1, 1);
+    memcpy(xb + 8, tmp.mem, N * N * sizeof(float));
+    ta_fill(&tmp.v, &seed, -1, 1);
+    memcpy(w, tmp.mem, N * N * sizeof(float));
+    free(tmp.mem);
+    static double ref[N * N];
+    for (int i = 0; i < N; i++)
+      for (int j = 0; j < N; j++) {
+        double acc = 0;
+        for (int k = 0; k < N; k++)
+          acc += (double)tpu_bf16_to_f32(tpu_f32_to_bf16(xb[8 + i * N + k])) *
+                 tpu_bf16_to_f32(tpu_f32_to_bf16(w[k * N + j]));
+        ref[i * N + j] = acc;
+      }
+    tpu_view xv, wv, yv, zv;
+    tpu_view_init_contiguous(&xv, xb, TPU_F32, 2, sz);
+    xv.offset = 8;
+    tpu_view_init_contiguous(&wv, w, TPU_F32, 2, sz);
+    tpu_view_init_contiguous(&zv, z, TPU_F32, 2, sz);
+    yv = mode == 2 ? xv : (tpu_view){0};
+    if (mode < 2) {
+      tpu_view_init_contiguous(&yv, yb, TPU_F32, 2, sz);
+      yv.offset = 5;
+      if (mode == 1) yv.strides[0] = 2 * N; /* every other row */
+    }
+    tpu_view ins[2] = {xv, wv}, ov[2] = {yv, zv};
+    CHECK_OK(tpux_plan_run(p, 2, ins, 2, ov));
+    double worst = 0;
+    for (int i = 0; i < N * N; i++) {
+      float *yp = (float *)yv.base + yv.offset + (i / N) * yv.strides[0] + i % N;
+      worst = fmax(worst, fabs(*yp - ref[i]));
+      worst = fmax(worst, fabs(z[i] - 2 * ref[i]));
+    }
+    if (worst > 2e-4) fprintf(stderr, "dot output mode %d: error %g\n", mode, worst);
+    CHECK(worst <= 2e-4);
+    for (int i = 0; i < 5 && mode < 2; i++) CHECK(yb[i] == 0); /* before the offset */
+    free(xb); free(w); free(yb); free(z);
+  }
+  tpux_plan_free(p);
+  tpuir_graph_free(g);
+}
+
 /* ---- tpux_copy ---------------------------------------------------------------- */
 
 TPU_TEST(exec_copy_convert_and_overlap) {

@@ -192,6 +192,15 @@ static void idot_range(void *ctx, int64_t b, int64_t e) {
   }
 }
 
+/* Where dot t's value goes (see exec/vtpu/internal.h). */
+int tpux__dot_value(xctx *c, int t) {
+  if (c->dot_out) { /* the output itself (exec/vtpu/variant.c, var_direct) */
+    c->vals[t].v = *c->dot_out;
+    return TPU_OK;
+  }
+  return c->vals[t].mem ? TPU_OK : tpux__alloc_value(c, t);
+}
+
 int tpux__eval_dot(xctx *c, int t) {
   int applied;
   return tpux__eval_dot_ex(c, t, NULL, NULL, &applied);
@@ -203,7 +212,7 @@ int tpux__eval_dot_ex(xctx *c, int t, tpumxu_epilogue_fn fn, void *ctx,
   const tpuir_node *n = tpuir_get_node(c->g, t);
   const tpu_view *L = &c->vals[n->in[0]].v, *R = &c->vals[n->in[1]].v;
   *applied = 0;
-  int rc = c->vals[t].mem ? TPU_OK : tpux__alloc_value(c, t);
+  int rc = tpux__dot_value(c, t);
   if (rc) return rc;
   int nb = n->na, nc = n->nb;
   int64_t lfree[TPU_MAX_DIMS], rfree[TPU_MAX_DIMS];
@@ -255,11 +264,12 @@ int tpux__eval_dot_ex(xctx *c, int t, tpumxu_epilogue_fn fn, void *ctx,
       tpu_view_init_contiguous(&cv, cbuf, cdt, cv.ndim, csz);
     }
   }
+  char *cb = (char *)cv.base + cv.offset * (int64_t)tpu_dtype_size(cdt);
   if (!rc && batch * m * nn > 0) {
     if (k == 0) {
-      memset(cv.base, 0, (size_t)(batch * m * nn) * tpu_dtype_size(cdt));
+      memset(cb, 0, (size_t)(batch * m * nn) * tpu_dtype_size(cdt));
     } else if (is_int) {
-      idot_job j = {lo.v.base, ro.v.base, cv.base, m, nn, k};
+      idot_job j = {lo.v.base, ro.v.base, (int64_t *)cb, m, nn, k};
       int64_t rows = batch * m, per = nn * k;
       int64_t grain = XK_GRAIN / (per > 0 ? per : 1);
       if (grain < 1) grain = 1;
@@ -271,10 +281,10 @@ int tpux__eval_dot_ex(xctx *c, int t, tpumxu_epilogue_fn fn, void *ctx,
       const char *bb = (const char *)ro.v.base + ro.v.offset * (int64_t)es;
       tpumxu_epilogue_fn epi = cbuf ? NULL : fn;
       if (split)
-        rc = gemm_outer(gdt, cdt, prec, &lo, &ro, m, nn, k, ls, rs, cv.base, epi, ctx);
+        rc = gemm_outer(gdt, cdt, prec, &lo, &ro, m, nn, k, ls, rs, cb, epi, ctx);
       else
         rc = tpumxu_gemm_io(gdt, cdt, prec, batch, m, nn, k, 1.0, ab, ls[0], ls[1], ls[2], bb,
-                            rs[0], rs[1], rs[2], 0.0, cv.base, m * nn, nn, 1, epi, ctx);
+                            rs[0], rs[1], rs[2], 0.0, cb, m * nn, nn, 1, epi, ctx);
       *applied = epi != NULL;
     }
   }

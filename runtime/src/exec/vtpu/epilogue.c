@@ -87,7 +87,7 @@ int tpux__eval_dot_fused(xctx *c, int t, int n, const int32_t *members,
                          const char *store, const tpu_view *const *dst) {
   const tpuir_graph *g = c->g;
   const tpuir_node *d = tpuir_get_node(g, t);
-  int rc = tpux__alloc_value(c, t); /* the region's program reads it */
+  int rc = tpux__dot_value(c, t); /* the region's program reads it */
   if (rc) return rc;
   xk_prog *p;
   rc = tpux__region_prog(c, n, members, store, dst, &p);

@@ -272,8 +272,14 @@ static int run_steps(const xvar *v, xctx *c, const tpu_view *ins, const tpu_view
   int rc = TPU_OK;
   for (int i = 0; i < v->nsteps && rc == TPU_OK; i++) {
     const xstep *st = &v->steps[i];
+    int o = (st->kind == XS_NODE || st->kind == XS_DOT_EPI) ? st->k - 1 : -1;
+    c->dot_out = o >= 0 && tpu_view_is_contiguous(&outs[o]) ? &outs[o] : NULL;
     if (st->kind == XS_NODE) rc = eval_node(c, st->t, ins);
     else if (st->kind != XS_FREE) rc = run_region(v, st, c, outs, out_done);
+    if (c->dot_out && rc == TPU_OK && !c->vals[st->t].mem &&
+        tpux__views_same(&c->vals[st->t].v, c->dot_out))
+      out_done[o] = 1; /* (a complex dot computes into its own temporary) */
+    c->dot_out = NULL;
     for (int f = st->f0; f < st->f0 + st->nf; f++) {
       xv *x = &c->vals[v->frees[f]];
       tpux__free(x->mem);
@@ -329,7 +335,7 @@ int tpux_plan_run(tpux_plan *p, int nin, const tpu_view *ins, int nout, const tp
   rc = run_pattern(p, ins, outs, s, &npairs);
   if (rc == TPU_OK) rc = tpux__variant_get(p, flags, npairs, s->pairs, &v, &tmp);
   if (rc == TPU_OK) {
-    xctx c = {p->g, s->vals};
+    xctx c = {p->g, s->vals, NULL};
     rc = run_steps(v, &c, ins, outs, s->out_done);
     if (rc == TPU_OK) rc = run_outputs(p, s->vals, outs, s->out_done);
   }

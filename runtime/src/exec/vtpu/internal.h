@@ -258,10 +258,15 @@ typedef struct xv {
 typedef struct xctx {
   const tpuir_graph *g;
   xv *vals;
+  const tpu_view *dot_out; /* where the dot being run writes its value (a
+                              contiguous output; NULL: a temporary) */
 } xctx;
 
 /* Allocate a contiguous temporary for node t's result into c->vals[t]. */
 int tpux__alloc_value(xctx *c, int t);
+/* Dot t's value: the output c->dot_out when set, else a temporary (unless
+ * one is there already) (exec/vtpu/dot.c). */
+int tpux__dot_value(xctx *c, int t);
 /* CONVERT node t evaluated alone, its value in the operand's memory order
  * when the operand is dense (exec/vtpu/copy.c). */
 int tpux__eval_convert(xctx *c, int t);
@@ -408,7 +413,9 @@ typedef struct xstep {
   int32_t kind, t;
   int32_t m0, nm; /* regions: members[m0..m0+nm) with store[] and dout[] */
   int32_t l0, nl; /* their external operands (alias check of direct stores) */
-  int32_t k;      /* XS_REGION_REDUCE: index of the REDUCE's operand in the members */
+  int32_t k;      /* XS_REGION_REDUCE: index of the REDUCE's operand in the members;
+                     a DOT_GENERAL's XS_NODE / XS_DOT_EPI: 1 + the output its GEMM
+                     writes directly (when that view is contiguous), 0: none */
   int32_t f0, nf; /* temporaries to free after the step: frees[f0..f0+nf) */
 } xstep;
 

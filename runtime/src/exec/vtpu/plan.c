@@ -219,7 +219,9 @@ static void plan_lifetimes(tpux_plan *p) {
 /* Region outputs that may be written straight into their destination,
  * whatever the bindings: the region cannot fail and runs after every node
  * that can, the value is one output only and every user of it is inside
- * its region. Whether a parameter still needed later overlaps the
+ * its region. Likewise a DOT_GENERAL's value that is one output only and
+ * is computed after every node that can fail (its users then read the
+ * destination). Whether a parameter still needed later overlaps the
  * destination is the variant's part. Also lists the PARAM nodes (binding
  * checks) and the live ones (aliasing pattern). */
 static void plan_candidates(tpux_plan *p) {
@@ -232,9 +234,14 @@ static void plan_candidates(tpux_plan *p) {
   }
   for (int i = 0; i < p->nout; i++) {
     int t = p->outv[i], R = p->reg[t];
-    if (R < 0 || p->rfail[R] || p->rlast[R] < p->last_fail) continue;
+    int dot = R < 0 && tpuir_get_node(g, t)->op == TPUIR_DOT_GENERAL;
+    if (dot ? t < p->last_fail : R < 0 || p->rfail[R] || p->rlast[R] < p->last_fail) continue;
     int ok = 1;
     for (int j = 0; j < p->nout; j++) ok &= j == i || p->outv[j] != t;
+    if (dot) { /* its GEMM writes the destination; readers read it there */
+      if (ok) p->cand[p->ncand++] = i;
+      continue;
+    }
     for (int u = t + 1; u < p->nn && ok; u++) { /* all users inside the region */
       if (!p->live[u]) continue;
       const tpuir_val *ops;

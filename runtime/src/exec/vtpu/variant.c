@@ -36,11 +36,13 @@ typedef struct vbuild {
 
 /* A candidate region output is written straight into its destination when
  * no live parameter overlapping the destination is read after the region
- * runs (or is itself an output). */
+ * runs (or is itself an output); a dot's, when none is read from the dot
+ * on (its operands are read while C is written). */
 static void var_direct(vbuild *B) {
   const tpux_plan *p = B->p;
   for (int c = 0; c < p->ncand; c++) {
-    int i = p->cand[c], t = p->outv[i], E = p->rlast[p->reg[t]], ok = 1;
+    int i = p->cand[c], t = p->outv[i], ok = 1;
+    int E = p->reg[t] >= 0 ? p->rlast[p->reg[t]] : t - 1;
     for (int q = B->pstart[c]; q < B->pstart[c + 1]; q++)
       if (p->last[p->lp[B->pairs[2 * q + 1]]] > E) ok = 0;
     if (ok) B->direct_out[t] = i;
@@ -260,7 +262,7 @@ static void schedule_epi(vbuild *B, xvar *v, int t) {
       emit_region(B, v, XS_REGION, Ru, u, u, 0);
     }
   }
-  emit_region(B, v, XS_DOT_EPI, R, p->rlast[R], t, 1);
+  emit_region(B, v, XS_DOT_EPI, R, p->rlast[R], t, 1)->k = B->direct_out[t] + 1;
 }
 
 /* The steps of live position t, then its frees. */
@@ -284,7 +286,8 @@ static void schedule_pos(vbuild *B, xvar *v, int t) {
   } else if (B->epi[t] >= 0) {
     schedule_epi(B, v, t);
   } else {
-    emit(v, XS_NODE, t);
+    xstep *s = emit(v, XS_NODE, t);
+    if (tpuir_get_node(p->g, t)->op == TPUIR_DOT_GENERAL) s->k = B->direct_out[t] + 1;
   }
   if (p->head[t] < 0) return;
   if (v->nsteps == s0) emit(v, XS_FREE, t);
