@@ -26,7 +26,10 @@
  * when that is provably safe (the destination overlaps no parameter still
  * needed after the region runs, no node at or after it can fail, and any
  * region input aliasing it is the identical view, read at the same index;
- * such a store happens at the end of each tile, after all its loads).
+ * such a store happens at the end of each tile, after all its loads). A
+ * DOT_GENERAL's value that is an output is computed into the destination
+ * the same way (when it is contiguous and no parameter overlapping it is
+ * read from the dot on); later readers read it there.
  *
  * GEMM epilogues: a region that reads a float DOT_GENERAL's value directly
  * (same shape, cannot fail, every other input available when the dot runs)
