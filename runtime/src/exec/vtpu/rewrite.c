@@ -35,8 +35,9 @@
  * is such a reshape multiplies the transposed view itself, over batch dims
  * (B, H) (the other operand split likewise, a view); its result is
  * reshaped back (a view: it is contiguous). exec/vtpu/dot.c loops over
- * the batch dims that do not merge (one GEMM call per B). Same products
- * and accumulation order as the batched GEMM of the copies. */
+ * the batch dims that do not merge (one GEMM call per B), reading the
+ * operands in place with their strides. Same products; the f32
+ * accumulation order may differ where the GEMM reads an operand strided. */
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
