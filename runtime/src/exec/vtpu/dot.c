@@ -139,18 +139,17 @@ static void outer_epi_block(void *ctx, int64_t b, int64_t m0, int64_t m1, int64_
 
 /* Float GEMM of a dot whose batch dims do not merge for some operand (a
  * copy avoided): the longest run of trailing batch dims that merges in
- * both operands is one batched call, the leading ones a loop of calls. C
- * is contiguous. */
+ * both operands is one batched call, the leading ones a loop of calls
+ * (ab, bb: the operands' first elements; ls, rs: their row and column
+ * strides). C is contiguous. */
 static int gemm_outer(int gdt, int cdt, int prec, const dot_op *lo, const dot_op *ro, int64_t m,
-                      int64_t nn, int64_t k, const int64_t ls[3], const int64_t rs[3], void *c,
-                      tpumxu_epilogue_fn fn, void *ctx) {
+                      int64_t nn, int64_t k, const char *ab, const int64_t ls[3], const char *bb,
+                      const int64_t rs[3], void *c, tpumxu_epilogue_fn fn, void *ctx) {
   int s = 0;
   int64_t lt, lst, rt, rst;
   while (!(merge_from(lo, 0, s, &lt, &lst) && merge_from(ro, 0, s, &rt, &rst))) s++;
   int64_t outer = 1, es = (int64_t)tpu_dtype_size(gdt), ces = (int64_t)tpu_dtype_size(cdt);
   for (int d = 0; d < s; d++) outer *= lo->v.sizes[d];
-  const char *ab = (const char *)lo->v.base + lo->v.offset * es;
-  const char *bb = (const char *)ro->v.base + ro->v.offset * es;
   int rc = TPU_OK;
   for (int64_t q = 0; q < outer && rc == TPU_OK; q++) {
     int64_t r = q, la = 0, ra = 0;
@@ -281,7 +280,7 @@ int tpux__eval_dot_ex(xctx *c, int t, tpumxu_epilogue_fn fn, void *ctx,
       const char *bb = (const char *)ro.v.base + ro.v.offset * (int64_t)es;
       tpumxu_epilogue_fn epi = cbuf ? NULL : fn;
       if (split)
-        rc = gemm_outer(gdt, cdt, prec, &lo, &ro, m, nn, k, ls, rs, cb, epi, ctx);
+        rc = gemm_outer(gdt, cdt, prec, &lo, &ro, m, nn, k, ab, ls, bb, rs, cb, epi, ctx);
       else
         rc = tpumxu_gemm_io(gdt, cdt, prec, batch, m, nn, k, 1.0, ab, ls[0], ls[1], ls[2], bb,
                             rs[0], rs[1], rs[2], 0.0, cb, m * nn, nn, 1, epi, ctx);

@@ -213,11 +213,14 @@ static tpuir_val split_dot(tpuir_graph *h, const tpuir_graph *g, const tpuir_nod
   const int64_t *lead = hd[0].p ? hd[0].lead : hd[1].lead;
   int64_t bd[TPU_MAX_DIMS], lc[TPU_MAX_DIMS], rc[TPU_MAX_DIMS], sz[TPU_MAX_DIMS];
   for (int k = 0; k < 2; k++) {
-    const tpuir_node *x = tpuir_get_node(g, n->in[k]);
-    memcpy(sz, lead, (size_t)p * sizeof *sz);
-    memcpy(sz + p, x->sizes + 1, (size_t)(x->ndim - 1) * sizeof *sz);
-    if (hd[k].p) ops[k] = replay_split(h, g, &hd[k], ops[k]);
-    else if (ops[k] >= 0) ops[k] = tpuir_reshape(h, ops[k], x->ndim + p - 1, sz);
+    if (hd[k].p) {
+      ops[k] = replay_split(h, g, &hd[k], ops[k]);
+    } else if (ops[k] >= 0) {
+      const tpuir_node *x = tpuir_get_node(g, n->in[k]);
+      memcpy(sz, lead, (size_t)p * sizeof *sz);
+      memcpy(sz + p, x->sizes + 1, (size_t)(x->ndim - 1) * sizeof *sz);
+      ops[k] = tpuir_reshape(h, ops[k], x->ndim + p - 1, sz);
+    }
     if (ops[k] < 0) return ops[k];
   }
   for (int i = 0; i < p; i++) bd[i] = i;
