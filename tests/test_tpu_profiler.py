@@ -8,7 +8,7 @@ import pytest
 import torch
 from torch.profiler import ProfilerActivity, profile
 
-import torch_tpu  # noqa: F401
+import torch_tpu
 from torch_tpu.execution_mode import EagerMode, eager_mode
 
 DEV = torch.device("tpu")
@@ -102,3 +102,24 @@ def test_profile_cli_prints_top_programs(tmp_path):
     rows = [ln for ln in r.stderr.splitlines() if ln.startswith("dot_general ")]
     assert rows and rows[0].split()[1] == "3", r.stderr  # 3 calls of the matmul program
     assert "programs," in r.stderr
+
+
+def test_executor_profile_names_steps():
+    """torch.tpu._executor_profile: the vTPU's time per step inside programs
+    (a dot with its fused epilogue, a fused region), off outside the block."""
+    x = torch.randn(64, 32, device=DEV)
+    w = torch.randn(32, 16, device=DEV)
+    with eager_mode(EagerMode.DEFER_AND_FUSE):
+        with torch.tpu._executor_profile() as prof:
+            y = ((x @ w) * 2 + 1).relu()
+            z = (x.exp() - 1).sum(1)
+            torch.tpu.synchronize()
+        (x + 1).sum().item()
+    labels = {label: (n, s) for label, n, s in prof.table}
+    assert any(lab.startswith("dot") and "float32[64,16]" in lab for lab in labels), labels
+    assert any(lab.startswith("region+reduce") and "exponential" in lab for lab in labels), labels
+    assert labels["(plan runs)"][0] >= 1 and all(s >= 0 for _, s in labels.values())
+    assert "report" in dir(prof) and "(plan runs)" in prof.report()
+    assert torch_tpu._C._vtpu_profile_read(False) == []  # off after the block
+    torch.testing.assert_close(y.cpu(), ((x.cpu() @ w.cpu()) * 2 + 1).relu(), rtol=2e-2, atol=2e-2)
+    torch.testing.assert_close(z.cpu(), (x.cpu().exp() - 1).sum(1))

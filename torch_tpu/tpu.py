@@ -458,6 +458,34 @@ def _get_cache_stats():
     return d
 
 
+class _executor_profile:
+    """Where the vTPU executor's time goes: inside ``with
+    torch.tpu._executor_profile() as prof:``, every program run adds the wall
+    time of each step (a node such as ``dot_general bf16[8,8,256,64]``, a
+    fused region ``region 5 ops f32[2048,512]: mul,add,...``, a dot with its
+    epilogue, a region feeding a reduction), its output copies and the whole
+    run to a process-wide table; ``prof.table`` is then
+    ``[(label, count, seconds)]``, largest time first, and ``prof.report(n)``
+    formats the top n. Runs of other threads in that time count too."""
+
+    def __enter__(self):
+        synchronize()
+        _C._vtpu_profile_read(True)
+        _C._vtpu_profile(True)
+        self.table = []
+        return self
+
+    def __exit__(self, *exc):
+        synchronize()
+        _C._vtpu_profile(False)
+        self.table = sorted(_C._vtpu_profile_read(True), key=lambda e: -e[2])
+        return False
+
+    def report(self, n=30):
+        lines = [f"{s * 1e3:10.2f} ms {c:7d}x  {label}" for label, c, s in self.table[:n]]
+        return "\n".join(lines)
+
+
 def _reset_cache_stats():
     from . import _compile
 

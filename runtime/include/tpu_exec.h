@@ -191,6 +191,24 @@ TPU_API int tpux_jit_configure(int mode, int hot);
  * host (torch.tpu.empty_cache calls it). Thread-safe. */
 TPU_API void tpux_trim_temporaries(void);
 
+/* Executor step profile (vTPU). While on, every plan run adds the wall time
+ * of each step it runs (a node, a fused region, a dot with its epilogue, a
+ * region feeding a reduction), of its output copies ("(output copies)")
+ * and of the whole run ("(plan runs)") to a process-wide table keyed by a
+ * label naming what ran, e.g. "dot_general f32[8,8,256,64]",
+ * "region 3 ops f32[2048,512]: mul,add,tanh" or "reshape (copy) f32[64,64]"
+ * (a view that materialised). Off by default. Thread-safe. */
+TPU_API void tpux_profile_enable(int on);
+typedef struct tpux_profile_entry {
+  char label[120];
+  int64_t count;  /* steps run under this label */
+  double seconds; /* their total wall time */
+} tpux_profile_entry;
+/* Copies up to cap entries (any order) into out (caller-owned; may be NULL
+ * with cap 0) and returns how many there are; reset != 0 empties the table
+ * afterwards. */
+TPU_API int tpux_profile_read(tpux_profile_entry *out, int cap, int reset);
+
 /* StableHLO text (MLIR, generic op form) of graph g: func.func @main with
  * g's parameters as arguments and its outputs as results. *text is
  * malloc'd (caller frees), NUL-terminated; *len (may be NULL) its length.

@@ -237,3 +237,67 @@ TPU_TEST(exec_dot_head_split) {
     tpuir_graph_free(g);
   }
 }
+
+/* Views of a split packed projection (exec/vtpu/rewrite.c, emit_view):
+ * X [T,B,3E] -> [T,B,3,E] -> transpose to [3,T,B,E] -> reshape [3T,B,H,D,1]
+ * (recorded once per use, as Fused Eager does) -> slices of whole T-blocks
+ * of dim 0 -> [T,B,H,D]. The reshape merges a transposed dim 0 and would
+ * copy all of X per use; sliced first, each third is a view. The step
+ * profile names views that materialised "(copy)": none here; with a cut
+ * that is not a whole block (or the merged value itself an output) the
+ * reshape stays and copies. Values against X's elements in every case. */
+static int profile_copies(void) {
+  tpux_profile_entry e[256];
+  int n = tpux_profile_read(e, 256, 1), copies = 0;
+  for (int i = 0; i < n && i < 256; i++) copies += strstr(e[i].label, "(copy)") != NULL;
+  return copies;
+}
+
+TPU_TEST(exec_split_projection_views) {
+  enum { T = 6, B = 4, H = 2, D = 4, E = H * D };
+  for (int mode = 0; mode < 3; mode++) { /* 0: blocks, 1: a cut inside a block, 2: merged output */
+    tpuir_graph *g = tpuir_graph_new();
+    int64_t xs[3] = {T, B, 3 * E}, x4[4] = {T, B, 3, E}, p2013[4] = {2, 0, 1, 3};
+    int64_t m5[5] = {3 * T, B, H, D, 1}, o4[4] = {T, B, H, D}, one[5] = {1, 1, 1, 1, 1};
+    int64_t lo = mode == 1 ? T - 1 : T; /* mode 1: the second slice starts inside a block */
+    int64_t st[3][5] = {{0}, {lo}, {2 * T}}, li[3][5];
+    tpuir_val X = tpuir_param(g, TPU_F32, 3, xs);
+    tpuir_val tr = tpuir_transpose(g, tpuir_reshape(g, X, 4, x4), p2013), outs[4];
+    for (int k = 0; k < 3; k++) {
+      memcpy(li[k], m5, sizeof m5);
+      li[k][0] = st[k][0] + T;
+      tpuir_val m = tpuir_reshape(g, tr, 5, m5); /* one per use */
+      outs[k] = tpuir_reshape(g, tpuir_slice(g, m, st[k], li[k], one), 4, o4);
+    }
+    outs[2] = tpuir_binary(g, TPUIR_ADD, outs[2], outs[2]);
+    int no = 3;
+    if (mode == 2) outs[no++] = tpuir_reshape(g, tr, 5, m5);
+    CHECK_OK(tpuir_set_outputs(g, no, outs));
+    tarr Xa = ta_new(TPU_F32, 3, xs), O[4];
+    uint64_t seed = 21;
+    ta_fill(&Xa.v, &seed, -1, 1);
+    tpu_view ov[4];
+    for (int k = 0; k < no; k++) {
+      O[k] = k < 3 ? ta_new(TPU_F32, 4, o4) : ta_new(TPU_F32, 5, m5);
+      ov[k] = O[k].v;
+    }
+    tpux_profile_read(NULL, 0, 1);
+    tpux_profile_enable(1);
+    CHECK_OK(tpux_run(g, 1, &Xa.v, no, ov));
+    tpux_profile_enable(0);
+    int copies = profile_copies();
+    CHECK(mode == 0 ? copies == 0 : copies > 0);
+    const float *x = Xa.mem;
+    for (int k = 0; k < 3; k++) {
+      const float *o = O[k].mem;
+      for (int i = 0; i < T * B * E; i++) { /* o[t,b,h,d] = X[t',b,c*E+h*D+d] of row st+t */
+        int64_t r = st[k][0] + i / (B * E), c = r / T, t = r % T, be = i % (B * E);
+        float want = x[(t * B + be / E) * 3 * E + c * E + be % E];
+        CHECK(o[i] == (k == 2 ? 2 * want : want));
+      }
+    }
+    for (int k = 0; k < no; k++) free(O[k].mem);
+    free(Xa.mem);
+    tpuir_graph_free(g);
+  }
+}

@@ -187,6 +187,17 @@ PYBIND11_MODULE(_C, m) {
     tpux_jit_wait();
   });
   m.def("_reset_cache_stats", [] { tpug_reset_stats(); });
+  // the vTPU executor's step profile (tpu_exec.h): on/off, and the table as
+  // [(label, count, seconds)]
+  m.def("_vtpu_profile", [](bool on) { tpux_profile_enable(on ? 1 : 0); });
+  m.def("_vtpu_profile_read", [](bool reset) {
+    std::vector<tpux_profile_entry> e(1024);
+    int n = tpux_profile_read(e.data(), (int)e.size(), reset ? 1 : 0);
+    py::list out;
+    for (int i = 0; i < n && i < (int)e.size(); i++)
+      out.append(py::make_tuple(std::string(e[i].label), e[i].count, e[i].seconds));
+    return out;
+  });
   // user C kernels (torch_tpu/kernels): register a compiled kernel with the
   // executor; the descriptor fields come from the parsed signature
   m.def("_c_kernel_register", [](const std::string& name, const std::string& sig,

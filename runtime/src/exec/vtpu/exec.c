@@ -271,10 +271,11 @@ static int run_region(const xvar *v, const xstep *st, xctx *c, const tpu_view *o
 }
 
 static int run_steps(const xvar *v, xctx *c, const tpu_view *ins, const tpu_view *outs,
-                     char *out_done) {
+                     char *out_done, int prof) {
   int rc = TPU_OK;
   for (int i = 0; i < v->nsteps && rc == TPU_OK; i++) {
     const xstep *st = &v->steps[i];
+    double t0 = prof && st->kind != XS_FREE ? tpux__profile_now() : 0;
     int o = (st->kind == XS_NODE || st->kind == XS_DOT_EPI) ? st->k - 1 : -1;
     c->dot_out = o >= 0 && tpu_view_is_contiguous(&outs[o]) ? &outs[o] : NULL;
     if (st->kind == XS_NODE) rc = eval_node(c, st->t, ins);
@@ -283,6 +284,12 @@ static int run_steps(const xvar *v, xctx *c, const tpu_view *ins, const tpu_view
         tpux__views_same(&c->vals[st->t].v, c->dot_out))
       out_done[o] = 1; /* (a complex dot computes into its own temporary) */
     c->dot_out = NULL;
+    if (t0 > 0) {
+      int view = st->kind == XS_NODE && tpux__is_view_op(tpuir_get_node(c->g, st->t)->op);
+      tpux__profile_step(c->g, st->kind, st->t, st->kind == XS_NODE ? 0 : st->nm,
+                         v->members + st->m0, view && c->vals[st->t].mem != NULL,
+                         tpux__profile_now() - t0);
+    }
     for (int f = st->f0; f < st->f0 + st->nf; f++) {
       xv *x = &c->vals[v->frees[f]];
       tpux__free(x->mem);
@@ -339,8 +346,16 @@ int tpux_plan_run(tpux_plan *p, int nin, const tpu_view *ins, int nout, const tp
   if (rc == TPU_OK) rc = tpux__variant_get(p, flags, npairs, s->pairs, &v, &tmp);
   if (rc == TPU_OK) {
     xctx c = {p->g, s->vals, NULL};
-    rc = run_steps(v, &c, ins, outs, s->out_done);
+    int prof = tpux__profile_on();
+    double t0 = prof ? tpux__profile_now() : 0;
+    rc = run_steps(v, &c, ins, outs, s->out_done, prof);
+    double t1 = prof ? tpux__profile_now() : 0;
     if (rc == TPU_OK) rc = run_outputs(p, s->vals, outs, s->out_done);
+    if (prof) {
+      double t2 = tpux__profile_now();
+      tpux__profile_add("(output copies)", t2 - t1);
+      tpux__profile_add("(plan runs)", t2 - t0);
+    }
   }
   for (int t = 0; t < p->nn; t++) {
     tpux__free(s->vals[t].mem);

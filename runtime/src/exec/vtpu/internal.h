@@ -419,6 +419,16 @@ typedef struct xstep {
   int32_t f0, nf; /* temporaries to free after the step: frees[f0..f0+nf) */
 } xstep;
 
+/* Step profile (exec/vtpu/profile.c; tpux_profile_enable): whether it is
+ * on, a monotonic clock in seconds, and adding time under a label or under
+ * step kind/node t with its region members (nm of them, may be 0; copied:
+ * a view node that materialised). */
+int tpux__profile_on(void);
+double tpux__profile_now(void);
+void tpux__profile_add(const char *label, double seconds);
+void tpux__profile_step(const tpuir_graph *g, int kind, int t, int nm, const int32_t *members,
+                        int copied, double seconds);
+
 /* A variant: immutable once published (readers take no lock). Owned by its
  * plan (one malloc'd block), freed with it. */
 typedef struct xvar {

@@ -180,6 +180,144 @@ static tpuir_val replay_split(tpuir_graph *h, const tpuir_graph *g, const heads 
   return v;
 }
 
+/* ---- views in the rewritten graph ------------------------------------------
+ * Every view node goes into h through emit_view, which
+ *  - reuses an identical view of the same value already in h (Fused Eager
+ *    records a view once per use, and the bf16 operands above replay the
+ *    chains per dot: a reshape that copies would copy once per use);
+ *  - drops a SLICE that keeps its whole operand;
+ *  - slices before a RESHAPE instead of after it, where the reshape merged
+ *    leading dims into dim 0 and every user of the reshape slices whole
+ *    blocks of dim 0 (lift[], per reshape of g): `.contiguous()` of a
+ *    transposed packed projection, split into q, k, v (nn.MultiheadAttention),
+ *    then reshapes each third of the transposed value, a view, where the
+ *    merged reshape copied all of it once per use. */
+typedef struct vtab {
+  int32_t *head, *next; /* head[x]: the newest view of h-value x, next[v]: the one before */
+  int cap;
+  int changed; /* views reused, dropped or lifted */
+} vtab;
+
+static int vtab_fit(vtab *vt, int n) {
+  if (n <= vt->cap) return TPU_OK;
+  int cap = vt->cap ? vt->cap : 64;
+  while (cap < n) cap *= 2;
+  int32_t *hd = realloc(vt->head, (size_t)cap * sizeof *hd);
+  if (hd) vt->head = hd;
+  int32_t *nx = hd ? realloc(vt->next, (size_t)cap * sizeof *nx) : NULL;
+  if (nx) vt->next = nx;
+  if (!hd || !nx) return tpu_error(TPU_E_OOM, "tpux_plan_new: out of host memory");
+  for (int i = vt->cap; i < cap; i++) vt->head[i] = vt->next[i] = -1;
+  vt->cap = cap;
+  return TPU_OK;
+}
+
+static int same_view(const tpuir_node *a, const tpuir_node *b) {
+  size_t sz = (size_t)a->ndim * sizeof(int64_t), na = (size_t)a->na * sizeof(int64_t);
+  if (a->op != b->op || a->dtype != b->dtype || a->ndim != b->ndim || a->na != b->na ||
+      a->in[0] != b->in[0] || memcmp(a->sizes, b->sizes, sz))
+    return 0;
+  switch (a->op) {
+  case TPUIR_RESHAPE: return 1;
+  case TPUIR_TRANSPOSE: return !memcmp(a->a, b->a, sz);
+  case TPUIR_SLICE: return !memcmp(a->a, b->a, sz) && !memcmp(a->b, b->b, sz) && !memcmp(a->c, b->c, sz);
+  default: return !memcmp(a->a, b->a, na); /* BROADCAST_IN_DIM, REVERSE: dims */
+  }
+}
+
+/* View node c (its operand c->in[0] a value of h) in h: an identical one
+ * already there, or a new one. */
+static tpuir_val intern_view(tpuir_graph *h, vtab *vt, const tpuir_node *c) {
+  int rc = vtab_fit(vt, tpuir_num_nodes(h) + 1);
+  if (rc) return rc;
+  for (int e = vt->head[c->in[0]]; e >= 0; e = vt->next[e])
+    if (same_view(tpuir_get_node(h, e), c)) return vt->changed++, e;
+  tpuir_node d = *c;
+  tpuir_val map[1] = {c->in[0]};
+  d.in[0] = 0;
+  tpuir_val v = tpuir_copy_node(h, &d, map);
+  if (v >= 0) {
+    vt->next[v] = vt->head[c->in[0]];
+    vt->head[c->in[0]] = v;
+  }
+  return v;
+}
+
+/* A SLICE of x with unit strides that cuts dim 0 only, or every dim
+ * whole (*whole = 1). */
+static int dim0_slice(const tpuir_node *s, const tpuir_node *x, int *whole) {
+  *whole = s->op == TPUIR_SLICE;
+  for (int d = 0; d < s->ndim && *whole; d++) *whole = s->a[d] == 0 && s->b[d] == x->sizes[d] && s->c[d] == 1;
+  if (s->op != TPUIR_SLICE || *whole || s->ndim < 1 || s->c[0] != 1) return 0;
+  for (int d = 1; d < s->ndim; d++)
+    if (s->a[d] != 0 || s->b[d] != x->sizes[d] || s->c[d] != 1) return 0;
+  return 1;
+}
+
+/* Elements of y's dims 1..j that RESHAPE r merged into its dim 0 with
+ * y's dim 0 (y->sizes[0..j] multiply to r->sizes[0]); 0 when r does not. */
+static int64_t merged_inner(const tpuir_node *r, const tpuir_node *y) {
+  int64_t prod = 1;
+  for (int j = 0; j < y->ndim && y->sizes[j] > 0; j++) {
+    prod *= y->sizes[j];
+    if (prod == r->sizes[0]) return prod / y->sizes[0];
+    if (prod > r->sizes[0]) return 0;
+  }
+  return 0; /* (empty values are left alone) */
+}
+
+/* lift[r] for each RESHAPE r of g: every user of r is a SLICE of dim 0
+ * in whole blocks of the merged inner dims (see emit_view), and r is no
+ * output. */
+static void lift_reshapes(const tpuir_graph *g, char *lift) {
+  int nn = tpuir_num_nodes(g);
+  for (int t = 0; t < nn; t++) lift[t] = tpuir_get_node(g, t)->op == TPUIR_RESHAPE ? 1 : 0;
+  for (int t = 0; t < nn; t++) {
+    const tpuir_node *n = tpuir_get_node(g, t);
+    for (int k = 0; k < n->nin; k++) {
+      int r = n->in[k], whole;
+      if (!lift[r]) continue;
+      const tpuir_node *rn = tpuir_get_node(g, r);
+      int64_t inner = merged_inner(rn, tpuir_get_node(g, rn->in[0]));
+      lift[r] = inner > 0 && dim0_slice(n, rn, &whole) && n->a[0] % inner == 0 &&
+                n->b[0] % inner == 0;
+    }
+    for (int k = 0; k < n->nlist; k++) lift[n->list[k]] = 0;
+  }
+  for (int i = 0; i < tpuir_num_outputs(g); i++) lift[tpuir_output(g, i)] = 0;
+}
+
+/* View node s of g on value x of h with result dtype dt (see above);
+ * lift: s's operand is a RESHAPE with lift[] set. */
+static tpuir_val emit_view(tpuir_graph *h, vtab *vt, const tpuir_node *s, tpuir_val x, int dt,
+                           int lift) {
+  if (x < 0) return x;
+  const tpuir_node *xn = tpuir_get_node(h, x);
+  int whole;
+  if (dim0_slice(s, xn, &whole) && lift && xn->op == TPUIR_RESHAPE) {
+    const tpuir_node *y = tpuir_get_node(h, xn->in[0]);
+    int64_t inner = merged_inner(xn, y);
+    if (inner > 0 && s->a[0] % inner == 0 && s->b[0] % inner == 0) {
+      tpuir_node c = {.op = TPUIR_SLICE, .nin = 1, .in = {xn->in[0]}, .dtype = dt, .ndim = y->ndim};
+      for (int d = 0; d < y->ndim; d++) c.b[d] = c.sizes[d] = y->sizes[d], c.c[d] = 1;
+      c.a[0] = s->a[0] / inner;
+      c.b[0] = s->b[0] / inner;
+      c.sizes[0] = c.b[0] - c.a[0];
+      tpuir_val v = intern_view(h, vt, &c);
+      if (v < 0) return v;
+      vt->changed++;
+      tpuir_node r = {.op = TPUIR_RESHAPE, .nin = 1, .in = {v}, .dtype = dt, .ndim = s->ndim};
+      memcpy(r.sizes, s->sizes, sizeof r.sizes);
+      return intern_view(h, vt, &r);
+    }
+  }
+  if (whole) return vt->changed++, x;
+  tpuir_node c = *s;
+  c.in[0] = x;
+  c.dtype = dt;
+  return intern_view(h, vt, &c);
+}
+
 /* Node s copied with operands `ops` (nin of them) and result dtype dt. */
 static tpuir_val copy_with(tpuir_graph *h, const tpuir_node *s, int nin,
                            const tpuir_val *ops, int dt) {
@@ -195,12 +333,12 @@ static tpuir_val copy_with(tpuir_graph *h, const tpuir_node *s, int nin,
 
 /* The bf16 counterpart (in h) of dot operand v of g: v's view chain
  * replayed on the converted source. */
-static tpuir_val bf16_operand(const tpuir_graph *g, tpuir_graph *h, int v,
-                              const tpuir_val *shadow) {
+static tpuir_val bf16_operand(const tpuir_graph *g, tpuir_graph *h, vtab *vt, const char *lift,
+                              int v, const tpuir_val *shadow) {
   const tpuir_node *n = tpuir_get_node(g, v);
   if (!tpux__is_view_op(n->op)) return shadow[v];
-  tpuir_val x = bf16_operand(g, h, n->in[0], shadow);
-  return x < 0 ? x : copy_with(h, n, 1, &x, TPU_BF16);
+  tpuir_val x = bf16_operand(g, h, vt, lift, n->in[0], shadow);
+  return emit_view(h, vt, n, x, TPU_BF16, lift[n->in[0]]);
 }
 
 /* Dot n of g in h over p leading batch dims (batch_split): operand k is
@@ -242,15 +380,17 @@ int tpux__rewrite_dots(const tpuir_graph *g, tpuir_graph **out, char **alone) {
   heads hd[2];
   for (int t = 0; t < nn && !ndots; t++) {
     const tpuir_node *n = tpuir_get_node(g, t);
-    ndots = candidate(g, n, bf) || batch_split(g, n, hd);
+    ndots = candidate(g, n, bf) || batch_split(g, n, hd) || n->op == TPUIR_RESHAPE;
   }
   if (!ndots) return TPU_OK;
   /* uses[x]: candidate-dot operands whose source is x (capped at 2);
    * dot[t]: dot t is rewritten; need[x]: x gets a bf16 counterpart */
-  char *uses = calloc(3 * (size_t)nn, 1), *dot = uses + nn, *need = dot + nn;
+  char *uses = calloc(4 * (size_t)nn, 1), *dot = uses + nn, *need = dot + nn, *lift = need + nn;
   tpuir_val *map = malloc(2 * (size_t)nn * sizeof *map), *shadow = map + nn;
   tpuir_graph *h = tpuir_graph_new();
+  vtab vt = {0};
   int rc = uses && map && h ? TPU_OK : tpu_error(TPU_E_OOM, "tpux_plan_new: out of host memory");
+  if (rc == TPU_OK) lift_reshapes(g, lift);
   for (int t = 0; t < nn && rc == TPU_OK; t++) {
     const tpuir_node *n = tpuir_get_node(g, t);
     for (int k = 0; k < 2 && candidate(g, n, bf); k++) {
@@ -281,7 +421,7 @@ int tpux__rewrite_dots(const tpuir_graph *g, tpuir_graph **out, char **alone) {
       tpuir_val ops[2];
       for (int k = 0; k < 2; k++) {
         int x = p && hd[k].p ? hd[k].y : n->in[k];
-        ops[k] = k && ops[0] < 0 ? ops[0] : dot[t] ? bf16_operand(g, h, x, shadow) : map[x];
+        ops[k] = k && ops[0] < 0 ? ops[0] : dot[t] ? bf16_operand(g, h, &vt, lift, x, shadow) : map[x];
       }
       if (p) {
         map[t] = split_dot(h, g, n, ops, p, hd, need[t] ? &shadow[t] : NULL);
@@ -290,6 +430,8 @@ int tpux__rewrite_dots(const tpuir_graph *g, tpuir_graph **out, char **alone) {
       } else {
         map[t] = ops[0] < 0 ? ops[0] : ops[1] < 0 ? ops[1] : copy_with(h, n, 2, ops, n->dtype);
       }
+    } else if (tpux__is_view_op(n->op)) {
+      map[t] = emit_view(h, &vt, n, map[n->in[0]], n->dtype, lift[n->in[0]]);
     } else {
       map[t] = tpuir_copy_node(h, n, map);
     }
@@ -312,7 +454,9 @@ int tpux__rewrite_dots(const tpuir_graph *g, tpuir_graph **out, char **alone) {
   }
   free(uses);
   free(map);
-  if (rc != TPU_OK || (!ndots && !nsplit)) {
+  free(vt.head);
+  free(vt.next);
+  if (rc != TPU_OK || (!ndots && !nsplit && !vt.changed)) {
     tpuir_graph_free(h);
     free(al);
     return rc;
