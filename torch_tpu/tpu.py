@@ -463,8 +463,9 @@ class _executor_profile:
     torch.tpu._executor_profile() as prof:``, every program run adds the wall
     time of each step (a node such as ``dot_general bf16[8,8,256,64]``, a
     fused region ``region 5 ops f32[2048,512]: mul,add,...``, a dot with its
-    epilogue, a region feeding a reduction), its output copies and the whole
-    run to a process-wide table; ``prof.table`` is then
+    epilogue, a region feeding a reduction), each output it copies
+    (``(output copy) f32[...]``) and the whole run (``(plan runs)``) to a
+    process-wide table; ``prof.table`` is then
     ``[(label, count, seconds)]``, largest time first, and ``prof.report(n)``
     formats the top n. Runs of other threads in that time count too."""
 

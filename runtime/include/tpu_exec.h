@@ -193,8 +193,9 @@ TPU_API void tpux_trim_temporaries(void);
 
 /* Executor step profile (vTPU). While on, every plan run adds the wall time
  * of each step it runs (a node, a fused region, a dot with its epilogue, a
- * region feeding a reduction), of its output copies ("(output copies)")
- * and of the whole run ("(plan runs)") to a process-wide table keyed by a
+ * region feeding a reduction), of each output value it copies into its
+ * destination ("(output copy) f32[64,64]") and of the whole run
+ * ("(plan runs)") to a process-wide table keyed by a
  * label naming what ran, e.g. "dot_general f32[8,8,256,64]",
  * "region 3 ops f32[2048,512]: mul,add,tanh" or "reshape (copy) f32[64,64]"
  * (a view that materialised). Off by default. Thread-safe. */

@@ -302,7 +302,8 @@ static int run_steps(const xvar *v, xctx *c, const tpu_view *ins, const tpu_view
 /* Outputs not yet written directly are copied from their values. Values
  * that live in caller memory and overlap a destination are copied to a
  * temporary first, so every output sees the inputs as they were. */
-static int run_outputs(const tpux_plan *p, xv *vals, const tpu_view *outs, const char *out_done) {
+static int run_outputs(const tpux_plan *p, xv *vals, const tpu_view *outs, const char *out_done,
+                       int prof) {
   int rc = TPU_OK, nout = p->nout;
   for (int i = 0; i < nout && rc == TPU_OK; i++) {
     int v = p->outv[i];
@@ -326,7 +327,9 @@ static int run_outputs(const tpux_plan *p, xv *vals, const tpu_view *outs, const
   for (int i = 0; i < nout && rc == TPU_OK; i++) {
     const tpu_view *sv = &vals[p->outv[i]].v;
     if (out_done[i] || tpux__views_same(sv, &outs[i])) continue;
+    double t0 = prof ? tpux__profile_now() : 0;
     rc = tpux__copy_nocheck(&outs[i], sv);
+    if (prof) tpux__profile_output(p->g, p->outv[i], tpux__profile_now() - t0);
   }
   return rc;
 }
@@ -349,13 +352,8 @@ int tpux_plan_run(tpux_plan *p, int nin, const tpu_view *ins, int nout, const tp
     int prof = tpux__profile_on();
     double t0 = prof ? tpux__profile_now() : 0;
     rc = run_steps(v, &c, ins, outs, s->out_done, prof);
-    double t1 = prof ? tpux__profile_now() : 0;
-    if (rc == TPU_OK) rc = run_outputs(p, s->vals, outs, s->out_done);
-    if (prof) {
-      double t2 = tpux__profile_now();
-      tpux__profile_add("(output copies)", t2 - t1);
-      tpux__profile_add("(plan runs)", t2 - t0);
-    }
+    if (rc == TPU_OK) rc = run_outputs(p, s->vals, outs, s->out_done, prof);
+    if (prof) tpux__profile_add("(plan runs)", tpux__profile_now() - t0);
   }
   for (int t = 0; t < p->nn; t++) {
     tpux__free(s->vals[t].mem);

@@ -428,6 +428,7 @@ double tpux__profile_now(void);
 void tpux__profile_add(const char *label, double seconds);
 void tpux__profile_step(const tpuir_graph *g, int kind, int t, int nm, const int32_t *members,
                         int copied, double seconds);
+void tpux__profile_output(const tpuir_graph *g, int v, double seconds); /* copy of output value v */
 
 /* A variant: immutable once published (readers take no lock). Owned by its
  * plan (one malloc'd block), freed with it. */

@@ -1,7 +1,8 @@
 /* exec/vtpu/profile.c - the vTPU executor's step profile (prefix tpux_):
  * when switched on, each plan run adds the wall time of each of its steps
  * (a node, a fused region, a dot with its epilogue, a region feeding a
- * reduction), of its output copies and of the whole run to a process-wide
+ * reduction), of each output it copies (values not computed into their
+ * destination: "(output copy) f32[64,64]") and of the whole run to a process-wide
  * table keyed by a label naming what ran ("dot_general bf16[8,8,256,64]",
  * "region 7 ops f32[2048,512]: mul,add,...", "reshape (copy) f32[768,64]"
  * for a view that had to materialise). Off by default: the cost when off
@@ -82,6 +83,13 @@ void tpux__profile_step(const tpuir_graph *g, int kind, int t, int nm, const int
   for (int m = 0; m < nm && (size_t)k + 2 < cap; m++)
     k += snprintf(lab + k, cap - (size_t)k, "%s%s", m ? "," : ": ",
                   tpuir_op_name(tpuir_get_node(g, members[m])->op));
+  tpux__profile_add(lab, seconds);
+}
+
+void tpux__profile_output(const tpuir_graph *g, int v, double seconds) {
+  char lab[sizeof(((tpux_profile_entry *)0)->label)];
+  int k = snprintf(lab, sizeof lab, "(output copy) ");
+  shape_text(lab + k, sizeof lab - (size_t)k, tpuir_get_node(g, v));
   tpux__profile_add(lab, seconds);
 }
 
