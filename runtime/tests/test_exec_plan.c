@@ -5,6 +5,7 @@
  * reference and against tpux_run. */
 #include <pthread.h>
 #include <stdio.h>
+#include <string.h>
 
 #include "test_exec_util.h"
 #include "tpu_test.h"
@@ -251,5 +252,143 @@ TPU_TEST(exec_plan_errors) {
   CHECK_OK(tpux_plan_run(p, 2, v, 2, v + 2)); /* the plan still runs after errors */
   for (int i = 0; i < N; i++) CHECK(c[i] == 0 && d[i] == 0);
   tpux_plan_free(p);
+  tpuir_graph_free(g);
+}
+
+/* steps of the last profiled runs named like label (reset) */
+static int profile_steps(const char *label) {
+  tpux_profile_entry e[256];
+  int n = tpux_profile_read(e, 256, 1), k = 0;
+  for (int i = 0; i < n && i < 256; i++) k += strncmp(e[i].label, label, strlen(label)) == 0;
+  return k;
+}
+
+/* IOTA values read only by regions are computed as the regions load them
+ * (no iota step), in every kind of region (plain, feeding a reduction, a
+ * dot's epilogue) and dtype (wrapped, rounded); one that an output or a
+ * view reads is evaluated. */
+TPU_TEST(exec_plan_fused_iota) {
+  enum { R = 37, C = 300, K = 8 };
+  int64_t rc[2] = {R, C}, r1[2] = {R, 1}, rk[2] = {R, K}, kc[2] = {K, C}, d1[1] = {1};
+  int64_t bd[2] = {0, 1}, cdim[1] = {1}, rdim[1] = {0};
+  for (int fuse = 0; fuse < 2; fuse++) {
+    CHECK_OK(tpux_set_fusion(TPUX_FUSE_REDUCE, fuse));
+    CHECK_OK(tpux_set_fusion(TPUX_FUSE_EPILOGUE, fuse));
+    tpuir_graph *g = tpuir_graph_new();
+    tpuir_val X = tpuir_param(g, TPU_F32, 2, rc), I = tpuir_param(g, TPU_I64, 2, r1);
+    tpuir_val A = tpuir_param(g, TPU_F32, 2, rk), B = tpuir_param(g, TPU_F32, 2, kc);
+    tpuir_val zero = tpuir_broadcast_in_dim(g, tpuir_const_f(g, TPU_F32, 0), 2, rc, NULL);
+    tpuir_val hit = tpuir_binary(g, TPUIR_EQ, tpuir_iota(g, TPU_I64, 2, rc, 1),
+                                 tpuir_broadcast_in_dim(g, I, 2, rc, bd));
+    tpuir_val o[6];
+    o[0] = tpuir_select(g, hit, X, zero);                          /* one-hot */
+    o[1] = tpuir_reduce(g, TPUIR_RED_SUM, o[0], 1, cdim);          /* its row sums */
+    o[2] = tpuir_binary(g, TPUIR_ADD, tpuir_convert(g, tpuir_iota(g, TPU_I8, 2, rc, 1), TPU_F32),
+                        tpuir_convert(g, tpuir_iota(g, TPU_BF16, 2, rc, 0), TPU_F32));
+    o[3] = tpuir_binary(g, TPUIR_ADD, /* in a dot's epilogue */
+                        tpuir_dot_general(g, A, B, 0, NULL, NULL, 1, cdim, rdim,
+                                          TPU_PREC_HIGHEST, TPU_F32),
+                        tpuir_iota(g, TPU_F32, 2, rc, 0));
+    o[4] = tpuir_iota(g, TPU_I32, 2, rc, 1);                       /* an output */
+    o[5] = tpuir_binary(g, TPUIR_MUL, X, /* read through a view */
+                        tpuir_broadcast_in_dim(g, tpuir_iota(g, TPU_F32, 1, d1, 0), 2, rc, rdim));
+    CHECK_OK(tpuir_set_outputs(g, 6, o));
+    tarr x = ta_new(TPU_F32, 2, rc), ix = ta_new(TPU_I64, 2, r1);
+    tarr a = ta_new(TPU_F32, 2, rk), b = ta_new(TPU_F32, 2, kc), out[6];
+    uint64_t seed = 5;
+    ta_fill(&x.v, &seed, -1, 1);
+    for (int i = 0; i < R * K; i++) ((float *)a.mem)[i] = (float)(i % 7 - 3);
+    for (int i = 0; i < K * C; i++) ((float *)b.mem)[i] = (float)(i % 5 - 2);
+    for (int i = 0; i < R; i++) ((int64_t *)ix.mem)[i] = (i * 97) % (C + 3); /* some miss */
+    int64_t r0[1] = {R};
+    out[0] = ta_new(TPU_F32, 2, rc);
+    out[1] = ta_new(TPU_F32, 1, r0);
+    out[2] = ta_new(TPU_F32, 2, rc);
+    out[3] = ta_new(TPU_F32, 2, rc);
+    out[4] = ta_new(TPU_I32, 2, rc);
+    out[5] = ta_new(TPU_F32, 2, rc);
+    tpu_view in[4] = {x.v, ix.v, a.v, b.v}, ov[6];
+    for (int k = 0; k < 6; k++) ov[k] = out[k].v;
+    tpux_profile_read(NULL, 0, 1);
+    tpux_profile_enable(1);
+    CHECK_OK(tpux_run(g, 4, in, 6, ov));
+    tpux_profile_enable(0);
+    CHECK(profile_steps("iota") == 2); /* the output and the view's operand */
+    const float *X_ = x.mem, *A_ = a.mem, *B_ = b.mem;
+    const int64_t *I_ = ix.mem;
+    for (int r = 0; r < R; r++) {
+      float sum = 0;
+      for (int c = 0; c < C; c++) {
+        int i = r * C + c;
+        float oh = c == I_[r] ? X_[i] : 0.f, dot = 0;
+        sum += oh;
+        for (int k = 0; k < K; k++) dot += A_[r * K + k] * B_[k * C + c];
+        CHECK(((float *)out[0].mem)[i] == oh);
+        CHECK(((float *)out[2].mem)[i] == (float)(int8_t)c + (float)r); /* r < 256: exact in bf16 */
+        CHECK(((float *)out[3].mem)[i] == dot + (float)r);
+        CHECK(((int32_t *)out[4].mem)[i] == c);
+        CHECK(((float *)out[5].mem)[i] == 0.f * X_[i]);
+      }
+      CHECK(near_eq(((float *)out[1].mem)[r], sum, 1e-6));
+    }
+    for (int k = 0; k < 6; k++) free(out[k].mem);
+    free(x.mem), free(ix.mem), free(a.mem), free(b.mem);
+    tpuir_graph_free(g);
+  }
+  CHECK_OK(tpux_set_fusion(TPUX_FUSE_REDUCE, -1));
+  CHECK_OK(tpux_set_fusion(TPUX_FUSE_EPILOGUE, -1));
+}
+
+/* A gather's indices are range-checked as soon as they exist: outputs of
+ * the program before the gather itself are written directly (no output
+ * copy), and a bad index still fails the run before any output is
+ * written. */
+TPU_TEST(exec_plan_index_check_early) {
+  enum { R = 9, C = 50 };
+  int64_t rc[2] = {R, C}, r1[2] = {R, 1};
+  tpuir_graph *g = tpuir_graph_new();
+  tpuir_val X = tpuir_param(g, TPU_F32, 2, rc), I = tpuir_param(g, TPU_I64, 2, r1);
+  tpuir_val one = tpuir_broadcast_in_dim(g, tpuir_const_i(g, TPU_I64, 1), 2, r1, NULL);
+  tpuir_val J = tpuir_binary(g, TPUIR_ADD, I, one);
+  tpuir_val two = tpuir_broadcast_in_dim(g, tpuir_const_f(g, TPU_F32, 2), 2, rc, NULL);
+  tpuir_val o[2];
+  o[0] = tpuir_binary(g, TPUIR_MUL, X, two);
+  o[1] = tpuir_gather(g, tpuir_unary(g, TPUIR_NEG, X), 1, J);
+  CHECK_OK(tpuir_set_outputs(g, 2, o));
+  tarr x = ta_new(TPU_F32, 2, rc), ix = ta_new(TPU_I64, 2, r1);
+  tarr y = ta_new(TPU_F32, 2, rc), z = ta_new(TPU_F32, 2, r1);
+  uint64_t seed = 3;
+  ta_fill(&x.v, &seed, -1, 1);
+  tpu_view in[2] = {x.v, ix.v}, ov[2] = {y.v, z.v};
+  float *Y = y.mem, *Z = z.mem;
+  const float *X_ = x.mem;
+  int64_t *I_ = ix.mem;
+  for (int bad = 1; bad >= 0; bad--) {
+    for (int r = 0; r < R; r++) I_[r] = (r * 7) % C - 1 + (bad && r == R - 1) * C;
+    for (int i = 0; i < R * C; i++) Y[i] = -7.f;
+    tpux_profile_read(NULL, 0, 1);
+    tpux_profile_enable(1);
+    int rc_ = tpux_run(g, 2, in, 2, ov);
+    tpux_profile_enable(0);
+    if (bad) {
+      CHECK(rc_ == TPU_E_INDEX);
+      CHECK(strstr(tpu_last_error(), "out of bounds for dimension 1") != NULL);
+      for (int i = 0; i < R * C; i++) CHECK(Y[i] == -7.f); /* untouched */
+      continue;
+    }
+    CHECK_OK(rc_);
+    tpux_profile_entry e[64];
+    int n = tpux_profile_read(e, 64, 1), checks = 0, copies = 0;
+    for (int k = 0; k < n && k < 64; k++) {
+      checks += strncmp(e[k].label, "(index check) gather", 20) == 0;
+      copies += strcmp(e[k].label, "(output copy) float32[9,50]") == 0; /* (a gather is never direct) */
+    }
+    CHECK(checks == 1 && copies == 0);
+    for (int r = 0; r < R; r++) {
+      CHECK(Z[r] == -X_[r * C + I_[r] + 1]);
+      for (int c = 0; c < C; c++) CHECK(Y[r * C + c] == 2.f * X_[r * C + c]);
+    }
+  }
+  free(x.mem), free(ix.mem), free(y.mem), free(z.mem);
   tpuir_graph_free(g);
 }

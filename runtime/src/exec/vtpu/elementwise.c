@@ -98,8 +98,20 @@ int tpux__space_add(xk_space *s, const tpu_view *v) {
   int k = s->narr++;
   xk_arr *a = &s->arr[k];
   a->dt = v->dtype;
+  a->iota = 0;
   a->p = (char *)v->base + v->offset * (int64_t)tpu_dtype_size(v->dtype);
   for (int i = 0; i < s->nd; i++) a->st[i] = v->strides[i];
+  return k;
+}
+
+int tpux__space_add_iota(xk_space *s, int dt, int dim) {
+  int k = s->narr++;
+  xk_arr *a = &s->arr[k];
+  a->dt = dt;
+  a->iota = 1;
+  a->p = NULL;
+  a->io = 0;
+  for (int i = 0; i < s->nd; i++) a->st[i] = i == dim;
   return k;
 }
 
@@ -158,6 +170,37 @@ static int64_t index_offset(const xk_space *s, int a, const int64_t *idx) {
   return off;
 }
 
+/* Round/wrap a class buffer to dtype dt in place. */
+CLONES static void norm_buf(int dt, int64_t n, void *buf) {
+  switch (dt) {
+  case TPU_BF16: { float *f = buf; for (int64_t i = 0; i < n; i++) f[i] = xk_round_bf16(f[i]); break; }
+  case TPU_F16: { float *f = buf; for (int64_t i = 0; i < n; i++) f[i] = (float)(_Float16)f[i]; break; }
+  case TPU_BOOL: { int64_t *v = buf; for (int64_t i = 0; i < n; i++) v[i] = v[i] != 0; break; }
+  case TPU_U8: { int64_t *v = buf; for (int64_t i = 0; i < n; i++) v[i] = (uint8_t)v[i]; break; }
+  case TPU_I8: { int64_t *v = buf; for (int64_t i = 0; i < n; i++) v[i] = (int8_t)v[i]; break; }
+  case TPU_I16: { int64_t *v = buf; for (int64_t i = 0; i < n; i++) v[i] = (int16_t)v[i]; break; }
+  case TPU_I32: { int64_t *v = buf; for (int64_t i = 0; i < n; i++) v[i] = (int32_t)v[i]; break; }
+  default: break;
+  }
+}
+
+/* Load n values v0, v0 + stride, ... of an IOTA of dtype dt into its class
+ * buffer, as tpux__eval_iota stores and tpux__load reads them back. */
+CLONES static void iota_load(int dt, int64_t v0, int64_t stride, int64_t n, void *dst) {
+  int cls = xk_cls(dt);
+  if (cls == XK_F32) {
+    float *f = dst;
+    for (int64_t i = 0; i < n; i++) f[i] = (float)(v0 + i * stride);
+  } else if (cls == XK_F64) {
+    double *d = dst;
+    for (int64_t i = 0; i < n; i++) d[i] = (double)(v0 + i * stride);
+  } else {
+    int64_t *v = dst;
+    for (int64_t i = 0; i < n; i++) v[i] = v0 + i * stride;
+  }
+  if (dt != TPU_F32 && dt != TPU_F64 && dt != TPU_I64) norm_buf(dt, n, dst);
+}
+
 /* Gather/scatter the linear range [L, L+n) of array a to/from a buffer. */
 static void space_xfer(const xk_space *s, int a, int64_t L, int64_t n,
                        void *buf, int store) {
@@ -174,9 +217,13 @@ static void space_xfer(const xk_space *s, int a, int64_t L, int64_t n,
   while (n > 0) {
     int64_t seg = inner - idx[nd - 1];
     if (seg > n) seg = n;
-    char *p = ar->p + off * (int64_t)es;
-    if (store) tpux__store(ar->dt, p, ist, seg, b);
-    else tpux__load(ar->dt, p, ist, seg, b);
+    if (ar->iota) { /* never stored into */
+      iota_load(ar->dt, ar->io + off, ist, seg, b);
+    } else {
+      char *p = ar->p + off * (int64_t)es;
+      if (store) tpux__store(ar->dt, p, ist, seg, b);
+      else tpux__load(ar->dt, p, ist, seg, b);
+    }
     b += seg * (int64_t)bs;
     n -= seg;
     if (n == 0) break;
@@ -590,20 +637,6 @@ CLONES static void convert_buf(int from_dt, int dt, int64_t n, void *vr,
   }
 }
 
-/* Round/wrap a class buffer to dtype dt in place. */
-CLONES static void norm_buf(int dt, int64_t n, void *buf) {
-  switch (dt) {
-  case TPU_BF16: { float *f = buf; for (int64_t i = 0; i < n; i++) f[i] = xk_round_bf16(f[i]); break; }
-  case TPU_F16: { float *f = buf; for (int64_t i = 0; i < n; i++) f[i] = (float)(_Float16)f[i]; break; }
-  case TPU_BOOL: case TPU_U8: case TPU_I8: case TPU_I16: case TPU_I32: {
-    int64_t *v = buf;
-    for (int64_t i = 0; i < n; i++) v[i] = xk_wrap(dt, v[i]);
-    break;
-  }
-  default: break;
-  }
-}
-
 CLONES static void select_buf(int cls, int64_t n, void *vr, const int64_t *p,
                               const void *vb, const void *vc) {
   if (cls == XK_F32) {
@@ -900,7 +933,7 @@ static void run_tile(xk_prog *p, const xk_space *s, int64_t L, int64_t n,
     int a = p->load[k].arr, bi = p->load[k].buf;
     const xk_arr *ar = &s->arr[a];
     if (p->load_const[k]) continue; /* filled once by prog_range */
-    if (in_row && ar->st[s->nd - 1] == 1 && ar->dt == xk_native(xk_cls(ar->dt))) {
+    if (in_row && !ar->iota && ar->st[s->nd - 1] == 1 && ar->dt == xk_native(xk_cls(ar->dt))) {
       int64_t es = (int64_t)tpu_dtype_size(ar->dt), off = index_offset(s, a, idx);
       bp[bi] = ar->p + off * es;
       /* the next tile of this stream (usually the bytes that follow; a
@@ -1108,7 +1141,11 @@ int tpux__prog_status(xk_prog *p) {
 
 /* ---- node evaluation ---------------------------------------------------- */
 
-static int needs_norm(int dt) {
+/* node m's result must be rounded / wrapped to its dtype in the buffer
+ * (comparisons and predicates give 0 or 1 already) */
+static int needs_norm(const tpuir_node *m) {
+  int dt = m->dtype, cls = tpuir_op_info(m->op)->cls;
+  if (cls == TPUIR_CLASS_COMPARE || cls == TPUIR_CLASS_PREDICATE) return 0;
   return dt == TPU_BF16 || dt == TPU_F16 || (xk_cls(dt) == XK_I64 && dt != TPU_I64);
 }
 
@@ -1156,15 +1193,17 @@ int tpux__region_prog(xctx *c, int n, const int32_t *members, const char *store,
         vid[v] = o;
         vdef[v] = 0; /* every load happens at the start of a tile */
         lastuse[v] = k;
-        vcls[v] = (int8_t)xk_cls(c->vals[o].v.dtype);
+        const tpuir_node *on = tpuir_get_node(g, o);
+        int virt = c->virt && c->virt[o], cst = !virt;
+        vcls[v] = (int8_t)xk_cls(on->dtype);
         consumed[v] = 0;
-        vload[v] = 1;
+        vload[v] = (int8_t)!virt; /* (in memory) */
         const tpu_view *lv = &c->vals[o].v;
-        int cst = 1;
-        for (int d = 0; d < lv->ndim; d++) cst &= lv->strides[d] == 0 || lv->sizes[d] == 1;
+        for (int d = 0; d < on->ndim && cst; d++) cst = lv->strides[d] == 0 || lv->sizes[d] == 1;
         if (cst) lastuse[v] = n; /* its buffer is never reused */
         p->load_const[p->nload] = (int8_t)cst;
-        p->load[p->nload].arr = (int16_t)tpux__space_add(&p->sp, &c->vals[o].v);
+        p->load[p->nload].arr = (int16_t)(virt ? tpux__space_add_iota(&p->sp, on->dtype, on->dim)
+                                               : tpux__space_add(&p->sp, lv));
         p->load[p->nload].buf = (int16_t)v; /* renamed to physical below */
         p->nload++;
       }
@@ -1209,7 +1248,7 @@ int tpux__region_prog(xctx *c, int n, const int32_t *members, const char *store,
                          ops_v[k][0] >= 0 ? phys[ops_v[k][0]] : -1,
                          ops_v[k][1] >= 0 ? phys[ops_v[k][1]] : -1,
                          ops_v[k][2] >= 0 ? phys[ops_v[k][2]] : -1,
-                         (int16_t)(consumed[rv] && needs_norm(m->dtype))};
+                         (int16_t)(consumed[rv] && needs_norm(m))};
     if (!store[k]) continue;
     int s = p->nstore++;
     p->store[s].arr = (int16_t)tpux__space_add(&p->sp, &c->vals[members[k]].v);

@@ -72,9 +72,7 @@ static void epi_block(void *ctx, int64_t b, int64_t m0, int64_t m1,
     const xk_arr *fa = &full->arr[a];
     xk_arr *x = &s.arr[a];
     const int64_t *st = J->st[a];
-    x->dt = fa->dt;
-    x->p = fa->p + (b * st[0] + m0 * st[1] + n0 * st[2]) *
-                       (int64_t)tpu_dtype_size(fa->dt);
+    tpux__arr_at(x, fa, b * st[0] + m0 * st[1] + n0 * st[2]);
     x->st[0] = st[1];
     x->st[1] = st[2];
   }

@@ -24,7 +24,8 @@
  * Outputs are written at the end, from values computed earlier, so outputs
  * may alias inputs. A region output writes straight into its destination
  * when that is provably safe (the destination overlaps no parameter still
- * needed after the region runs, no node at or after it can fail, and any
+ * needed after the region runs, no node at or after it can fail (an index
+ * op fails at its range check, run as soon as its indices exist), and any
  * region input aliasing it is the identical view, read at the same index;
  * such a store happens at the end of each tile, after all its loads). A
  * DOT_GENERAL's value that is an output is computed into the destination
@@ -279,6 +280,7 @@ static int run_steps(const xvar *v, xctx *c, const tpu_view *ins, const tpu_view
     int o = (st->kind == XS_NODE || st->kind == XS_DOT_EPI) ? st->k - 1 : -1;
     c->dot_out = o >= 0 && tpu_view_is_contiguous(&outs[o]) ? &outs[o] : NULL;
     if (st->kind == XS_NODE) rc = eval_node(c, st->t, ins);
+    else if (st->kind == XS_CHECK) rc = tpux__check_index(c, st->t);
     else if (st->kind != XS_FREE) rc = run_region(v, st, c, outs, out_done);
     if (c->dot_out && rc == TPU_OK && !c->vals[st->t].mem &&
         tpux__views_same(&c->vals[st->t].v, c->dot_out))
@@ -348,7 +350,7 @@ int tpux_plan_run(tpux_plan *p, int nin, const tpu_view *ins, int nout, const tp
   rc = run_pattern(p, ins, outs, s, &npairs);
   if (rc == TPU_OK) rc = tpux__variant_get(p, flags, npairs, s->pairs, &v, &tmp);
   if (rc == TPU_OK) {
-    xctx c = {p->g, s->vals, NULL};
+    xctx c = {p->g, s->vals, p->virt, NULL};
     int prof = tpux__profile_on();
     double t0 = prof ? tpux__profile_now() : 0;
     rc = run_steps(v, &c, ins, outs, s->out_done, prof);

@@ -44,6 +44,30 @@ static int check_range(const int64_t *ix, int64_t n, int64_t size, int dim,
   return TPU_OK;
 }
 
+int tpux__index_source(const tpuir_graph *g, int v) {
+  for (;;) {
+    const tpuir_node *n = tpuir_get_node(g, v);
+    int64_t numel = 1;
+    for (int d = 0; d < n->ndim; d++) numel *= n->sizes[d];
+    if (numel == 0 || /* (a broadcast to no elements holds none of them) */
+        (n->op != TPUIR_RESHAPE && n->op != TPUIR_TRANSPOSE && n->op != TPUIR_BROADCAST_IN_DIM))
+      return v;
+    v = n->in[0];
+  }
+}
+
+int tpux__check_index(xctx *c, int t) {
+  const tpuir_node *n = tpuir_get_node(c->g, t);
+  const tpuir_node *x = tpuir_get_node(c->g, n->in[0]);
+  int64_t *ix = NULL, ni = 0;
+  int rc = load_indices(&c->vals[tpux__index_source(c->g, n->in[1])].v, &ix, &ni);
+  if (rc) return rc;
+  rc = check_range(ix, ni, x->ndim ? x->sizes[n->dim] : 1, n->dim,
+                   n->op == TPUIR_INDEX_SELECT);
+  tpux__free(ix);
+  return rc;
+}
+
 static inline void copy_elem(size_t es, char *d, const char *s) {
   switch (es) {
   case 1: *d = *s; break;

@@ -113,6 +113,9 @@ static inline int64_t xk_wrap(int dt, int64_t v) {
 typedef struct xk_arr {
   char *p;                     /* element (0,...,0) */
   int32_t dt;
+  int32_t iota;                /* 1: no memory, a fused IOTA: the value of
+                                  an element is io + its element offset */
+  int64_t io;
   int64_t st[TPU_MAX_DIMS];    /* element strides */
 } xk_arr;
 
@@ -127,6 +130,22 @@ typedef struct xk_space {
 void tpux__space_init(xk_space *s, int ndim, const int64_t *sizes);
 /* Add a view (its sizes must equal the space's); returns the array index. */
 int tpux__space_add(xk_space *s, const tpu_view *v);
+/* Add the values of an IOTA of dtype dt along dim of the space's shape,
+ * computed as they are loaded (never in memory); returns the array index. */
+int tpux__space_add_iota(xk_space *s, int dt, int dim);
+/* a's element offset off as the array of a window: x takes a's dtype and
+ * kind and the address (or, for an IOTA, the value) of that element; the
+ * caller sets x's strides. */
+static inline void tpux__arr_at(xk_arr *x, const xk_arr *a, int64_t off) {
+  x->dt = a->dt;
+  x->iota = a->iota;
+  if (a->iota) {
+    x->p = NULL;
+    x->io = a->io + off;
+  } else {
+    x->p = a->p + off * (int64_t)tpu_dtype_size(a->dt);
+  }
+}
 /* Merge adjacent dims where every array allows it, drop size-1 dims. */
 void tpux__space_coalesce(xk_space *s);
 int64_t tpux__space_numel(const xk_space *s);
@@ -258,6 +277,8 @@ typedef struct xv {
 typedef struct xctx {
   const tpuir_graph *g;
   xv *vals;
+  const char *virt; /* the plan's virt (IOTA nodes regions compute as they
+                       load them), or NULL; borrowed */
   const tpu_view *dot_out; /* where the dot being run writes its value (a
                               contiguous output; NULL: a temporary) */
 } xctx;
@@ -365,6 +386,12 @@ int tpux__eval_gather(xctx *c, int t);
 int tpux__eval_index_select(xctx *c, int t);
 int tpux__eval_scatter_add(xctx *c, int t);
 int tpux__eval_index_add(xctx *c, int t);
+/* The range check of INDEX-class node t's indices alone (XS_CHECK), on
+ * their source (tpux__index_source). */
+int tpux__check_index(xctx *c, int t);
+/* Index value v through the views that keep its set of values (reshape,
+ * transpose, broadcast): the node whose value holds them all. */
+int tpux__index_source(const tpuir_graph *g, int v);
 /* CONVOLUTION, REDUCE_WINDOW, WINDOW_ARGMAX (exec/vtpu/conv.c). */
 int tpux__eval_conv(xctx *c, int t);
 /* SORT (exec/vtpu/sort.c). */
@@ -407,6 +434,7 @@ enum {
   XS_REGION,        /* fused region: members (ending at t; early ones store nothing direct) */
   XS_REGION_REDUCE, /* region whose member k feeds REDUCE node t */
   XS_DOT_EPI,       /* DOT_GENERAL t with the region members in its epilogue */
+  XS_CHECK,         /* range check of INDEX-class node t's indices (before t) */
   XS_FREE           /* nothing to evaluate at this position, only frees */
 };
 typedef struct xstep {
@@ -454,7 +482,8 @@ struct tpux_plan {
   tpuir_graph *own;     /* owned rewrite of the caller's graph, or NULL */
   char *alone;          /* with own: nodes kept out of regions (evaluated
                            alone: tpux__eval_convert), or NULL; owned */
-  int32_t nn, nout, last_fail;
+  int32_t nn, nout;
+  int32_t last_fail;    /* no node fails from position last_fail + 1 on */
   int32_t nparam, nlp, ncand;
   int32_t *outv;        /* output node of each output index */
   int32_t *pnode;       /* PARAM nodes in node order (binding checks) */
@@ -462,12 +491,18 @@ struct tpux_plan {
   int32_t *cand;        /* direct-write candidates: output indexes */
   int32_t *dcand;       /* candidate index of a candidate's output node */
   char *live, *rfail, *ext;
+  char *virt;           /* IOTA nodes read only by regions: never evaluated,
+                           each region computes their values as it loads
+                           them (tpux__space_add_iota) */
   int32_t *reg;         /* region id (the region's first id) or -1 */
   int32_t *rfirst, *rlast; /* per region id: first and last member */
   int32_t *last;        /* position of the last use (nn: an output) */
   int32_t *root;        /* storage root of a view chain */
   int32_t *users;       /* users outside the value's region */
   int32_t *head, *next; /* free list per position */
+  int32_t *chead, *cnext; /* per position: INDEX-class nodes whose indices
+                           are range-checked right after it (XS_CHECK), as
+                           soon as they exist: only the check can fail */
   pthread_mutex_t mu;   /* serialises variant building */
   int32_t nvars;        /* under mu */
   _Atomic(xvar *) vars; /* published variants (push-front under mu) */

@@ -5,7 +5,8 @@
  *
  *   liveness      which nodes run (outputs, nodes that can fail, and all
  *                 they read; exec/vtpu/exec.c's header has the rules)
- *   regions       elementwise nodes grouped into fused regions
+ *   regions       elementwise nodes grouped into fused regions; IOTA
+ *                 nodes only they read are computed as they load them
  *   lifetimes     last use of every value, the storage root of views,
  *                 users outside a region, which members must be stored,
  *                 and the free list of each position
@@ -55,15 +56,11 @@ typedef struct pbuild {
 static void plan_liveness(tpux_plan *p, pbuild *b) {
   const tpuir_graph *g = p->g;
   int nn = p->nn;
-  p->last_fail = -1;
   for (int t = 0; t < nn; t++) {
     p->last[t] = -1;
     p->reg[t] = -1;
     b->rpar[t] = t;
-    if (tpuir_node_can_fail(g, t)) {
-      p->live[t] = 1;
-      p->last_fail = t;
-    }
+    if (tpuir_node_can_fail(g, t)) p->live[t] = 1;
   }
   for (int i = 0; i < p->nout; i++) {
     p->live[p->outv[i]] = 1;
@@ -178,6 +175,47 @@ static void plan_regions(tpux_plan *p, pbuild *b) {
     if (p->reg[t] >= 0) p->reg[t] = uf_find(b->rpar, p->reg[t]);
 }
 
+/* IOTA nodes whose every user is a region member: no step evaluates them,
+ * the regions compute their values as they load them (an output or a
+ * view's operand is evaluated as usual) */
+static void plan_virtual(tpux_plan *p) {
+  const tpuir_graph *g = p->g;
+  for (int t = 0; t < p->nn; t++)
+    p->virt[t] = p->live[t] && tpuir_get_node(g, t)->op == TPUIR_IOTA;
+  for (int i = 0; i < p->nout; i++) p->virt[p->outv[i]] = 0;
+  for (int u = 0; u < p->nn; u++) {
+    if (!p->live[u] || p->reg[u] >= 0) continue;
+    const tpuir_val *ops;
+    int no = tpux__node_operands(tpuir_get_node(g, u), &ops);
+    for (int k = 0; k < no; k++) p->virt[ops[k]] = 0;
+  }
+}
+
+/* Where the run can last fail. An INDEX-class node fails only when an
+ * index is out of range: its indices are checked (XS_CHECK) as soon as
+ * they exist, so that outputs written before the node itself runs can be
+ * written directly (a late embedding or NLL gather would otherwise keep
+ * every output earlier in the program a copy). */
+static void plan_failures(tpux_plan *p) {
+  const tpuir_graph *g = p->g;
+  p->last_fail = -1;
+  for (int t = 0; t < p->nn; t++) p->chead[t] = p->cnext[t] = -1;
+  for (int t = p->nn - 1; t >= 0; t--) { /* each list in node order */
+    if (!p->live[t] || !tpuir_node_can_fail(g, t)) continue;
+    const tpuir_node *n = tpuir_get_node(g, t);
+    int at = t;
+    if (tpuir_op_info(n->op)->cls == TPUIR_CLASS_INDEX) {
+      int v = tpux__index_source(g, n->in[1]), ready = p->reg[v] >= 0 ? p->rlast[p->reg[v]] : v;
+      if (ready + 1 < t) {
+        p->cnext[t] = p->chead[ready];
+        p->chead[ready] = t;
+        at = ready + 1;
+      }
+    }
+    if (at > p->last_fail) p->last_fail = at;
+  }
+}
+
 /* last use (a region member consumes its operands when the region runs),
  * users outside the region, stored members, view roots, free lists */
 static void plan_lifetimes(tpux_plan *p) {
@@ -257,7 +295,7 @@ static void plan_candidates(tpux_plan *p) {
 static tpux_plan *plan_alloc(const tpuir_graph *g) {
   int nn = tpuir_num_nodes(g), nout = tpuir_num_outputs(g);
   size_t nb = (size_t)(nn ? nn : 1), no = (size_t)(nout ? nout : 1);
-  size_t words = 11 * nb + 2 * no, bytes = 3 * nb;
+  size_t words = 13 * nb + 2 * no, bytes = 4 * nb;
   tpux_plan *p = calloc(1, sizeof *p + words * sizeof(int32_t) + bytes);
   if (!p) return NULL;
   int32_t *w = (int32_t *)(p + 1);
@@ -272,12 +310,15 @@ static tpux_plan *plan_alloc(const tpuir_graph *g) {
   p->pnode = w, w += nb;
   p->lp = w, w += nb;
   p->dcand = w, w += nb;
+  p->chead = w, w += nb;
+  p->cnext = w, w += nb;
   p->outv = w, w += no;
   p->cand = w, w += no;
   char *c = (char *)w;
   p->live = c, c += nb;
   p->rfail = c, c += nb;
-  p->ext = c;
+  p->ext = c, c += nb;
+  p->virt = c;
   p->g = g;
   p->nn = nn;
   p->nout = nout;
@@ -310,6 +351,8 @@ int tpux_plan_new(const tpuir_graph *g, tpux_plan **out) {
   plan_liveness(p, &b);
   plan_regions(p, &b);
   free(tmp);
+  plan_virtual(p);
+  plan_failures(p);
   plan_lifetimes(p);
   plan_candidates(p);
   for (int c = 0; c < p->ncand; c++) p->dcand[p->outv[p->cand[c]]] = c;

@@ -74,6 +74,8 @@ void tpux__profile_step(const tpuir_graph *g, int kind, int t, int nm, const int
   int k;
   if (kind == XS_NODE)
     k = snprintf(lab, cap, "%s%s ", tpuir_op_name(n->op), copied ? " (copy)" : "");
+  else if (kind == XS_CHECK)
+    k = snprintf(lab, cap, "(index check) %s ", tpuir_op_name(n->op));
   else
     k = snprintf(lab, cap, "%s %d ops ",
                  kind == XS_DOT_EPI ? "dot+epilogue" : kind == XS_REGION_REDUCE ? "region+reduce"

@@ -79,7 +79,7 @@ typedef struct red_fuse {
   xk_prog *prog;
   int sarr, narr, batch; /* batch: inner shape, several outputs per window */
   int stored; /* x is also materialised: the windows write it in place */
-  char *abase[XK_MAX_ARR];
+  xk_arr abase[XK_MAX_ARR]; /* the region's arrays at element 0 */
   int64_t aes[XK_MAX_ARR];
   int nz;                               /* super-dim pool */
   int64_t zs[TPU_MAX_DIMS];             /* sizes */
@@ -436,12 +436,13 @@ static void fuse_box(const red_plan *p, const int64_t *off, int nd,
   for (int j = 0; j < nd; j++) s.sz[j] = sz[j];
   for (int a = 0; a < F->narr; a++) {
     xk_arr *x = &s.arr[a];
-    x->dt = F->prog->sp.arr[a].dt;
     if (a == F->sarr) {
+      x->dt = F->prog->sp.arr[a].dt;
+      x->iota = 0;
       x->p = sbuf;
       for (int j = 0; j < nd; j++) x->st[j] = sst[j];
     } else {
-      x->p = F->abase[a] + off[a] * F->aes[a];
+      tpux__arr_at(x, &F->abase[a], off[a]);
       for (int j = 0; j < nd; j++) x->st[j] = ast[j][a];
     }
   }
@@ -980,7 +981,7 @@ int tpux__eval_region_reduce(xctx *c, int n, const int32_t *members,
   F->sarr = prog->store[sidx].arr;
   F->narr = prog->sp.narr;
   for (int a = 0; a < F->narr; a++) {
-    F->abase[a] = prog->sp.arr[a].p;
+    F->abase[a] = prog->sp.arr[a];
     F->aes[a] = (int64_t)tpu_dtype_size(prog->sp.arr[a].dt);
   }
   /* x: the member's value as materialised (contiguous unless written

@@ -238,7 +238,7 @@ static xstep *emit_region(vbuild *B, xvar *v, int kind, int R, int E, int t, int
   for (int q = 0; q < s->nm && any; q++) {
     const tpuir_node *m = tpuir_get_node(p->g, v->members[s->m0 + q]);
     for (int a = 0; a < m->nin; a++) {
-      int o = m->in[a], dup = p->reg[o] == R || (kind == XS_DOT_EPI && o == t);
+      int o = m->in[a], dup = p->reg[o] == R || p->virt[o] || (kind == XS_DOT_EPI && o == t);
       for (int l = s->l0; l < B->nload && !dup; l++) dup = v->loads[l] == o;
       if (!dup) v->loads[B->nload++] = o;
     }
@@ -269,8 +269,9 @@ static void schedule_epi(vbuild *B, xvar *v, int t) {
 static void schedule_pos(vbuild *B, xvar *v, int t) {
   const tpux_plan *p = B->p;
   int s0 = v->nsteps, R = p->reg[t];
-  if (B->done[t]) {
-    /* evaluated early (GEMM epilogue) or by its region (fused reduction) */
+  if (B->done[t] || p->virt[t]) {
+    /* evaluated early (GEMM epilogue), by its region (fused reduction) or
+     * by the regions that load it (an IOTA) */
   } else if (R >= 0) {
     if (p->rlast[R] == t && !B->rfused[R] && B->rearly[R] < 0) {
       int rt = B->rred[R];
@@ -289,6 +290,7 @@ static void schedule_pos(vbuild *B, xvar *v, int t) {
     xstep *s = emit(v, XS_NODE, t);
     if (tpuir_get_node(p->g, t)->op == TPUIR_DOT_GENERAL) s->k = B->direct_out[t] + 1;
   }
+  for (int u = p->chead[t]; u >= 0; u = p->cnext[u]) emit(v, XS_CHECK, u);
   if (p->head[t] < 0) return;
   if (v->nsteps == s0) emit(v, XS_FREE, t);
   xstep *s = &v->steps[v->nsteps - 1];
@@ -300,7 +302,7 @@ static void schedule_pos(vbuild *B, xvar *v, int t) {
 /* ---- building and finding variants ----------------------------------------------- */
 
 /* One block for a variant, sized by upper bounds: a step per live
- * position plus one per early node or region, every node a member at most
+ * position plus one per early node, region or index check, every node a member at most
  * once, at most 3 loads per member. */
 static xvar *var_alloc(const tpux_plan *p, int npairs) {
   size_t nb = (size_t)(p->nn ? p->nn : 1);
