@@ -392,3 +392,46 @@ TPU_TEST(exec_plan_index_check_early) {
   free(x.mem), free(ix.mem), free(y.mem), free(z.mem);
   tpuir_graph_free(g);
 }
+
+/* A region output that later nodes read is written straight into its
+ * destination and read there (no output copy), unless another output's
+ * destination overlaps it: then the later reader still sees its value. */
+TPU_TEST(exec_plan_region_output_read_later) {
+  enum { R = 16, C = 40 };
+  int64_t rc[2] = {R, C}, bd[1] = {0}, cdim[1] = {1};
+  tpuir_graph *g = tpuir_graph_new();
+  tpuir_val X = tpuir_param(g, TPU_F32, 2, rc);
+  tpuir_val two = tpuir_broadcast_in_dim(g, tpuir_const_f(g, TPU_F32, 2), 2, rc, NULL);
+  tpuir_val one = tpuir_broadcast_in_dim(g, tpuir_const_f(g, TPU_F32, 1), 2, rc, NULL);
+  tpuir_val o[3];
+  o[0] = tpuir_binary(g, TPUIR_MUL, X, two);
+  tpuir_val s = tpuir_reduce(g, TPUIR_RED_SUM, o[0], 1, cdim); /* closes o[0]'s region */
+  o[1] = tpuir_binary(g, TPUIR_ADD, X, one);
+  o[2] = tpuir_binary(g, TPUIR_MUL, o[0], tpuir_broadcast_in_dim(g, s, 2, rc, bd));
+  CHECK_OK(tpuir_set_outputs(g, 3, o));
+  tarr x = ta_new(TPU_F32, 2, rc), y[3];
+  uint64_t seed = 9;
+  ta_fill(&x.v, &seed, -1, 1);
+  for (int k = 0; k < 3; k++) y[k] = ta_new(TPU_F32, 2, rc);
+  const float *X_ = x.mem;
+  for (int shared = 0; shared < 2; shared++) {
+    tpu_view ov[3] = {y[0].v, shared ? y[0].v : y[1].v, y[2].v};
+    tpux_profile_read(NULL, 0, 1);
+    tpux_profile_enable(1);
+    CHECK_OK(tpux_run(g, 1, &x.v, 3, ov));
+    tpux_profile_enable(0);
+    if (!shared) CHECK(profile_steps("(output copy)") == 0);
+    for (int r = 0; r < R; r++) {
+      float sum = 0;
+      for (int c = 0; c < C; c++) sum += 2.f * X_[r * C + c];
+      for (int c = 0; c < C; c++) {
+        int i = r * C + c;
+        CHECK(near_eq(((float *)y[2].mem)[i], 2.f * X_[i] * sum, 1e-5));
+        if (!shared) CHECK(((float *)y[0].mem)[i] == 2.f * X_[i] && ((float *)y[1].mem)[i] == X_[i] + 1.f);
+      }
+    }
+  }
+  for (int k = 0; k < 3; k++) free(y[k].mem);
+  free(x.mem);
+  tpuir_graph_free(g);
+}

@@ -23,14 +23,15 @@
  *
  * Outputs are written at the end, from values computed earlier, so outputs
  * may alias inputs. A region output writes straight into its destination
- * when that is provably safe (the destination overlaps no parameter still
- * needed after the region runs, no node at or after it can fail (an index
- * op fails at its range check, run as soon as its indices exist), and any
- * region input aliasing it is the identical view, read at the same index;
- * such a store happens at the end of each tile, after all its loads). A
+ * when that is provably safe (the destination overlaps no other output and
+ * no parameter still needed after the region runs, no node at or after it
+ * can fail (an index op fails at its range check, run as soon as its
+ * indices exist), and any region input aliasing it is the identical view,
+ * read at the same index; such a store happens at the end of each tile,
+ * after all its loads). A
  * DOT_GENERAL's value that is an output is computed into the destination
  * the same way (when it is contiguous and no parameter overlapping it is
- * read from the dot on); later readers read it there.
+ * read from the dot on); later readers of either read it there.
  *
  * GEMM epilogues: a region that reads a float DOT_GENERAL's value directly
  * (same shape, cannot fail, every other input available when the dot runs)
@@ -218,15 +219,17 @@ static int run_check(const tpux_plan *p, int nin, const tpu_view *ins, int nout,
   return TPU_OK;
 }
 
-/* The aliasing pattern of these bindings: pairs (candidate c, live
- * parameter k) whose views overlap, in order, into s->pairs. */
+/* The aliasing pattern of these bindings: pairs (candidate c, k) whose
+ * views overlap, in order, into s->pairs: k < nlp a live parameter, else
+ * output k - nlp (never written directly over: c is then not direct). */
 static int run_pattern(const tpux_plan *p, const tpu_view *ins, const tpu_view *outs,
                        xscratch *s, int *npairs) {
   int n = 0;
   for (int c = 0; c < p->ncand; c++) {
     const tpu_view *o = &outs[p->cand[c]];
-    for (int k = 0; k < p->nlp; k++) {
-      if (!tpux__views_overlap(&ins[tpuir_get_node(p->g, p->lp[k])->dim], o)) continue;
+    for (int k = 0; k < p->nlp + p->nout; k++) {
+      const tpu_view *x = k < p->nlp ? &ins[tpuir_get_node(p->g, p->lp[k])->dim] : &outs[k - p->nlp];
+      if (k - p->nlp == p->cand[c] || !tpux__views_overlap(x, o)) continue;
       if ((size_t)n == s->cap) {
         size_t cap = s->cap ? 2 * s->cap : 16;
         int32_t *q = realloc(s->pairs, 2 * cap * sizeof(int32_t));

@@ -254,14 +254,13 @@ static void plan_lifetimes(tpux_plan *p) {
   }
 }
 
-/* Region outputs that may be written straight into their destination,
- * whatever the bindings: the region cannot fail and runs after every node
- * that can, the value is one output only and every user of it is inside
- * its region. Likewise a DOT_GENERAL's value that is one output only and
- * is computed after every node that can fail (its users then read the
- * destination). Whether a parameter still needed later overlaps the
- * destination is the variant's part. Also lists the PARAM nodes (binding
- * checks) and the live ones (aliasing pattern). */
+/* Values that may be written straight into their output's destination,
+ * whatever the bindings: a region member or a DOT_GENERAL's value that is
+ * one output only, computed after every node that can fail; its users
+ * then read it in the destination. Whether a parameter still needed later
+ * or another output overlaps the destination is the variant's part (the
+ * run's aliasing pattern). Also lists the PARAM nodes (binding checks)
+ * and the live ones (aliasing pattern). */
 static void plan_candidates(tpux_plan *p) {
   const tpuir_graph *g = p->g;
   for (int t = 0; t < p->nn; t++) {
@@ -276,17 +275,6 @@ static void plan_candidates(tpux_plan *p) {
     if (dot ? t < p->last_fail : R < 0 || p->rfail[R] || p->rlast[R] < p->last_fail) continue;
     int ok = 1;
     for (int j = 0; j < p->nout; j++) ok &= j == i || p->outv[j] != t;
-    if (dot) { /* its GEMM writes the destination; readers read it there */
-      if (ok) p->cand[p->ncand++] = i;
-      continue;
-    }
-    for (int u = t + 1; u < p->nn && ok; u++) { /* all users inside the region */
-      if (!p->live[u]) continue;
-      const tpuir_val *ops;
-      int no = tpux__node_operands(tpuir_get_node(g, u), &ops);
-      for (int k = 0; k < no; k++)
-        if (ops[k] == t && p->reg[u] != R) ok = 0;
-    }
     if (ok) p->cand[p->ncand++] = i;
   }
 }

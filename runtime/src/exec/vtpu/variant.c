@@ -37,14 +37,15 @@ typedef struct vbuild {
 /* A candidate region output is written straight into its destination when
  * no live parameter overlapping the destination is read after the region
  * runs (or is itself an output); a dot's, when none is read from the dot
- * on (its operands are read while C is written). */
+ * on (its operands are read while C is written); neither when another
+ * output's destination overlaps it. */
 static void var_direct(vbuild *B) {
   const tpux_plan *p = B->p;
   for (int c = 0; c < p->ncand; c++) {
     int i = p->cand[c], t = p->outv[i], ok = 1;
     int E = p->reg[t] >= 0 ? p->rlast[p->reg[t]] : t - 1;
     for (int q = B->pstart[c]; q < B->pstart[c + 1]; q++)
-      if (p->last[p->lp[B->pairs[2 * q + 1]]] > E) ok = 0;
+      if (B->pairs[2 * q + 1] >= p->nlp || p->last[p->lp[B->pairs[2 * q + 1]]] > E) ok = 0;
     if (ok) B->direct_out[t] = i;
   }
 }
@@ -158,7 +159,8 @@ static int epi_directs_ok(const vbuild *B, int t, int R) {
     if (p->last_fail >= t) return 0;
     int c = p->dcand[u];
     for (int q = B->pstart[c]; q < B->pstart[c + 1]; q++)
-      if (epi_param_busy(p, t, R, p->lp[B->pairs[2 * q + 1]])) return 0;
+      if (B->pairs[2 * q + 1] >= p->nlp || epi_param_busy(p, t, R, p->lp[B->pairs[2 * q + 1]]))
+        return 0;
   }
   return 1;
 }
