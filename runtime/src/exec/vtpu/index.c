@@ -28,20 +28,30 @@ static int load_indices(const tpu_view *idx, int64_t **out, int64_t *n) {
   return TPU_OK;
 }
 
-/* Range check: TPU_E_INDEX (tpu_ir.h), message "index out of range in self"
- * for index_select, else "index 5 is out of bounds for dimension 1 with
- * size 3" (torch CPU's text; the lowering re-reports gather/scatter/
- * index_add as RuntimeError, like PyTorch). */
-static int check_range(const int64_t *ix, int64_t n, int64_t size, int dim,
-                       int select_msg) {
-  for (int64_t i = 0; i < n; i++)
-    if (ix[i] < 0 || ix[i] >= size) {
-      if (select_msg) return tpu_error(TPU_E_INDEX, "index out of range in self");
-      return tpu_error(TPU_E_INDEX,
-                       "index %lld is out of bounds for dimension %d with size %lld",
-                       (long long)ix[i], dim, (long long)size);
+/* Node n's indices (the view iv) as a contiguous int64 copy, range-checked
+ * against dim n->dim of its operand in[0] (caller frees *ix; nothing to
+ * free on error). An index out of range is TPU_E_INDEX (tpu_ir.h), message
+ * "index out of range in self" for index_select, else "index 5 is out of
+ * bounds for dimension 1 with size 3" (torch CPU's text; the lowering
+ * re-reports gather/scatter/index_add as RuntimeError, like PyTorch). */
+static int checked_indices(const tpuir_graph *g, const tpuir_node *n, const tpu_view *iv,
+                           int64_t **ix, int64_t *ni) {
+  int rc = load_indices(iv, ix, ni);
+  if (rc) return rc;
+  const tpuir_node *x = tpuir_get_node(g, n->in[0]);
+  int64_t size = x->ndim ? x->sizes[n->dim] : 1;
+  for (int64_t i = 0; i < *ni && !rc; i++)
+    if ((*ix)[i] < 0 || (*ix)[i] >= size) {
+      if (n->op == TPUIR_INDEX_SELECT) rc = tpu_error(TPU_E_INDEX, "index out of range in self");
+      else rc = tpu_error(TPU_E_INDEX,
+                          "index %lld is out of bounds for dimension %d with size %lld",
+                          (long long)(*ix)[i], n->dim, (long long)size);
     }
-  return TPU_OK;
+  if (rc) {
+    tpux__free(*ix);
+    *ix = NULL;
+  }
+  return rc;
 }
 
 int tpux__index_source(const tpuir_graph *g, int v) {
@@ -58,12 +68,8 @@ int tpux__index_source(const tpuir_graph *g, int v) {
 
 int tpux__check_index(xctx *c, int t) {
   const tpuir_node *n = tpuir_get_node(c->g, t);
-  const tpuir_node *x = tpuir_get_node(c->g, n->in[0]);
   int64_t *ix = NULL, ni = 0;
-  int rc = load_indices(&c->vals[tpux__index_source(c->g, n->in[1])].v, &ix, &ni);
-  if (rc) return rc;
-  rc = check_range(ix, ni, x->ndim ? x->sizes[n->dim] : 1, n->dim,
-                   n->op == TPUIR_INDEX_SELECT);
+  int rc = checked_indices(c->g, n, &c->vals[tpux__index_source(c->g, n->in[1])].v, &ix, &ni);
   tpux__free(ix);
   return rc;
 }
@@ -150,11 +156,9 @@ int tpux__eval_gather(xctx *c, int t) {
   const tpuir_node *n = tpuir_get_node(c->g, t);
   const tpu_view *x = &c->vals[n->in[0]].v, *iv = &c->vals[n->in[1]].v;
   int64_t *ix = NULL, ni = 0;
-  int rc = load_indices(iv, &ix, &ni);
+  int rc = checked_indices(c->g, n, iv, &ix, &ni);
   if (rc) return rc;
-  int64_t dsize = x->ndim ? x->sizes[n->dim] : 1;
-  rc = check_range(ix, ni, dsize, n->dim, 0);
-  if (!rc) rc = tpux__alloc_value(c, t);
+  rc = tpux__alloc_value(c, t);
   if (rc || ni == 0) {
     tpux__free(ix);
     return rc;
@@ -290,11 +294,9 @@ int tpux__eval_index_select(xctx *c, int t) {
   const tpuir_node *n = tpuir_get_node(c->g, t);
   const tpu_view *x = &c->vals[n->in[0]].v, *iv = &c->vals[n->in[1]].v;
   int64_t *ix = NULL, ni = 0;
-  int rc = load_indices(iv, &ix, &ni);
+  int rc = checked_indices(c->g, n, iv, &ix, &ni);
   if (rc) return rc;
-  int64_t dsize = x->ndim ? x->sizes[n->dim] : 1;
-  rc = check_range(ix, ni, dsize, n->dim, 1);
-  if (!rc) rc = tpux__alloc_value(c, t);
+  rc = tpux__alloc_value(c, t);
   if (rc) {
     tpux__free(ix);
     return rc;
@@ -321,11 +323,9 @@ int tpux__eval_index_add(xctx *c, int t) {
   const tpu_view *base = &c->vals[n->in[0]].v, *iv = &c->vals[n->in[1]].v,
                  *src = &c->vals[n->in[2]].v;
   int64_t *ix = NULL, ni = 0;
-  int rc = load_indices(iv, &ix, &ni);
+  int rc = checked_indices(c->g, n, iv, &ix, &ni);
   if (rc) return rc;
-  int64_t dsize = base->ndim ? base->sizes[n->dim] : 1;
-  rc = check_range(ix, ni, dsize, n->dim, 0);
-  if (!rc) rc = tpux__alloc_value(c, t);
+  rc = tpux__alloc_value(c, t);
   if (!rc) rc = tpux__copy_nocheck(&c->vals[t].v, base);
   if (rc) {
     tpux__free(ix);
@@ -389,11 +389,9 @@ int tpux__eval_scatter_add(xctx *c, int t) {
   const tpu_view *base = &c->vals[n->in[0]].v, *iv = &c->vals[n->in[1]].v,
                  *src = &c->vals[n->in[2]].v;
   int64_t *ix = NULL, ni = 0;
-  int rc = load_indices(iv, &ix, &ni);
+  int rc = checked_indices(c->g, n, iv, &ix, &ni);
   if (rc) return rc;
-  int64_t dsize = base->ndim ? base->sizes[n->dim] : 1;
-  rc = check_range(ix, ni, dsize, n->dim, 0);
-  if (!rc) rc = tpux__alloc_value(c, t);
+  rc = tpux__alloc_value(c, t);
   if (!rc) rc = tpux__copy_nocheck(&c->vals[t].v, base);
   if (rc || ni == 0) {
     tpux__free(ix);

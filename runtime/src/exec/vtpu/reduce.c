@@ -80,7 +80,6 @@ typedef struct red_fuse {
   int sarr, narr, batch; /* batch: inner shape, several outputs per window */
   int stored; /* x is also materialised: the windows write it in place */
   xk_arr abase[XK_MAX_ARR]; /* the region's arrays at element 0 */
-  int64_t aes[XK_MAX_ARR];
   int nz;                               /* super-dim pool */
   int64_t zs[TPU_MAX_DIMS];             /* sizes */
   int64_t za[TPU_MAX_DIMS][XK_MAX_ARR]; /* strides of each array */
@@ -982,7 +981,6 @@ int tpux__eval_region_reduce(xctx *c, int n, const int32_t *members,
   F->narr = prog->sp.narr;
   for (int a = 0; a < F->narr; a++) {
     F->abase[a] = prog->sp.arr[a];
-    F->aes[a] = (int64_t)tpu_dtype_size(prog->sp.arr[a].dt);
   }
   /* x: the member's value as materialised (contiguous unless written
    * straight into an output) */
@@ -1004,7 +1002,7 @@ int tpux__eval_region_reduce(xctx *c, int n, const int32_t *members,
       if (!rc) {
         const tpu_view *xm = &c->vals[members[k]].v;
         xk_arr *sa = &prog->sp.arr[F->sarr];
-        sa->p = (char *)xm->base + xm->offset * F->aes[F->sarr];
+        sa->p = (char *)xm->base + xm->offset * (int64_t)tpu_dtype_size(xm->dtype);
         for (int d = 0; d < xm->ndim; d++) sa->st[d] = xm->strides[d];
       }
     }
