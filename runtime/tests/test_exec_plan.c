@@ -393,6 +393,64 @@ TPU_TEST(exec_plan_index_check_early) {
   tpuir_graph_free(g);
 }
 
+/* Indices computed late in node order (a loss's labels after the
+ * forward) are computed first, after the parameters, so their range check
+ * comes before the outputs and these are written directly; parameters
+ * created later (one read by the moved nodes) keep their numbers, and a
+ * bad index still fails the run before any output is written. */
+TPU_TEST(exec_plan_index_cone_first) {
+  enum { R = 9, C = 50 };
+  int64_t rc[2] = {R, C}, r1[2] = {R, 1};
+  tpuir_graph *g = tpuir_graph_new();
+  tpuir_val X = tpuir_param(g, TPU_F32, 2, rc);
+  tpuir_val two = tpuir_broadcast_in_dim(g, tpuir_const_f(g, TPU_F32, 2), 2, rc, NULL);
+  tpuir_val o[3];
+  o[0] = tpuir_binary(g, TPUIR_MUL, X, two);
+  tpuir_val W = tpuir_param(g, TPU_F32, 2, rc);
+  o[1] = tpuir_binary(g, TPUIR_ADD, tpuir_unary(g, TPUIR_EXP, o[0]), W);
+  tpuir_val I = tpuir_param(g, TPU_I64, 2, r1); /* read by the moved nodes */
+  tpuir_val ign = tpuir_broadcast_in_dim(g, tpuir_const_i(g, TPU_I64, -100), 2, r1, NULL);
+  tpuir_val zero = tpuir_broadcast_in_dim(g, tpuir_const_i(g, TPU_I64, 0), 2, r1, NULL);
+  tpuir_val J = tpuir_select(g, tpuir_binary(g, TPUIR_EQ, I, ign), zero, I); /* ignore_index */
+  o[2] = tpuir_gather(g, tpuir_unary(g, TPUIR_NEG, X), 1, J);
+  CHECK_OK(tpuir_set_outputs(g, 3, o));
+  tarr x = ta_new(TPU_F32, 2, rc), ix = ta_new(TPU_I64, 2, r1), w = ta_new(TPU_F32, 2, rc);
+  tarr y = ta_new(TPU_F32, 2, rc), u = ta_new(TPU_F32, 2, rc), z = ta_new(TPU_F32, 2, r1);
+  uint64_t seed = 4;
+  ta_fill(&x.v, &seed, -1, 1);
+  ta_fill(&w.v, &seed, -1, 1);
+  tpu_view in[3] = {x.v, w.v, ix.v}, ov[3] = {y.v, u.v, z.v};
+  float *Y = y.mem, *U = u.mem, *Z = z.mem;
+  const float *X_ = x.mem, *W_ = w.mem;
+  int64_t *I_ = ix.mem;
+  for (int bad = 1; bad >= 0; bad--) {
+    for (int r = 0; r < R; r++) I_[r] = r % 3 ? (r * 7) % C + (bad && r == R - 1) * C : -100;
+    for (int i = 0; i < R * C; i++) Y[i] = U[i] = -7.f;
+    tpux_profile_read(NULL, 0, 1);
+    tpux_profile_enable(1);
+    int rc_ = tpux_run(g, 3, in, 3, ov);
+    tpux_profile_enable(0);
+    if (bad) {
+      CHECK(rc_ == TPU_E_INDEX);
+      for (int i = 0; i < R * C; i++) CHECK(Y[i] == -7.f && U[i] == -7.f); /* untouched */
+      continue;
+    }
+    CHECK_OK(rc_);
+    tpux_profile_entry e[64];
+    int n = tpux_profile_read(e, 64, 1), copies = 0;
+    for (int k = 0; k < n && k < 64; k++)
+      copies += strcmp(e[k].label, "(output copy) float32[9,50]") == 0;
+    CHECK(copies == 0);
+    for (int r = 0; r < R; r++) CHECK(Z[r] == -X_[r * C + (I_[r] == -100 ? 0 : I_[r])]);
+    for (int i = 0; i < R * C; i++) {
+      CHECK(Y[i] == 2.f * X_[i]);
+      CHECK(near_eq(U[i], expf(2.f * X_[i]) + W_[i], 1e-5));
+    }
+  }
+  free(x.mem), free(ix.mem), free(w.mem), free(y.mem), free(u.mem), free(z.mem);
+  tpuir_graph_free(g);
+}
+
 /* A region output that later nodes read is written straight into its
  * destination and read there (no output copy), unless another output's
  * destination overlaps it: then the later reader still sees its value. */

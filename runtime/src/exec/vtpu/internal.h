@@ -341,12 +341,13 @@ void tpux__set_bf16_operands(int mode);
 /* Dots planned with bf16 operands since the process started. */
 int64_t tpux__bf16_operand_dots(void);
 /* g rewritten so f32 DEFAULT dots read bf16 operands rounded where they
- * are produced: *out = the new graph (caller frees), or NULL when nothing
- * is rewritten (switched off, no such dot, no native bf16); *alone = a
+ * are produced, head-split dots multiply in place, identical views are
+ * shared and index cones run first (exec/vtpu/rewrite.c): *out = the new
+ * graph (caller frees), or NULL when nothing is rewritten; *alone = a
  * flag per node of *out (caller frees; NULL with it): the converts of
  * parameters, to be evaluated alone. Returns TPU_OK or an error code
  * (OOM). Borrowed: g. */
-int tpux__rewrite_dots(const tpuir_graph *g, tpuir_graph **out, char **alone);
+int tpux__rewrite_graph(const tpuir_graph *g, tpuir_graph **out, char **alone);
 
 /* ---- reductions fused with their producer (exec/vtpu/reduce.c) ------------- */
 /* 1 unless reduction fusion is disabled (env TORCH_TPU_NO_REDUCE_FUSION=1,

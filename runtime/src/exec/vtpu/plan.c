@@ -321,7 +321,7 @@ int tpux_plan_new(const tpuir_graph *g, tpux_plan **out) {
   if (!g) return tpu_error(TPU_E_INVALID, "tpux_plan_new: NULL graph");
   tpuir_graph *own = NULL; /* the graph with bf16 dot operands, if rewritten */
   char *alone = NULL;
-  int rc = tpux__rewrite_dots(g, &own, &alone);
+  int rc = tpux__rewrite_graph(g, &own, &alone);
   if (rc) return rc;
   tpux_plan *p = plan_alloc(own ? own : g);
   size_t nb = (size_t)(p && p->nn ? p->nn : 1);

@@ -1,5 +1,6 @@
 /* exec/vtpu/rewrite.c - the plan's graph rewrite (prefix tpux_): bf16
- * operands for f32 matmuls at DEFAULT precision.
+ * operands for f32 matmuls at DEFAULT precision, attention heads
+ * multiplied in place, views shared, index cones first.
  *
  * DEFAULT multiplies bf16(x) by bf16(w) with f32 accumulation. Left to the
  * matrix unit, every dot rounds (and, for a transposed operand, gathers)
@@ -372,7 +373,61 @@ static tpuir_val split_dot(tpuir_graph *h, const tpuir_graph *g, const tpuir_nod
   return d < 0 ? d : tpuir_reshape(h, d, n->ndim, n->sizes);
 }
 
-int tpux__rewrite_dots(const tpuir_graph *g, tpuir_graph **out, char **alone) {
+/* Index cones first: the nodes an INDEX-class node's indices are computed
+ * from (a loss's labels through pad, slice, where(ignore_index), reshape)
+ * run at the start of the program, after the parameters, so that their
+ * range check (XS_CHECK), and with it the program's last possible
+ * failure, comes first and the outputs computed after it may be written
+ * directly. A cone moves only when it is small (CONE_MAX nodes,
+ * CONE_MAX_ELEMS elements: its values live longer) and none of its nodes
+ * can fail (errors keep their order). */
+#define CONE_MAX 64
+#define CONE_MAX_ELEMS ((int64_t)1 << 22)
+
+static int cone_add(const tpuir_graph *g, int v, char *mark, int *list, int *k, int64_t *elems) {
+  const tpuir_node *m = tpuir_get_node(g, v);
+  if (mark[v] || m->op == TPUIR_PARAM) return 1;
+  int64_t e = 1;
+  for (int d = 0; d < m->ndim; d++) e *= m->sizes[d];
+  if (*k >= CONE_MAX || tpuir_node_can_fail(g, v) || (*elems += e) > CONE_MAX_ELEMS) return 0;
+  mark[v] = 2;
+  list[(*k)++] = v;
+  return 1;
+}
+
+/* Fills ord with parameters, index cones, the rest, each in node order (a
+ * topological order; parameters keep their numbers). Returns whether that
+ * differs from node order (< 0: out of host memory). */
+static int index_cones_first(const tpuir_graph *g, int *ord) {
+  int nn = tpuir_num_nodes(g), list[CONE_MAX], moved = 0;
+  char *mark = calloc((size_t)(nn ? nn : 1), 1); /* 1: in a cone, 2: trying */
+  if (!mark) return tpu_error(TPU_E_OOM, "tpux_plan_new: out of host memory");
+  for (int t = 0; t < nn; t++) {
+    const tpuir_node *n = tpuir_get_node(g, t);
+    if (tpuir_op_info(n->op)->cls != TPUIR_CLASS_INDEX) continue;
+    int k = 0;
+    int64_t elems = 0;
+    int ok = cone_add(g, n->in[1], mark, list, &k, &elems);
+    for (int i = 0; ok && i < k; i++) { /* list grows as it is read */
+      const tpuir_val *ops;
+      int no = tpux__node_operands(tpuir_get_node(g, list[i]), &ops);
+      for (int j = 0; ok && j < no; j++) ok = cone_add(g, ops[j], mark, list, &k, &elems);
+    }
+    for (int i = 0; i < k; i++) mark[list[i]] = (char)ok;
+  }
+  int o = 0;
+  for (int t = 0; t < nn; t++)
+    if (tpuir_get_node(g, t)->op == TPUIR_PARAM) ord[o++] = t;
+  for (int t = 0; t < nn; t++)
+    if (mark[t]) ord[o++] = t;
+  for (int t = 0; t < nn; t++)
+    if (!mark[t] && tpuir_get_node(g, t)->op != TPUIR_PARAM) ord[o++] = t;
+  for (int t = 0; t < nn; t++) moved |= ord[t] != t;
+  free(mark);
+  return moved;
+}
+
+int tpux__rewrite_graph(const tpuir_graph *g, tpuir_graph **out, char **alone) {
   *out = NULL;
   *alone = NULL;
   int nn = tpuir_num_nodes(g), ndots = 0, nsplit = 0;
@@ -382,7 +437,12 @@ int tpux__rewrite_dots(const tpuir_graph *g, tpuir_graph **out, char **alone) {
     const tpuir_node *n = tpuir_get_node(g, t);
     ndots = candidate(g, n, bf) || batch_split(g, n, hd) || n->op == TPUIR_RESHAPE;
   }
-  if (!ndots) return TPU_OK;
+  int *ord = malloc((size_t)(nn ? nn : 1) * sizeof *ord);
+  int moved = ord ? index_cones_first(g, ord) : tpu_error(TPU_E_OOM, "tpux_plan_new: out of host memory");
+  if (moved < 0 || (!ndots && !moved)) {
+    free(ord);
+    return moved < 0 ? moved : TPU_OK;
+  }
   /* uses[x]: candidate-dot operands whose source is x (capped at 2);
    * dot[t]: dot t is rewritten; need[x]: x gets a bf16 counterpart */
   char *uses = calloc(4 * (size_t)nn, 1), *dot = uses + nn, *need = dot + nn, *lift = need + nn;
@@ -414,7 +474,8 @@ int tpux__rewrite_dots(const tpuir_graph *g, tpuir_graph **out, char **alone) {
     for (int k = 0; k < 2 && dot[t]; k++) need[chain_source(g, n->in[k])] = 1;
     ndots += dot[t];
   }
-  for (int t = 0; t < nn && rc == TPU_OK; t++) {
+  for (int i = 0; i < nn && rc == TPU_OK; i++) {
+    int t = ord[i];
     const tpuir_node *n = tpuir_get_node(g, t);
     int p = batch_split(g, n, hd), done = 0;
     if (dot[t] || p) { /* (values below 0 are error codes) */
@@ -454,9 +515,10 @@ int tpux__rewrite_dots(const tpuir_graph *g, tpuir_graph **out, char **alone) {
   }
   free(uses);
   free(map);
+  free(ord);
   free(vt.head);
   free(vt.next);
-  if (rc != TPU_OK || (!ndots && !nsplit && !vt.changed)) {
+  if (rc != TPU_OK || (!ndots && !nsplit && !vt.changed && !moved)) {
     tpuir_graph_free(h);
     free(al);
     return rc;
