@@ -215,6 +215,55 @@ TPU_TEST(reduce_fusion_chunks_and_empty) {
   red_case(tpu_test_failed_, TPU_F32, s4, 1, d0, TPUIR_RED_SUM, V_MULTI, 0, 1);
 }
 
+/* all/any (AND/OR of bools) fold contiguous rows as bytes: short rows and
+ * rows longer than a tile (runs carried over), a stored bool operand and
+ * one computed by a fused compare; one odd element anywhere in a row
+ * decides it. */
+TPU_TEST(reduce_bool_all_any_rows) {
+  static const int64_t lens[2] = {256, 2500}, odd[5] = {0, 255, 1023, 1024, -1};
+  for (int li = 0; li < 2; li++) {
+    enum { R = 7 };
+    int64_t N = lens[li], rn[2] = {R, N}, d1[1] = {1};
+    tpuir_graph *g = tpuir_graph_new();
+    tpuir_val X = tpuir_param(g, TPU_F32, 2, rn), P = tpuir_param(g, TPU_BOOL, 2, rn);
+    tpuir_val zero = tpuir_broadcast_in_dim(g, tpuir_const_f(g, TPU_F32, 0), 2, rn, NULL);
+    tpuir_val o[4];
+    o[0] = tpuir_reduce(g, TPUIR_RED_AND, tpuir_binary(g, TPUIR_GT, X, zero), 1, d1);
+    o[1] = tpuir_reduce(g, TPUIR_RED_OR, tpuir_binary(g, TPUIR_LT, X, zero), 1, d1);
+    o[2] = tpuir_reduce(g, TPUIR_RED_AND, P, 1, d1);
+    o[3] = tpuir_reduce(g, TPUIR_RED_OR, P, 1, d1);
+    CHECK_OK(tpuir_set_outputs(g, 4, o));
+    tarr x = ta_new(TPU_F32, 2, rn), pb = ta_new(TPU_BOOL, 2, rn), on[4];
+    float *X_ = x.mem;
+    uint8_t *P_ = pb.mem;
+    /* rows 0-4: positive but one element (odd[r]); row 5 all positive,
+     * row 6 all negative; P is X > 0 for rows 0-5, all false in row 6 */
+    for (int r = 0; r < R; r++)
+      for (int64_t c = 0; c < N; c++) {
+        int64_t at = r < 5 ? (odd[r] < 0 ? N - 1 : odd[r] % N) : -2;
+        float v = r == 6 || c == at ? -1.f - (float)c : 1.f + (float)c;
+        X_[r * N + c] = v;
+        P_[r * N + c] = v > 0;
+      }
+    tpu_view in[2] = {x.v, pb.v};
+    int64_t fused;
+    int rc;
+    CHECK(run_both(g, 2, in, on, &fused, &rc));
+    CHECK_OK(rc);
+    CHECK(fused == 2);
+    for (int r = 0; r < R; r++) {
+      uint8_t all = r == 5, any_neg = r != 5;
+      CHECK(((uint8_t *)on[0].mem)[r] == all);
+      CHECK(((uint8_t *)on[1].mem)[r] == any_neg);
+      CHECK(((uint8_t *)on[2].mem)[r] == all);
+      CHECK(((uint8_t *)on[3].mem)[r] == (r != 6));
+    }
+    for (int k = 0; k < 4; k++) free(on[k].mem);
+    free(x.mem), free(pb.mem);
+    tpuir_graph_free(g);
+  }
+}
+
 /* Regions that can fail (integer division) are not fused and still raise;
  * a one-op graph (parameter -> REDUCE) is untouched. */
 TPU_TEST(reduce_fusion_errors_and_one_op) {

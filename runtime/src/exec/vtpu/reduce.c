@@ -284,12 +284,28 @@ static int64_t red_unravel(const red_plan *p, int64_t L, int64_t *idx) {
   return off;
 }
 
+/* AND (all) or OR (any) of n bools (bytes 0/1), as 0/1. */
+__attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
+static int64_t fold_bool(int kind, int64_t n, const uint8_t *restrict b) {
+  uint8_t a = kind == TPUIR_RED_AND;
+  if (kind == TPUIR_RED_AND)
+    for (int64_t i = 0; i < n; i++) a &= b[i];
+  else
+    for (int64_t i = 0; i < n; i++) a |= b[i];
+  return a;
+}
+
 /* Fold m elements at src (stride st, x's dtype) into the lanes (fresh:
  * from the identity; fin: return their combination), straight from
- * memory when they are contiguous class elements. */
+ * memory when they are contiguous class elements. Contiguous bools under
+ * AND/OR (all, any: exact in any order) fold as bytes, into lane 0. */
 static acc_t fold_run(const red_plan *p, const char *src, int64_t st,
                       int64_t m, void *buf, acc_t *lanes, acc_t id, int fresh,
                       int fin) {
+  if (st == 1 && p->dt == TPU_BOOL && (p->kind == TPUIR_RED_AND || p->kind == TPUIR_RED_OR)) {
+    int64_t v = fold_bool(p->kind, m, (const uint8_t *)src);
+    return fold_lanes(p->kind, p->cls, m > 0, &v, lanes, id, fresh, fin);
+  }
   if (st == 1 && p->dt == xk_native(p->cls))
     return fold_lanes(p->kind, p->cls, m, src, lanes, id, fresh, fin);
   tpux__load(p->dt, src, st, m, buf);
