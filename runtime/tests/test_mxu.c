@@ -726,6 +726,8 @@ TPU_TEST(mxu_pool_cut_thread_invariant) {
       {4, 130, 96, 256, 1},
       {1, 257, 130, 300, 0},
       {6, 64, 80, 512, 0},
+      {64, 128, 32, 128, 0}, /* small items, shared out to the pool */
+      {25, 64, 96, 200, 1},
   };
   const int saved = tpurt_num_threads();
   for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++) {
