@@ -116,7 +116,7 @@ def test_executor_profile_names_steps():
             torch.tpu.synchronize()
         (x + 1).sum().item()
     labels = {label: (n, s) for label, n, s in prof.table}
-    assert any(lab.startswith("dot") and "float32[64,16]" in lab for lab in labels), labels
+    assert any(lab.startswith("dot") and "float32[64,16] k=32" in lab for lab in labels), labels
     assert any(lab.startswith("region+reduce") and "exponential" in lab for lab in labels), labels
     assert labels["(plan runs)"][0] >= 1 and all(s >= 0 for _, s in labels.values())
     assert "report" in dir(prof) and "(plan runs)" in prof.report()

@@ -82,6 +82,11 @@ void tpux__profile_step(const tpuir_graph *g, int kind, int t, int nm, const int
                                                                                 : "region",
                  nm);
   k += shape_text(lab + k, cap - (size_t)k, n);
+  if (n->op == TPUIR_DOT_GENERAL && (size_t)k < cap) { /* the contracted size */
+    int64_t kk = 1;
+    for (int i = 0; i < n->nb; i++) kk *= tpuir_get_node(g, n->in[0])->sizes[n->c[i]];
+    k += snprintf(lab + k, cap - (size_t)k, " k=%lld", (long long)kk);
+  }
   for (int m = 0; m < nm && (size_t)k + 2 < cap; m++)
     k += snprintf(lab + k, cap - (size_t)k, "%s%s", m ? "," : ": ",
                   tpuir_op_name(tpuir_get_node(g, members[m])->op));
