@@ -728,11 +728,13 @@ TPU_TEST(mxu_pool_cut_thread_invariant) {
       {6, 64, 80, 512, 0},
       {64, 128, 32, 128, 0}, /* small items, shared out to the pool */
       {25, 64, 96, 200, 1},
+      {64, 128, 32, 128, 2}, /* small items, A transposed (read in place) */
   };
   const int saved = tpurt_num_threads();
   for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++) {
     const int64_t bt = shapes[s][0], m = shapes[s][1], n = shapes[s][2], k = shapes[s][3];
-    const int64_t sbb = shapes[s][4] ? 0 : k * n, nb = shapes[s][4] ? 1 : bt;
+    const int64_t sbb = shapes[s][4] == 1 ? 0 : k * n, nb = shapes[s][4] == 1 ? 1 : bt;
+    const int64_t sam = shapes[s][4] == 2 ? 1 : k, sak = shapes[s][4] == 2 ? m : 1;
     float *a = malloc(sizeof(float) * bt * m * k), *b = malloc(sizeof(float) * nb * k * n);
     float *c0 = malloc(sizeof(float) * bt * m * n);
     for (int64_t i = 0; i < bt * m * k; i++) a[i] = (float)urand();
@@ -745,10 +747,20 @@ TPU_TEST(mxu_pool_cut_thread_invariant) {
           float *c = nt == 1 ? want : got;
           memcpy(c, c0, sizeof(float) * bt * m * n);
           tpurt_set_num_threads(nt);
-          CHECK_OK(tpumxu_gemm(TPU_F32, prec, bt, m, n, k, 1.0, a, m * k, k, 1, b, sbb, n, 1,
+          CHECK_OK(tpumxu_gemm(TPU_F32, prec, bt, m, n, k, 1.0, a, m * k, sam, sak, b, sbb, n, 1,
                                beta, c, m * n, n, 1));
           if (nt > 1) CHECK(memcmp(want, got, sizeof(float) * bt * m * n) == 0);
         }
+        /* and right (FP32: f32 products), whatever the operand layout */
+        for (int64_t bi = 0; bi < bt && prec == TPU_PREC_FP32; bi++)
+          for (int64_t i = 0; i < m; i++)
+            for (int64_t j = 0; j < n; j++) {
+              double r = beta ? c0[(bi * m + i) * n + j] : 0;
+              for (int64_t q = 0; q < k; q++)
+                r += (double)a[bi * m * k + i * sam + q * sak] *
+                     b[(nb == 1 ? 0 : bi) * k * n + q * n + j];
+              CHECK(fabs(want[(bi * m + i) * n + j] - r) <= 1e-4 * (1 + fabs(r)));
+            }
         free(want);
         free(got);
       }

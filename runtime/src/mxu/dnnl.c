@@ -17,7 +17,7 @@
  * shape costs milliseconds, and waking a thread team for a few
  * microseconds of work costs more than it saves; both dominated eager runs
  * of many small distinct matmuls. A batch of small items with at least
- * SMALL_POOL_MACS multiply-adds in all (attention's per-head products)
+ * TPUMXU_SMALL_POOL_MACS multiply-adds in all (attention's per-head products)
  * shares its items out to the pool's threads, each computed as on the
  * calling thread (64 x 128x32x128 bf16: 1.7-1.8x).
  *
@@ -550,9 +550,6 @@ static int64_t gcd(int64_t a, int64_t b) {
  * multiply-adds). */
 #define POOL_MIN_ROWS 32
 #define TEAM_MIN_MACS ((int64_t)1 << 30)
-/* Multiply-adds of a batch of small items from which they are shared
- * out to the pool (below, waking it costs more than it saves). */
-#define SMALL_POOL_MACS ((int64_t)1 << 22)
 
 /* The problem cut into parts for the pool threads (see the top); 1 when it
  * was run, 0 when it has no dense cut (the caller runs it on the team). */
@@ -595,7 +592,7 @@ int tpumxu__dnnl_matmul(int64_t batch, int64_t m, int64_t n, int64_t k,
   if (m * n * k <= TPUMXU_SMALL_MACS && src->s1 == 1 && wei->s1 == 1 && dst->s1 == 1) {
     /* many small items (attention's per-head products): whole items on
      * the pool's threads, each as on the calling thread */
-    if (batch > 1 && batch * m * n * k >= SMALL_POOL_MACS && use_pool() && tpurt_num_threads() > 1 &&
+    if (batch > 1 && batch * m * n * k >= TPUMXU_SMALL_POOL_MACS && use_pool() && tpurt_num_threads() > 1 &&
         pool_matmul(batch, m, n, k, src, wei, dst, accumulate, &rc))
       return rc;
     return small_matmul(batch, m, n, k, src, wei, dst, accumulate);

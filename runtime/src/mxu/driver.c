@@ -352,8 +352,11 @@ int tpumxu__run(const tpumxu__problem *p) {
    * problems only (the small-problem primitive takes unit column strides);
    * oneDNN's transposed-A kernels keep the speed of the row-major ones */
   int big = m * n * k > TPUMXU_SMALL_MACS;
-  int a_direct_t = same_dt && big && !a_direct && p->sam == 1 && p->sak > 0 && p->sab >= 0;
-  int b_direct_t = same_dt && big && !b_direct && p->sbk == 1 && p->sbn > 0 && p->sbb >= 0;
+  /* (so is a batch of small ones worth a primitive of its shape: packing
+   * a transposed small operand cost as much as its GEMM) */
+  int many = p->batch * m * n * k >= TPUMXU_SMALL_POOL_MACS;
+  int a_direct_t = same_dt && (big || many) && !a_direct && p->sam == 1 && p->sak > 0 && p->sab >= 0;
+  int b_direct_t = same_dt && (big || many) && !b_direct && p->sbk == 1 && p->sbn > 0 && p->sbb >= 0;
   /* B read along K (a transposed weight): packed in its own order, rows of
    * B^T with the parts side by side, and handed to oneDNN transposed (its
    * kernels reorder B anyway), so packing needs no gather. Big problems

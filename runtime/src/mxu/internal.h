@@ -39,6 +39,10 @@ enum { TPUMXU_DT_F32 = 0, TPUMXU_DT_BF16 = 1 };
 /* m*n*k up to this runs on the small-problem primitive (run-time sizes,
  * unit column strides, calling thread): see mxu/dnnl.c */
 #define TPUMXU_SMALL_MACS ((int64_t)1 << 21)
+/* A batch of small problems with at least this many multiply-adds in all
+ * runs on the pool's threads (mxu/dnnl.c); a transposed operand is then
+ * read in place by shape-specialised primitives (mxu/driver.c). */
+#define TPUMXU_SMALL_POOL_MACS ((int64_t)1 << 22)
 
 typedef struct tpumxu__mat {
   void *ptr;
