@@ -882,6 +882,8 @@ typedef struct prog_job {
   int64_t row;   /* row length (innermost coalesced size) */
   int64_t cpr;   /* tiles per row (row mode), 0 = linear mode */
   int64_t total; /* elements */
+  char dense[XK_MAX_ARR]; /* linear mode: the array is row-major contiguous
+                             over the space (element L at offset L) */
 } prog_job;
 
 /* The tile engine over one tile: each instruction on whole buffers (bp: the
@@ -919,22 +921,47 @@ static int run_instructions(xk_prog *p, int64_t n, void **bp, void *const *dout,
   return 1;
 }
 
+/* Whether array a of the tile starting at L is read or written in place,
+ * and its element offset there: in row mode a unit inner stride (idx: L's
+ * index), in linear mode a row-major contiguous array (short rows next
+ * to a broadcast operand: softmax's normalisation over rows of 128). */
+static int in_place(const xk_space *s, int a, int in_row, const char *dense, int64_t L,
+                    const int64_t *idx, int64_t *off) {
+  const xk_arr *ar = &s->arr[a];
+  if (ar->iota || ar->dt != xk_native(xk_cls(ar->dt))) return 0;
+  if (in_row ? ar->st[s->nd - 1] != 1 : !dense || !dense[a]) return 0;
+  *off = in_row ? index_offset(s, a, idx) : L;
+  return 1;
+}
+
+/* dense[a]: array a of s is row-major contiguous over the space. */
+static void space_dense(const xk_space *s, char *dense) {
+  for (int a = 0; a < s->narr; a++) {
+    int64_t want = 1;
+    dense[a] = 1;
+    for (int d = s->nd - 1; d >= 0 && dense[a]; d--) {
+      dense[a] = s->arr[a].st[d] == want;
+      want *= s->sz[d];
+    }
+  }
+}
+
 static void run_tile(xk_prog *p, const xk_space *s, int64_t L, int64_t n,
-                     int in_row, char *scratch) {
+                     int in_row, const char *dense, char *scratch) {
   void *bp[XK_MAX_BUF], *dout[XK_MAX_INS];
   char stored[XK_MAX_ARR] = {0};
   for (int i = 0; i < p->nbuf; i++) bp[i] = scratch + p->boff[i];
   for (int j = 0; j < p->nins; j++) dout[j] = NULL;
   /* the tile's first element as an index, once for all arrays (row mode) */
-  int64_t idx[TPU_MAX_DIMS];
+  int64_t idx[TPU_MAX_DIMS], off;
   if (in_row) space_index(s, L, idx);
   /* loads */
   for (int k = 0; k < p->nload; k++) {
     int a = p->load[k].arr, bi = p->load[k].buf;
     const xk_arr *ar = &s->arr[a];
     if (p->load_const[k]) continue; /* filled once by prog_range */
-    if (in_row && !ar->iota && ar->st[s->nd - 1] == 1 && ar->dt == xk_native(xk_cls(ar->dt))) {
-      int64_t es = (int64_t)tpu_dtype_size(ar->dt), off = index_offset(s, a, idx);
+    if (in_place(s, a, in_row, dense, L, idx, &off)) {
+      int64_t es = (int64_t)tpu_dtype_size(ar->dt);
       bp[bi] = ar->p + off * es;
       /* the next tile of this stream (usually the bytes that follow; a
        * prefetch never faults) comes in while this one computes. Not for a
@@ -955,9 +982,7 @@ static void run_tile(xk_prog *p, const xk_space *s, int64_t L, int64_t n,
     int a = p->store[k].arr, bi = p->store[k].buf, prod = p->store_prod[k];
     const xk_arr *ar = &s->arr[a];
     if (prod >= 0 && !dout[prod] && (p->direct_ok[k] || (p->jit && p->direct_jit[k])) &&
-        in_row &&
-        ar->st[s->nd - 1] == 1 && ar->dt == xk_native(p->bufcls[bi])) {
-      int64_t off = index_offset(s, a, idx);
+        ar->dt == xk_native(p->bufcls[bi]) && in_place(s, a, in_row, dense, L, idx, &off)) {
       dout[prod] = ar->p + off * (int64_t)tpu_dtype_size(ar->dt);
       stored[k] = 1;
     }
@@ -977,10 +1002,10 @@ static void run_tile(xk_prog *p, const xk_space *s, int64_t L, int64_t n,
     if (stored[k]) continue;
     int a = p->store[k].arr, bi = p->store[k].buf;
     const xk_arr *ar = &s->arr[a];
-    if (in_row) {
-      int64_t off = index_offset(s, a, idx);
+    if (in_row || (dense && dense[a])) {
+      off = in_row ? index_offset(s, a, idx) : L;
       tpux__store(ar->dt, ar->p + off * (int64_t)tpu_dtype_size(ar->dt),
-                  ar->st[s->nd - 1], n, bp[bi]);
+                  in_row ? ar->st[s->nd - 1] : 1, n, bp[bi]);
     } else {
       space_xfer(s, a, L, n, bp[bi], 1);
     }
@@ -1004,11 +1029,11 @@ static void prog_range(void *ctx, int64_t b, int64_t e) {
       int64_t L = row * j->row + ch * p->pt;
       int64_t n = j->row - ch * p->pt;
       if (n > p->pt) n = p->pt;
-      run_tile(p, &p->sp, L, n, 1, scratch);
+      run_tile(p, &p->sp, L, n, 1, NULL, scratch);
     } else {
       int64_t L = t * p->pt, n = j->total - L;
       if (n > p->pt) n = p->pt;
-      run_tile(p, &p->sp, L, n, p->sp.nd == 1, scratch);
+      run_tile(p, &p->sp, L, n, p->sp.nd == 1, j->dense, scratch);
     }
   }
   tpux__free(scratch);
@@ -1020,7 +1045,8 @@ int tpux__prog_run(xk_prog *p) {
   tpux__space_coalesce(&p->sp);
   int64_t total = tpux__space_numel(&p->sp);
   if (total == 0) return TPU_OK;
-  prog_job j = {p, p->sp.sz[p->sp.nd - 1], 0, total};
+  prog_job j = {p, p->sp.sz[p->sp.nd - 1], 0, total, {0}};
+  space_dense(&p->sp, j.dense);
   int64_t ntiles, tile_len;
   if (p->sp.nd > 1 && j.row >= 256) {
     j.cpr = (j.row + p->pt - 1) / p->pt;
@@ -1087,14 +1113,16 @@ void tpux__prog_run_window(xk_prog *p, xk_space *s, char *scratch) {
       for (int64_t ch = 0; ch < cpr; ch++) {
         if (atomic_load_explicit(&p->err, memory_order_relaxed)) return;
         int64_t n = row - ch * p->pt;
-        run_tile(p, s, r * row + ch * p->pt, n > p->pt ? p->pt : n, 1,
+        run_tile(p, s, r * row + ch * p->pt, n > p->pt ? p->pt : n, 1, NULL,
                  scratch);
       }
   } else {
+    char dense[XK_MAX_ARR];
+    space_dense(s, dense);
     for (int64_t L = 0; L < total; L += p->pt) {
       if (atomic_load_explicit(&p->err, memory_order_relaxed)) break;
       int64_t n = total - L;
-      run_tile(p, s, L, n > p->pt ? p->pt : n, s->nd == 1, scratch);
+      run_tile(p, s, L, n > p->pt ? p->pt : n, s->nd == 1, dense, scratch);
     }
   }
 }
