@@ -552,12 +552,12 @@ static int64_t gcd(int64_t a, int64_t b) {
 #define TEAM_MIN_MACS ((int64_t)1 << 30)
 
 /* The problem cut into parts for the pool threads (see the top); 1 when it
- * was run, 0 when it has no dense cut (the caller runs it on the team). */
+ * was run, 0 when it has no dense cut (the caller runs it on the team).
+ * small: the small-problem primitive's items, whole items per part. */
 static int pool_matmul(int64_t batch, int64_t m, int64_t n, int64_t k,
                        const tpumxu__mat *src, const tpumxu__mat *wei,
-                       const tpumxu__mat *dst, int accumulate, int *rc) {
+                       const tpumxu__mat *dst, int accumulate, int small, int *rc) {
   int64_t P = tpurt_num_threads();
-  int small = m * n * k <= TPUMXU_SMALL_MACS && src->s1 == 1 && wei->s1 == 1 && dst->s1 == 1;
   part_job J = {batch, m, n, k, 0, 1, *src, *wei, *dst, accumulate, CUT_BATCH, small, 0, {0},
                 PTHREAD_MUTEX_INITIALIZER};
   int64_t parts;
@@ -593,11 +593,11 @@ int tpumxu__dnnl_matmul(int64_t batch, int64_t m, int64_t n, int64_t k,
     /* many small items (attention's per-head products): whole items on
      * the pool's threads, each as on the calling thread */
     if (batch > 1 && batch * m * n * k >= TPUMXU_SMALL_POOL_MACS && use_pool() && tpurt_num_threads() > 1 &&
-        pool_matmul(batch, m, n, k, src, wei, dst, accumulate, &rc))
+        pool_matmul(batch, m, n, k, src, wei, dst, accumulate, 1, &rc))
       return rc;
     return small_matmul(batch, m, n, k, src, wei, dst, accumulate);
   }
-  if (use_pool() && pool_matmul(batch, m, n, k, src, wei, dst, accumulate, &rc)) return rc;
+  if (use_pool() && pool_matmul(batch, m, n, k, src, wei, dst, accumulate, 0, &rc)) return rc;
   /* no dense cut: a moderate problem runs on the calling thread (waking
    * the OpenMP team while the pool's threads hold the cores cost
    * milliseconds: a 10x256x1024 GEMM took 7 ms on the team) */

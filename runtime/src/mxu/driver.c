@@ -348,15 +348,16 @@ int tpumxu__run(const tpumxu__problem *p) {
                 (p->dtype == TPU_BF16 && odt == TPUMXU_DT_BF16);
   int a_direct = same_dt && p->sak == 1 && p->sam >= 0 && p->sab >= 0;
   int b_direct = same_dt && p->sbn == 1 && p->sbk >= 0 && p->sbb >= 0;
-  /* a transposed operand (columns contiguous) is read in place too, big
-   * problems only (the small-problem primitive takes unit column strides);
-   * oneDNN's transposed-A kernels keep the speed of the row-major ones */
+  /* a transposed operand (columns contiguous) is read in place too, by a
+   * primitive of the problem's shape (the small-problem primitive takes
+   * unit column strides): for big problems, and for batches of small ones
+   * worth it (packing a transposed small operand cost as much as its
+   * GEMM); oneDNN's transposed-A kernels keep the speed of the row-major
+   * ones */
   int big = m * n * k > TPUMXU_SMALL_MACS;
-  /* (so is a batch of small ones worth a primitive of its shape: packing
-   * a transposed small operand cost as much as its GEMM) */
-  int many = p->batch * m * n * k >= TPUMXU_SMALL_POOL_MACS;
-  int a_direct_t = same_dt && (big || many) && !a_direct && p->sam == 1 && p->sak > 0 && p->sab >= 0;
-  int b_direct_t = same_dt && (big || many) && !b_direct && p->sbk == 1 && p->sbn > 0 && p->sbb >= 0;
+  int shaped = big || p->batch * m * n * k >= TPUMXU_SMALL_POOL_MACS;
+  int a_direct_t = same_dt && shaped && !a_direct && p->sam == 1 && p->sak > 0 && p->sab >= 0;
+  int b_direct_t = same_dt && shaped && !b_direct && p->sbk == 1 && p->sbn > 0 && p->sbb >= 0;
   /* B read along K (a transposed weight): packed in its own order, rows of
    * B^T with the parts side by side, and handed to oneDNN transposed (its
    * kernels reorder B anyway), so packing needs no gather. Big problems

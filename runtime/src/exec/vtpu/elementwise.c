@@ -921,17 +921,27 @@ static int run_instructions(xk_prog *p, int64_t n, void **bp, void *const *dout,
   return 1;
 }
 
-/* Whether array a of the tile starting at L is read or written in place,
- * and its element offset there: in row mode a unit inner stride (idx: L's
- * index), in linear mode a row-major contiguous array (short rows next
- * to a broadcast operand: softmax's normalisation over rows of 128). */
+/* Whether array a's part of the tile starting at L is one run in memory,
+ * and the element offset of its start: in row mode always (along the
+ * inner dim; idx: L's index), in linear mode when the array is row-major
+ * contiguous (short rows next to a broadcast operand: softmax's
+ * normalisation over rows of 128). */
+static int tile_run(const xk_space *s, int a, int in_row, const char *dense, int64_t L,
+                    const int64_t *idx, int64_t *off) {
+  if (in_row) *off = index_offset(s, a, idx);
+  else if (dense && dense[a]) *off = L;
+  else return 0;
+  return 1;
+}
+
+/* Whether array a of that tile is read or written in place: one run of
+ * unit stride in its native class type. */
 static int in_place(const xk_space *s, int a, int in_row, const char *dense, int64_t L,
                     const int64_t *idx, int64_t *off) {
   const xk_arr *ar = &s->arr[a];
   if (ar->iota || ar->dt != xk_native(xk_cls(ar->dt))) return 0;
-  if (in_row ? ar->st[s->nd - 1] != 1 : !dense || !dense[a]) return 0;
-  *off = in_row ? index_offset(s, a, idx) : L;
-  return 1;
+  if (in_row && ar->st[s->nd - 1] != 1) return 0;
+  return tile_run(s, a, in_row, dense, L, idx, off);
 }
 
 /* dense[a]: array a of s is row-major contiguous over the space. */
@@ -1002,8 +1012,7 @@ static void run_tile(xk_prog *p, const xk_space *s, int64_t L, int64_t n,
     if (stored[k]) continue;
     int a = p->store[k].arr, bi = p->store[k].buf;
     const xk_arr *ar = &s->arr[a];
-    if (in_row || (dense && dense[a])) {
-      off = in_row ? index_offset(s, a, idx) : L;
+    if (tile_run(s, a, in_row, dense, L, idx, &off)) {
       tpux__store(ar->dt, ar->p + off * (int64_t)tpu_dtype_size(ar->dt),
                   in_row ? ar->st[s->nd - 1] : 1, n, bp[bi]);
     } else {
@@ -1046,13 +1055,13 @@ int tpux__prog_run(xk_prog *p) {
   int64_t total = tpux__space_numel(&p->sp);
   if (total == 0) return TPU_OK;
   prog_job j = {p, p->sp.sz[p->sp.nd - 1], 0, total, {0}};
-  space_dense(&p->sp, j.dense);
   int64_t ntiles, tile_len;
   if (p->sp.nd > 1 && j.row >= 256) {
     j.cpr = (j.row + p->pt - 1) / p->pt;
     ntiles = (total / j.row) * j.cpr;
     tile_len = j.row / j.cpr;
   } else {
+    space_dense(&p->sp, j.dense);
     ntiles = (total + p->pt - 1) / p->pt;
     tile_len = p->pt;
   }
