@@ -8,7 +8,8 @@ of the machine's peak.
 
 Peak = cores x clock x FLOP/cycle/core, with 64 bf16 FLOP/cycle (one 512-bit
 vdpbf16ps per cycle) and 32 fp32 FLOP/cycle (one 512-bit FMA per cycle) on
-Zen 4. The clock is measured by timing a chain of dependent 1-cycle integer
+Zen 4 and twice that on Zen 5 (CPU family 26: two full-width 512-bit FMA
+pipes); other CPUs are counted as Zen 4 (--flops overrides both). The clock is measured by timing a chain of dependent 1-cycle integer
 adds (a tiny C function compiled with gcc on the fly, best of 200 short runs,
 one core); without gcc it falls back to /proc/cpuinfo's "cpu MHz" (the
 output says which). --ghz overrides it.
@@ -47,6 +48,19 @@ long tpu_bench_chain(long n) {
   return x;
 }
 """
+
+
+def flops_per_cycle():
+    """(bf16, fp32 FLOP/cycle/core, CPU name) from /proc/cpuinfo (see the docstring)."""
+    info = {}
+    try:
+        for line in open("/proc/cpuinfo"):
+            k, _, v = line.partition(":")
+            info.setdefault(k.strip(), v.strip())
+    except OSError:
+        pass
+    zen5 = info.get("vendor_id") == "AuthenticAMD" and info.get("cpu family") == "26"
+    return (128, 64, "Zen 5") if zen5 else (64, 32, info.get("model name", "?"))
 
 
 def measure_clock_ghz():
@@ -104,6 +118,8 @@ def main():
                     help="comma list of DEFAULT,HIGH,HIGHEST")
     ap.add_argument("--reps", type=int, default=3, help="best of this many runs")
     ap.add_argument("--ghz", type=float, default=0, help="clock override (GHz)")
+    ap.add_argument("--flops", default="", metavar="BF16,FP32",
+                    help="FLOP/cycle/core override, e.g. 64,32")
     ap.add_argument("--sizes", default="", help="comma list of square sizes (overrides --quick/--max)")
     a = ap.parse_args()
 
@@ -121,11 +137,14 @@ def main():
         ghz, how = a.ghz, "given with --ghz"
     else:
         ghz, how = measure_clock_ghz()
-    peak_bf16 = cores * ghz * 64
-    peak_fp32 = cores * ghz * 32
+    fb, ff, cpu = flops_per_cycle()
+    if a.flops:
+        fb, ff = (int(x) for x in a.flops.split(","))
+    peak_bf16 = cores * ghz * fb
+    peak_fp32 = cores * ghz * ff
     print(f"machine: {cores} cores, clock {ghz:.2f} GHz ({how})")
-    print(f"peak: bf16 {peak_bf16:.0f} GFLOP/s (64 FLOP/cycle/core, vdpbf16ps), "
-          f"fp32 {peak_fp32:.0f} GFLOP/s (32 FLOP/cycle/core, FMA)")
+    print(f"peak ({cpu}): bf16 {peak_bf16:.0f} GFLOP/s ({fb} FLOP/cycle/core, vdpbf16ps), "
+          f"fp32 {peak_fp32:.0f} GFLOP/s ({ff} FLOP/cycle/core, FMA)")
     info = getattr(torch_tpu._C, "_mxu_info", None)
     print(f"vTPU MXU engine: {info() if info else 'hand-written kernels (no _mxu_info)'}")
     print(f"torch {torch.__version__}, {torch.get_num_threads()} threads; "

@@ -32,6 +32,7 @@ static const struct {
     {"sum_last", "sum over dim 2 of [64,256,256]", C_SUM_LAST, 3, {64, 256, 256}},
     {"max_last", "max over dim 2 of [64,256,256]", C_MAX_LAST, 3, {64, 256, 256}},
     {"sum_cols", "sum over dim 0 of [2048,2048]", C_SUM_COLS, 2, {2048, 2048}},
+    {"sum_cols512", "sum over dim 0 of [2048,512] (a bias gradient)", C_SUM_COLS, 2, {2048, 512}},
     {"sum_rows512", "sum over dim 1 of [2048,512]", C_SUM_ROWS512, 2, {2048, 512}},
     {"softmax", "max(x*s), sum(exp(x*s - max)) over dim 2 of [64,256,256]",
      C_SOFTMAX, 3, {64, 256, 256}},
