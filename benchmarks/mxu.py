@@ -9,10 +9,11 @@ of the machine's peak.
 Peak = cores x clock x FLOP/cycle/core, with 64 bf16 FLOP/cycle (one 512-bit
 vdpbf16ps per cycle) and 32 fp32 FLOP/cycle (one 512-bit FMA per cycle) on
 Zen 4 and twice that on Zen 5 (CPU family 26: two full-width 512-bit FMA
-pipes); other CPUs are counted as Zen 4 (--flops overrides both). The clock is measured by timing a chain of dependent 1-cycle integer
-adds (a tiny C function compiled with gcc on the fly, best of 200 short runs,
-one core); without gcc it falls back to /proc/cpuinfo's "cpu MHz" (the
-output says which). --ghz overrides it.
+pipes); other CPUs are counted as Zen 4 (--flops overrides both). The clock
+is measured by timing a chain of dependent 1-cycle integer adds (a tiny C
+function compiled with gcc on the fly, best of 200 short runs, one core);
+without gcc it falls back to /proc/cpuinfo's "cpu MHz" (the output says
+which). --ghz overrides it.
 
 Columns: GFLOP/s counts useful FLOPs (2*M*N*K). "MXU util" is the fraction
 of the bf16 peak doing MXU work: passes (1/3/6) x GFLOP/s / bf16 peak;
