@@ -289,9 +289,42 @@ def test_loop_detection_one_program_per_step(fused):
     torch.tpu.synchronize()
     s = stats()
     assert s["flushes"]["loop"] >= 4, s
-    assert s["misses"] <= 1, s       # every step is the same cached program
-    assert s["hits"] >= 4, s
+    # every step is the same cached program, except the last: the synchronize
+    # flushes it while the gradients are still held (outputs), where the
+    # others were flushed after zero_grad dropped them
+    assert s["misses"] <= 2, s
+    assert s["hits"] >= 3, s
 
+
+
+def test_loop_flush_waits_for_the_host_to_let_go(fused):
+    # a repeated step is flushed at the next device call, not at its last op:
+    # t, v and the product the host holds while add_ is recorded are dropped
+    # by then, so each program writes w alone (4 outputs if cut at add_)
+    w = torch.randn(1024, device=DEV)
+    ref = w.cpu()
+    torch.tpu.synchronize()
+
+    def step(w):
+        t = w * 1.5
+        v = t.tanh() - 0.5
+        w.mul_(0.5).add_(v * t * 0.1)
+
+    for i in range(3):               # the first defines the step
+        step(w)
+        step(ref)
+        if i == 0:
+            torch.tpu.synchronize()
+    torch.tpu.synchronize()
+    torch.tpu._reset_cache_stats()
+    for _ in range(4):
+        step(w)
+        step(ref)
+    torch.tpu.synchronize()
+    s = stats()
+    assert s["flushes"]["loop"] == 4 and s["programs_run"] == 4, s
+    assert s["outputs_written"] == 4, s
+    torch.testing.assert_close(w.cpu(), ref)
 
 def _dropout_steps(mode, n):
     torch.manual_seed(0)
@@ -346,7 +379,8 @@ def test_dropout_steps_share_one_program():
     # step with dropout is a cache hit although its random numbers change
     fl, fs = _dropout_steps(EagerMode.DEFER_AND_FUSE, 9)
     sl, ss = _dropout_steps(EagerMode.DEFER_NEVER, 9)
-    assert fs["flushes"]["loop"] >= 4 and fs["misses"] <= 1 and fs["hits"] >= 4, fs
+    # (the last step is a second program: see test_loop_detection_one_program_per_step)
+    assert fs["flushes"]["loop"] >= 4 and fs["misses"] <= 2 and fs["hits"] >= 3, fs
     assert ss["misses"] == 0, ss     # strict: every one-op program reused
     assert len(set(fl)) == len(fl)   # fresh dropout masks every step
     torch.testing.assert_close(torch.tensor(fl), torch.tensor(sl), rtol=1e-5, atol=1e-6)

@@ -69,6 +69,7 @@ typedef struct gdev {
   struct { int len; uint64_t h; } known[MAX_KNOWN];
   int nknown, known_next;
   int capturing, broken; /* tpug_capture_begin .. end; 1 + reason of a flush that cut it */
+  int step_done; /* the pending ops are a known step, flushed at the next call (loop_flush) */
 } gdev;
 
 static gdev g_dev[MAX_DEV];
@@ -719,6 +720,8 @@ static gtask *task_clone(const gtask *T);
  * return a copy of the task (*keep, NULL if nothing observable). */
 static int flush_with(gdev *D, int reason, gtask **keep) {
   int n = D->n, rc = TPU_OK;
+  if (D->step_done) reason = TPUG_R_LOOP; /* whatever comes first cuts at the step's end */
+  D->step_done = 0;
   if (n == 0) {
     for (int i = 0; i < D->nd; i++) tpurt_free(D->deferred[i]);
     D->nd = 0;
@@ -863,6 +866,15 @@ out:
 }
 
 static int flush_locked(gdev *D, int reason) { return flush_with(D, reason, NULL); }
+
+/* Loop detection: a recorded sequence that repeats a known step is flushed
+ * at the next call that records or copies, not at its last op, so what the
+ * host held only while that op was recorded (autograd's last gradients,
+ * an optimizer's temporaries) has been released and is no output of the
+ * program. Anything that flushes for another reason first cuts at the same
+ * place. (A host that does other work before its next device call starts
+ * the step later; torch_xla's step marks wait for the next batch too.) */
+static int loop_flush(gdev *D) { return D->step_done ? flush_locked(D, TPUG_R_LOOP) : TPU_OK; }
 
 /* ---- capture / replay -------------------------------------------------------- */
 
@@ -1184,14 +1196,14 @@ int tpug_submit(tpurt_stream *s, const tpuir_graph *g, int nin,
     deferred = sync;
     sync = 0;
   }
-  int rc = TPU_OK;
-  if (!fuse && !D->n && strict_run(D, s, g, nin, ins, nout, outs, &rc)) {
+  int rc = loop_flush(D);
+  if (rc >= 0 && !fuse && !D->n && strict_run(D, s, g, nin, ins, nout, outs, &rc)) {
     pthread_mutex_unlock(&D->mu);
     if (release) release(owner);
     if (rc == TPU_OK && sync) rc = tpurt_stream_synchronize(s);
     return rc;
   }
-  if (D->n && D->s != s) rc = flush_locked(D, TPUG_R_STREAM);
+  if (rc >= 0 && D->n && D->s != s) rc = flush_locked(D, TPUG_R_STREAM);
   if (rc >= 0 && D->n && sync) rc = flush_locked(D, TPUG_R_SYNC_OP);
   if (rc >= 0 && D->n && check_conflicts(D, nin, ins, nout, outs))
     rc = flush_locked(D, TPUG_R_ALIAS);
@@ -1263,7 +1275,7 @@ int tpug_submit(tpurt_stream *s, const tpuir_graph *g, int nin,
   else if (D->n >= MIN_STEP) {
     for (int q = 0; q < D->nknown; q++)
       if (D->known[q].len == D->n && D->known[q].h == o->roll) {
-        rc = flush_locked(D, TPUG_R_LOOP);
+        D->step_done = 1;
         break;
       }
   }
@@ -1301,9 +1313,9 @@ int tpug_flush_if_uses(int dev, const void *base, int reason) {
   gdev *D = dev_of(dev);
   if (!D) return TPU_OK;
   pthread_mutex_lock(&D->mu);
-  int rc = TPU_OK;
+  int rc = loop_flush(D);
   gbase *b = base_find(D, base);
-  if (b && (b->whead >= 0 || b->phead >= 0)) rc = flush_locked(D, reason);
+  if (rc >= 0 && b && (b->whead >= 0 || b->phead >= 0)) rc = flush_locked(D, reason);
   else if (b) b->fresh = 0; /* used by the host or a copy: materialized */
   pthread_mutex_unlock(&D->mu);
   return rc;
