@@ -40,6 +40,12 @@
 
 #define LANES 32
 #define RED_CHUNK 65536
+/* Elements of one outer-shape window of a fused producer (reduced rows of
+ * a block of columns, one program start each, folded in row order). One
+ * row per window spent half of a bias gradient's time in window set-up
+ * and accumulator traffic: (g * h).sum((0, 1)) over [8,256,2048], Fused
+ * 2.0 -> 1.0-1.15 ms; with GELU backward in the region 5.5 -> 2.5-2.9. */
+#define FUSE_OUTER_WINDOW (8 * XK_TILE)
 
 typedef union acc_t {
   double d;
@@ -596,7 +602,7 @@ static void fuse_outer(const red_plan *p, const int64_t *aoff, int64_t xb,
     sst[1] = p->kx[p->nk - 1];
   }
   for (int64_t r = lo; r < hi;) {
-    int64_t R = XK_TILE / len, rl = p->rs[nr - 1] - idx[nr - 1];
+    int64_t R = FUSE_OUTER_WINDOW / len, rl = p->rs[nr - 1] - idx[nr - 1];
     if (R > rl) R = rl;
     if (R > hi - r) R = hi - r;
     fuse_red_offsets(p, aoff, idx, nr - 1, off);
@@ -625,7 +631,7 @@ static void fuse_range(red_plan *p, int64_t b, int64_t e, void *buf) {
     atomic_compare_exchange_strong(&prog->err, &z, TPU_E_OOM);
     return;
   }
-  _Alignas(64) char sbuf[XK_TILE * 8];
+  _Alignas(64) char sbuf[FUSE_OUTER_WINDOW * 8];
   tpux__prog_fill_consts(prog, &prog->sp, scr);
   int64_t aoff[XK_MAX_ARR];
   for (int64_t task = b; task < e;) {
@@ -951,7 +957,7 @@ static int64_t fuse_window_size(const red_plan *p) {
   if (!p->outer)
     return min64(min64(p->rs[nr - 1], p->chunk),
                  min64(XK_TILE, zinner(F, F->rzl[nr - 1], F->rzn[nr - 1])));
-  int64_t R = min64(XK_TILE / p->blk, p->rs[nr - 1]);
+  int64_t R = min64(FUSE_OUTER_WINDOW / p->blk, p->rs[nr - 1]);
   return min64(R, zinner(F, F->rzl[nr - 1], F->rzn[nr - 1])) *
          min64(p->blk, zinner(F, F->kzl[nk - 1], F->kzn[nk - 1]));
 }
