@@ -124,6 +124,38 @@ def test_multi_output_and_shared_values():
     check(g, x, atol=1e-6, rtol=1e-5)
 
 
+
+def test_outer_windows_of_many_rows():
+    # column sums (outer shape) run the region over windows of many reduced
+    # rows: a remainder window, a stored operand and a transposed input
+    torch.manual_seed(5)
+    x, w = torch.randn(300, 2, 50), torch.randn(2, 50)
+    check(lambda x, w: (x * w + 1).tanh().sum(0), x, w, atol=1e-4, rtol=1e-5)
+    check(lambda x, w: (x * w + 1).tanh().sum((0, 1)), x, w, atol=1e-4, rtol=1e-5)
+
+    def stored(x):
+        y = x * 0.5 - 1        # returned too: written in place, folded hot
+        return y, y.sum(0)
+
+    check(stored, torch.randn(777, 130), atol=1e-4, rtol=1e-5)
+    xt = torch.randn(90, 1100).t()  # [1100, 90] read strided
+    check(lambda x: (x * x).sum(0), xt, atol=1e-4, rtol=1e-5)
+
+
+def test_reduce_of_a_reshaped_value():
+    # a bias gradient sums a [B*T, C] reshape of a [B, T, C] value: the
+    # plan reduces the value itself (dims 0, 1), fused with its producer;
+    # a reshape that splits a reduced dim from a kept one stays as it was
+    torch.manual_seed(6)
+    x, w = torch.randn(8, 16, 256), torch.randn(256)
+    y = lambda x, w: (x * w).tanh()
+    r0 = torch.tpu._get_fusion_stats()["reduce"]
+    check(lambda x, w: y(x, w).reshape(128, 256).sum(0), x, w, atol=1e-4, rtol=1e-5)
+    check(lambda x, w: y(x, w).reshape(8, 4096).amax(1), x, w, atol=0, rtol=0)
+    assert torch.tpu._get_fusion_stats()["reduce"] - r0 == 2
+    check(lambda x, w: y(x, w).reshape(128, 256, 1).sum((0, 2)), x, w, atol=1e-4, rtol=1e-5)
+    check(lambda x, w: y(x, w).reshape(2, 64, 256).sum(0), x, w, atol=1e-4, rtol=1e-5)
+
 def test_training_patterns():
     torch.manual_seed(4)
     x = torch.randn(128, 256)

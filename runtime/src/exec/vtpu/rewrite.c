@@ -1,6 +1,7 @@
 /* exec/vtpu/rewrite.c - the plan's graph rewrite (prefix tpux_): bf16
  * operands for f32 matmuls at DEFAULT precision, attention heads
- * multiplied in place, views shared, index cones first.
+ * multiplied in place, views shared, index cones first, reductions of
+ * reshaped values over the values themselves (reduce_source).
  *
  * DEFAULT multiplies bf16(x) by bf16(w) with f32 accumulation. Left to the
  * matrix unit, every dot rounds (and, for a transposed operand, gathers)
@@ -332,6 +333,57 @@ static tpuir_val copy_with(tpuir_graph *h, const tpuir_node *s, int nin,
   return tpuir_copy_node(h, &c, map);
 }
 
+/* REDUCE n of g (operands mapped into h by map) whose operand is, in h,
+ * RESHAPEs of a computed value x (no parameter or view: contiguous) that
+ * keep each group of reduced dims whole: the same reduction over x's dims,
+ * reshaped to n's shape if that differs (*r = 1), so a fused region's value
+ * feeds its reduction directly (bias gradients: sum(0) over [B*T, C] of a
+ * [B, T, C] value). Groups pair runs of x's dims and the operand's dims of
+ * equal products (size-1 dims aside); a group is reduced when its operand
+ * dims are, and a group reduced in part leaves n alone (*r = 0, returns 0).
+ * The reduction coalesces dims, so over a contiguous x it runs the same
+ * loops over the same memory: bit-identical. */
+static tpuir_val reduce_source(tpuir_graph *h, const tpuir_node *n, const tpuir_val *map,
+                               int *r) {
+  *r = 0;
+  tpuir_val y = map[n->in[0]], x = y;
+  if (y < 0) return y;
+  while (tpuir_get_node(h, x)->op == TPUIR_RESHAPE) x = tpuir_get_node(h, x)->in[0];
+  const tpuir_node *X = tpuir_get_node(h, x), *Y = tpuir_get_node(h, y);
+  if (x == y || X->op == TPUIR_PARAM || tpux__is_view_op(X->op)) return 0;
+  char yred[TPU_MAX_DIMS] = {0};
+  int64_t dims[TPU_MAX_DIMS];
+  for (int k = 0; k < n->na; k++) yred[n->a[k]] = 1;
+  int xi = 0, yj = 0, nd = 0;
+  for (;;) {
+    while (xi < X->ndim && X->sizes[xi] == 1) xi++;
+    while (yj < Y->ndim && Y->sizes[yj] == 1) yj++;
+    if (xi == X->ndim || yj == Y->ndim) break;
+    int x0 = xi, red = yred[yj];
+    int64_t px = X->sizes[xi++], py = Y->sizes[yj++];
+    while (px != py) {
+      if (px < py && xi < X->ndim) {
+        px *= X->sizes[xi++];
+      } else if (py < px && yj < Y->ndim) {
+        if (Y->sizes[yj] != 1 && yred[yj] != red) return 0;
+        py *= Y->sizes[yj++];
+      } else {
+        return 0;
+      }
+    }
+    if (px == 0) return 0;
+    for (int d = x0; d < xi && red; d++) dims[nd++] = d;
+  }
+  if (xi < X->ndim || yj < Y->ndim) return 0; /* (a zero-size dim) */
+  tpuir_val v = tpuir_reduce(h, n->kind, x, nd, dims);
+  if (v < 0) return v;
+  *r = 1;
+  const tpuir_node *V = tpuir_get_node(h, v);
+  int same = V->ndim == n->ndim;
+  for (int d = 0; d < n->ndim && same; d++) same = V->sizes[d] == n->sizes[d];
+  return same ? v : tpuir_reshape(h, v, n->ndim, n->sizes);
+}
+
 /* The bf16 counterpart (in h) of dot operand v of g: v's view chain
  * replayed on the converted source. */
 static tpuir_val bf16_operand(const tpuir_graph *g, tpuir_graph *h, vtab *vt, const char *lift,
@@ -430,7 +482,7 @@ static int index_cones_first(const tpuir_graph *g, int *ord) {
 int tpux__rewrite_graph(const tpuir_graph *g, tpuir_graph **out, char **alone) {
   *out = NULL;
   *alone = NULL;
-  int nn = tpuir_num_nodes(g), ndots = 0, nsplit = 0;
+  int nn = tpuir_num_nodes(g), ndots = 0, nsplit = 0, nred = 0;
   int bf = tpux__bf16_operands_enabled() && tpumxu_bf16_native();
   heads hd[2];
   for (int t = 0; t < nn && !ndots; t++) {
@@ -494,7 +546,10 @@ int tpux__rewrite_graph(const tpuir_graph *g, tpuir_graph **out, char **alone) {
     } else if (tpux__is_view_op(n->op)) {
       map[t] = emit_view(h, &vt, n, map[n->in[0]], n->dtype, lift[n->in[0]]);
     } else {
-      map[t] = tpuir_copy_node(h, n, map);
+      int red = 0;
+      map[t] = n->op == TPUIR_REDUCE ? reduce_source(h, n, map, &red) : 0;
+      if (!red && map[t] >= 0) map[t] = tpuir_copy_node(h, n, map);
+      nred += red;
     }
     if (map[t] >= 0 && need[t] && !done) shadow[t] = tpuir_convert(h, map[t], TPU_BF16);
     rc = map[t] < 0 ? map[t] : need[t] && shadow[t] < 0 ? shadow[t] : TPU_OK;
@@ -518,7 +573,7 @@ int tpux__rewrite_graph(const tpuir_graph *g, tpuir_graph **out, char **alone) {
   free(ord);
   free(vt.head);
   free(vt.next);
-  if (rc != TPU_OK || (!ndots && !nsplit && !vt.changed && !moved)) {
+  if (rc != TPU_OK || (!ndots && !nsplit && !nred && !vt.changed && !moved)) {
     tpuir_graph_free(h);
     free(al);
     return rc;
