@@ -872,8 +872,10 @@ static int flush_locked(gdev *D, int reason) { return flush_with(D, reason, NULL
  * host held only while that op was recorded (autograd's last gradients,
  * an optimizer's temporaries) has been released and is no output of the
  * program. Anything that flushes for another reason first cuts at the same
- * place. (A host that does other work before its next device call starts
- * the step later; torch_xla's step marks wait for the next batch too.) */
+ * place. Host work between steps (loading the next batch) delays the
+ * step's start, not the step rate: a host ahead of the chip keeps earlier
+ * steps queued, a host behind it leaves the chip waiting either way
+ * (torch_xla's step marks also wait for the next batch). */
 static int loop_flush(gdev *D) { return D->step_done ? flush_locked(D, TPUG_R_LOOP) : TPU_OK; }
 
 /* ---- capture / replay -------------------------------------------------------- */
