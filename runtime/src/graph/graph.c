@@ -1316,8 +1316,8 @@ int tpug_flush_if_uses(int dev, const void *base, int reason) {
   if (!D) return TPU_OK;
   pthread_mutex_lock(&D->mu);
   int rc = loop_flush(D);
-  gbase *b = base_find(D, base);
-  if (rc >= 0 && b && (b->whead >= 0 || b->phead >= 0)) rc = flush_locked(D, reason);
+  gbase *b = rc >= 0 ? base_find(D, base) : NULL;
+  if (b && (b->whead >= 0 || b->phead >= 0)) rc = flush_locked(D, reason);
   else if (b) b->fresh = 0; /* used by the host or a copy: materialized */
   pthread_mutex_unlock(&D->mu);
   return rc;
