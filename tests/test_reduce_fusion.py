@@ -142,6 +142,20 @@ def test_outer_windows_of_many_rows():
     check(lambda x: (x * x).sum(0), xt, atol=1e-4, rtol=1e-5)
 
 
+def test_bias_gradient_of_wide_rows():
+    # Linear's bias gradient after GELU backward: a fused plan takes whole
+    # rows of 2500 columns per block (plain: tiles of 1024 columns), and
+    # the 320 rows split into chunks of 64 (a [B*T, C] column sum with few
+    # outputs runs on every thread): the same sums in Strict and Fused
+    torch.manual_seed(7)
+    g, h = torch.randn(4, 80, 2500), torch.randn(4, 80, 2500)
+    gelu_bwd = lambda g, h: torch.ops.aten.gelu_backward(g, h).reshape(320, 2500).sum(0)
+    r0 = torch.tpu._get_fusion_stats()["reduce"]
+    check(gelu_bwd, g, h, atol=1e-3, rtol=1e-5)
+    check(lambda g, h: (g * h).sum((0, 1)), g, h, atol=1e-3, rtol=1e-5)
+    assert torch.tpu._get_fusion_stats()["reduce"] - r0 >= 2
+
+
 def test_reduce_of_a_reshaped_value():
     # a bias gradient sums a [B*T, C] reshape of a [B, T, C] value: the
     # plan reduces the value itself (dims 0, 1), fused with its producer;

@@ -214,6 +214,15 @@ TPU_TEST(reduce_fusion_chunks_and_empty) {
   red_case(tpu_test_failed_, TPU_F32, s2, 1, d1, TPUIR_RED_SUM, V_TWO, 0, 1);
   red_case(tpu_test_failed_, TPU_F32, s4, 1, dl, TPUIR_RED_SUM, V_MULTI, 0, 0);
   red_case(tpu_test_failed_, TPU_F32, s4, 1, d0, TPUIR_RED_SUM, V_MULTI, 0, 1);
+  /* column sums of rows wider than a tile (a fused plan takes whole rows
+   * per block, the plain one tiles of columns) over 160 rows (3 chunks of
+   * 64 rows): the same sums either way; a stored bf16 value is folded
+   * back in column pieces */
+  int64_t s5[3] = {4, 40, 2500}, d01[2] = {0, 1};
+  red_case(tpu_test_failed_, TPU_F32, s5, 2, d01, TPUIR_RED_SUM, V_PLAIN, 0, 1);
+  red_case(tpu_test_failed_, TPU_BF16, s5, 2, d01, TPUIR_RED_SUM, V_OUTPUT, 0, 1);
+  red_case(tpu_test_failed_, TPU_F32, s5, 2, d01, TPUIR_RED_MAX, V_TWO, 0, 1);
+  red_case(tpu_test_failed_, TPU_F32, s5, 2, d01, TPUIR_RED_SUM, V_MULTI, 1, 1);
 }
 
 /* all/any (AND/OR of bools) fold contiguous rows as bytes: short rows and

@@ -11,11 +11,12 @@
  *          lane j % 32 of 32 independent accumulators (kept in registers
  *          within a run), which are combined at the end in a fixed
  *          pairwise tree;
- *   outer: per block of up to XK_TILE consecutive outputs along a kept
- *          innermost dim with the smaller stride, accumulate rows into a
- *          vector of accumulators - sum over columns: each column folds
- *          its rows sequentially in row order (strips of columns held in
- *          registers over a few rows at a time).
+ *   outer: per block of up to XK_TILE (fused: FUSE_OUTER_COLS)
+ *          consecutive outputs along a kept innermost dim with the
+ *          smaller stride, accumulate rows into a vector of accumulators
+ *          - sum over columns: each column folds its rows sequentially in
+ *          row order (strips of columns held in registers over a few rows
+ *          at a time).
  * Work is split over outputs; when there are few outputs and a long
  * reduction, the reduction is also split into fixed-size chunks whose
  * partial results are combined in chunk order, so results never depend on
@@ -40,12 +41,19 @@
 
 #define LANES 32
 #define RED_CHUNK 65536
-/* Elements of one outer-shape window of a fused producer (reduced rows of
- * a block of columns, one program start each, folded in row order). One
- * row per window spent half of a bias gradient's time in window set-up
- * and accumulator traffic: (g * h).sum((0, 1)) over [8,256,2048], Fused
+/* Elements of one window of a fused producer (one program start each):
+ * reduced rows of a block of columns in the outer shape, folded in row
+ * order, or the rows of several outputs in the inner shape. One row per
+ * window spent half of a bias gradient's time in window set-up and
+ * accumulator traffic: (g * h).sum((0, 1)) over [8,256,2048], Fused
  * 2.0 -> 1.0-1.15 ms; with GELU backward in the region 5.5 -> 2.5-2.9. */
-#define FUSE_OUTER_WINDOW (8 * XK_TILE)
+#define FUSE_WINDOW (8 * XK_TILE)
+/* Widest block of columns of a fused outer-shape plan: whole rows of a
+ * [B*T, 2048] bias gradient. Blocks of XK_TILE columns read half of each
+ * row per window, and those windows ran 2x slower than streaming the
+ * rows (the hardware prefetchers restart on every row): GELU backward +
+ * bias gradient over [8,256,2048] in the GPT block 3.2 -> 2.75 ms. */
+#define FUSE_OUTER_COLS (4 * XK_TILE)
 
 typedef union acc_t {
   double d;
@@ -114,25 +122,6 @@ static acc_t identity(int kind, int dt) {
   default: a.i = 0; break;
   }
   return a;
-}
-
-static inline double comb_d(int kind, double a, double v) {
-  switch (kind) {
-  case TPUIR_RED_SUM: return a + v;
-  case TPUIR_RED_PROD: return a * v;
-  case TPUIR_RED_MAX: return (v > a || v != v) ? v : a;
-  default: return (v < a || v != v) ? v : a;
-  }
-}
-static inline int64_t comb_i(int kind, int64_t a, int64_t v) {
-  switch (kind) {
-  case TPUIR_RED_SUM: return (int64_t)((uint64_t)a + (uint64_t)v);
-  case TPUIR_RED_PROD: return (int64_t)((uint64_t)a * (uint64_t)v);
-  case TPUIR_RED_MAX: return v > a ? v : a;
-  case TPUIR_RED_MIN: return v < a ? v : a;
-  case TPUIR_RED_AND: return a & v;
-  default: return a | v;
-  }
 }
 
 /* Combines of an accumulator a with a value v (converted to a's type).
@@ -260,12 +249,6 @@ static void fold_rows(int kind, int cls, int64_t nrows, int64_t n, int64_t rst,
   FOLD_DISPATCH(FOLD_ROWS);
 }
 
-static acc_t comb(const red_plan *p, acc_t a, acc_t v) {
-  if (p->fl) a.d = comb_d(p->kind, a.d, v.d);
-  else a.i = comb_i(p->kind, a.i, v.i);
-  return a;
-}
-
 /* operand offset of kept linear index o (first `nk` kept dims) */
 static int64_t kept_offset(const red_plan *p, int nk, int64_t o) {
   int64_t off = 0;
@@ -360,6 +343,11 @@ static void fold_block(const red_plan *p, const char *src, int64_t rst,
   int64_t es = (int64_t)p->es;
   if (st == 1 && p->dt == xk_native(p->cls)) {
     fold_rows(p->kind, p->cls, R, len, rst, src, acc); /* straight from memory */
+    return;
+  }
+  if (len > XK_TILE) { /* column pieces of a tile */
+    for (int64_t c = 0; c < len; c += XK_TILE)
+      fold_block(p, src + c * st * es, rst, st, R, len - c < XK_TILE ? len - c : XK_TILE, buf, acc + c);
     return;
   }
   int64_t per = XK_TILE / len; /* rows per load (len <= XK_TILE) */
@@ -602,7 +590,7 @@ static void fuse_outer(const red_plan *p, const int64_t *aoff, int64_t xb,
     sst[1] = p->kx[p->nk - 1];
   }
   for (int64_t r = lo; r < hi;) {
-    int64_t R = FUSE_OUTER_WINDOW / len, rl = p->rs[nr - 1] - idx[nr - 1];
+    int64_t R = FUSE_WINDOW / len, rl = p->rs[nr - 1] - idx[nr - 1];
     if (R > rl) R = rl;
     if (R > hi - r) R = hi - r;
     fuse_red_offsets(p, aoff, idx, nr - 1, off);
@@ -631,14 +619,14 @@ static void fuse_range(red_plan *p, int64_t b, int64_t e, void *buf) {
     atomic_compare_exchange_strong(&prog->err, &z, TPU_E_OOM);
     return;
   }
-  _Alignas(64) char sbuf[FUSE_OUTER_WINDOW * 8];
+  _Alignas(64) char sbuf[FUSE_WINDOW * 8];
   tpux__prog_fill_consts(prog, &prog->sp, scr);
   int64_t aoff[XK_MAX_ARR];
   for (int64_t task = b; task < e;) {
     if (atomic_load_explicit(&prog->err, memory_order_relaxed)) break;
     if (F->batch) {
       int64_t kin = p->ks[p->nk - 1], col = task % kin;
-      int64_t cnt = XK_TILE / p->rcount;
+      int64_t cnt = FUSE_WINDOW / p->rcount;
       if (cnt > e - task) cnt = e - task;
       if (cnt > kin - col) cnt = kin - col;
       fuse_inner_batch(p, task, cnt, buf, scr, sbuf);
@@ -806,20 +794,36 @@ static int red_prepare(red_plan *p, const tpuir_node *n, const tpu_view *x,
   }
   p->outer = p->ks[p->nk - 1] > 1 &&
              llabs(p->kx[p->nk - 1]) < llabs(p->rx[p->nr - 1]);
+  /* groups of outputs: blocks of at most XK_TILE columns in the outer
+   * shape (a fused plan's blocks are whole rows of up to FUSE_OUTER_COLS
+   * where the kept dim is one run of every array of the region, so that a
+   * window's rows are one run, not a piece of each row; its sums are the
+   * same) */
+  int64_t kin = p->ks[p->nk - 1], tile_cols = kin < XK_TILE ? kin : XK_TILE;
+  int64_t groups = p->nout;
   if (p->outer) {
-    p->blk = p->ks[p->nk - 1] < XK_TILE ? p->ks[p->nk - 1] : XK_TILE;
-    p->nblk = (p->ks[p->nk - 1] + p->blk - 1) / p->blk;
-    p->ngroups = (p->nout / p->ks[p->nk - 1]) * p->nblk;
+    int kz = F ? F->kzn[p->nk - 1] : 0;
+    int64_t wb = kz && F->zs[F->kzl[p->nk - 1][kz - 1]] == kin ? FUSE_OUTER_COLS : XK_TILE;
+    p->blk = kin < wb ? kin : wb;
+    p->nblk = (kin + p->blk - 1) / p->blk;
+    p->ngroups = (p->nout / kin) * p->nblk;
     p->glen = p->blk;
+    groups = (p->nout / kin) * ((kin + XK_TILE - 1) / XK_TILE);
   } else {
     p->ngroups = p->nout;
     p->glen = 1;
   }
+  /* few groups (counted in tile blocks whatever the plan's blocks, so that
+   * fused and plain plans add in the same order): the reduction also
+   * splits into chunks of RED_CHUNK elements (rows of a tile block in the
+   * outer shape: a [2048, 512] bias gradient runs in 16 chunks, not on one
+   * thread) */
+  int64_t crows = RED_CHUNK / (p->outer ? tile_cols : 1);
   p->nchunks = 1;
   p->chunk = p->rcount;
-  if (p->ngroups < 64 && p->rcount >= 2 * RED_CHUNK) {
-    p->chunk = RED_CHUNK;
-    p->nchunks = (p->rcount + RED_CHUNK - 1) / RED_CHUNK;
+  if (groups < 64 && p->rcount >= 2 * crows) {
+    p->chunk = crows;
+    p->nchunks = (p->rcount + crows - 1) / crows;
   }
   if (F)
     F->batch = !p->outer && p->nr == 1 && p->nchunks == 1 &&
@@ -844,7 +848,14 @@ static int red_execute(red_plan *p, char *out) {
       return rc;
     }
   }
-  /* combine chunks, convert to the class and store (outputs in order) */
+  /* combine chunks (into each group's first chunk, row by row: the outer
+   * shape's partial rows are glen apart), convert to the class and store
+   * (outputs in order) */
+  for (int64_t g = 0; g < p->ngroups && p->nchunks > 1; g++) {
+    acc_t *a = p->part + g * p->nchunks * p->glen;
+    fold_rows(p->kind, p->fl ? XK_F64 : XK_I64, p->nchunks - 1, p->glen, p->glen,
+              a + p->glen, a);
+  }
   union { float f[XK_TILE]; double d[XK_TILE]; int64_t i[XK_TILE]; } cb;
   for (int64_t o0 = 0; o0 < p->nout; o0 += XK_TILE) {
     int64_t m = p->nout - o0 > XK_TILE ? XK_TILE : p->nout - o0;
@@ -859,8 +870,6 @@ static int red_execute(red_plan *p, char *out) {
         j = 0;
       }
       acc_t a = p->part[(g * p->nchunks) * p->glen + j];
-      for (int64_t ch = 1; ch < p->nchunks; ch++)
-        a = comb(p, a, p->part[(g * p->nchunks + ch) * p->glen + j]);
       if (p->cls == XK_F32) cb.f[k] = (float)a.d;
       else if (p->cls == XK_F64) cb.d[k] = a.d;
       else cb.i[k] = a.i;
@@ -957,7 +966,7 @@ static int64_t fuse_window_size(const red_plan *p) {
   if (!p->outer)
     return min64(min64(p->rs[nr - 1], p->chunk),
                  min64(XK_TILE, zinner(F, F->rzl[nr - 1], F->rzn[nr - 1])));
-  int64_t R = min64(FUSE_OUTER_WINDOW / p->blk, p->rs[nr - 1]);
+  int64_t R = min64(FUSE_WINDOW / p->blk, p->rs[nr - 1]);
   return min64(R, zinner(F, F->rzl[nr - 1], F->rzn[nr - 1])) *
          min64(p->blk, zinner(F, F->kzl[nk - 1], F->kzn[nk - 1]));
 }
