@@ -312,3 +312,51 @@ TPU_TEST(exec_short_rows_in_place) {
   tpuir_graph_free(g);
   use_private_cache(0);
 }
+
+/* Bool masks read by native kernels as bytes: in place (a full mask, row
+ * tiles of rows >= 256 and linear tiles of short rows, each with a tail)
+ * and gathered as bytes (a [R, 1] mask broadcast along the row, a [C]
+ * mask broadcast over rows, a transposed mask): the tile engine's results
+ * bit for bit, and each mask decides its elements. */
+TPU_TEST(exec_jit_bool_masks) {
+  use_private_cache(1);
+  static const int64_t shapes[2][2] = {{37, 29}, {5, 300}};
+  for (int sh = 0; sh < 2; sh++) {
+    int64_t R = shapes[sh][0], C = shapes[sh][1], N = R * C;
+    int64_t rc[2] = {R, C}, r1[2] = {R, 1}, cc[1] = {C}, cr[2] = {C, R};
+    int64_t bd[2] = {0, 1}, d1[1] = {1}, perm[2] = {1, 0};
+    tpuir_graph *g = tpuir_graph_new();
+    tpuir_val X = tpuir_param(g, TPU_F32, 2, rc), F = tpuir_param(g, TPU_BOOL, 2, rc);
+    tpuir_val Mr = tpuir_broadcast_in_dim(g, tpuir_param(g, TPU_BOOL, 2, r1), 2, rc, bd);
+    tpuir_val Mc = tpuir_broadcast_in_dim(g, tpuir_param(g, TPU_BOOL, 1, cc), 2, rc, d1);
+    tpuir_val Mt = tpuir_transpose(g, tpuir_param(g, TPU_BOOL, 2, cr), perm);
+    tpuir_val two = tpuir_broadcast_in_dim(g, tpuir_const_f(g, TPU_F32, 2), 2, rc, NULL);
+    tpuir_val y = tpuir_select(g, Mt, tpuir_unary(g, TPUIR_NEG, X), tpuir_binary(g, TPUIR_ADD, X, two));
+    y = tpuir_select(g, Mc, tpuir_binary(g, TPUIR_MUL, X, two), y);
+    y = tpuir_select(g, Mr, X, y);
+    y = tpuir_select(g, F, tpuir_binary(g, TPUIR_SUB, y, two), y);
+    CHECK_OK(tpuir_set_outputs(g, 1, &y));
+    tarr x = ta_new(TPU_F32, 2, rc), f = ta_new(TPU_BOOL, 2, rc), mr = ta_new(TPU_BOOL, 2, r1);
+    tarr mc = ta_new(TPU_BOOL, 1, cc), mt = ta_new(TPU_BOOL, 2, cr), o = ta_new(TPU_F32, 2, rc);
+    uint64_t seed = 21 + (uint64_t)sh;
+    ta_fill(&x.v, &seed, -1, 1);
+    uint8_t *F_ = f.mem, *R_ = mr.mem, *C_ = mc.mem, *T_ = mt.mem;
+    for (int64_t i = 0; i < N; i++) F_[i] = trand_next(&seed) % 2, T_[i] = trand_next(&seed) % 2;
+    for (int64_t i = 0; i < R; i++) R_[i] = trand_next(&seed) % 3 == 0;
+    for (int64_t i = 0; i < C; i++) C_[i] = trand_next(&seed) % 3 == 0;
+    tpu_view ins[5] = {x.v, f.v, mr.v, mc.v, mt.v};
+    size_t ob[1] = {(size_t)N * 4};
+    CHECK(both_ways(g, 5, ins, 1, &o.v, ob, NULL, NULL, NULL, 0));
+    const float *X_ = x.mem, *O_ = o.mem;
+    for (int64_t r = 0; r < R; r++)
+      for (int64_t c = 0; c < C; c++) {
+        float v = X_[r * C + c];
+        float w = R_[r] ? v : C_[c] ? v * 2 : T_[c * R + r] ? -v : v + 2;
+        if (F_[r * C + c]) w -= 2;
+        CHECK(O_[r * C + c] == w);
+      }
+    free(x.mem), free(f.mem), free(mr.mem), free(mc.mem), free(mt.mem), free(o.mem);
+    tpuir_graph_free(g);
+  }
+  use_private_cache(0);
+}

@@ -241,6 +241,28 @@ static void space_xfer(const xk_space *s, int a, int64_t L, int64_t n,
   }
 }
 
+/* Gather the linear range [L, L+n) of bool array a as bytes into buf. */
+static void bytes_xfer(const xk_space *s, int a, int64_t L, int64_t n, void *buf) {
+  const xk_arr *ar = &s->arr[a];
+  int64_t idx[TPU_MAX_DIMS];
+  space_index(s, L, idx);
+  int nd = s->nd;
+  int64_t inner = s->sz[nd - 1], ist = ar->st[nd - 1];
+  unsigned char *b = buf;
+  while (n > 0) {
+    int64_t seg = inner - idx[nd - 1];
+    if (seg > n) seg = n;
+    const unsigned char *p = (const unsigned char *)ar->p + index_offset(s, a, idx);
+    if (ist == 1) memcpy(b, p, (size_t)seg);
+    else if (ist == 0) memset(b, *p, (size_t)seg);
+    else for (int64_t i = 0; i < seg; i++) b[i] = p[i * ist];
+    b += seg;
+    n -= seg;
+    idx[nd - 1] = 0; /* the next row */
+    for (int d = nd - 2; d >= 0 && ++idx[d] == s->sz[d]; d--) idx[d] = 0;
+  }
+}
+
 /* ---- kernels ------------------------------------------------------------ */
 
 /* erfinv: rational approximation + two Newton steps (as PyTorch). */
@@ -970,6 +992,13 @@ static void run_tile(xk_prog *p, const xk_space *s, int64_t L, int64_t n,
     int a = p->load[k].arr, bi = p->load[k].buf;
     const xk_arr *ar = &s->arr[a];
     if (p->load_const[k]) continue; /* filled once by prog_range */
+    if (p->jit && xk_load_bytes(p, k)) { /* a mask: its bytes */
+      if ((!in_row || ar->st[s->nd - 1] == 1) && tile_run(s, a, in_row, dense, L, idx, &off))
+        bp[bi] = ar->p + off;
+      else
+        bytes_xfer(s, a, L, n, bp[bi]);
+      continue;
+    }
     if (in_place(s, a, in_row, dense, L, idx, &off)) {
       int64_t es = (int64_t)tpu_dtype_size(ar->dt);
       bp[bi] = ar->p + off * es;

@@ -212,6 +212,14 @@ typedef struct xk_prog {
   int64_t err_val;
 } xk_prog;
 
+/* Whether p's native kernel reads load k as bytes: a bool load that is
+ * not a broadcast scalar (a mask), read in place or gathered as bytes, not
+ * widened to the tile engine's 8-byte class buffer. */
+static inline int xk_load_bytes(const xk_prog *p, int k) {
+  const xk_arr *a = &p->sp.arr[p->load[k].arr];
+  return a->dt == TPU_BOOL && !a->iota && !p->load_const[k];
+}
+
 /* Complete a built program (buffer layout, direct kernels, store
  * producers): every builder calls it once, after the last field is set
  * and before the program first runs. */
