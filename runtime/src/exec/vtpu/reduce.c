@@ -345,9 +345,11 @@ static void fold_block(const red_plan *p, const char *src, int64_t rst,
     fold_rows(p->kind, p->cls, R, len, rst, src, acc); /* straight from memory */
     return;
   }
-  if (len > XK_TILE) { /* column pieces of a tile */
-    for (int64_t c = 0; c < len; c += XK_TILE)
-      fold_block(p, src + c * st * es, rst, st, R, len - c < XK_TILE ? len - c : XK_TILE, buf, acc + c);
+  if (len > XK_TILE) { /* (a fused plan's wide block) column pieces of a tile */
+    for (int64_t c = 0; c < len; c += XK_TILE) {
+      int64_t w = len - c < XK_TILE ? len - c : XK_TILE;
+      fold_block(p, src + c * st * es, rst, st, R, w, buf, acc + c);
+    }
     return;
   }
   int64_t per = XK_TILE / len; /* rows per load (len <= XK_TILE) */
