@@ -201,13 +201,18 @@ CLONES static void iota_load(int dt, int64_t v0, int64_t stride, int64_t n, void
   if (dt != TPU_F32 && dt != TPU_F64 && dt != TPU_I64) norm_buf(dt, n, dst);
 }
 
+/* Transfers of space_xfer: gather into class buffers, scatter from them,
+ * gather a bool array's bytes as they are (a native kernel's mask). */
+enum { XF_LOAD, XF_STORE, XF_BYTES };
+
 /* Gather/scatter the linear range [L, L+n) of array a to/from a buffer. */
 static void space_xfer(const xk_space *s, int a, int64_t L, int64_t n,
-                       void *buf, int store) {
+                       void *buf, int mode) {
   const xk_arr *ar = &s->arr[a];
   size_t es = tpu_dtype_size(ar->dt);
   size_t bs = 8; /* class buffers: float uses 4 */
   if (xk_cls(ar->dt) == XK_F32) bs = 4;
+  if (mode == XF_BYTES) bs = es;
   int64_t idx[TPU_MAX_DIMS];
   space_index(s, L, idx);
   int64_t off = index_offset(s, a, idx);
@@ -217,12 +222,15 @@ static void space_xfer(const xk_space *s, int a, int64_t L, int64_t n,
   while (n > 0) {
     int64_t seg = inner - idx[nd - 1];
     if (seg > n) seg = n;
-    if (ar->iota) { /* never stored into */
+    if (ar->iota) { /* never stored into, never bytes */
       iota_load(ar->dt, ar->io + off, ist, seg, b);
     } else {
       char *p = ar->p + off * (int64_t)es;
-      if (store) tpux__store(ar->dt, p, ist, seg, b);
-      else tpux__load(ar->dt, p, ist, seg, b);
+      if (mode == XF_STORE) tpux__store(ar->dt, p, ist, seg, b);
+      else if (mode == XF_LOAD) tpux__load(ar->dt, p, ist, seg, b);
+      else if (ist == 1) memcpy(b, p, (size_t)seg);
+      else if (ist == 0) memset(b, *p, (size_t)seg);
+      else for (int64_t i = 0; i < seg; i++) b[i] = p[i * ist];
     }
     b += seg * (int64_t)bs;
     n -= seg;
@@ -238,28 +246,6 @@ static void space_xfer(const xk_space *s, int a, int64_t L, int64_t n,
       off -= s->sz[d] * ar->st[d];
       idx[d] = 0;
     }
-  }
-}
-
-/* Gather the linear range [L, L+n) of bool array a as bytes into buf. */
-static void bytes_xfer(const xk_space *s, int a, int64_t L, int64_t n, void *buf) {
-  const xk_arr *ar = &s->arr[a];
-  int64_t idx[TPU_MAX_DIMS];
-  space_index(s, L, idx);
-  int nd = s->nd;
-  int64_t inner = s->sz[nd - 1], ist = ar->st[nd - 1];
-  unsigned char *b = buf;
-  while (n > 0) {
-    int64_t seg = inner - idx[nd - 1];
-    if (seg > n) seg = n;
-    const unsigned char *p = (const unsigned char *)ar->p + index_offset(s, a, idx);
-    if (ist == 1) memcpy(b, p, (size_t)seg);
-    else if (ist == 0) memset(b, *p, (size_t)seg);
-    else for (int64_t i = 0; i < seg; i++) b[i] = p[i * ist];
-    b += seg;
-    n -= seg;
-    idx[nd - 1] = 0; /* the next row */
-    for (int d = nd - 2; d >= 0 && ++idx[d] == s->sz[d]; d--) idx[d] = 0;
   }
 }
 
@@ -996,7 +982,7 @@ static void run_tile(xk_prog *p, const xk_space *s, int64_t L, int64_t n,
       if ((!in_row || ar->st[s->nd - 1] == 1) && tile_run(s, a, in_row, dense, L, idx, &off))
         bp[bi] = ar->p + off;
       else
-        bytes_xfer(s, a, L, n, bp[bi]);
+        space_xfer(s, a, L, n, bp[bi], XF_BYTES);
       continue;
     }
     if (in_place(s, a, in_row, dense, L, idx, &off)) {
@@ -1010,7 +996,7 @@ static void run_tile(xk_prog *p, const xk_space *s, int64_t L, int64_t n,
       for (int64_t o = n * es; !p->jit && o < 2 * n * es; o += 64)
         __builtin_prefetch((const char *)bp[bi] + o, 0, 3);
     } else {
-      space_xfer(s, a, L, n, bp[bi], 0);
+      space_xfer(s, a, L, n, bp[bi], XF_LOAD);
     }
   }
   /* results computed straight into a contiguous native destination. A
@@ -1045,7 +1031,7 @@ static void run_tile(xk_prog *p, const xk_space *s, int64_t L, int64_t n,
       tpux__store(ar->dt, ar->p + off * (int64_t)tpu_dtype_size(ar->dt),
                   in_row ? ar->st[s->nd - 1] : 1, n, bp[bi]);
     } else {
-      space_xfer(s, a, L, n, bp[bi], 1);
+      space_xfer(s, a, L, n, bp[bi], XF_STORE);
     }
   }
 }
