@@ -9,11 +9,14 @@ of the machine's peak.
 Peak = cores x clock x FLOP/cycle/core, with 64 bf16 FLOP/cycle (one 512-bit
 vdpbf16ps per cycle) and 32 fp32 FLOP/cycle (one 512-bit FMA per cycle) on
 Zen 4 and twice that on Zen 5 (CPU family 26: two full-width 512-bit FMA
-pipes); other CPUs are counted as Zen 4 (--flops overrides both). The clock
-is measured by timing a chain of dependent 1-cycle integer adds (a tiny C
-function compiled with gcc on the fly, best of 200 short runs, one core);
-without gcc it falls back to /proc/cpuinfo's "cpu MHz" (the output says
-which). --ghz overrides it.
+pipes); CPUs with AMX (Xeons with two 512-bit FMA pipes) count 1024 bf16
+FLOP/cycle (one 16x16x32 tdpbf16ps per 16 cycles) and 64 fp32; other CPUs
+are counted as Zen 4 (--flops overrides both). The clock is measured by
+timing a chain of dependent 1-cycle register-to-register integer adds (a
+tiny C function compiled with gcc on the fly, best of 200 short runs, one
+core; adds of an immediate are folded at rename on Golden Cove cores, where
+a chain of them reads 12 GHz); without gcc it falls back to /proc/cpuinfo's
+"cpu MHz" (the output says which). --ghz overrides it.
 
 Columns: GFLOP/s counts useful FLOPs (2*M*N*K). "MXU util" is the fraction
 of the bf16 peak doing MXU work: passes (1/3/6) x GFLOP/s / bf16 peak;
@@ -37,15 +40,15 @@ PASSES = {"DEFAULT": 1, "HIGH": 3, "HIGHEST": 6}
 
 _CHAIN_C = r"""
 long tpu_bench_chain(long n) {
-  long x = 0;
+  long x = 0, one = 1;
   for (long i = 0; i < n; i++)
     __asm__ volatile(
-        "add $1, %0\n\tadd $1, %0\n\tadd $1, %0\n\tadd $1, %0\n\t"
-        "add $1, %0\n\tadd $1, %0\n\tadd $1, %0\n\tadd $1, %0\n\t"
-        "add $1, %0\n\tadd $1, %0\n\tadd $1, %0\n\tadd $1, %0\n\t"
-        "add $1, %0\n\tadd $1, %0\n\tadd $1, %0\n\tadd $1, %0\n\t"
-        "add $1, %0\n\tadd $1, %0\n\tadd $1, %0\n\tadd $1, %0\n\t"
-        : "+r"(x));
+        "add %1, %0\n\tadd %1, %0\n\tadd %1, %0\n\tadd %1, %0\n\t"
+        "add %1, %0\n\tadd %1, %0\n\tadd %1, %0\n\tadd %1, %0\n\t"
+        "add %1, %0\n\tadd %1, %0\n\tadd %1, %0\n\tadd %1, %0\n\t"
+        "add %1, %0\n\tadd %1, %0\n\tadd %1, %0\n\tadd %1, %0\n\t"
+        "add %1, %0\n\tadd %1, %0\n\tadd %1, %0\n\tadd %1, %0\n\t"
+        : "+r"(x) : "r"(one));
   return x;
 }
 """
@@ -61,7 +64,12 @@ def flops_per_cycle():
     except OSError:
         pass
     zen5 = info.get("vendor_id") == "AuthenticAMD" and info.get("cpu family") == "26"
-    return (128, 64, "Zen 5") if zen5 else (64, 32, info.get("model name", "?"))
+    if zen5:
+        return 128, 64, "Zen 5", "vdpbf16ps"
+    name = info.get("model name", "?")
+    if "amx_bf16" in info.get("flags", "").split():
+        return 1024, 64, name, "AMX tdpbf16ps"
+    return 64, 32, name, "vdpbf16ps"
 
 
 def measure_clock_ghz():
@@ -138,13 +146,13 @@ def main():
         ghz, how = a.ghz, "given with --ghz"
     else:
         ghz, how = measure_clock_ghz()
-    fb, ff, cpu = flops_per_cycle()
+    fb, ff, cpu, unit = flops_per_cycle()
     if a.flops:
         fb, ff = (int(x) for x in a.flops.split(","))
     peak_bf16 = cores * ghz * fb
     peak_fp32 = cores * ghz * ff
     print(f"machine: {cores} cores, clock {ghz:.2f} GHz ({how})")
-    print(f"peak ({cpu}): bf16 {peak_bf16:.0f} GFLOP/s ({fb} FLOP/cycle/core, vdpbf16ps), "
+    print(f"peak ({cpu}): bf16 {peak_bf16:.0f} GFLOP/s ({fb} FLOP/cycle/core, {unit}), "
           f"fp32 {peak_fp32:.0f} GFLOP/s ({ff} FLOP/cycle/core, FMA)")
     info = getattr(torch_tpu._C, "_mxu_info", None)
     print(f"vTPU MXU engine: {info() if info else 'hand-written kernels (no _mxu_info)'}")

@@ -168,6 +168,10 @@ TPU_API void tpurt_parallel_for(int64_t n, int64_t grain, tpurt_range_fn fn,
 TPU_API int tpurt_num_threads(void);
 /* Change the pool size (>= 1). */
 TPU_API void tpurt_set_num_threads(int n);
+/* The pool's size at start, whatever tpurt_set_num_threads set since:
+ * TORCH_TPU_NUM_THREADS, else the usable cores. Work cut into this many
+ * parts is cut the same way at any pool size. */
+TPU_API int tpurt_default_num_threads(void);
 
 #ifdef __cplusplus
 }

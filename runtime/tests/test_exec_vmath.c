@@ -1,8 +1,8 @@
 /* test_exec_vmath.c - the float32 transcendental kernels (exec/vtpu/vmath.c,
  * SLEEF) against double-precision libm over a sweep of float bit patterns
  * (every 251st for exp/tanh/logistic/erf/sin, every 4093rd for the rest,
- * both signs) plus special values: SLEEF's 1-ulp functions and the own erf
- * and tanh within 1.5 ulp of the exact result (logistic, sinh, cosh 3: see the test),
+ * both signs) plus special values: SLEEF's 1-ulp functions and the own erf,
+ * tanh, sin and exp within 1.5 ulp of the exact result (logistic, sinh, cosh 3: see the test),
  * NaN -> NaN, signed zeros and infinities as C99; at every vector width the
  * host runs (AVX-512, AVX2, SSE2). */
 #include <math.h>
@@ -149,6 +149,33 @@ TPU_TEST(exec_vmath_pieces) {
     CHECK(we <= (width == 4 ? 1.5 : 1.0));
     CHECK(wt <= (width == 4 ? 1.5 : 1.0));
   }
+}
+
+/* sin (exec/vtpu/vmath.c's own at 16 and 8 lanes, in double below 2^18):
+ * within 0.62 ulp over every 7th float up to 2^18, around multiples of pi
+ * and the switch to SLEEF, and subnormals (pieces_worst); SLEEF's 4 lanes
+ * within 1.5. */
+TPU_TEST(exec_vmath_sin_dense) {
+  static const float ends[] = {3.14159274f, 6.28318548f, 3141.59277f, 205887.406f, 0x1.fffffep17f};
+  for (int width = 16; width >= 4; width /= 2) {
+    if (!tpux__vmath_f32_width(width, TPUIR_EXP, 0, NULL, NULL, NULL)) continue;
+    double w = pieces_worst(width, TPUIR_SIN, sin, ends, 0x487fffffu);
+    if (getenv("TPU_TEST_VERBOSE") || w > (width == 4 ? 1.5 : 0.62))
+      printf("  %d lanes sin: %.3f ulp\n", width, w);
+    CHECK(w <= (width == 4 ? 1.5 : 0.62));
+  }
+}
+
+/* exp (exec/vtpu/vmath.c's own at 16 lanes): within 1 ulp over every 7th
+ * float of [2^-8, 104] (both signs: normal results down to e^-87.3; the
+ * subnormal ones round twice, within 1.5 as the sweep checks), around
+ * the clamps and where k changes (pieces_worst). */
+TPU_TEST(exec_vmath_exp_dense) {
+  static const float ends[] = {0.34657359f, 88.7228394f, -87.3365479f, 1.03972077f, 0.5f};
+  if (!tpux__vmath_f32_width(16, TPUIR_EXP, 0, NULL, NULL, NULL)) return;
+  double w = pieces_worst(16, TPUIR_EXP, exp, ends, 0x42ae0000u); /* 87 */
+  if (getenv("TPU_TEST_VERBOSE") || w > 1.0) printf("  16 lanes exp: %.3f ulp\n", w);
+  CHECK(w <= 1.0);
 }
 
 /* pow and atan2 over a grid of both arguments (signs, zeros, infinities

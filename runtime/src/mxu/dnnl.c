@@ -22,14 +22,18 @@
  * calling thread (64 x 128x32x128 bf16: 1.7-1.8x).
  *
  * Bigger problems run on the runtime's kernel pool, not on an OpenMP
- * team: the problem is cut into parts, a multiple of the pool's thread
- * count of them where possible (groups of whole batch items, else blocks
- * of rows of C of one item), and each part runs as a single-thread
- * primitive (created and executed with an OpenMP team of one) on a pool
- * thread. Parts keep the parent's dense layout, so oneDNN picks the same
- * kernel, and K is never cut: every element of C is computed exactly as
- * by one thread without the cut (the team matches it bit for bit except
- * where it cuts K itself, for a small C with a long K). On a few cores
+ * team: the problem is cut into parts, a multiple of the pool's default
+ * thread count (tpurt_default_num_threads) of them where possible (groups
+ * of whole batch items, else blocks of rows of C of one item), and each
+ * part runs as a single-thread primitive (created and executed with an
+ * OpenMP team of one) on a pool thread. Parts keep the parent's dense
+ * layout, so oneDNN picks the same kernel, and K is never cut by us. On
+ * AVX-512 (bf16) kernels every element of C is then computed exactly as by
+ * one thread without the cut (the team matches it bit for bit except
+ * where it cuts K itself, for a small C with a long K); oneDNN 2.6's AMX
+ * kernels block K by a part's row count (K >= ~1000), so there the cut
+ * changes the rounding, and it follows the default thread count, not
+ * the current one, so results do not change with tpurt_set_num_threads. On a few cores
  * an OpenMP team that spins after every GEMM starves the pool's
  * elementwise work and the pool's spinning starves the team; with one set
  * of threads neither waits for the other. Fewer items than threads with fewer than
@@ -557,7 +561,10 @@ static int64_t gcd(int64_t a, int64_t b) {
 static int pool_matmul(int64_t batch, int64_t m, int64_t n, int64_t k,
                        const tpumxu__mat *src, const tpumxu__mat *wei,
                        const tpumxu__mat *dst, int accumulate, int small, int *rc) {
-  int64_t P = tpurt_num_threads();
+  /* the cut follows the pool's default size, not its current one: oneDNN's
+   * AMX kernels pick their K blocking by a part's row count, so the same
+   * cut keeps results the same at any tpurt_set_num_threads */
+  int64_t P = tpurt_default_num_threads();
   part_job J = {batch, m, n, k, 0, 1, *src, *wei, *dst, accumulate, CUT_BATCH, small, 0, {0},
                 PTHREAD_MUTEX_INITIALIZER};
   int64_t parts;

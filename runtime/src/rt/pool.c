@@ -251,6 +251,15 @@ int tpurt_num_threads(void) {
   return atomic_load(&g_active_workers) + 1;
 }
 
+static pthread_once_t g_default_once = PTHREAD_ONCE_INIT;
+static int g_default_threads; /* set once (g_default_once) */
+static void default_init(void) { g_default_threads = default_threads(); }
+
+int tpurt_default_num_threads(void) {
+  pthread_once(&g_default_once, default_init);
+  return g_default_threads;
+}
+
 /* Resize the pool to `n` threads including the caller (values < 1 mean 1).
  * Threads are created on demand and never destroyed; surplus ones idle. */
 void tpurt_set_num_threads(int n) {
