@@ -8,12 +8,14 @@ PY      ?= python3
 
 all: build
 
-# System libraries the C runtime links: oneDNN (the matrix unit's GEMM and
-# convolution engine) from Debian's libdnnl-dev and SLEEF (vector math) from
-# libsleef-dev; installed with apt-get when
-# missing (needs root, as on CI), else the build stops with what to install.
-SYSDEPS_HDR = oneapi/dnnl/dnnl.h sleef.h
-SYSDEPS_PKG = libdnnl-dev libsleef-dev
+# System library the C runtime links: SLEEF (vector math) from Debian's
+# libsleef-dev; installed with apt-get when missing (needs root, as on CI),
+# else the build stops with what to install.
+SYSDEPS_HDR = sleef.h
+SYSDEPS_PKG = libsleef-dev
+# oneDNN 3.x (the matrix unit's GEMM and convolution engine): PyPI's OpenMP
+# build, library and headers, under Python's data prefix (runtime/Makefile)
+ONEDNN_PIP = onednn-cpu-gomp==2023.2.0 onednn-devel-cpu-gomp==2023.2.0
 
 # Python packages: torch 2.13.0 (the CPU wheel on disk) and the test tools.
 deps:
@@ -27,6 +29,8 @@ deps:
 	    echo "error: missing system libraries; install them with: sudo apt-get install $(SYSDEPS_PKG)" >&2; exit 1; \
 	  fi; \
 	fi
+	@$(PY) -c "import sysconfig,os,sys;d=sysconfig.get_paths()['data'];sys.exit(not all(os.path.exists(os.path.join(d,f)) for f in ('include/oneapi/dnnl/dnnl.h','lib/libdnnl.so.3')))" || \
+	  $(PY) -m pip install -q $(ONEDNN_PIP)
 	@TORCH_DEVICE_BACKEND_AUTOLOAD=0 $(PY) -c "import torch,sys;sys.exit(torch.__version__.split('+')[0]!='2.13.0')" 2>/dev/null || \
 	  $(PY) -m pip install -q torch==2.13.0
 	@$(PY) -c "import pytest,numpy,transformers,expecttest" 2>/dev/null || \

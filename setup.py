@@ -6,12 +6,15 @@ download a multi-GB CUDA torch)."""
 import glob
 import os
 import subprocess
+import sysconfig
 
 from setuptools import setup
 from torch.utils.cpp_extension import BuildExtension, CppExtension
 
 ROOT = os.path.dirname(os.path.abspath(__file__))
 RUNTIME = os.path.join(ROOT, "runtime")
+# oneDNN 3.x as pip installs it (onednn-cpu-gomp): under Python's data prefix
+ONEDNN_LIB = os.path.join(sysconfig.get_paths()["data"], "lib")
 
 
 class BuildWithRuntime(BuildExtension):
@@ -30,7 +33,9 @@ ext = CppExtension(
                         "-fvisibility=hidden", "-fvisibility-inlines-hidden"],
     # oneDNN: the matrix unit (runtime/src/mxu/dnnl.c); SLEEF: vector math
     # (runtime/src/exec/vtpu/vmath.c)
-    libraries=["dnnl", "sleef", "gomp", "m"],  # gomp: oneDNN's OpenMP
+    libraries=[":libdnnl.so.3", "sleef", "gomp", "m"],  # gomp: oneDNN's OpenMP
+    library_dirs=[ONEDNN_LIB],
+    runtime_library_dirs=[ONEDNN_LIB],
     extra_link_args=["-Wl,--version-script=" + os.path.join("torch_tpu", "csrc", "exports.map")],
 )
 

@@ -25,8 +25,8 @@
 extern "C" {
 #endif
 
-/* The multiply engine (oneDNN) as text, e.g. "oneDNN 2.6.3, cpu isa
- * avx512_core_bf16, bf16 native", into buf (cap bytes, NUL-terminated).
+/* The multiply engine (oneDNN) as text, e.g. "oneDNN 3.2.0, cpu isa
+ * avx512_core_amx, bf16 native", into buf (cap bytes, NUL-terminated).
  * Returns TPU_OK or TPU_E_INTERNAL (oneDNN unusable). Borrowed: buf. */
 TPU_API int tpumxu_engine_info(char *buf, size_t cap);
 

@@ -51,6 +51,7 @@ typedef struct centry {
    * direction: into the primitive for read operands, out of it for the
    * written one */
   dnnl_primitive_t rx, ry, rw;
+  /* user (ux, uy, uw) and primitive (px, py, pw) layouts; owned */
   dnnl_memory_desc_t ux, uy, uw, px, py, pw;
   size_t scratch;
   int refs, used;
@@ -94,12 +95,12 @@ static dnnl_status_t user_md(dnnl_memory_desc_t *md, int nd, const dnnl_dims_t d
   dnnl_dims_t s;
   for (int i = 0; i < nd; i++) s[i] = st[i];
   fix_strides(nd, d, s);
-  return dnnl_memory_desc_init_by_strides(md, nd, d, dt_of(bf16), s);
+  return dnnl_memory_desc_create_with_strides(md, nd, d, dt_of(bf16), s);
 }
 
 /* The reorder from -> to, NULL where they match unless `always`. */
-static dnnl_status_t reorder(dnnl_engine_t eng, const dnnl_memory_desc_t *from,
-                             const dnnl_memory_desc_t *to, int always,
+static dnnl_status_t reorder(dnnl_engine_t eng, const_dnnl_memory_desc_t from,
+                             const_dnnl_memory_desc_t to, int always,
                              dnnl_primitive_t *out) {
   *out = NULL;
   if (!always && dnnl_memory_desc_equal(from, to)) return dnnl_success;
@@ -116,6 +117,11 @@ static void destroy(centry *e) {
   if (e->ry) dnnl_primitive_destroy(e->ry);
   if (e->rw) dnnl_primitive_destroy(e->rw);
   e->conv = e->rx = e->ry = e->rw = NULL;
+  dnnl_memory_desc_t *mds[6] = {&e->ux, &e->uy, &e->uw, &e->px, &e->py, &e->pw};
+  for (int i = 0; i < 6; i++) {
+    if (*mds[i]) dnnl_memory_desc_destroy(*mds[i]);
+    *mds[i] = NULL;
+  }
 }
 
 /* Whether f32 data at DEFAULT is rounded to bf16 by us (no native bf16
@@ -143,10 +149,12 @@ static dnnl_status_t create(dnnl_engine_t eng, const ckey *k, centry *e) {
     pr[i] = k->pr[j];
   }
   /* user descriptors; read weights are gathered into a dense plain buffer */
-  dnnl_memory_desc_t ax, ay, aw;
+  dnnl_memory_desc_t ax = NULL, ay = NULL, aw = NULL, hx = NULL, hy = NULL, hw = NULL;
+  dnnl_primitive_attr_t attr = NULL;
+  dnnl_primitive_desc_t hint = NULL, pd = NULL;
   dnnl_status_t s;
   if ((s = user_md(&e->ux, ndx, dx, k->xs, obf)) || (s = user_md(&e->uy, ndy, dy, k->ys, obf)))
-    return s;
+    goto done;
   if (k->kind == TPUMXU_CONV_BWD_WEIGHTS) {
     int64_t ws[6];
     int n = 0;
@@ -160,46 +168,40 @@ static dnnl_status_t create(dnnl_engine_t eng, const ckey *k, centry *e) {
       ws[i] = acc;
       acc *= dw[i];
     }
-    s = dnnl_memory_desc_init_by_strides(&e->uw, ndw, dw, dt_of(obf || cbf), ws);
+    s = dnnl_memory_desc_create_with_strides(&e->uw, ndw, dw, dt_of(obf || cbf), ws);
   }
-  if (s) return s;
+  if (s) goto done;
   /* the primitive's operands: any layout; types per role */
   int xbf = bwd_d ? obf && native : cbf, ybf = fwd ? obf && native : cbf,
       wbf = k->kind == TPUMXU_CONV_BWD_WEIGHTS ? obf && native : cbf;
-  if ((s = dnnl_memory_desc_init_by_tag(&ax, ndx, dx, dt_of(xbf), dnnl_format_tag_any)) ||
-      (s = dnnl_memory_desc_init_by_tag(&ay, ndy, dy, dt_of(ybf), dnnl_format_tag_any)) ||
-      (s = dnnl_memory_desc_init_by_tag(&aw, ndw, dw, dt_of(wbf), dnnl_format_tag_any)))
-    return s;
-  dnnl_convolution_desc_t fd, bd;
-  dnnl_primitive_attr_t attr = NULL;
-  dnnl_primitive_desc_t hint = NULL, pd = NULL;
+  if ((s = dnnl_memory_desc_create_with_tag(&ax, ndx, dx, dt_of(xbf), dnnl_format_tag_any)) ||
+      (s = dnnl_memory_desc_create_with_tag(&ay, ndy, dy, dt_of(ybf), dnnl_format_tag_any)) ||
+      (s = dnnl_memory_desc_create_with_tag(&aw, ndw, dw, dt_of(wbf), dnnl_format_tag_any)))
+    goto done;
   if ((s = dnnl_primitive_attr_create(&attr)) ||
       (s = dnnl_primitive_attr_set_scratchpad_mode(attr, dnnl_scratchpad_mode_user)))
     goto done;
   if (fwd) {
-    if ((s = dnnl_dilated_convolution_forward_desc_init(
-             &fd, dnnl_forward_inference, dnnl_convolution_direct, &ax, &aw, NULL, &ay, st,
-             dil, pl, pr)) ||
-        (s = dnnl_primitive_desc_create(&pd, &fd, attr, eng, NULL)))
+    if ((s = dnnl_convolution_forward_primitive_desc_create(
+             &pd, eng, dnnl_forward_inference, dnnl_convolution_direct, ax, aw, NULL, ay, st,
+             dil, pl, pr, attr)))
       goto done;
   } else {
     /* backward primitives take a forward one as a hint (its layouts) */
-    dnnl_memory_desc_t hx, hy, hw;
-    if ((s = dnnl_memory_desc_init_by_tag(&hx, ndx, dx, dt_of(cbf), dnnl_format_tag_any)) ||
-        (s = dnnl_memory_desc_init_by_tag(&hy, ndy, dy, dt_of(cbf), dnnl_format_tag_any)) ||
-        (s = dnnl_memory_desc_init_by_tag(&hw, ndw, dw, dt_of(cbf), dnnl_format_tag_any)) ||
-        (s = dnnl_dilated_convolution_forward_desc_init(
-             &fd, dnnl_forward_training, dnnl_convolution_direct, &hx, &hw, NULL, &hy, st, dil,
-             pl, pr)) ||
-        (s = dnnl_primitive_desc_create(&hint, &fd, NULL, eng, NULL)))
+    if ((s = dnnl_memory_desc_create_with_tag(&hx, ndx, dx, dt_of(cbf), dnnl_format_tag_any)) ||
+        (s = dnnl_memory_desc_create_with_tag(&hy, ndy, dy, dt_of(cbf), dnnl_format_tag_any)) ||
+        (s = dnnl_memory_desc_create_with_tag(&hw, ndw, dw, dt_of(cbf), dnnl_format_tag_any)) ||
+        (s = dnnl_convolution_forward_primitive_desc_create(
+             &hint, eng, dnnl_forward_training, dnnl_convolution_direct, hx, hw, NULL, hy, st,
+             dil, pl, pr, NULL)))
       goto done;
     if (bwd_d)
-      s = dnnl_dilated_convolution_backward_data_desc_init(&bd, dnnl_convolution_direct, &ax,
-                                                            &aw, &ay, st, dil, pl, pr);
+      s = dnnl_convolution_backward_data_primitive_desc_create(
+          &pd, eng, dnnl_convolution_direct, ax, aw, ay, st, dil, pl, pr, hint, attr);
     else
-      s = dnnl_dilated_convolution_backward_weights_desc_init(
-          &bd, dnnl_convolution_direct, &ax, &aw, NULL, &ay, st, dil, pl, pr);
-    if (s || (s = dnnl_primitive_desc_create(&pd, &bd, attr, eng, hint))) goto done;
+      s = dnnl_convolution_backward_weights_primitive_desc_create(
+          &pd, eng, dnnl_convolution_direct, ax, aw, NULL, ay, st, dil, pl, pr, hint, attr);
+    if (s) goto done;
   }
   /* a reference (scalar) kernel is no better than the caller's own path */
   const char *impl = NULL;
@@ -212,26 +214,30 @@ static dnnl_status_t create(dnnl_engine_t eng, const ckey *k, centry *e) {
   dnnl_query_t qy = fwd ? dnnl_query_dst_md : dnnl_query_diff_dst_md;
   dnnl_query_t qw = k->kind == TPUMXU_CONV_BWD_WEIGHTS ? dnnl_query_diff_weights_md
                                                        : dnnl_query_weights_md;
-  e->px = *dnnl_primitive_desc_query_md(pd, qx, 0);
-  e->py = *dnnl_primitive_desc_query_md(pd, qy, 0);
-  e->pw = *dnnl_primitive_desc_query_md(pd, qw, 0);
-  const dnnl_memory_desc_t *sp = dnnl_primitive_desc_query_md(pd, dnnl_query_scratchpad_md, 0);
+  if ((s = dnnl_memory_desc_clone(&e->px, dnnl_primitive_desc_query_md(pd, qx, 0))) ||
+      (s = dnnl_memory_desc_clone(&e->py, dnnl_primitive_desc_query_md(pd, qy, 0))) ||
+      (s = dnnl_memory_desc_clone(&e->pw, dnnl_primitive_desc_query_md(pd, qw, 0))))
+    goto done;
+  const_dnnl_memory_desc_t sp = dnnl_primitive_desc_query_md(pd, dnnl_query_scratchpad_md, 0);
   e->scratch = sp ? dnnl_memory_desc_get_size(sp) : 0;
   if ((s = dnnl_primitive_create(&e->conv, pd))) goto done;
   /* read activations rounded by us go through a buffer (a reorder, a
    * copy where the layouts match) */
-  if (bwd_d) s = reorder(eng, &e->px, &e->ux, 0, &e->rx);
-  else s = reorder(eng, &e->ux, &e->px, rnd, &e->rx);
+  if (bwd_d) s = reorder(eng, e->px, e->ux, 0, &e->rx);
+  else s = reorder(eng, e->ux, e->px, rnd, &e->rx);
   if (s) goto done;
-  if (fwd) s = reorder(eng, &e->py, &e->uy, 0, &e->ry);
-  else s = reorder(eng, &e->uy, &e->py, rnd, &e->ry);
+  if (fwd) s = reorder(eng, e->py, e->uy, 0, &e->ry);
+  else s = reorder(eng, e->uy, e->py, rnd, &e->ry);
   if (s) goto done;
-  if (k->kind == TPUMXU_CONV_BWD_WEIGHTS) s = reorder(eng, &e->pw, &e->uw, 0, &e->rw);
-  else s = reorder(eng, &e->uw, &e->pw, 0, &e->rw);
+  if (k->kind == TPUMXU_CONV_BWD_WEIGHTS) s = reorder(eng, e->pw, e->uw, 0, &e->rw);
+  else s = reorder(eng, e->uw, e->pw, 0, &e->rw);
 done:
   if (pd) dnnl_primitive_desc_destroy(pd);
   if (hint) dnnl_primitive_desc_destroy(hint);
   if (attr) dnnl_primitive_attr_destroy(attr);
+  dnnl_memory_desc_t tmp[6] = {ax, ay, aw, hx, hy, hw};
+  for (int i = 0; i < 6; i++)
+    if (tmp[i]) dnnl_memory_desc_destroy(tmp[i]);
   if (s) destroy(e);
   e->ok = !s;
   return s;
@@ -378,15 +384,15 @@ typedef struct buf {
   size_t cap;
 } buf;
 
-static dnnl_status_t mem(dnnl_engine_t eng, const dnnl_memory_desc_t *md, void *p,
+static dnnl_status_t mem(dnnl_engine_t eng, const_dnnl_memory_desc_t md, void *p,
                          dnnl_memory_t *m) {
   return dnnl_memory_create(m, md, eng, p);
 }
 
 /* run a reorder from (md_from, p_from) to (md_to, p_to) */
 static dnnl_status_t run_reorder(dnnl_engine_t eng, dnnl_stream_t st, dnnl_primitive_t r,
-                                 const dnnl_memory_desc_t *mf, void *pf,
-                                 const dnnl_memory_desc_t *mt, void *pt) {
+                                 const_dnnl_memory_desc_t mf, void *pf,
+                                 const_dnnl_memory_desc_t mt, void *pt) {
   dnnl_memory_t a = NULL, b = NULL;
   dnnl_status_t s;
   if (!(s = mem(eng, mf, pf, &a)) && !(s = mem(eng, mt, pt, &b))) {
@@ -410,12 +416,12 @@ static void round_fn(void *ctx, int64_t i0, int64_t i1) {
 }
 
 /* Round the f32 buffer of md (the primitive's copy of an operand). */
-static void round_buf(const dnnl_memory_desc_t *md, void *p) {
+static void round_buf(const_dnnl_memory_desc_t md, void *p) {
   tpurt_parallel_for((int64_t)(dnnl_memory_desc_get_size(md) / 4), 1 << 15, round_fn, p);
 }
 
 /* A workspace buffer of md's size into *b (NULL when out of memory). */
-static void *ws(const dnnl_memory_desc_t *md, buf *b) {
+static void *ws(const_dnnl_memory_desc_t md, buf *b) {
   b->p = tpumxu__ws_get(dnnl_memory_desc_get_size(md), &b->cap);
   return b->p;
 }
@@ -434,55 +440,56 @@ static int run(dnnl_engine_t eng, const centry *e, const tpumxu_conv_args *a, co
   void *px = a->x, *py = a->y, *pw = a->w;
   if ((s = dnnl_stream_create(&st, eng, dnnl_stream_default_flags))) goto done;
   if (!bwd_w) { /* read weights: gather, then reorder */
-    if (!(pw = ws(&e->uw, &bp))) goto oom;
+    if (!(pw = ws(e->uw, &bp))) goto oom;
     gather_w(a, k, cbf, rnd, bp.p);
     if (e->rw) {
-      if (!(pw = ws(&e->pw, &bw))) goto oom;
-      if ((s = run_reorder(eng, st, e->rw, &e->uw, bp.p, &e->pw, bw.p))) goto done;
+      if (!(pw = ws(e->pw, &bw))) goto oom;
+      if ((s = run_reorder(eng, st, e->rw, e->uw, bp.p, e->pw, bw.p))) goto done;
     }
-  } else if (e->rw && !(pw = ws(&e->pw, &bw))) {
+  } else if (e->rw && !(pw = ws(e->pw, &bw))) {
     goto oom;
   }
   if (e->rx) {
-    if (!(px = ws(&e->px, &bx))) goto oom;
+    if (!(px = ws(e->px, &bx))) goto oom;
     if (!bwd_d) {
-      if ((s = run_reorder(eng, st, e->rx, &e->ux, a->x, &e->px, px))) goto done;
+      if ((s = run_reorder(eng, st, e->rx, e->ux, a->x, e->px, px))) goto done;
       if (rnd) {
         if ((s = dnnl_stream_wait(st))) goto done;
-        round_buf(&e->px, px);
+        round_buf(e->px, px);
       }
     }
   }
   if (e->ry) {
-    if (!(py = ws(&e->py, &by))) goto oom;
+    if (!(py = ws(e->py, &by))) goto oom;
     if (!fwd) {
-      if ((s = run_reorder(eng, st, e->ry, &e->uy, a->y, &e->py, py))) goto done;
+      if ((s = run_reorder(eng, st, e->ry, e->uy, a->y, e->py, py))) goto done;
       if (rnd) {
         if ((s = dnnl_stream_wait(st))) goto done;
-        round_buf(&e->py, py);
+        round_buf(e->py, py);
       }
     }
   }
   dnnl_exec_arg_t args[4];
   int na = 0;
-  if ((s = mem(eng, &e->px, px, &mx)) || (s = mem(eng, &e->py, py, &my)) ||
-      (s = mem(eng, &e->pw, pw, &mw)))
+  if ((s = mem(eng, e->px, px, &mx)) || (s = mem(eng, e->py, py, &my)) ||
+      (s = mem(eng, e->pw, pw, &mw)))
     goto done;
   args[na++] = (dnnl_exec_arg_t){bwd_d ? DNNL_ARG_DIFF_SRC : DNNL_ARG_SRC, mx};
   args[na++] = (dnnl_exec_arg_t){fwd ? DNNL_ARG_DST : DNNL_ARG_DIFF_DST, my};
   args[na++] = (dnnl_exec_arg_t){bwd_w ? DNNL_ARG_DIFF_WEIGHTS : DNNL_ARG_WEIGHTS, mw};
   if (e->scratch) {
-    dnnl_memory_desc_t flat;
-    dnnl_dims_t d1 = {(dnnl_dim_t)e->scratch};
-    if ((s = dnnl_memory_desc_init_by_tag(&flat, 1, d1, dnnl_u8, dnnl_a))) goto done;
-    if (!ws(&flat, &bs)) goto oom;
-    if ((s = mem(eng, &flat, bs.p, &ms))) goto done;
+    const_dnnl_memory_desc_t spd = NULL;
+    const_dnnl_primitive_desc_t cpd = NULL;
+    if ((s = dnnl_primitive_get_primitive_desc(e->conv, &cpd))) goto done;
+    spd = dnnl_primitive_desc_query_md(cpd, dnnl_query_scratchpad_md, 0);
+    if (!ws(spd, &bs)) goto oom;
+    if ((s = mem(eng, spd, bs.p, &ms))) goto done;
     args[na++] = (dnnl_exec_arg_t){DNNL_ARG_SCRATCHPAD, ms};
   }
   if ((s = dnnl_primitive_execute(e->conv, st, na, args))) goto done;
-  if (bwd_d && e->rx) s = run_reorder(eng, st, e->rx, &e->px, px, &e->ux, a->x);
-  else if (fwd && e->ry) s = run_reorder(eng, st, e->ry, &e->py, py, &e->uy, a->y);
-  else if (bwd_w && e->rw) s = run_reorder(eng, st, e->rw, &e->pw, pw, &e->uw, a->w);
+  if (bwd_d && e->rx) s = run_reorder(eng, st, e->rx, e->px, px, e->ux, a->x);
+  else if (fwd && e->ry) s = run_reorder(eng, st, e->ry, e->py, py, e->uy, a->y);
+  else if (bwd_w && e->rw) s = run_reorder(eng, st, e->rw, e->pw, pw, e->uw, a->w);
   if (!s) s = dnnl_stream_wait(st);
   goto done;
 oom:

@@ -1,5 +1,5 @@
 /* mxu/dnnl.c - the vTPU matrix unit's multiply engine: oneDNN's matmul
- * primitive (C API, oneDNN 2.x as packaged by Debian: libdnnl-dev), which
+ * primitive (C API, oneDNN 3.x: PyPI's OpenMP build onednn-cpu-gomp), which
  * dispatches AMX on Intel, AVX512-BF16 on Zen 4 and AVX2 elsewhere.
  *
  * One CPU engine for the process. Primitives are cached by problem (types,
@@ -30,10 +30,12 @@
  * layout, so oneDNN picks the same kernel, and K is never cut by us. On
  * AVX-512 (bf16) kernels every element of C is then computed exactly as by
  * one thread without the cut (the team matches it bit for bit except
- * where it cuts K itself, for a small C with a long K); oneDNN 2.6's AMX
- * kernels block K by a part's row count (K >= ~1000), so there the cut
- * changes the rounding, and it follows the default thread count, not
- * the current one, so results do not change with tpurt_set_num_threads. On a few cores
+ * where it cuts K itself, for a small C with a long K). oneDNN 2.6's AMX
+ * kernels blocked K by a part's row count (K >= ~1000), so there the cut
+ * changed the rounding; 3.2's do not (1- and 2-part cuts of five DEFAULT
+ * and HIGHEST shapes up to K = 8192 agree bit for bit). The cut follows the
+ * default thread count, not the current one, so results never change with
+ * tpurt_set_num_threads, whatever the kernel. On a few cores
  * an OpenMP team that spins after every GEMM starves the pool's
  * elementwise work and the pool's spinning starves the team; with one set
  * of threads neither waits for the other. Fewer items than threads with fewer than
@@ -161,7 +163,7 @@ static void *at_elem(const tpumxu__mat *x, int64_t elems) {
 /* ---- primitive cache --------------------------------------------------- */
 
 typedef struct key {
-  int sdt, wdt, ddt, acc;
+  int sdt, wdt, ddt, acc; /* TPUMXU_DT_*; acc: sum post-op */
   int one; /* created for a team of one (a part on the pool) */
   int64_t bs, bw, bd, m, n, k;
   int64_t ss[3], ws[3], ds[3];
@@ -170,7 +172,7 @@ typedef struct key {
 typedef struct entry {
   key k;
   dnnl_primitive_t prim;
-  dnnl_memory_desc_t smd, wmd, dmd;
+  const_dnnl_memory_desc_t smd, wmd, dmd, spd; /* owned by prim */
   size_t scratch;
   int refs, used;
 } entry;
@@ -180,11 +182,37 @@ static pthread_mutex_t g_cache_mu = PTHREAD_MUTEX_INITIALIZER;
 static entry g_cache[CACHE_N];
 static int g_cache_next; /* round-robin eviction start */
 
-/* Memory descriptor of a batched matrix (dims b x r x c). */
+/* Memory descriptor of a batched matrix (dims b x r x c); caller
+ * destroys it. */
 static dnnl_status_t md_init(dnnl_memory_desc_t *md, int dt, int64_t b,
                              int64_t r, int64_t c, const int64_t st[3]) {
   dnnl_dims_t dims = {b, r, c}, strides = {st[0], st[1], st[2]};
-  return dnnl_memory_desc_init_by_strides(md, 3, dims, ddt_of(dt), strides);
+  return dnnl_memory_desc_create_with_strides(md, 3, dims, ddt_of(dt), strides);
+}
+
+static void md_free(dnnl_memory_desc_t *mds, int n) {
+  for (int i = 0; i < n; i++)
+    if (mds[i]) dnnl_memory_desc_destroy(mds[i]);
+}
+
+/* Matmul primitive descriptor (scratchpad "user" with user_scratch; sum
+ * post-op with acc); caller destroys it. */
+static dnnl_status_t matmul_pd(dnnl_primitive_desc_t *pd, const_dnnl_memory_desc_t smd,
+                               const_dnnl_memory_desc_t wmd, const_dnnl_memory_desc_t dmd,
+                               int acc, int user_scratch) {
+  dnnl_primitive_attr_t attr = NULL;
+  dnnl_post_ops_t po = NULL;
+  dnnl_status_t s;
+  *pd = NULL;
+  if (!(s = dnnl_primitive_attr_create(&attr)) &&
+      (!user_scratch || !(s = dnnl_primitive_attr_set_scratchpad_mode(attr, dnnl_scratchpad_mode_user))) &&
+      (!acc || (!(s = dnnl_post_ops_create(&po)) &&
+                !(s = dnnl_post_ops_append_sum(po, 1.0f, 0, dnnl_data_type_undef)) &&
+                !(s = dnnl_primitive_attr_set_post_ops(attr, po)))))
+    s = dnnl_matmul_primitive_desc_create(pd, g_eng, smd, wmd, NULL, dmd, attr);
+  if (po) dnnl_post_ops_destroy(po);
+  if (attr) dnnl_primitive_attr_destroy(attr);
+  return s;
 }
 
 static const char *status_name(dnnl_status_t s) {
@@ -198,35 +226,25 @@ static const char *status_name(dnnl_status_t s) {
 
 /* Create the primitive of a key into e (not yet in the cache). */
 static int create(const key *k, entry *e) {
-  dnnl_memory_desc_t smd, wmd, dmd;
-  dnnl_matmul_desc_t desc;
-  dnnl_primitive_attr_t attr = NULL;
-  dnnl_post_ops_t po = NULL;
+  dnnl_memory_desc_t md[3] = {NULL, NULL, NULL};
   dnnl_primitive_desc_t pd = NULL;
   dnnl_status_t s;
-  if ((s = md_init(&smd, k->sdt, k->bs, k->m, k->k, k->ss)) ||
-      (s = md_init(&wmd, k->wdt, k->bw, k->k, k->n, k->ws)) ||
-      (s = md_init(&dmd, k->ddt, k->bd, k->m, k->n, k->ds)) ||
-      (s = dnnl_matmul_desc_init(&desc, &smd, &wmd, NULL, &dmd)) ||
-      (s = dnnl_primitive_attr_create(&attr)) ||
-      (s = dnnl_primitive_attr_set_scratchpad_mode(attr, dnnl_scratchpad_mode_user)))
+  if ((s = md_init(&md[0], k->sdt, k->bs, k->m, k->k, k->ss)) ||
+      (s = md_init(&md[1], k->wdt, k->bw, k->k, k->n, k->ws)) ||
+      (s = md_init(&md[2], k->ddt, k->bd, k->m, k->n, k->ds)) ||
+      (s = matmul_pd(&pd, md[0], md[1], md[2], k->acc, 1)))
     goto done;
-  if (k->acc) {
-    if ((s = dnnl_post_ops_create(&po)) || (s = dnnl_post_ops_append_sum(po, 1.0f)) ||
-        (s = dnnl_primitive_attr_set_post_ops(attr, po)))
-      goto done;
-  }
-  if ((s = dnnl_primitive_desc_create(&pd, &desc, attr, g_eng, NULL))) goto done;
-  const dnnl_memory_desc_t *sp = dnnl_primitive_desc_query_md(pd, dnnl_query_scratchpad_md, 0);
-  e->scratch = sp ? dnnl_memory_desc_get_size(sp) : 0;
-  e->smd = smd;
-  e->wmd = wmd;
-  e->dmd = dmd;
-  s = dnnl_primitive_create(&e->prim, pd);
+  if ((s = dnnl_primitive_create(&e->prim, pd))) goto done;
+  const_dnnl_primitive_desc_t ppd = NULL;
+  dnnl_primitive_get_primitive_desc(e->prim, &ppd);
+  e->smd = dnnl_primitive_desc_query_md(ppd, dnnl_query_src_md, 0);
+  e->wmd = dnnl_primitive_desc_query_md(ppd, dnnl_query_weights_md, 0);
+  e->dmd = dnnl_primitive_desc_query_md(ppd, dnnl_query_dst_md, 0);
+  e->spd = dnnl_primitive_desc_query_md(ppd, dnnl_query_scratchpad_md, 0);
+  e->scratch = e->spd ? dnnl_memory_desc_get_size(e->spd) : 0;
 done:
   if (pd) dnnl_primitive_desc_destroy(pd);
-  if (po) dnnl_post_ops_destroy(po);
-  if (attr) dnnl_primitive_attr_destroy(attr);
+  md_free(md, 3);
   if (s == dnnl_out_of_memory)
     return tpu_error(TPU_E_OOM, "tpumxu: oneDNN out of memory creating a matmul");
   if (s)
@@ -320,23 +338,15 @@ static int rt_prim(int sdt, int wdt, int ddt, int acc, dnnl_primitive_t *out) {
   if (!*slot) {
     dnnl_dims_t d = {DNNL_RUNTIME_DIM_VAL, DNNL_RUNTIME_DIM_VAL};
     dnnl_dims_t st = {DNNL_RUNTIME_DIM_VAL, 1}; /* row-major (else ref:any) */
-    dnnl_memory_desc_t smd, wmd, dmd;
-    dnnl_matmul_desc_t desc;
-    dnnl_primitive_attr_t attr = NULL;
-    dnnl_post_ops_t po = NULL;
+    dnnl_memory_desc_t md[3] = {NULL, NULL, NULL};
     dnnl_primitive_desc_t pd = NULL;
-    if (!(s = dnnl_memory_desc_init_by_strides(&smd, 2, d, ddt_of(sdt), st)) &&
-        !(s = dnnl_memory_desc_init_by_strides(&wmd, 2, d, ddt_of(wdt), st)) &&
-        !(s = dnnl_memory_desc_init_by_strides(&dmd, 2, d, ddt_of(ddt), st)) &&
-        !(s = dnnl_matmul_desc_init(&desc, &smd, &wmd, NULL, &dmd)) &&
-        !(s = dnnl_primitive_attr_create(&attr)) &&
-        (!acc || (!(s = dnnl_post_ops_create(&po)) && !(s = dnnl_post_ops_append_sum(po, 1.0f)) &&
-                  !(s = dnnl_primitive_attr_set_post_ops(attr, po)))) &&
-        !(s = dnnl_primitive_desc_create(&pd, &desc, attr, g_eng, NULL)))
+    if (!(s = dnnl_memory_desc_create_with_strides(&md[0], 2, d, ddt_of(sdt), st)) &&
+        !(s = dnnl_memory_desc_create_with_strides(&md[1], 2, d, ddt_of(wdt), st)) &&
+        !(s = dnnl_memory_desc_create_with_strides(&md[2], 2, d, ddt_of(ddt), st)) &&
+        !(s = matmul_pd(&pd, md[0], md[1], md[2], acc, 0)))
       s = dnnl_primitive_create(slot, pd);
     if (pd) dnnl_primitive_desc_destroy(pd);
-    if (po) dnnl_post_ops_destroy(po);
-    if (attr) dnnl_primitive_attr_destroy(attr);
+    md_free(md, 3);
   }
   *out = *slot;
   pthread_mutex_unlock(&g_rt_mu);
@@ -354,7 +364,7 @@ static int small_matmul(int64_t batch, int64_t m, int64_t n, int64_t k,
   dnnl_primitive_t prim;
   int rc = rt_prim(src->dt, wei->dt, dst->dt, accumulate, &prim);
   if (rc) return rc;
-  dnnl_memory_desc_t smd, wmd, dmd;
+  dnnl_memory_desc_t md[3] = {NULL, NULL, NULL};
   dnnl_dims_t ds = {m, k}, ss = {src->s0, src->s1};
   dnnl_dims_t dw = {k, n}, sw = {wei->s0, wei->s1};
   dnnl_dims_t dd = {m, n}, sd = {dst->s0, dst->s1};
@@ -362,24 +372,25 @@ static int small_matmul(int64_t batch, int64_t m, int64_t n, int64_t k,
   dnnl_status_t s;
   int nthr = omp_get_max_threads();
   omp_set_num_threads(1);
-  if (!(s = dnnl_memory_desc_init_by_strides(&smd, 2, ds, ddt_of(src->dt), ss)) &&
-      !(s = dnnl_memory_desc_init_by_strides(&wmd, 2, dw, ddt_of(wei->dt), sw)) &&
-      !(s = dnnl_memory_desc_init_by_strides(&dmd, 2, dd, ddt_of(dst->dt), sd)) &&
+  if (!(s = dnnl_memory_desc_create_with_strides(&md[0], 2, ds, ddt_of(src->dt), ss)) &&
+      !(s = dnnl_memory_desc_create_with_strides(&md[1], 2, dw, ddt_of(wei->dt), sw)) &&
+      !(s = dnnl_memory_desc_create_with_strides(&md[2], 2, dd, ddt_of(dst->dt), sd)) &&
       !(s = dnnl_stream_create(&st, g_eng, dnnl_stream_default_flags))) {
     for (int64_t b = 0; b < batch && !s; b++) {
-      dnnl_memory_t ms = NULL, mw = NULL, md = NULL;
-      if (!(s = dnnl_memory_create(&ms, &smd, g_eng, at_elem(src, b * src->sb))) &&
-          !(s = dnnl_memory_create(&mw, &wmd, g_eng, at_elem(wei, b * wei->sb))) &&
-          !(s = dnnl_memory_create(&md, &dmd, g_eng, at_elem(dst, b * dst->sb)))) {
-        dnnl_exec_arg_t args[3] = {{DNNL_ARG_SRC, ms}, {DNNL_ARG_WEIGHTS, mw}, {DNNL_ARG_DST, md}};
+      dnnl_memory_t ms = NULL, mw = NULL, mo = NULL;
+      if (!(s = dnnl_memory_create(&ms, md[0], g_eng, at_elem(src, b * src->sb))) &&
+          !(s = dnnl_memory_create(&mw, md[1], g_eng, at_elem(wei, b * wei->sb))) &&
+          !(s = dnnl_memory_create(&mo, md[2], g_eng, at_elem(dst, b * dst->sb)))) {
+        dnnl_exec_arg_t args[3] = {{DNNL_ARG_SRC, ms}, {DNNL_ARG_WEIGHTS, mw}, {DNNL_ARG_DST, mo}};
         if (!(s = dnnl_primitive_execute(prim, st, 3, args))) s = dnnl_stream_wait(st);
       }
-      if (md) dnnl_memory_destroy(md);
+      if (mo) dnnl_memory_destroy(mo);
       if (mw) dnnl_memory_destroy(mw);
       if (ms) dnnl_memory_destroy(ms);
     }
   }
   if (st) dnnl_stream_destroy(st);
+  md_free(md, 3);
   omp_set_num_threads(nthr);
   if (s)
     return tpu_error(s == dnnl_out_of_memory ? TPU_E_OOM : TPU_E_INTERNAL,
@@ -443,19 +454,14 @@ static int cached_matmul(int64_t batch, int64_t m, int64_t n, int64_t k,
     rc = tpu_error(TPU_E_OOM, "tpumxu: out of host memory (scratchpad)");
     goto done;
   }
-  if ((s = dnnl_memory_create(&ms, &e->smd, g_eng, src->ptr)) ||
-      (s = dnnl_memory_create(&mw, &e->wmd, g_eng, wei->ptr)) ||
-      (s = dnnl_memory_create(&md, &e->dmd, g_eng, dst->ptr)))
+  if ((s = dnnl_memory_create(&ms, e->smd, g_eng, src->ptr)) ||
+      (s = dnnl_memory_create(&mw, e->wmd, g_eng, wei->ptr)) ||
+      (s = dnnl_memory_create(&md, e->dmd, g_eng, dst->ptr)))
     goto done;
   dnnl_exec_arg_t args[4] = {{DNNL_ARG_SRC, ms}, {DNNL_ARG_WEIGHTS, mw}, {DNNL_ARG_DST, md}};
   int nargs = 3;
   if (e->scratch) {
-    const dnnl_memory_desc_t *spd = NULL;
-    dnnl_memory_desc_t flat;
-    dnnl_dims_t d1 = {(dnnl_dim_t)e->scratch};
-    if ((s = dnnl_memory_desc_init_by_tag(&flat, 1, d1, dnnl_u8, dnnl_a))) goto done;
-    spd = &flat;
-    if ((s = dnnl_memory_create(&mp, spd, g_eng, scratch))) goto done;
+    if ((s = dnnl_memory_create(&mp, e->spd, g_eng, scratch))) goto done;
     args[nargs++] = (dnnl_exec_arg_t){DNNL_ARG_SCRATCHPAD, mp};
   }
   if ((s = dnnl_stream_create(&st, g_eng, dnnl_stream_default_flags)) ||
@@ -561,9 +567,9 @@ static int64_t gcd(int64_t a, int64_t b) {
 static int pool_matmul(int64_t batch, int64_t m, int64_t n, int64_t k,
                        const tpumxu__mat *src, const tpumxu__mat *wei,
                        const tpumxu__mat *dst, int accumulate, int small, int *rc) {
-  /* the cut follows the pool's default size, not its current one: oneDNN's
-   * AMX kernels pick their K blocking by a part's row count, so the same
-   * cut keeps results the same at any tpurt_set_num_threads */
+  /* the cut follows the pool's default size, not its current one, so
+   * results stay the same at any tpurt_set_num_threads even with a kernel
+   * whose K blocking depends on a part's rows (oneDNN 2.6's AMX ones) */
   int64_t P = tpurt_default_num_threads();
   part_job J = {batch, m, n, k, 0, 1, *src, *wei, *dst, accumulate, CUT_BATCH, small, 0, {0},
                 PTHREAD_MUTEX_INITIALIZER};
@@ -615,33 +621,19 @@ int tpumxu__dnnl_matmul(int64_t batch, int64_t m, int64_t n, int64_t k,
 /* Implementation name for a dense problem (no cache). */
 static int impl_of(int sdt, int ddt, int64_t m, int64_t n, int64_t k,
                    char *buf, size_t cap) {
-  key kk;
-  memset(&kk, 0, sizeof kk);
-  kk.sdt = kk.wdt = sdt;
-  kk.ddt = ddt;
-  kk.bs = kk.bw = kk.bd = 1;
-  kk.m = m;
-  kk.n = n;
-  kk.k = k;
   int64_t ss[3] = {m * k, k, 1}, ws[3] = {k * n, n, 1}, ds[3] = {m * n, n, 1};
-  memcpy(kk.ss, ss, sizeof ss);
-  memcpy(kk.ws, ws, sizeof ws);
-  memcpy(kk.ds, ds, sizeof ds);
-  dnnl_memory_desc_t smd, wmd, dmd;
-  dnnl_matmul_desc_t desc;
+  dnnl_memory_desc_t md[3] = {NULL, NULL, NULL};
   dnnl_primitive_desc_t pd = NULL;
   const char *impl = NULL;
   dnnl_status_t s;
-  if ((s = md_init(&smd, kk.sdt, 1, m, k, kk.ss)) || (s = md_init(&wmd, kk.wdt, 1, k, n, kk.ws)) ||
-      (s = md_init(&dmd, kk.ddt, 1, m, n, kk.ds)) ||
-      (s = dnnl_matmul_desc_init(&desc, &smd, &wmd, NULL, &dmd)) ||
-      (s = dnnl_primitive_desc_create(&pd, &desc, NULL, g_eng, NULL)) ||
-      (s = dnnl_primitive_desc_query(pd, dnnl_query_impl_info_str, 0, &impl))) {
-    if (pd) dnnl_primitive_desc_destroy(pd);
-    return tpu_error(TPU_E_INTERNAL, "tpumxu: oneDNN matmul not available: %s", status_name(s));
-  }
-  snprintf(buf, cap, "%s", impl);
-  dnnl_primitive_desc_destroy(pd);
+  if (!(s = md_init(&md[0], sdt, 1, m, k, ss)) && !(s = md_init(&md[1], sdt, 1, k, n, ws)) &&
+      !(s = md_init(&md[2], ddt, 1, m, n, ds)) &&
+      !(s = matmul_pd(&pd, md[0], md[1], md[2], 0, 0)))
+    s = dnnl_primitive_desc_query(pd, dnnl_query_impl_info_str, 0, &impl);
+  if (!s) snprintf(buf, cap, "%s", impl);
+  if (pd) dnnl_primitive_desc_destroy(pd);
+  md_free(md, 3);
+  if (s) return tpu_error(TPU_E_INTERNAL, "tpumxu: oneDNN matmul not available: %s", status_name(s));
   return TPU_OK;
 }
 

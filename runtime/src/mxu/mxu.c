@@ -23,6 +23,9 @@ static const char *isa_name(dnnl_cpu_isa_t isa) {
   case dnnl_cpu_isa_avx512_core_vnni: return "avx512_core_vnni";
   case dnnl_cpu_isa_avx512_core_bf16: return "avx512_core_bf16";
   case dnnl_cpu_isa_avx512_core_amx: return "avx512_core_amx";
+  case dnnl_cpu_isa_avx2_vnni_2: return "avx2_vnni_2";
+  case dnnl_cpu_isa_avx512_core_fp16: return "avx512_core_fp16";
+  case dnnl_cpu_isa_avx512_core_amx_fp16: return "avx512_core_amx_fp16";
   default: return "other";
   }
 }
