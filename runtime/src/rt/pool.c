@@ -173,7 +173,7 @@ static int default_threads(void) {
 }
 
 static void pool_init(void) {
-  int n = default_threads();
+  int n = tpurt_default_num_threads(); /* the environment read once */
   pthread_mutex_lock(&g_spawn_mu);
   spawn_locked(n - 1);
   pthread_mutex_unlock(&g_spawn_mu);

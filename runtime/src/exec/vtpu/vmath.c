@@ -26,7 +26,8 @@
  * first 16 pieces and 1 - 2 / (exp(2t) + 1) from 5 up (8 lanes). 4 lanes:
  * SLEEF's.
  *
- * sin at 16 and 8 lanes is this file's own too (see sin16).
+ * sin at 16 and 8 lanes and exp at 16 lanes are this file's own too (see
+ * sin16 and exp16; 8-lane exp stays SLEEF's, faster there).
  *
  * The vector prototypes are declared here (sleef.h only declares the
  * 512/256-bit ones when the whole file is compiled for that ISA, and this
