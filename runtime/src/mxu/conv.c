@@ -51,8 +51,8 @@ typedef struct centry {
    * direction: into the primitive for read operands, out of it for the
    * written one */
   dnnl_primitive_t rx, ry, rw;
-  /* user (ux, uy, uw) and primitive (px, py, pw) layouts; owned */
-  dnnl_memory_desc_t ux, uy, uw, px, py, pw;
+  dnnl_memory_desc_t ux, uy, uw;           /* user layouts; owned */
+  const_dnnl_memory_desc_t px, py, pw, spd; /* the primitive's; owned by conv */
   size_t scratch;
   int refs, used;
 } centry;
@@ -117,8 +117,9 @@ static void destroy(centry *e) {
   if (e->ry) dnnl_primitive_destroy(e->ry);
   if (e->rw) dnnl_primitive_destroy(e->rw);
   e->conv = e->rx = e->ry = e->rw = NULL;
-  dnnl_memory_desc_t *mds[6] = {&e->ux, &e->uy, &e->uw, &e->px, &e->py, &e->pw};
-  for (int i = 0; i < 6; i++) {
+  e->px = e->py = e->pw = e->spd = NULL;
+  dnnl_memory_desc_t *mds[3] = {&e->ux, &e->uy, &e->uw};
+  for (int i = 0; i < 3; i++) {
     if (*mds[i]) dnnl_memory_desc_destroy(*mds[i]);
     *mds[i] = NULL;
   }
@@ -214,13 +215,14 @@ static dnnl_status_t create(dnnl_engine_t eng, const ckey *k, centry *e) {
   dnnl_query_t qy = fwd ? dnnl_query_dst_md : dnnl_query_diff_dst_md;
   dnnl_query_t qw = k->kind == TPUMXU_CONV_BWD_WEIGHTS ? dnnl_query_diff_weights_md
                                                        : dnnl_query_weights_md;
-  if ((s = dnnl_memory_desc_clone(&e->px, dnnl_primitive_desc_query_md(pd, qx, 0))) ||
-      (s = dnnl_memory_desc_clone(&e->py, dnnl_primitive_desc_query_md(pd, qy, 0))) ||
-      (s = dnnl_memory_desc_clone(&e->pw, dnnl_primitive_desc_query_md(pd, qw, 0))))
-    goto done;
-  const_dnnl_memory_desc_t sp = dnnl_primitive_desc_query_md(pd, dnnl_query_scratchpad_md, 0);
-  e->scratch = sp ? dnnl_memory_desc_get_size(sp) : 0;
   if ((s = dnnl_primitive_create(&e->conv, pd))) goto done;
+  const_dnnl_primitive_desc_t cpd = NULL;
+  if ((s = dnnl_primitive_get_primitive_desc(e->conv, &cpd))) goto done;
+  e->px = dnnl_primitive_desc_query_md(cpd, qx, 0);
+  e->py = dnnl_primitive_desc_query_md(cpd, qy, 0);
+  e->pw = dnnl_primitive_desc_query_md(cpd, qw, 0);
+  e->spd = dnnl_primitive_desc_query_md(cpd, dnnl_query_scratchpad_md, 0);
+  e->scratch = e->spd ? dnnl_memory_desc_get_size(e->spd) : 0;
   /* read activations rounded by us go through a buffer (a reorder, a
    * copy where the layouts match) */
   if (bwd_d) s = reorder(eng, e->px, e->ux, 0, &e->rx);
@@ -478,12 +480,8 @@ static int run(dnnl_engine_t eng, const centry *e, const tpumxu_conv_args *a, co
   args[na++] = (dnnl_exec_arg_t){fwd ? DNNL_ARG_DST : DNNL_ARG_DIFF_DST, my};
   args[na++] = (dnnl_exec_arg_t){bwd_w ? DNNL_ARG_DIFF_WEIGHTS : DNNL_ARG_WEIGHTS, mw};
   if (e->scratch) {
-    const_dnnl_memory_desc_t spd = NULL;
-    const_dnnl_primitive_desc_t cpd = NULL;
-    if ((s = dnnl_primitive_get_primitive_desc(e->conv, &cpd))) goto done;
-    spd = dnnl_primitive_desc_query_md(cpd, dnnl_query_scratchpad_md, 0);
-    if (!ws(spd, &bs)) goto oom;
-    if ((s = mem(eng, spd, bs.p, &ms))) goto done;
+    if (!ws(e->spd, &bs)) goto oom;
+    if ((s = mem(eng, e->spd, bs.p, &ms))) goto done;
     args[na++] = (dnnl_exec_arg_t){DNNL_ARG_SCRATCHPAD, ms};
   }
   if ((s = dnnl_primitive_execute(e->conv, st, na, args))) goto done;
