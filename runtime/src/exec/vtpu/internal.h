@@ -59,6 +59,10 @@ int tpux__vmath_width(void);
  * are independent (a lane's result depends on that lane only), so native
  * kernels calling it match tpux__vmath_f32 bit for bit. Static functions. */
 void (*tpux__vmath_f32_vec(int op, int width))(void);
+/* The name of that function in exec/vtpu/vkern.h when it is one of that
+ * file's kernels and width is 16 (native kernels embed vkern.h and call it
+ * inline), else NULL. Static string. */
+const char *tpux__vmath_f32_src(int op, int width);
 
 /* Round a float to bf16 / f16 precision (RNE), as stored. */
 static inline float xk_round_bf16(float f) {

@@ -16,7 +16,10 @@
  * recipe), contraction is off (-ffp-contract=off, as the runtime's own
  * -std=c17 build), and transcendentals call the very vector functions
  * tpux__vmath_f32 uses (passed in as pointers; lanes are independent, so a
- * zero-padded tail vector matches too).
+ * zero-padded tail vector matches too). The vTPU's own 16-lane kernels
+ * (exec/vtpu/vkern.h: exp, sin, tanh, erf) are not called but inlined:
+ * the kernel source embeds vkern.h's text and links SLEEF for the lanes
+ * those fall back on.
  *
  * Covered: float-class programs (f32, bf16; f16 rounding is not covered) of
  * + - * / max min neg abs sqrt rsqrt, SLEEF's functions, comparisons,
@@ -56,7 +59,7 @@
 
 extern char **environ;
 
-#define JIT_VERSION 5
+#define JIT_VERSION 6
 #define JIT_SIG_MAX 2048 /* int16 words */
 
 enum { J_COUNT, J_QUEUED, J_BUSY, J_READY, J_FAILED };
@@ -66,6 +69,7 @@ typedef struct jent {
   int32_t len;          /* signature words */
   int16_t *sig;         /* owned */
   char *src;            /* generated source while queued (owned) */
+  int vk;               /* src embeds vkern.h (links SLEEF) */
   int state, seen;
   xk_jit_fn fn;
   struct jent *next;    /* hash chain */
@@ -82,6 +86,7 @@ static struct {
   _Atomic int mode; /* read unlocked by tpux__jit_bind */
   int hot, width;
   void (*fns[TPUIR_NUM_OPS])(void);
+  const char *vk[TPUIR_NUM_OPS]; /* the vkern.h kernel inlined for an op */
   tpux_jit_stats st;
 } J = {.mu = PTHREAD_MUTEX_INITIALIZER,
        .cv = PTHREAD_COND_INITIALIZER,
@@ -108,7 +113,10 @@ static void j_init(void) {
   J.hot = h && atoi(h) > 0 ? atoi(h) : 3;
   J.width = tpux__vmath_width();
   if (J.width != 16 && J.width != 8) J.mode = 0; /* SSE2-only host */
-  for (int op = 0; op < TPUIR_NUM_OPS; op++) J.fns[op] = tpux__vmath_f32_vec(op, J.width);
+  for (int op = 0; op < TPUIR_NUM_OPS; op++) {
+    J.fns[op] = tpux__vmath_f32_vec(op, J.width);
+    J.vk[op] = tpux__vmath_f32_src(op, J.width);
+  }
   pthread_atfork(at_prepare, at_parent, at_child);
 }
 
@@ -296,6 +304,7 @@ static void emit_step(sbuf *b, const xk_prog *p, const int8_t *kind, int U, cons
       default:
         if (bo) put(b, "%s %s %s", A, bo, B);
         else if (in->b >= 0) put(b, "((bin_fn)fns[%d])(%s, %s)", in->op, A, B);
+        else if (J.vk[in->op]) put(b, "(vf)%s((__m512)%s)", J.vk[in->op], A);
         else put(b, "((un_fn)fns[%d])(%s)", in->op, A);
         break;
       }
@@ -317,13 +326,21 @@ static void emit_step(sbuf *b, const xk_prog *p, const int8_t *kind, int U, cons
   put(b, "}\n\n");
 }
 
-/* C source of p's kernel (caller frees), NULL when out of memory. */
+/* exec/vtpu/vkern.h's text (build/.../vkern.inc, made by the Makefile) */
+static const char VKERN_SRC[] =
+#include "vkern.inc"
+    ;
+
+/* C source of p's kernel (caller frees), NULL when out of memory; *vk:
+ * whether it embeds vkern.h. */
 static char *write_kernel(const xk_prog *p, const int8_t *kind, const int16_t *sig,
-                          int32_t nsig) {
+                          int32_t nsig, int *vk) {
   sbuf b = {0};
   int W = J.width;
+  *vk = 0;
+  for (int j = 0; j < p->nins; j++) *vk |= J.vk[p->ins[j].op] != NULL;
   put(&b, "/* torch_tpu vTPU native kernel (exec/vtpu/jit.c) */\n"
-          "#include <stdint.h>\n#include <string.h>\n"
+          "#include <stdint.h>\n#include <string.h>\n%s"
           "#define W %d\n"
           "typedef float vf __attribute__((vector_size(W * 4)));\n"
           "typedef int vi __attribute__((vector_size(W * 4)));\n"
@@ -348,15 +365,15 @@ static char *write_kernel(const xk_prog *p, const int8_t *kind, const int16_t *s
           "  long long x; memcpy(&x, p, 8);\n"
           "  return (vi)__builtin_ia32_pmovzxbd256((vc16)(v2ll){x, 0}) != 0;\n"
           "#endif\n}\n"
-          /* the instruction itself: no <immintrin.h> (parsing it is most
-           * of a compile: 0.4 -> 0.05 s) */
+          /* the instruction itself: <immintrin.h> (vkern.h's) only where
+           * needed, parsing it is most of a compile (0.1 -> 0.34 s) */
           "static inline vf vsqrt(vf x) { vf r; __asm__(\"vsqrtps %%1, %%0\" : \"=v\"(r) : \"v\"(x)); return r; }\n"
           "static inline vf rbf(vf f) {\n"
           "  vu u = (vu)f, r = (u + 0x7fffu + ((u >> 16) & 1u)) & 0xffff0000u;\n"
           "  vu q = (u | 0x00400000u) & 0xffff0000u;\n"
           "  vi nan = (vi)((u & 0x7fffffffu) > 0x7f800000u);\n"
           "  return (vf)(((vi)q & nan) | ((vi)r & ~nan));\n}\n",
-      W);
+      *vk ? VKERN_SRC : "", W);
   /* the vector steps: U independent vectors (transcendentals are long
    * dependency chains; interleaved vectors keep the core busy) and one */
   int calls = 0;
@@ -466,7 +483,7 @@ static xk_jit_fn compile(const jent *e, double *secs) {
   /* exactly the extensions the width was picked by (tpux__vmath_width) */
   char *argv[] = {cc, "-std=c17", "-O2", "-fPIC", "-shared", "-ffp-contract=off",
                   "-mavx2", "-mfma", J.width == 16 ? "-mavx512f" : "-mno-avx512f",
-                  c, "-o", tmp, NULL};
+                  c, "-o", tmp, e->vk ? "-l:libsleef.so.3" : NULL, NULL};
   posix_spawn_file_actions_t fa;
   posix_spawn_file_actions_init(&fa);
   posix_spawn_file_actions_addopen(&fa, 1, err, O_WRONLY | O_CREAT | O_TRUNC, 0666);
@@ -563,7 +580,7 @@ static void make_hot(jent *e, const xk_prog *p, const int8_t *kind) {
     return;
   }
   free(e->src); /* a source left by a fork's reset */
-  e->src = write_kernel(p, kind, e->sig, e->len);
+  e->src = write_kernel(p, kind, e->sig, e->len, &e->vk);
   if (!e->src) {
     e->state = J_FAILED;
     J.st.failures++;
