@@ -2,7 +2,8 @@
  * give the tile engine's results bit for bit: random float/bf16/bool
  * programs with special values, tails, broadcasts and in-place updates,
  * each run with the kernels off and then compiled on the calling thread.
- * TPU_TEST_JIT_TRIALS=n runs n random programs (default 48). */
+ * TPU_TEST_JIT_TRIALS=n runs n random programs (default 48). `make test`
+ * runs these again at 8 and 4 lanes (TORCH_TPU_VTPU_VECTOR_WIDTH). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <unistd.h>
@@ -197,10 +198,13 @@ TPU_TEST(exec_jit_random_programs) {
   }
   tpux_jit_get_stats(&s1);
   use_private_cache(0);
-  /* most programs are covered (not every trial's regions: some hold one op) */
-  CHECK(s1.compiles + s1.disk_loads - s0.compiles - s0.disk_loads >= 30);
+  /* most programs are covered (not every trial's regions: some hold one op);
+   * none at 4 lanes (SSE2: no native kernels) */
+  if (tpux__vmath_width() >= 8) {
+    CHECK(s1.compiles + s1.disk_loads - s0.compiles - s0.disk_loads >= 30);
+    CHECK(s1.bound > s0.bound);
+  }
   CHECK(s1.failures == s0.failures);
-  CHECK(s1.bound > s0.bound);
 }
 
 /* An in-place update (outputs are the inputs' own views, as an optimizer

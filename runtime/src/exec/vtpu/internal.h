@@ -51,7 +51,9 @@ int tpux__vmath_f32(int op, int64_t n, float *r, const float *a, const float *b)
 int tpux__vmath_f32_width(int width, int op, int64_t n, float *r, const float *a,
                           const float *b);
 
-/* Vector width (lanes) tpux__vmath_f32 runs at on this CPU: 16, 8 or 4. */
+/* Vector width (lanes) tpux__vmath_f32 and native kernels run at: 16, 8 or
+ * 4, the CPU's widest unless TORCH_TPU_VTPU_VECTOR_WIDTH (8 or 4) narrows
+ * it (read once). */
 int tpux__vmath_width(void);
 /* The vector function tpux__vmath_f32 applies per `width` lanes for op
  * (width 16: __m512 f(__m512) or, for pow/atan2, f(__m512, __m512); 8: the
@@ -60,8 +62,8 @@ int tpux__vmath_width(void);
  * kernels calling it match tpux__vmath_f32 bit for bit. Static functions. */
 void (*tpux__vmath_f32_vec(int op, int width))(void);
 /* The name of that function in exec/vtpu/vkern.h when it is one of that
- * file's kernels and width is 16 (native kernels embed vkern.h and call it
- * inline), else NULL. Static string. */
+ * file's kernels (native kernels embed vkern.h and inline it), else NULL.
+ * Static string. */
 const char *tpux__vmath_f32_src(int op, int width);
 
 /* Round a float to bf16 / f16 precision (RNE), as stored. */

@@ -16,10 +16,10 @@
  * recipe), contraction is off (-ffp-contract=off, as the runtime's own
  * -std=c17 build), and transcendentals call the very vector functions
  * tpux__vmath_f32 uses (passed in as pointers; lanes are independent, so a
- * zero-padded tail vector matches too). The vTPU's own 16-lane kernels
- * (exec/vtpu/vkern.h: exp, sin, tanh, erf) are not called but inlined:
- * the kernel source embeds vkern.h's text and links SLEEF for the lanes
- * those fall back on.
+ * zero-padded tail vector matches too). The vTPU's own kernels
+ * (exec/vtpu/vkern.h: exp at 16 lanes, sin, tanh, erf at 16 and 8) are not
+ * called but inlined: the kernel source embeds vkern.h's text and links
+ * SLEEF for the lanes those fall back on.
  *
  * Covered: float-class programs (f32, bf16; f16 rounding is not covered) of
  * + - * / max min neg abs sqrt rsqrt, SLEEF's functions, comparisons,
@@ -59,7 +59,7 @@
 
 extern char **environ;
 
-#define JIT_VERSION 7
+#define JIT_VERSION 8
 #define JIT_SIG_MAX 2048 /* int16 words */
 
 enum { J_COUNT, J_QUEUED, J_BUSY, J_READY, J_FAILED };
@@ -304,7 +304,8 @@ static void emit_step(sbuf *b, const xk_prog *p, const int8_t *kind, int U, cons
       default:
         if (bo) put(b, "%s %s %s", A, bo, B);
         else if (in->b >= 0) put(b, "((bin_fn)fns[%d])(%s, %s)", in->op, A, B);
-        else if (J.vk[in->op]) put(b, "(vf)%s((__m512)%s)", J.vk[in->op], A);
+        else if (J.vk[in->op])
+          put(b, "(vf)%s((%s)%s)", J.vk[in->op], J.width == 16 ? "__m512" : "__m256", A);
         else put(b, "((un_fn)fns[%d])(%s)", in->op, A);
         break;
       }

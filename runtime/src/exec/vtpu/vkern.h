@@ -4,7 +4,7 @@
  * Compiled twice: into vmath.c (the elementwise engine's functions, SLEEF
  * for everything else) and, as source text (build/.../vkern.inc, made from
  * this file by the Makefile), into the native kernels jit.c writes, which
- * call the 16-lane ones directly and inline them (a call per vector spills
+ * call them directly and inline them (a call per vector spills
  * the live vector registers; the 24-op sin/exp/gelu chain of
  * benchmarks/fused_eager.py on a Zen 4, Fused: 13.8-16.0 ms through
  * pointers, 13.4-13.5 as direct calls, 11.7-11.8 inlined). So this
@@ -34,9 +34,10 @@
 
 #define T512 __attribute__((target("avx512f")))
 #define T256 __attribute__((target("avx2,fma")))
-/* the 16-lane kernels and their helpers: always inlined where called
- * directly (a native kernel's vector step) */
+/* the kernels and their helpers: always inlined where called directly (a
+ * native kernel's vector step) */
 #define VK16 T512 static inline __attribute__((always_inline))
+#define VK8 T256 static inline __attribute__((always_inline))
 
 /* SLEEF's, for the lanes these do not cover */
 __m512 Sleef_sinf16_u10(__m512);
@@ -82,7 +83,7 @@ VK16 __m512 times_t16(__m512 t, __m512 c0, __m512 sm) {
   __m512 r = _mm512_add_ps(hi, _mm512_fmadd_ps(ts, sm, _mm512_fmsub_ps(ts, c0, hi)));
   return _mm512_mask_mul_ps(r, tiny, r, _mm512_set1_ps(0x1p-64f));
 }
-T256 static inline __m256 times_t8(__m256 t, __m256 c0, __m256 sm) {
+VK8 __m256 times_t8(__m256 t, __m256 c0, __m256 sm) {
   __m256 tiny = _mm256_cmp_ps(t, _mm256_set1_ps(0x1p-64f), _CMP_LT_OQ);
   __m256 ts = _mm256_blendv_ps(t, _mm256_mul_ps(t, _mm256_set1_ps(0x1p64f)), tiny);
   __m256 hi = _mm256_mul_ps(ts, c0);
@@ -114,7 +115,7 @@ VK16 __m512 erf16(__m512 x) {
   return odd_times_t16(x, t, c0, sm, 4.0f);
 }
 /* erf at 8 lanes: 8 pieces, one vpermps per coefficient */
-T256 static __m256 erf8(__m256 x) {
+VK8 __m256 erf8(__m256 x) {
   __m256 sign = _mm256_set1_ps(-0.0f), t = _mm256_andnot_ps(sign, x);
   __m256i i = _mm256_cvttps_epi32( /* NaN -> 7 */
       _mm256_mul_ps(_mm256_min_ps(t, _mm256_set1_ps(3.5f)), _mm256_set1_ps(2.0f)));
@@ -165,7 +166,7 @@ VK16 __m512 tanh16(__m512 x) {
  * blend per coefficient), and 1 - 2 / (exp(2t) + 1) for t >= 5 (through
  * SLEEF's exp, only for vectors with such a lane; the subtracted term is
  * < 1e-4, so its error vanishes in the rounding). */
-T256 static __m256 tanh8(__m256 x) {
+VK8 __m256 tanh8(__m256 x) {
   __m256 sign = _mm256_set1_ps(-0.0f), t = _mm256_andnot_ps(sign, x);
   __m256i i = _mm256_cvttps_epi32( /* NaN -> 15 */
       _mm256_mul_ps(_mm256_min_ps(t, _mm256_set1_ps(4.6875f)), _mm256_set1_ps(3.2f)));
@@ -231,7 +232,7 @@ VK16 __m512 sin16(__m512 x) {
   return BY_HALVES16(sin_d8, x);
 }
 
-T256 static __m256d sin_d4(__m256d d) {
+VK8 __m256d sin_d4(__m256d d) {
   __m256d m = _mm256_set1_pd(ROUND_MAGIC);
   __m256d qm = _mm256_fmadd_pd(d, _mm256_set1_pd(1.0 / 3.14159265358979323846), m);
   __m256d q = _mm256_sub_pd(qm, m);
@@ -248,7 +249,7 @@ T256 static __m256d sin_d4(__m256d d) {
                            _mm256_castps256_ps128(x))))),                               \
                        _mm256_cvtpd_ps(f(_mm256_cvtps_pd(_mm256_extractf128_ps(x, 1)))), 1)
 
-T256 static __m256 sin8(__m256 x) {
+VK8 __m256 sin8(__m256 x) {
   __m256 ax = _mm256_andnot_ps(_mm256_set1_ps(-0.0f), x);
   if (_mm256_movemask_ps(_mm256_cmp_ps(ax, _mm256_set1_ps(0x1p18f), _CMP_NLE_UQ)))
     return Sleef_sinf8_u10(x);

@@ -15,10 +15,13 @@
  *
  * The vector prototypes are declared here (sleef.h only declares the
  * 512/256-bit ones when the whole file is compiled for that ISA, and this
- * file is not: each width is a target attribute, chosen at run time). No
- * state.
+ * file is not: each width is a target attribute, chosen at run time).
+ * State: the engine's width (the CPU's widest, or TORCH_TPU_VTPU_VECTOR_WIDTH),
+ * set once.
  */
 #include <immintrin.h>
+#include <pthread.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "exec/vtpu/internal.h"
@@ -175,8 +178,9 @@ typedef __m512 (*bin16)(__m512, __m512);
 typedef __m256 (*bin8)(__m256, __m256);
 typedef __m128 (*bin4)(__m128, __m128);
 
-/* The functions of an op at each width (NULL: not covered); src16: the
- * name of u16 when it is a vkern.h kernel (native kernels inline it). */
+/* The functions of an op at each width (NULL: not covered); src16, src8:
+ * the names of u16, u8 when they are vkern.h kernels (native kernels
+ * inline those). */
 typedef struct vfn {
   un16 u16;
   un8 u8;
@@ -184,32 +188,32 @@ typedef struct vfn {
   bin16 b16;
   bin8 b8;
   bin4 b4;
-  const char *src16;
+  const char *src16, *src8;
 } vfn;
 
-#define UNF(f) (vfn){Sleef_##f##f16_u10, Sleef_##f##f8_u10, Sleef_##f##f4_u10, 0, 0, 0, 0}
-#define BINF(f) (vfn){0, 0, 0, Sleef_##f##f16_u10, Sleef_##f##f8_u10, Sleef_##f##f4_u10, 0}
+#define UNF(f) (vfn){Sleef_##f##f16_u10, Sleef_##f##f8_u10, Sleef_##f##f4_u10, 0, 0, 0, 0, 0}
+#define BINF(f) (vfn){0, 0, 0, Sleef_##f##f16_u10, Sleef_##f##f8_u10, Sleef_##f##f4_u10, 0, 0}
 
 static int fn_of(int op, vfn *f) {
   switch (op) {
-  case TPUIR_EXP: *f = (vfn){exp16, Sleef_expf8_u10, Sleef_expf4_u10, 0, 0, 0, "exp16"}; return 1;
+  case TPUIR_EXP: *f = (vfn){exp16, Sleef_expf8_u10, Sleef_expf4_u10, 0, 0, 0, "exp16", 0}; return 1;
   case TPUIR_EXPM1: *f = UNF(expm1); return 1;
   case TPUIR_LOG: *f = UNF(log); return 1;
-  case TPUIR_LOG1P: *f = (vfn){log1p16, log1p8, log1p4, 0, 0, 0, 0}; return 1;
-  case TPUIR_SIN: *f = (vfn){sin16, sin8, Sleef_sinf4_u10, 0, 0, 0, "sin16"}; return 1;
+  case TPUIR_LOG1P: *f = (vfn){log1p16, log1p8, log1p4, 0, 0, 0, 0, 0}; return 1;
+  case TPUIR_SIN: *f = (vfn){sin16, sin8, Sleef_sinf4_u10, 0, 0, 0, "sin16", "sin8"}; return 1;
   case TPUIR_COS: *f = UNF(cos); return 1;
   case TPUIR_TAN: *f = UNF(tan); return 1;
-  case TPUIR_TANH: *f = (vfn){tanh16, tanh8, Sleef_tanhf4_u10, 0, 0, 0, "tanh16"}; return 1;
+  case TPUIR_TANH: *f = (vfn){tanh16, tanh8, Sleef_tanhf4_u10, 0, 0, 0, "tanh16", "tanh8"}; return 1;
   case TPUIR_ASIN: *f = UNF(asin); return 1;
   case TPUIR_ACOS: *f = UNF(acos); return 1;
   case TPUIR_ATAN: *f = UNF(atan); return 1;
-  case TPUIR_SINH: *f = (vfn){sinh16, sinh8, sinh4, 0, 0, 0, 0}; return 1;
-  case TPUIR_COSH: *f = (vfn){cosh16, cosh8, cosh4, 0, 0, 0, 0}; return 1;
-  case TPUIR_ASINH: *f = (vfn){asinh16, asinh8, asinh4, 0, 0, 0, 0}; return 1;
-  case TPUIR_ACOSH: *f = (vfn){acosh16, acosh8, acosh4, 0, 0, 0, 0}; return 1;
+  case TPUIR_SINH: *f = (vfn){sinh16, sinh8, sinh4, 0, 0, 0, 0, 0}; return 1;
+  case TPUIR_COSH: *f = (vfn){cosh16, cosh8, cosh4, 0, 0, 0, 0, 0}; return 1;
+  case TPUIR_ASINH: *f = (vfn){asinh16, asinh8, asinh4, 0, 0, 0, 0, 0}; return 1;
+  case TPUIR_ACOSH: *f = (vfn){acosh16, acosh8, acosh4, 0, 0, 0, 0, 0}; return 1;
   case TPUIR_ATANH: *f = UNF(atanh); return 1;
-  case TPUIR_ERF: *f = (vfn){erf16, erf8, Sleef_erff4_u10, 0, 0, 0, "erf16"}; return 1;
-  case TPUIR_LOGISTIC: *f = (vfn){logistic16, logistic8, logistic4, 0, 0, 0, 0}; return 1;
+  case TPUIR_ERF: *f = (vfn){erf16, erf8, Sleef_erff4_u10, 0, 0, 0, "erf16", "erf8"}; return 1;
+  case TPUIR_LOGISTIC: *f = (vfn){logistic16, logistic8, logistic4, 0, 0, 0, 0, 0}; return 1;
   case TPUIR_POW: *f = BINF(pow); return 1;
   case TPUIR_ATAN2: *f = BINF(atan2); return 1;
   default: return 0;
@@ -270,6 +274,22 @@ static int host_width(void) {
   return 4;
 }
 
+/* The width the engine runs at: the CPU's, or narrower where
+ * TORCH_TPU_VTPU_VECTOR_WIDTH (8 or 4) asks for it (tests and A/B runs of
+ * the AVX2 / SSE2 paths on a wider CPU). Read once. */
+static int g_width;
+static pthread_once_t g_width_once = PTHREAD_ONCE_INIT;
+static void width_init(void) {
+  const char *e = getenv("TORCH_TPU_VTPU_VECTOR_WIDTH");
+  int w = e ? atoi(e) : 0;
+  g_width = host_width();
+  if ((w == 8 || w == 4) && w < g_width) g_width = w;
+}
+static int engine_width(void) {
+  pthread_once(&g_width_once, width_init);
+  return g_width;
+}
+
 /* See exec/vtpu/internal.h. */
 int tpux__vmath_f32_width(int width, int op, int64_t n, float *r, const float *a,
                           const float *b) {
@@ -283,7 +303,7 @@ int tpux__vmath_f32_width(int width, int op, int64_t n, float *r, const float *a
 }
 
 /* See exec/vtpu/internal.h. */
-int tpux__vmath_width(void) { return host_width(); }
+int tpux__vmath_width(void) { return engine_width(); }
 
 /* See exec/vtpu/internal.h. */
 void (*tpux__vmath_f32_vec(int op, int width))(void) {
@@ -297,11 +317,11 @@ void (*tpux__vmath_f32_vec(int op, int width))(void) {
 /* See exec/vtpu/internal.h. */
 const char *tpux__vmath_f32_src(int op, int width) {
   vfn f;
-  if (width != 16 || width > host_width() || !fn_of(op, &f)) return NULL;
-  return f.src16;
+  if (width > host_width() || !fn_of(op, &f)) return NULL;
+  return width == 16 ? f.src16 : width == 8 ? f.src8 : NULL;
 }
 
 /* See exec/vtpu/internal.h. */
 int tpux__vmath_f32(int op, int64_t n, float *r, const float *a, const float *b) {
-  return tpux__vmath_f32_width(host_width(), op, n, r, a, b);
+  return tpux__vmath_f32_width(engine_width(), op, n, r, a, b);
 }
