@@ -338,8 +338,12 @@ static char *write_kernel(const xk_prog *p, const int8_t *kind, const int16_t *s
                           int32_t nsig, int *vk) {
   sbuf b = {0};
   int W = J.width;
+  int calls = 0; /* transcendentals (called or inlined) */
   *vk = 0;
-  for (int j = 0; j < p->nins; j++) *vk |= J.vk[p->ins[j].op] != NULL;
+  for (int j = 0; j < p->nins; j++) {
+    calls |= J.fns[p->ins[j].op] != NULL;
+    *vk |= J.vk[p->ins[j].op] != NULL;
+  }
   put(&b, "/* torch_tpu vTPU native kernel (exec/vtpu/jit.c) */\n"
           "#include <stdint.h>\n#include <string.h>\n%s"
           "#define W %d\n"
@@ -377,8 +381,6 @@ static char *write_kernel(const xk_prog *p, const int8_t *kind, const int16_t *s
       *vk ? VKERN_SRC : "", W);
   /* the vector steps: U independent vectors (transcendentals are long
    * dependency chains; interleaved vectors keep the core busy) and one */
-  int calls = 0;
-  for (int j = 0; j < p->nins; j++) calls |= J.fns[p->ins[j].op] != NULL;
   int U = calls ? 4 : 2;
   emit_step(&b, p, kind, U, "blkU");
   emit_step(&b, p, kind, 1, "blk1");

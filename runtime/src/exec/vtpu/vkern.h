@@ -4,12 +4,12 @@
  * Compiled twice: into vmath.c (the elementwise engine's functions, SLEEF
  * for everything else) and, as source text (build/.../vkern.inc, made from
  * this file by the Makefile), into the native kernels jit.c writes, which
- * call them directly and inline them (a call per vector spills
- * the live vector registers; the 24-op sin/exp/gelu chain of
+ * call them directly and inline them (a call per vector spills the live
+ * vector registers; the 24-op sin/exp/gelu chain of
  * benchmarks/fused_eager.py on a Zen 4, Fused: 13.8-16.0 ms through
- * pointers, 13.4-13.5 as direct calls, 11.7-11.8 inlined). So this
- * file stands alone: intrinsics, the SLEEF functions it falls back on,
- * static tables and functions, no project headers, no state.
+ * pointers, 13.4-13.5 as direct calls, 11.7-11.8 inlined). So this file
+ * stands alone: intrinsics, the SLEEF functions it falls back on, static
+ * tables and functions, no project headers, no state.
  *
  * erf: erf(t)/t (t = |x|) is a polynomial in t - center on each of 16 (8)
  * pieces of [0, 4) (degree 5 (7); a permute picks each lane's
