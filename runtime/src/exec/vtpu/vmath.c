@@ -9,9 +9,9 @@
  * logistic is 1 / (1 + exp(-x)) for x >= 0 and e / (1 + e), e = exp(x),
  * below (no overflow, no cancellation): SLEEF's exp and one division.
  *
- * erf, tanh and sin at 16 and 8 lanes and exp at 16 are the vTPU's own
+ * erf, tanh, sin and exp at 16 and 8 lanes are the vTPU's own
  * (exec/vtpu/vkern.h: faster than SLEEF's there, within 1 ulp); 4 lanes
- * (SSE2) and 8-lane exp stay SLEEF's.
+ * (SSE2) stay SLEEF's.
  *
  * The vector prototypes are declared here (sleef.h only declares the
  * 512/256-bit ones when the whole file is compiled for that ISA, and this
@@ -196,7 +196,7 @@ typedef struct vfn {
 
 static int fn_of(int op, vfn *f) {
   switch (op) {
-  case TPUIR_EXP: *f = (vfn){exp16, Sleef_expf8_u10, Sleef_expf4_u10, 0, 0, 0, "exp16", 0}; return 1;
+  case TPUIR_EXP: *f = (vfn){exp16, exp8, Sleef_expf4_u10, 0, 0, 0, "exp16", "exp8"}; return 1;
   case TPUIR_EXPM1: *f = UNF(expm1); return 1;
   case TPUIR_LOG: *f = UNF(log); return 1;
   case TPUIR_LOG1P: *f = (vfn){log1p16, log1p8, log1p4, 0, 0, 0, 0, 0}; return 1;
