@@ -310,6 +310,19 @@ TPU_TEST(mxu_big_transposed_b) {
     }
 }
 
+/* Packed f32-storage operands (every precision where bf16 is not native,
+ * FP32 elsewhere) whose rows are a multiple of 256 floats get a padded
+ * row stride (mxu/driver.c pack_operand): A transposed (packed K-major)
+ * and row-major, B row-major and transposed, cut by rows and not. */
+TPU_TEST(mxu_padded_packed_strides) {
+  for (int prec = TPU_PREC_DEFAULT; prec <= TPU_PREC_FP32; prec++)
+    for (int la = 0; la < 2; la++) {
+      CHECK(check_f32(prec, 256, 512, 256, la, 0, 0, 1.0, 0.0) == 0);
+      CHECK(check_f32(prec, 512, 256, 512, la, 1, 0, 1.0, 0.5) == 0);
+      CHECK(check_f32(prec, 20, 768, 512, la, 0, 1, -0.75, 0.0) == 0); /* no dense cut */
+    }
+}
+
 /* bf16 operands with an f32 C (tpumxu_gemm_io): products exact, f32
  * accumulation, any layout (transposed operands of big problems are read
  * in place), small and big problems, alpha/beta; mixed pairs other than

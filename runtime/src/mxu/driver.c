@@ -247,19 +247,28 @@ static void pack_fn(void *ctx, int64_t t0, int64_t t1) {
  * workspace buffer in np parts: K along the buffer's rows (k_rows: np*k
  * rows of `outer`, the parts stacked; a source read along `outer` keeps
  * its memory order) or along its columns (`outer` rows of np*k, the parts
- * side by side). Returns the buffer (*cap: its size) or NULL (out of
- * memory); *nonfin: a hi part is non-finite. */
+ * side by side). *ld: the buffer's row stride, its row length except
+ * for f32 storage rows of a multiple of 256 floats, which get 16 more:
+ * oneDNN's f32 GEMM runs its no-copy kernel on parts with a side below
+ * ~264 and that kernel halves its speed on such power-of-two strides
+ * (Zen 3, two 256x2048x2048 parts at once: 89 -> 188 GFLOP/s). Returns
+ * the buffer (*cap: its size) or NULL (out of memory); *nonfin: a hi
+ * part is non-finite. */
 static char *pack_operand(const tpumxu__problem *p, const char *src, int odt, int np,
                           const int8_t *parts, int64_t sb, int64_t s_outer, int64_t s_k,
-                          int64_t outer, int64_t nb, int k_rows, size_t *cap, int *nonfin) {
+                          int64_t outer, int64_t nb, int k_rows, int64_t *ld, size_t *cap,
+                          int *nonfin) {
   int64_t k = p->k, kk = np * k, oes = odt == TPUMXU_DT_BF16 ? 2 : 4;
-  char *buf = tpumxu__ws_get((size_t)(nb * outer * kk * oes), cap);
+  int64_t nrows = k_rows ? kk : outer;
+  *ld = k_rows ? outer : kk;
+  if (odt == TPUMXU_DT_F32 && *ld % 256 == 0) *ld += 16;
+  char *buf = tpumxu__ws_get((size_t)(nb * nrows * *ld * oes), cap);
   if (!buf) return NULL;
   pack_job J = {src, p->dtype, odt, np, parts, sb,
                 k_rows ? s_k : s_outer, k_rows ? s_outer : s_k,
                 k_rows ? k : outer, k_rows ? outer : k,
-                k_rows ? outer : kk, outer * kk, {0}, buf, 0, 0};
-  for (int q = 0; q < np; q++) J.poff[q] = k_rows ? q * k * outer : q * k;
+                *ld, nrows * *ld, {0}, buf, 0, 0};
+  for (int q = 0; q < np; q++) J.poff[q] = k_rows ? q * k * *ld : q * k;
   J.rblocks = cdiv(J.rows, PACK_ROWS);
   int64_t per = PACK_ROWS * J.cols * J.np;
   tpurt_parallel_for(nb * J.rblocks, 1 + (1 << 15) / (per + 1), pack_fn, &J);
@@ -373,7 +382,7 @@ int tpumxu__run(const tpumxu__problem *p) {
   tpumxu__mat A, B, Ahi, Bhi, D;
   const int8_t *ap, *bp;
   int np, nonfin = 0;
-  int64_t kk;
+  int64_t kk, ld;
 repack:
   ap = bp = k_hi;
   np = 1;
@@ -388,17 +397,19 @@ repack:
   if (a_direct || a_direct_t) {
     A = (tpumxu__mat){(void *)p->a, odt, p->sab, p->sam, p->sak};
   } else {
-    abuf = pack_operand(p, p->a, odt, np, ap, p->sab, p->sam, p->sak, m, ba, a_trans, &acap, &nonfin);
+    abuf = pack_operand(p, p->a, odt, np, ap, p->sab, p->sam, p->sak, m, ba, a_trans, &ld, &acap,
+                        &nonfin);
     if (!abuf) goto oom;
-    A = a_trans ? (tpumxu__mat){abuf, odt, m * kk, 1, m} : (tpumxu__mat){abuf, odt, m * kk, kk, 1};
+    A = a_trans ? (tpumxu__mat){abuf, odt, kk * ld, 1, ld} : (tpumxu__mat){abuf, odt, m * ld, ld, 1};
     if (fused && nonfin) goto unfuse;
   }
   if (b_direct || b_direct_t) {
     B = (tpumxu__mat){(void *)p->b, odt, p->sbb, p->sbk, p->sbn};
   } else {
-    bbuf = pack_operand(p, p->b, odt, np, bp, p->sbb, p->sbn, p->sbk, n, bb, !b_trans, &bcap, &nonfin);
+    bbuf = pack_operand(p, p->b, odt, np, bp, p->sbb, p->sbn, p->sbk, n, bb, !b_trans, &ld, &bcap,
+                        &nonfin);
     if (!bbuf) goto oom;
-    B = b_trans ? (tpumxu__mat){bbuf, odt, kk * n, 1, kk} : (tpumxu__mat){bbuf, odt, kk * n, n, 1};
+    B = b_trans ? (tpumxu__mat){bbuf, odt, n * ld, 1, ld} : (tpumxu__mat){bbuf, odt, kk * ld, ld, 1};
     if (fused && nonfin) goto unfuse;
   }
   if (ba == 1) A.sb = 0;
