@@ -1,5 +1,5 @@
 /* exec/vtpu/vkern.h - the vTPU's own float32 vector kernels, where they
- * beat SLEEF's: erf, tanh, sin and exp at 16 and 8 lanes.
+ * beat SLEEF's: erf, tanh, sin, exp and logistic at 16 and 8 lanes.
  *
  * Compiled twice: into vmath.c (the elementwise engine's functions, SLEEF
  * for everything else) and, as source text (build/.../vkern.inc, made from
@@ -26,7 +26,7 @@
  * pieces of [0, 10), degree 6, 1 above (16 lanes); the first 16 pieces and
  * 1 - 2 / (exp(2t) + 1) from 5 up (8 lanes).
  *
- * sin and exp: see sin16 and exp16.
+ * sin and exp: see sin16 and exp16; logistic: exp's (vmath.c's header).
  */
 #ifndef TPU_EXEC_VTPU_VKERN_H
 #define TPU_EXEC_VTPU_VKERN_H
@@ -301,6 +301,19 @@ VK8 __m256 exp8(__m256 x) {
       _mm256_slli_epi32(_mm256_add_epi32(_mm256_sub_epi32(ki, k1), bias), 23));
   __m256 y = _mm256_mul_ps(_mm256_mul_ps(e, s1), s2);
   return _mm256_blendv_ps(y, x, _mm256_cmp_ps(x, x, _CMP_UNORD_Q));
+}
+
+/* logistic: 1 / (1 + e) for x >= 0, e / (1 + e) below, e = exp(-|x|)
+ * (NaN flows through exp) */
+VK16 __m512 logistic16(__m512 x) {
+  __m512 e = exp16(_mm512_sub_ps(_mm512_setzero_ps(), _mm512_abs_ps(x)));
+  __m512 y = _mm512_div_ps(_mm512_set1_ps(1.0f), _mm512_add_ps(e, _mm512_set1_ps(1.0f)));
+  return _mm512_mask_mul_ps(y, _mm512_cmp_ps_mask(x, _mm512_setzero_ps(), _CMP_LT_OQ), e, y);
+}
+VK8 __m256 logistic8(__m256 x) {
+  __m256 e = exp8(_mm256_sub_ps(_mm256_setzero_ps(), _mm256_andnot_ps(_mm256_set1_ps(-0.0f), x)));
+  __m256 y = _mm256_div_ps(_mm256_set1_ps(1.0f), _mm256_add_ps(e, _mm256_set1_ps(1.0f)));
+  return _mm256_blendv_ps(y, _mm256_mul_ps(e, y), _mm256_cmp_ps(x, _mm256_setzero_ps(), _CMP_LT_OQ));
 }
 
 #endif

@@ -7,9 +7,10 @@
  * log1p takes log above 1e38 and sinh/cosh exp(|x|/2)^2/2 above 88 (SLEEF's
  * overflow there), asinh/acosh log(|x|) + ln 2 above 1e18 (same).
  * logistic is 1 / (1 + exp(-x)) for x >= 0 and e / (1 + e), e = exp(x),
- * below (no overflow, no cancellation): SLEEF's exp and one division.
+ * below (no overflow, no cancellation): exp and one division (the own exp
+ * at 16 and 8 lanes, SLEEF's at 4).
  *
- * erf, tanh, sin and exp at 16 and 8 lanes are the vTPU's own
+ * erf, tanh, sin, exp and logistic at 16 and 8 lanes are the vTPU's own
  * (exec/vtpu/vkern.h: faster than SLEEF's there, within 1 ulp); 4 lanes
  * (SSE2) stay SLEEF's.
  *
@@ -57,21 +58,7 @@ SLEEF_UN(erf)
 SLEEF_BIN(pow)
 SLEEF_BIN(atan2)
 
-/* logistic per width (see the header comment) */
-T512 static __m512 logistic16(__m512 x) {
-  __m512 ax = _mm512_abs_ps(x);
-  __m512 e = Sleef_expf16_u10(_mm512_sub_ps(_mm512_setzero_ps(), ax));
-  __m512 y = _mm512_div_ps(_mm512_set1_ps(1.0f), _mm512_add_ps(e, _mm512_set1_ps(1.0f)));
-  __mmask16 neg = _mm512_cmp_ps_mask(x, _mm512_setzero_ps(), _CMP_LT_OQ);
-  return _mm512_mask_mul_ps(y, neg, e, y); /* NaN flows through exp */
-}
-T256 static __m256 logistic8(__m256 x) {
-  __m256 ax = _mm256_andnot_ps(_mm256_set1_ps(-0.0f), x);
-  __m256 e = Sleef_expf8_u10(_mm256_sub_ps(_mm256_setzero_ps(), ax));
-  __m256 y = _mm256_div_ps(_mm256_set1_ps(1.0f), _mm256_add_ps(e, _mm256_set1_ps(1.0f)));
-  __m256 neg = _mm256_cmp_ps(x, _mm256_setzero_ps(), _CMP_LT_OQ);
-  return _mm256_blendv_ps(y, _mm256_mul_ps(e, y), neg);
-}
+/* logistic at 4 lanes (16 and 8: vkern.h; see the header comment) */
 static __m128 logistic4(__m128 x) {
   __m128 ax = _mm_andnot_ps(_mm_set1_ps(-0.0f), x);
   __m128 e = Sleef_expf4_u10(_mm_sub_ps(_mm_setzero_ps(), ax));
@@ -213,7 +200,9 @@ static int fn_of(int op, vfn *f) {
   case TPUIR_ACOSH: *f = (vfn){acosh16, acosh8, acosh4, 0, 0, 0, 0, 0}; return 1;
   case TPUIR_ATANH: *f = UNF(atanh); return 1;
   case TPUIR_ERF: *f = (vfn){erf16, erf8, Sleef_erff4_u10, 0, 0, 0, "erf16", "erf8"}; return 1;
-  case TPUIR_LOGISTIC: *f = (vfn){logistic16, logistic8, logistic4, 0, 0, 0, 0, 0}; return 1;
+  case TPUIR_LOGISTIC:
+    *f = (vfn){logistic16, logistic8, logistic4, 0, 0, 0, "logistic16", "logistic8"};
+    return 1;
   case TPUIR_POW: *f = BINF(pow); return 1;
   case TPUIR_ATAN2: *f = BINF(atan2); return 1;
   default: return 0;
