@@ -110,16 +110,10 @@ def measure_clock_ghz():
             return 3.0, "assumed 3.0 GHz (no gcc, no /proc/cpuinfo)"
 
 
-def best_time(fn, reps, min_time=0.15, max_call=2.0):
+def best_time(fn, reps, min_time=0.15):
     """Best per-call seconds over `reps` runs of k calls (k sized so a run
-    lasts about min_time); a call slower than max_call seconds is timed
-    once."""
-    t = time.perf_counter()
+    lasts about min_time)."""
     fn()  # warm up (allocator, packing buffers, caches)
-    if time.perf_counter() - t > max_call:
-        t = time.perf_counter()
-        fn()
-        return time.perf_counter() - t
     t = time.perf_counter()
     fn()
     one = max(time.perf_counter() - t, 1e-6)
