@@ -256,7 +256,7 @@ static void raw_copy(const tpu_view *dst, const tpu_view *src) {
   tpux__space_init(&j.sp, dst->ndim, dst->sizes);
   tpux__space_add(&j.sp, dst);
   tpux__space_add(&j.sp, src);
-  tpux__space_coalesce(&j.sp);
+  tpux__space_order(&j.sp, (const char[2]){1, 0});
   int64_t total = tpux__space_numel(&j.sp);
   if (total == 0) return;
   int nd = j.sp.nd;

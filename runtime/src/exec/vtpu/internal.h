@@ -154,6 +154,9 @@ static inline void tpux__arr_at(xk_arr *x, const xk_arr *a, int64_t off) {
 }
 /* Merge adjacent dims where every array allows it, drop size-1 dims. */
 void tpux__space_coalesce(xk_space *s);
+/* Reorder the dims of an elementwise space for memory order, then coalesce
+ * (see elementwise.c); written[a]: array a is stored into. */
+void tpux__space_order(xk_space *s, const char *written);
 int64_t tpux__space_numel(const xk_space *s);
 
 /* ---- elementwise programs --------------------------------------------- */
