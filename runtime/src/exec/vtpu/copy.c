@@ -139,7 +139,12 @@ typedef struct raw_job {
     T *d_ = (T *)d;                                                          \
     const T *s_ = (const T *)s;                                              \
     if (ds == 1 && ss == 1) memcpy(d_, s_, (size_t)n * sizeof(T));           \
-    else if (ss == 0) {                                                      \
+    else if (ss == 0 && ds == 1) { /* a fill: memset for zeros */           \
+      static const T z_;                                                     \
+      T v_ = s_[0];                                                          \
+      if (!memcmp(&v_, &z_, sizeof(T))) memset(d_, 0, (size_t)n * sizeof(T)); \
+      else for (int64_t i = 0; i < n; i++) d_[i] = v_;                       \
+    } else if (ss == 0) {                                                    \
       T v_ = s_[0];                                                          \
       for (int64_t i = 0; i < n; i++) d_[i * ds] = v_;                       \
     } else if (ds == 1)                                                      \
@@ -271,8 +276,9 @@ static void raw_copy(const tpu_view *dst, const tpu_view *src) {
                        raw_blocked, &j);
     return;
   }
-  if (nd == 1 && total > XK_GRAIN && ss == 1 && ds == 1) {
-    /* view the flat range as rows of 16K elements (+ a tail) */
+  if (nd == 1 && total > XK_GRAIN && (ss == 1 || ss == 0) && ds == 1) {
+    /* view the flat range (a copy or a fill) as rows of 16K elements (+ a
+     * tail), shared out to the pool */
     int64_t R = 1 << 14, full = total / R;
     raw_job k = j;
     k.sp.nd = 2;
@@ -280,15 +286,15 @@ static void raw_copy(const tpu_view *dst, const tpu_view *src) {
     k.sp.sz[1] = R;
     k.sp.arr[0].st[0] = R;
     k.sp.arr[0].st[1] = 1;
-    k.sp.arr[1].st[0] = R;
-    k.sp.arr[1].st[1] = 1;
+    k.sp.arr[1].st[0] = R * ss;
+    k.sp.arr[1].st[1] = ss;
     k.row = R;
     k.rows = full;
     tpurt_parallel_for(full, 4, raw_rows, &k);
     int64_t tail = total - full * R;
     if (tail)
       raw_row(j.es, j.sp.arr[0].p + full * R * (int64_t)j.es, 1,
-              j.sp.arr[1].p + full * R * (int64_t)j.es, 1, tail);
+              j.sp.arr[1].p + full * R * ss * (int64_t)j.es, ss, tail);
     return;
   }
   int64_t grain = XK_GRAIN / j.row;
