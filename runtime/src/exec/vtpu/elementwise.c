@@ -154,16 +154,16 @@ void tpux__space_coalesce(xk_space *s) {
   s->nd = nd;
 }
 
-/* Byte span [*lo, *hi) of a memory array of s (numel > 0). */
-static void arr_span(const xk_space *s, const xk_arr *a, uintptr_t *lo, uintptr_t *hi) {
-  int64_t mn = 0, mx = 0, es = (int64_t)tpu_dtype_size(a->dt);
-  for (int d = 0; d < s->nd; d++) {
-    int64_t e = (s->sz[d] - 1) * a->st[d];
-    if (e < 0) mn += e;
-    else mx += e;
-  }
-  *lo = (uintptr_t)(a->p + mn * es);
-  *hi = (uintptr_t)(a->p + (mx + 1) * es);
+/* Array a of s as a view (its memory, the space's sizes). */
+static tpu_view arr_view(const xk_space *s, const xk_arr *a) {
+  tpu_view v;
+  memset(&v, 0, sizeof v);
+  v.base = a->p;
+  v.dtype = a->dt;
+  v.ndim = s->nd;
+  memcpy(v.sizes, s->sz, (size_t)s->nd * sizeof s->sz[0]);
+  memcpy(v.strides, a->st, (size_t)s->nd * sizeof a->st[0]);
+  return v;
 }
 
 /* Whether dim d1 should be iterated inside dim d0 (1), outside (-1) or
@@ -190,17 +190,11 @@ static int dim_swap(const xk_space *s, const int *order, int d0, int d1) {
 static int order_free(const xk_space *s, const char *written) {
   for (int w = 0; w < s->narr; w++) {
     if (!written[w]) continue;
-    uintptr_t wl, wh;
-    arr_span(s, &s->arr[w], &wl, &wh);
+    tpu_view vw = arr_view(s, &s->arr[w]);
     for (int a = 0; a < s->narr; a++) {
-      const xk_arr *x = &s->arr[a];
-      if (a == w || x->iota) continue;
-      uintptr_t l, h;
-      arr_span(s, x, &l, &h);
-      if (l >= wh || wl >= h) continue;
-      if (x->p != s->arr[w].p) return 0;
-      for (int d = 0; d < s->nd; d++)
-        if (s->sz[d] > 1 && x->st[d] != s->arr[w].st[d]) return 0;
+      if (a == w || s->arr[a].iota) continue;
+      tpu_view va = arr_view(s, &s->arr[a]);
+      if (tpux__views_overlap(&vw, &va) && !tpux__views_same(&vw, &va)) return 0;
     }
   }
   return 1;
