@@ -59,7 +59,7 @@
 
 extern char **environ;
 
-#define JIT_VERSION 10
+#define JIT_VERSION 11
 #define JIT_SIG_MAX 2048 /* int16 words */
 
 enum { J_COUNT, J_QUEUED, J_BUSY, J_READY, J_FAILED };
@@ -258,19 +258,20 @@ static const char *binop(int op) {
  * vector u is v<v>_<u> (a broadcast scalar load: the same in each). */
 static void emit_step(sbuf *b, const xk_prog *p, const int8_t *kind, int U, const char *name) {
   put(b, "static inline __attribute__((always_inline)) void %s(void *const *in, "
-         "void *const *out, const any_fn *fns, int64_t i) {\n  (void)fns;\n", name);
+         "void *const *out, const any_fn *fns, const float *cf, const long long *cm, "
+         "int64_t i) {\n  (void)fns, (void)cf, (void)cm;\n", name);
   int16_t cur[XK_MAX_BUF]; /* the value a buffer holds */
   for (int k = 0; k < p->nload; k++) {
     int cst = p->load_const[k];
     for (int u = 0; u < U; u++) {
       if (kind[k] == VK_F)
-        put(b, cst ? "  vf v%d_%d = bcf(*(const float *)in[%d]);\n"
+        put(b, cst ? "  vf v%d_%d = bcf(cf[%d]);\n"
                    : "  vf v%d_%d = *(const vfu *)((const float *)in[%d] + i + %d * W);\n",
             k, u, k, u);
       else if (xk_load_bytes(p, k)) /* the bool bytes themselves */
         put(b, "  vi v%d_%d = ldm((const unsigned char *)in[%d] + i + %d * W);\n", k, u, k, u);
       else
-        put(b, cst ? "  vi v%d_%d = bcm(*(const long long *)in[%d]);\n"
+        put(b, cst ? "  vi v%d_%d = bcm(cm[%d]);\n"
                    : "  vi v%d_%d = __builtin_convertvector(*(const vlu *)((const long long *)"
                      "in[%d] + i + %d * W) != 0, vi);\n", k, u, k, u);
     }
@@ -388,16 +389,22 @@ static char *write_kernel(const xk_prog *p, const int8_t *kind, const int16_t *s
           "const any_fn *fns);\n"
           "void tpu_jit_kernel(int64_t n, void *const *in, void *const *out, "
           "const any_fn *fns) {\n"
-          "  int64_t i = 0;\n  for (; i + %d * W <= n; i += %d * W) blkU(in, out, fns, i);\n"
-          "  for (; i + W <= n; i += W) blk1(in, out, fns, i);\n"
+          "  int64_t i = 0;\n");
+  /* broadcast scalars read once, into locals: read through in[] inside the
+   * loop they would be reloaded every step (a store through out[] may
+   * alias them as far as the compiler knows) */
+  put(&b, "  float cf[%d];\n  long long cm[%d];\n", p->nload, p->nload);
+  for (int k = 0; k < p->nload; k++)
+    if (p->load_const[k])
+      put(&b, kind[k] == VK_F ? "  cf[%d] = *(const float *)in[%d];\n"
+                              : "  cm[%d] = *(const long long *)in[%d];\n", k, k);
+  put(&b, "  for (; i + %d * W <= n; i += %d * W) blkU(in, out, fns, cf, cm, i);\n"
+          "  for (; i + W <= n; i += W) blk1(in, out, fns, cf, cm, i);\n"
           "  if (i == n) return;\n  size_t m = (size_t)(n - i);\n", U, U);
   /* the tail: one zero-padded vector step through local copies */
   put(&b, "  void *tin[%d], *tout[%d];\n", p->nload + 1, p->nstore + 1);
   for (int k = 0; k < p->nload; k++) {
-    if (p->load_const[k]) {
-      put(&b, "  tin[%d] = in[%d];\n", k, k);
-      continue;
-    }
+    if (p->load_const[k]) continue; /* read from cf / cm */
     const char *t = kind[k] == VK_F ? "float" : xk_load_bytes(p, k) ? "unsigned char" : "long long";
     put(&b, "  %s x%d[W] = {0};\n  memcpy(x%d, (const %s *)in[%d] + i, m * sizeof(%s));\n"
             "  tin[%d] = x%d;\n", t, k, k, t, k, t, k, k);
@@ -406,7 +413,7 @@ static char *write_kernel(const xk_prog *p, const int8_t *kind, const int16_t *s
     int v = p->nload + p->store_prod[k];
     put(&b, "  %s y%d[W];\n  tout[%d] = y%d;\n", kind[v] == VK_F ? "float" : "long long", k, k, k);
   }
-  put(&b, "  blk1(tin, tout, fns, 0);\n");
+  put(&b, "  blk1(tin, tout, fns, cf, cm, 0);\n");
   for (int k = 0; k < p->nstore; k++) {
     int v = p->nload + p->store_prod[k];
     const char *t = kind[v] == VK_F ? "float" : "long long";
