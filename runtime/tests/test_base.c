@@ -1,5 +1,9 @@
+#include <pthread.h>
+#include <sched.h>
+#include <stdlib.h>
 #include <string.h>
 
+#include "base/internal.h"
 #include "tpu_base.h"
 #include "tpu_test.h"
 
@@ -30,4 +34,55 @@ TPU_TEST(base_views) {
   v.strides[2] = 2;
   CHECK(!tpu_view_is_contiguous(&v));
   CHECK(tpu_dtype_size(TPU_BF16) == 2 && strcmp(tpu_dtype_name(TPU_I64), "int64") == 0);
+}
+
+/* Spare blocks: a put block comes back from the next get, at most
+ * TPU_SPARES are kept (the rest are freed: ASan's leak check sees any
+ * lost), and threads getting and putting at once never share a block. */
+static tpu_spares t_spares;
+
+static void sched_yield_if(int i) {
+  if (i % 64 == 0) sched_yield();
+}
+
+static void *spare_worker(void *arg) {
+  long id = (long)arg, bad = 0;
+  for (int i = 0; i < 20000; i++) {
+    long *b = tpu__spare_get(&t_spares);
+    if (!b) b = malloc(64);
+    if (!b) return (void *)1;
+    b[0] = id, b[1] = i;
+    sched_yield_if(i);
+    bad |= b[0] != id || b[1] != i; /* another thread wrote into it */
+    tpu__spare_put(&t_spares, b);
+  }
+  return (void *)bad;
+}
+
+TPU_TEST(base_spare_blocks) {
+  CHECK(tpu__spare_get(&t_spares) == NULL);
+  tpu__spare_put(&t_spares, NULL); /* no-op */
+  void *a = malloc(64), *b = malloc(64);
+  tpu__spare_put(&t_spares, a);
+  CHECK(tpu__spare_get(&t_spares) == a);
+  CHECK(tpu__spare_get(&t_spares) == NULL);
+  tpu__spare_put(&t_spares, a);
+  tpu__spare_put(&t_spares, b);
+  void *x = tpu__spare_get(&t_spares), *y = tpu__spare_get(&t_spares);
+  CHECK(x != y && (x == a || x == b) && (y == a || y == b));
+  CHECK(tpu__spare_get(&t_spares) == NULL);
+  free(x);
+  free(y);
+  for (int i = 0; i < TPU_SPARES + 3; i++) tpu__spare_put(&t_spares, malloc(64));
+  int kept = 0;
+  for (void *p; (p = tpu__spare_get(&t_spares)); kept++) free(p);
+  CHECK(kept == TPU_SPARES);
+  pthread_t th[4];
+  for (long k = 0; k < 4; k++) CHECK(pthread_create(&th[k], NULL, spare_worker, (void *)k) == 0);
+  for (int k = 0; k < 4; k++) {
+    void *r = (void *)1;
+    pthread_join(th[k], &r);
+    CHECK(r == NULL);
+  }
+  for (void *p; (p = tpu__spare_get(&t_spares));) free(p);
 }

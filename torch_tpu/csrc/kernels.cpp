@@ -13,6 +13,7 @@
 #include <ATen/TensorUtils.h>
 #include <ATen/core/dispatch/Dispatcher.h>
 #include <ATen/native/CPUFallback.h>
+#include <c10/util/SmallVector.h>
 #include <ATen/ops/_conj_physical.h>
 #include <ATen/ops/_neg_view.h>
 #include <ATen/ops/neg.h>
@@ -396,6 +397,22 @@ thread_local size_t MarshalLease::depth_ = 0;
               "two devices, tpu:", a, " and ", b, "!");
 }
 
+// The value of a 0-dim CPU tensor argument. A wrapped Python number (the
+// 1.0 of x + 1.0: always a plain double, int64 or bool CPU tensor) is read
+// in place; item() is a dispatched op, ~600 instructions of each such call.
+c10::Scalar cpu_scalar(const at::Tensor& t) {
+  if (t.unsafeGetTensorImpl()->is_wrapped_number()) {
+    const void* p = t.const_data_ptr();
+    switch (t.scalar_type()) {
+      case c10::ScalarType::Double: return c10::Scalar(*static_cast<const double*>(p));
+      case c10::ScalarType::Long: return c10::Scalar(*static_cast<const int64_t*>(p));
+      case c10::ScalarType::Bool: return c10::Scalar(*static_cast<const bool*>(p));
+      default: break;
+    }
+  }
+  return t.item();
+}
+
 bool fill_tensor(Marshal& m, const at::Tensor& t, tpulw_tensor& out) {
   std::memset(&out, 0, sizeof out);
   if (!t.defined()) return true;
@@ -417,7 +434,7 @@ bool fill_tensor(Marshal& m, const at::Tensor& t, tpulw_tensor& out) {
       m.why = "non-scalar CPU tensor argument";
       return false;
     }
-    c10::Scalar s = t.item();
+    c10::Scalar s = cpu_scalar(t);
     out.device = -1;
     out.view.dtype = dt;
     if (s.isComplex()) {
@@ -471,16 +488,17 @@ bool marshal(Marshal& m, const c10::FunctionSchema& schema, torch::jit::Stack* s
       a.kind = TPULW_NONE;
       continue;
     }
-    c10::TypePtr ty = sargs[i].real_type();
-    if (auto opt = ty->cast<c10::OptionalType>()) ty = opt->getElementType();
+    // raw pointers into the schema (no reference count traffic per call)
+    const c10::Type* ty = sargs[i].real_type().get();
+    if (auto opt = ty->castRaw<c10::OptionalType>()) ty = opt->getElementType().get();
     switch (ty->kind()) {
       case c10::TypeKind::TensorType:
         a.kind = TPULW_TENSOR;
         if (!fill_tensor(m, iv.toTensor(), a.t)) return false;
         break;
       case c10::TypeKind::ListType: {
-        auto elem = ty->castRaw<c10::ListType>()->getElementType();
-        if (auto opt = elem->cast<c10::OptionalType>()) elem = opt->getElementType();
+        const c10::Type* elem = ty->castRaw<c10::ListType>()->getElementType().get();
+        if (auto opt = elem->castRaw<c10::OptionalType>()) elem = opt->getElementType().get();
         if (elem->kind() == c10::TypeKind::TensorType) {
           a.kind = TPULW_TENSORS;
           auto& lst = m.lists.emplace_back();
@@ -715,8 +733,9 @@ void native_boxed(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   size_t nargs = schema.arguments().size();
   auto ivs = torch::jit::last(*stack, nargs);
   int nout = tpulw_plan_num_outputs(plan);
-  std::vector<at::Tensor> fresh;
-  std::vector<tpu_view> outs(nout);
+  // small inline vectors: no heap allocation for the usual 1-4 outputs
+  c10::SmallVector<at::Tensor, 4> fresh;
+  c10::SmallVector<tpu_view, 4> outs(nout);
   try {
     for (int i = 0; i < nout; i++) {
       const tpulw_out_info* o = tpulw_plan_output(plan, i);
@@ -750,7 +769,7 @@ void native_boxed(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   check(tpulw_launch(plan, current_stream(m.device), outs.data()));
 
   // Returns: aliased args, else the new outputs in order.
-  std::vector<c10::IValue> rets;
+  c10::SmallVector<c10::IValue, 4> rets;
   size_t next = 0;
   for (const auto& r : schema.returns()) {
     if (r.alias_info() && r.alias_info()->isWrite()) {
@@ -767,12 +786,12 @@ void native_boxed(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
       rets.emplace_back(rest);
     } else {
       TORCH_CHECK(next < fresh.size(), "torch_tpu: lowering of ", qual, " produced too few outputs");
-      const at::Tensor& t = fresh[next++];
+      at::Tensor& t = fresh[next++];
       switch (r.type()->kind()) {  // Python-value returns come back as 0-dim tensors
         case c10::TypeKind::BoolType: rets.emplace_back(local_scalar_dense(t).toBool()); break;
         case c10::TypeKind::IntType: rets.emplace_back(local_scalar_dense(t).toLong()); break;
         case c10::TypeKind::FloatType: rets.emplace_back(local_scalar_dense(t).toDouble()); break;
-        default: rets.emplace_back(t);
+        default: rets.emplace_back(std::move(t));
       }
     }
   }

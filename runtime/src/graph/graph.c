@@ -9,6 +9,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "base/internal.h"
 #include "graph/internal.h"
 #include "tpu_exec.h"
 
@@ -519,7 +520,15 @@ typedef struct gtask {
   int32_t *rng;   /* ins index of each rng key */
   tpug_trace_event *ev; /* set while tracing: stamped and pushed when run */
   int one_block;  /* ins, outs, consts and rng live in the task's block */
+  int spare;      /* the block is TASK_BLOCK bytes, from / for g_task_spares */
 } gtask;
+
+/* Freed task blocks of TASK_BLOCK bytes (a task of up to ~12 views),
+ * reused by the next (base/internal.h): a task is made on the calling
+ * thread and freed on the stream's worker once per Strict op, a pattern
+ * malloc serves from its shared arena (~330 instructions a malloc). */
+#define TASK_BLOCK 4096
+static tpu_spares g_task_spares;
 
 static int task_run(void *ctx) {
   gtask *t = ctx;
@@ -546,7 +555,8 @@ static void task_free(void *ctx) {
     free(t->consts);
     free(t->rng);
   }
-  free(t);
+  if (t->spare) tpu__spare_put(&g_task_spares, t);
+  else free(t);
 }
 
 /* A task with room for nin inputs, nout outputs, nconst bytes of
@@ -557,11 +567,15 @@ static gtask *task_alloc(int nin, int nout, size_t nconst, int nrng) {
   size_t b = a + sizeof(tpu_view) * (size_t)(nin ? nin : 1);
   size_t c = b + sizeof(tpu_view) * (size_t)(nout ? nout : 1);
   size_t d = c + ((nconst + 7) & ~(size_t)7);
-  unsigned char *m = malloc(d + sizeof(int32_t) * (size_t)(nrng ? nrng : 1));
+  size_t bytes = d + sizeof(int32_t) * (size_t)(nrng ? nrng : 1);
+  int spare = bytes <= TASK_BLOCK;
+  unsigned char *m = spare ? tpu__spare_get(&g_task_spares) : NULL;
+  if (!m) m = malloc(spare ? TASK_BLOCK : bytes);
   if (!m) return NULL;
   gtask *t = (gtask *)(void *)m;
   memset(t, 0, sizeof *t);
   t->one_block = 1;
+  t->spare = spare;
   t->ins = (tpu_view *)(void *)(m + a);
   t->outs = (tpu_view *)(void *)(m + b);
   t->consts = m + c;
@@ -892,6 +906,7 @@ static gtask *task_clone(const gtask *T) {
   *c = *T;
   c->ev = NULL; /* events belong to one run */
   c->one_block = 0;
+  c->spare = 0;
   c->ins = malloc(sizeof(tpu_view) * (size_t)(T->nin ? T->nin : 1));
   c->outs = malloc(sizeof(tpu_view) * (size_t)(T->nout ? T->nout : 1));
   c->consts = malloc(T->nconst);

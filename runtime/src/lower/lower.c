@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/internal.h"
 #include "lower/internal.h"
 #include "tpu_exec.h"
 #include "tpu_graph.h"
@@ -144,6 +145,8 @@ unsigned tpulw_op_flags(const char *name, const char *overload) {
 typedef struct pc_entry pc_entry;
 static void pc_unref(pc_entry *e);
 
+#define PLAN_INLINE_PARAMS 4
+
 struct tpulw_plan {
   tpuir_graph *g;     /* owned, or shared->g (borrowed while the plan lives) */
   pc_entry *shared;   /* the plan cache's entry this plan came from */
@@ -151,18 +154,28 @@ struct tpulw_plan {
   int sync;
   int err_remap;
   int nparams;
-  tpu_view *params;
+  tpu_view *params;   /* params_in, or owned */
   int nout;
   tpulw_out_info outs[LW_MAX_RES];
   tpu_view out_views[LW_MAX_RES];
+  tpu_view params_in[PLAN_INLINE_PARAMS];
 };
+
+/* freed plans, reused by the next op's (base/internal.h) */
+static tpu_spares g_plan_spares;
+
+/* An uninitialised plan (caller frees with tpu__spare_put), NULL on OOM. */
+static tpulw_plan *plan_alloc(void) {
+  tpulw_plan *p = tpu__spare_get(&g_plan_spares);
+  return p ? p : malloc(sizeof *p);
+}
 
 void tpulw_plan_free(tpulw_plan *p) {
   if (!p) return;
   if (p->shared) pc_unref(p->shared);
   else tpuir_graph_free(p->g);
-  free(p->params);
-  free(p);
+  if (p->params != p->params_in) free(p->params);
+  tpu__spare_put(&g_plan_spares, p);
 }
 
 int tpulw_plan_num_outputs(const tpulw_plan *p) { return p ? p->nout : 0; }
@@ -583,11 +596,12 @@ static tpulw_plan *pc_lookup(const pc_desc *d, const char *name, const char *ove
   }
   pthread_mutex_unlock(&g_pc_mu);
   if (!e) return NULL;
-  tpulw_plan *p = malloc(sizeof *p);
-  tpu_view *params = malloc(sizeof(tpu_view) * (size_t)(e->nparams ? e->nparams : 1));
+  tpulw_plan *p = plan_alloc();
+  tpu_view *params = !p || e->nparams <= PLAN_INLINE_PARAMS
+                         ? (p ? p->params_in : NULL)
+                         : malloc(sizeof(tpu_view) * (size_t)e->nparams);
   if (!p || !params) {
-    free(p);
-    free(params);
+    tpu__spare_put(&g_plan_spares, p);
     pc_unref(e);
     return NULL; /* the slow path reports the OOM */
   }
@@ -710,11 +724,12 @@ int tpulw_prepare(const tpulw_ctx *ctx, const char *name, const char *overload,
   b.g = tpuir_graph_new();
   if (!b.g) return tpu_error(TPU_E_INTERNAL, "out of host memory");
 
-  tpulw_plan *p = calloc(1, sizeof *p);
+  tpulw_plan *p = plan_alloc();
   if (!p) {
     rc = tpu_error(TPU_E_INTERNAL, "out of host memory");
     goto fail;
   }
+  memset(p, 0, sizeof *p);
   rc = row->fn(&b);
   if (rc >= 0 && b.nres == 0)
     rc = tpu_error(TPU_E_INTERNAL, "lowering of %s produced no result", name);
@@ -738,7 +753,7 @@ fail:
   tpuir_graph_free(b.g);
   free(b.params);
   free(b.param_vals);
-  free(p);
+  tpu__spare_put(&g_plan_spares, p);
   return rc;
 }
 
