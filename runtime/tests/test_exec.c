@@ -1604,3 +1604,74 @@ TPU_TEST(exec_concurrent_runs) {
   free(xb);
   tpuir_graph_free(g);
 }
+
+/* One-instruction programs run long tiles (XK_TILE_ONE): sizes across
+ * several tiles with a tail, in place, against a broadcast scalar (its
+ * tile filled only as far as the run reaches: a 5-element run), gathered
+ * from a transposed input, and stored through a bf16 conversion; every
+ * element checked, the bytes after the output untouched. */
+TPU_TEST(exec_one_op_long_tiles) {
+  const int64_t lens[3] = {3 * 16384 + 123, 5, 16384};
+  for (int t = 0; t < 3; t++) {
+    int64_t n = lens[t];
+    tarr X = ta_new(TPU_F32, 1, &n), Y = ta_new(TPU_F32, 1, &n), S = ta_new(TPU_F32, 0, NULL);
+    for (int64_t i = 0; i < n; i++) {
+      tv_set(&X.v, i, (double)(i % 1001) - 500);
+      tv_set(&Y.v, i, 0.25 * (double)(i % 13));
+    }
+    tv_set(&S.v, 0, 3.5);
+    float *om = malloc((size_t)(n + 16) * 4);
+    for (int64_t i = 0; i < n + 16; i++) om[i] = -7.0f;
+    tpu_view O;
+    tpu_view_init_contiguous(&O, om, TPU_F32, 1, &n);
+    for (int c = 0; c < 2; c++) { /* x * y; x + s (0-dim, broadcast) */
+      tpuir_graph *g = tpuir_graph_new();
+      tpuir_val x = tpuir_param(g, TPU_F32, 1, &n);
+      tpuir_val y = c ? tpuir_broadcast_in_dim(g, tpuir_param(g, TPU_F32, 0, NULL), 1, &n, NULL)
+                      : tpuir_param(g, TPU_F32, 1, &n);
+      tpu_view ins[2] = {X.v, c ? S.v : Y.v};
+      CHECK_OK(run1(g, tpuir_binary(g, c ? TPUIR_ADD : TPUIR_MUL, x, y), 2, ins, &O));
+      int bad = 0;
+      for (int64_t i = 0; i < n; i++) {
+        float xv = (float)tv_get(&X.v, i);
+        bad += om[i] != (c ? xv + 3.5f : xv * (float)tv_get(&Y.v, i));
+      }
+      for (int i = 0; i < 16; i++) bad += om[n + i] != -7.0f;
+      CHECK(bad == 0);
+      tpuir_graph_free(g);
+    }
+    free(X.mem);
+    free(Y.mem);
+    free(S.mem);
+    free(om);
+  }
+  /* gathered: the transpose of a [301, 170] array, times 2 (f32) and
+   * converted (bf16) */
+  int64_t sz[2] = {170, 301}, n = 301 * 170;
+  const int order[2] = {1, 0};
+  float *xm = malloc((size_t)n * 4), *of = malloc((size_t)(n + 16) * 4);
+  uint16_t *ob = malloc((size_t)(n + 16) * 2);
+  tpu_view X = permuted_view(xm, TPU_F32, 2, sz, order), OF, OB;
+  for (int64_t i = 0; i < n; i++) xm[i] = (float)((i * 7919) % 2003) * 0.126f;
+  for (int64_t i = 0; i < n + 16; i++) of[i] = -7.0f, ob[i] = 0xdead;
+  tpu_view_init_contiguous(&OF, of, TPU_F32, 2, sz);
+  tpu_view_init_contiguous(&OB, ob, TPU_BF16, 2, sz);
+  for (int c = 0; c < 2; c++) {
+    tpuir_graph *g = tpuir_graph_new();
+    tpuir_val x = tpuir_param(g, TPU_F32, 2, sz);
+    tpuir_val two = tpuir_broadcast_in_dim(g, tpuir_const_f(g, TPU_F32, 2.0), 2, sz, NULL);
+    CHECK_OK(run1(g, c ? tpuir_convert(g, x, TPU_BF16) : tpuir_binary(g, TPUIR_MUL, x, two), 1,
+                  &X, c ? &OB : &OF));
+    int bad = 0;
+    for (int64_t i = 0; i < n; i++) {
+      float xv = (float)tv_get(&X, i);
+      bad += c ? tv_get(&OB, i) != tpu_bf16_to_f32(tpu_f32_to_bf16(xv)) : of[i] != xv * 2.0f;
+    }
+    for (int i = 0; i < 16; i++) bad += c ? ob[n + i] != 0xdead : of[n + i] != -7.0f;
+    CHECK(bad == 0);
+    tpuir_graph_free(g);
+  }
+  free(xm);
+  free(of);
+  free(ob);
+}

@@ -885,6 +885,7 @@ static int fp_op(int op) {
  * long tiles, a long chain short ones. */
 #define XK_PT_BYTES 16384
 #define XK_PT_MIN 256
+#define XK_TILE_ONE 16384 /* a one-instruction program's tiles */
 /* what a run does with an instruction (planned by tpux__prog_fill_consts) */
 enum { XR_SKIP = 0, XR_RUN = 1, XR_TAKE_B = 2, XR_TAKE_C = 3 };
 
@@ -910,6 +911,11 @@ void tpux__prog_finish(xk_prog *p) {
   for (int b = 0; b < p->nbuf; b++) per += esz[b];
   p->pt = XK_TILE; /* a native kernel keeps values in registers: long tiles */
   while (!p->jit && p->pt > XK_PT_MIN && p->pt * per > XK_PT_BYTES) p->pt /= 2;
+  /* one instruction keeps no value between instructions: its buffers only
+   * stage gathered loads and stores, so its tiles are long. Strict a * b on
+   * 256K floats: 1.82 -> 0.82 instructions per element in the workers (the
+   * multiply itself 0.77), on a Zen 3 1.3-2.2x -> 1.2-1.4x torch's time */
+  if (!p->jit && p->nins == 1) p->pt = XK_TILE_ONE;
   int32_t off = 0;
   for (int b = 0; b < p->nbuf; b++) {
     p->boff[b] = off;
@@ -1080,10 +1086,12 @@ static void run_tile(xk_prog *p, const xk_space *s, int64_t L, int64_t n,
       bp[bi] = ar->p + off * es;
       /* the next tile of this stream (usually the bytes that follow; a
        * prefetch never faults) comes in while this one computes. Not for a
-       * native kernel: its tiles are 4x longer and it streams at memory
-       * speed, where these prefetches only fill the line buffers (AdamW
-       * region from DRAM 0.98 -> 0.54-0.61 ns/element without them) */
-      for (int64_t o = n * es; !p->jit && o < 2 * n * es; o += 64)
+       * native kernel (it streams at memory speed, where these prefetches
+       * only fill the line buffers: AdamW region from DRAM 0.98 ->
+       * 0.54-0.61 ns/element without them) nor for a one-instruction
+       * program's long tiles (a whole tile ahead is past what the core
+       * keeps in flight) */
+      for (int64_t o = n * es; !p->jit && p->pt <= XK_TILE && o < 2 * n * es; o += 64)
         __builtin_prefetch((const char *)bp[bi] + o, 0, 3);
     } else {
       space_xfer(s, a, L, n, bp[bi], XF_LOAD);
@@ -1198,10 +1206,14 @@ int tpux__prog_run(xk_prog *p) {
 
 /* Fill the tile buffers of p's broadcast-scalar loads (once per scratch). */
 void tpux__prog_fill_consts(const xk_prog *p, const xk_space *s, char *scratch) {
-  for (int k = 0; k < p->nload; k++) /* a native kernel reads [0] only */
+  /* a native kernel reads [0] only; the tile engine at most a tile, or the
+   * whole space when that is shorter (a small op's one short tile) */
+  int64_t numel = tpux__space_numel(s);
+  int64_t n = p->jit ? 1 : numel < p->pt ? numel : p->pt;
+  for (int k = 0; k < p->nload; k++)
     if (p->load_const[k]) {
       const xk_arr *ar = &s->arr[p->load[k].arr];
-      tpux__load(ar->dt, ar->p, 0, p->jit ? 1 : p->pt, scratch + p->boff[p->load[k].buf]);
+      tpux__load(ar->dt, ar->p, 0, n, scratch + p->boff[p->load[k].buf]);
     }
   if (p->jit) return; /* it computes every instruction: no plan */
   /* the run's plan (XR_*), by liveness from the stores backwards: a SELECT
