@@ -3,6 +3,12 @@ with the CPU fallback disabled, so anything that is not native fails."""
 import os
 import tempfile
 
+# Every temporary directory this process makes (its lock dir, the child
+# processes' lock dirs, sweeps' scratch) goes under one root, removed when
+# the run ends.
+_TMP_ROOT = tempfile.TemporaryDirectory(prefix="torch_tpu_tests_")
+tempfile.tempdir = _TMP_ROOT.name
+
 # Must happen before torch (and its torch_tpu autoload) initialises the runtime.
 os.environ.setdefault("TORCH_TPU_LOCK_DIR", tempfile.mkdtemp(prefix="torch_tpu_test_locks_"))
 os.environ.setdefault("TORCH_TPU_CPU_FALLBACK", "0")

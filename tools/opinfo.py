@@ -933,6 +933,8 @@ def _sweep_isolated(dtypes, max_samples, budget_s, ops, error_inputs, verbose,
             break
         start = [i, k + 1]
     res.seconds = time.perf_counter() - t0
+    import shutil
+    shutil.rmtree(tmpdir, ignore_errors=True)  # the results file and the child's lock dir
     return res
 
 
