@@ -597,9 +597,9 @@ static tpulw_plan *pc_lookup(const pc_desc *d, const char *name, const char *ove
   pthread_mutex_unlock(&g_pc_mu);
   if (!e) return NULL;
   tpulw_plan *p = plan_alloc();
-  tpu_view *params = !p || e->nparams <= PLAN_INLINE_PARAMS
-                         ? (p ? p->params_in : NULL)
-                         : malloc(sizeof(tpu_view) * (size_t)e->nparams);
+  tpu_view *params = !p                                ? NULL
+                     : e->nparams <= PLAN_INLINE_PARAMS ? p->params_in
+                                                        : malloc(sizeof(tpu_view) * (size_t)e->nparams);
   if (!p || !params) {
     tpu__spare_put(&g_plan_spares, p);
     pc_unref(e);
