@@ -826,6 +826,7 @@ def _sweep_isolated(dtypes, max_samples, budget_s, ops, error_inputs, verbose,
                     hang_timeout_s, log, max_restarts=50):
     import json
     import os
+    import shutil
     import subprocess
     import tempfile
     import threading
@@ -933,7 +934,6 @@ def _sweep_isolated(dtypes, max_samples, budget_s, ops, error_inputs, verbose,
             break
         start = [i, k + 1]
     res.seconds = time.perf_counter() - t0
-    import shutil
     shutil.rmtree(tmpdir, ignore_errors=True)  # the results file and the child's lock dir
     return res
 

@@ -41,10 +41,6 @@ TPU_TEST(base_views) {
  * lost), and threads getting and putting at once never share a block. */
 static tpu_spares t_spares;
 
-static void sched_yield_if(int i) {
-  if (i % 64 == 0) sched_yield();
-}
-
 static void *spare_worker(void *arg) {
   long id = (long)arg, bad = 0;
   for (int i = 0; i < 20000; i++) {
@@ -52,7 +48,7 @@ static void *spare_worker(void *arg) {
     if (!b) b = malloc(64);
     if (!b) return (void *)1;
     b[0] = id, b[1] = i;
-    sched_yield_if(i);
+    if (i % 64 == 0) sched_yield();
     bad |= b[0] != id || b[1] != i; /* another thread wrote into it */
     tpu__spare_put(&t_spares, b);
   }
