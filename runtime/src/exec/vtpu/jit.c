@@ -59,7 +59,7 @@
 
 extern char **environ;
 
-#define JIT_VERSION 11
+#define JIT_VERSION 13
 #define JIT_SIG_MAX 2048 /* int16 words */
 
 enum { J_COUNT, J_QUEUED, J_BUSY, J_READY, J_FAILED };
