@@ -94,6 +94,46 @@ def test_fallback_enabled_warns_once_and_counts():
     assert UNSUPPORTED not in ["aten::" + n for n in torch.tpu.native_ops()]
 
 
+def test_unboxed_kernels_lend_arguments():
+    """Common signatures (tensors and scalars in, one tensor out or in
+    place) reach the native path unboxed, their tensors lent without a
+    reference (torch_tpu/csrc/kernels.cpp: Borrowed): no reference may be
+    lost or kept, also when the op raises or falls back to the CPU."""
+    torch.tpu.synchronize()
+    mem = torch.tpu.memory_allocated()
+    xc = torch.randn(64)
+    x = xc.to(DEV)
+    base = sys.getrefcount(x)
+    ys = [x + 1.0, x * x, torch.exp(x), torch.sub(x, x, alpha=2), torch.where(x > 0, x, 0.5),
+          torch.add(x, 2.0, alpha=3)]
+    want = [xc + 1.0, xc * xc, torch.exp(xc), torch.sub(xc, xc, alpha=2), torch.where(xc > 0, xc, 0.5),
+            torch.add(xc, 2.0, alpha=3)]
+    assert x.add_(1.0) is x and x.mul_(x) is x
+    assert sys.getrefcount(x) == base
+    for y, w in zip(ys, want):
+        torch.testing.assert_close(y.cpu(), w)
+    torch.testing.assert_close(x.cpu(), (xc + 1.0) * (xc + 1.0))
+    for _ in range(50):  # raised inside the native path, arguments lent
+        with pytest.raises(RuntimeError, match="same device"):
+            x + torch.randn(64)
+    assert sys.getrefcount(x) == base
+    a = torch.tensor([1, 2, 3, 7], dtype=torch.uint16)  # storage-only on tpu: eq falls back
+    with torch_tpu.execution_mode.cpu_fallback_mode(True), warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        at = a.to(DEV)
+        ra = sys.getrefcount(at)
+        for _ in range(20):
+            r = torch.eq(at, at)
+        assert sys.getrefcount(at) == ra and torch.equal(at.cpu(), a)
+        ref_at = __import__("weakref").ref(at)
+    assert r.is_tpu and torch.equal(r.cpu(), torch.ones(4, dtype=torch.bool))
+    ref = __import__("weakref").ref(x)
+    del ys, y, r, at, x
+    assert ref() is None and ref_at() is None
+    torch.tpu.synchronize()
+    assert torch.tpu.memory_allocated() == mem
+
+
 def test_native_op_list_command():
     r = subprocess.run([sys.executable, "-m", "torch_tpu.ops", "--list"], capture_output=True, text=True)
     assert r.returncode == 0, r.stderr

@@ -3,7 +3,8 @@
 //    views, resize_, set_, copies, _local_scalar_dense);
 //  * ONE boxed kernel for every other op: marshal the IValue stack into C
 //    descriptors and hand it to the runtime's lowering table (runtime/src/
-//    lower*.c), which builds IR and runs it on the vTPU;
+//    lower*.c), which builds IR and runs it on the vTPU; the commonest
+//    signatures enter it unboxed (unboxed_for), their tensors lent;
 //  * the explicit, counted CPU fallback for ops without a native lowering.
 #include "glue.h"
 
@@ -665,16 +666,53 @@ OpInfo op_info(const c10::FunctionSchema& schema) {
   return i;
 }
 
-void native_boxed(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
+// Stack entries an unboxed caller lends native_run without a reference
+// (bit i of mask: the entry at first + i). Copying an at::Tensor into an
+// IValue takes a reference, and when that lifts a tensor's count above one
+// PyTorch also takes one on its Python object (under the GIL); one op paid
+// ~2300 instructions for that pair. own() turns the lent entries into
+// owned ones (before a CPU fallback consumes the stack); release() and the
+// destructor (an exception on the way) give them back unreferenced.
+struct Borrowed {
+  torch::jit::Stack* stack;
+  size_t first;
+  unsigned mask;
+  void release() {
+    for (size_t i = 0; mask >> i; i++)
+      if (mask >> i & 1u) c10::MaybeOwnedTraits<c10::IValue>::destroyBorrow((*stack)[first + i]);
+    mask = 0;
+  }
+  void own() {
+    for (size_t i = 0; mask >> i; i++)
+      if (mask >> i & 1u) {
+        c10::IValue& e = (*stack)[first + i];
+        c10::IValue owned(e);  // a real reference
+        c10::MaybeOwnedTraits<c10::IValue>::destroyBorrow(e);
+        e = std::move(owned);
+      }
+    mask = 0;
+  }
+  ~Borrowed() { release(); }
+};
+
+// The native path for one call: the op's arguments on top of the stack are
+// replaced by its returns. b: entries lent by an unboxed caller (nullptr
+// for a boxed call); then an aliased return (an in-place op's self) is
+// pushed as None: that caller returns its own reference.
+void native_run(const c10::OperatorHandle& op, torch::jit::Stack* stack, Borrowed* b) {
+  auto fallback = [&](const std::string& why) {
+    if (b) b->own();
+    cpu_fallback(op, stack, why);
+  };
   const auto& schema = op.schema();
   const OpInfo info = op_info(schema);
   const std::string& qual = schema.name();
   const bool user_kernel = info.user_kernel;
-  if (!user_kernel && !info.aten) return cpu_fallback(op, stack, "not an aten op");
+  if (!user_kernel && !info.aten) return fallback("not an aten op");
   const char* name = user_kernel ? qual.c_str() : qual.c_str() + 6;
   const char* overload = schema.overload_name().c_str();
   const unsigned op_flags = info.flags;
-  if (!(op_flags & TPULW_OP_NATIVE)) return cpu_fallback(op, stack, "");
+  if (!(op_flags & TPULW_OP_NATIVE)) return fallback("");
 
   // In-place writes into a tensor whose elements share memory (expand
   // views) are refused, as on CPU, except where CPU allows them.
@@ -691,7 +729,7 @@ void native_boxed(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   if (!marshal(m, schema, stack)) {
     TORCH_CHECK(!user_kernel, "C kernel call: ", m.why,
                 " (C kernels take tpu tensors, all on one device)");
-    return cpu_fallback(op, stack, m.why);
+    return fallback(m.why);
   }
   c10::DeviceGuard guard(c10::Device(c10::DeviceType::PrivateUse1, m.device));
 
@@ -726,7 +764,7 @@ void native_boxed(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   int rc = tpulw_prepare(&ctx, name, overload, m.args.data(),
                          static_cast<int>(m.args.size()), &plan);
   locks.clear();
-  if (rc == TPU_E_UNSUPPORTED && !user_kernel) return cpu_fallback(op, stack, tpu_last_error());
+  if (rc == TPU_E_UNSUPPORTED && !user_kernel) return fallback(tpu_last_error());
   check(rc);
 
   // Destinations.
@@ -773,6 +811,10 @@ void native_boxed(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   size_t next = 0;
   for (const auto& r : schema.returns()) {
     if (r.alias_info() && r.alias_info()->isWrite()) {
+      if (b) {
+        rets.emplace_back();
+        continue;
+      }
       for (size_t j = 0; j < nargs; j++) {
         const auto* ai = schema.arguments()[j].alias_info();
         if (ai && ai->beforeSets() == r.alias_info()->beforeSets()) {
@@ -795,8 +837,82 @@ void native_boxed(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
       }
     }
   }
+  if (b) b->release();
   torch::jit::drop(*stack, nargs);
   for (auto& r : rets) torch::jit::push(*stack, std::move(r));
+}
+
+void native_boxed(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
+  native_run(op, stack, nullptr);
+}
+
+// Unboxed entries for the commonest native signatures (tensors and scalars
+// in, one tensor out, or in place on the first tensor): the arguments go
+// on a stack as borrowed IValues (see Borrowed), not as new references.
+void push_arg(torch::jit::Stack& st, unsigned& mask, const at::Tensor& t) {
+  mask |= 1u << st.size();
+  st.emplace_back(c10::MaybeOwnedTraits<at::Tensor>::createBorrow(t));
+}
+void push_arg(torch::jit::Stack& st, unsigned&, const c10::Scalar& s) { st.emplace_back(s); }
+
+// op on args; its one return (None for an in-place op: see native_run).
+template <class... A>
+c10::IValue unboxed_call(const c10::OperatorHandle& op, const A&... args) {
+  torch::jit::Stack st;
+  st.reserve(sizeof...(A) + 1);
+  Borrowed b{&st, 0, 0};
+  (push_arg(st, b.mask, args), ...);
+  native_run(op, &st, &b);
+  return std::move(st.back());
+}
+
+template <class... A>
+torch::CppFunction unboxed_kernel(const c10::OperatorHandle& op) {
+  return torch::CppFunction(
+      [op](const A&... args) -> at::Tensor { return unboxed_call(op, args...).toTensor(); });
+}
+template <class... A>
+torch::CppFunction unboxed_inplace_kernel(const c10::OperatorHandle& op) {
+  return torch::CppFunction([op](at::Tensor& self, const A&... args) -> at::Tensor& {
+    unboxed_call(op, self, args...);
+    return self;
+  });
+}
+
+// The unboxed kernel for op's schema, or nothing (boxed registration):
+// every argument a Tensor or a Scalar (at most three), one Tensor
+// returned, fresh or the first argument written in place.
+std::optional<torch::CppFunction> unboxed_for(const c10::OperatorHandle& op) {
+  const auto& sc = op.schema();
+  if (sc.returns().size() != 1 || sc.returns()[0].type()->kind() != c10::TypeKind::TensorType ||
+      sc.arguments().size() > 3 || sc.is_vararg() || sc.is_varret())
+    return std::nullopt;
+  std::string sig;
+  for (size_t i = 0; i < sc.arguments().size(); i++) {
+    const auto& a = sc.arguments()[i];
+    bool w = a.alias_info() && a.alias_info()->isWrite();
+    if (w && i != 0) return std::nullopt;
+    auto k = a.type()->kind();
+    sig += k == c10::TypeKind::TensorType ? (w ? 'W' : 'T') : k == c10::TypeKind::NumberType ? 'S' : '?';
+  }
+  const auto* ra = sc.returns()[0].alias_info();
+  if ((ra != nullptr) != (!sig.empty() && sig[0] == 'W')) return std::nullopt;
+  using T = at::Tensor;
+  using S = c10::Scalar;
+  if (sig == "T") return unboxed_kernel<T>(op);
+  if (sig == "TT") return unboxed_kernel<T, T>(op);
+  if (sig == "TS") return unboxed_kernel<T, S>(op);
+  if (sig == "TTT") return unboxed_kernel<T, T, T>(op);
+  if (sig == "TTS") return unboxed_kernel<T, T, S>(op);
+  if (sig == "TSS") return unboxed_kernel<T, S, S>(op);
+  if (sig == "TST") return unboxed_kernel<T, S, T>(op);
+  if (sig == "W") return unboxed_inplace_kernel<>(op);
+  if (sig == "WT") return unboxed_inplace_kernel<T>(op);
+  if (sig == "WS") return unboxed_inplace_kernel<S>(op);
+  if (sig == "WTS") return unboxed_inplace_kernel<T, S>(op);
+  if (sig == "WTT") return unboxed_inplace_kernel<T, T>(op);
+  if (sig == "WSS") return unboxed_inplace_kernel<S, S>(op);
+  return std::nullopt;
 }
 
 }  // namespace
@@ -952,7 +1068,11 @@ struct RegisterNativeOps {
       auto op = c10::Dispatcher::singleton().findOp(opname);
       if (!op || op->hasKernelForDispatchKey(c10::DispatchKey::CompositeImplicitAutograd))
         continue;
-      lib.impl(names[i], torch::CppFunction::makeFromBoxedFunction<&native_boxed>());
+      std::optional<torch::CppFunction> un = unboxed_for(*op);
+      if (un)
+        lib.impl(names[i], std::move(*un));
+      else
+        lib.impl(names[i], torch::CppFunction::makeFromBoxedFunction<&native_boxed>());
       registered.push_back(full);
     }
   }
