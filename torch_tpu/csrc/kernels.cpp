@@ -667,7 +667,7 @@ OpInfo op_info(const c10::FunctionSchema& schema) {
 }
 
 // Stack entries an unboxed caller lends native_run without a reference
-// (bit i of mask: the entry at first + i). Copying an at::Tensor into an
+// (bit i of mask: entry i). Copying an at::Tensor into an
 // IValue takes a reference, and when that lifts a tensor's count above one
 // PyTorch also takes one on its Python object (under the GIL); one op paid
 // ~2300 instructions for that pair. own() turns the lent entries into
@@ -675,17 +675,16 @@ OpInfo op_info(const c10::FunctionSchema& schema) {
 // destructor (an exception on the way) give them back unreferenced.
 struct Borrowed {
   torch::jit::Stack* stack;
-  size_t first;
   unsigned mask;
   void release() {
     for (size_t i = 0; mask >> i; i++)
-      if (mask >> i & 1u) c10::MaybeOwnedTraits<c10::IValue>::destroyBorrow((*stack)[first + i]);
+      if (mask >> i & 1u) c10::MaybeOwnedTraits<c10::IValue>::destroyBorrow((*stack)[i]);
     mask = 0;
   }
   void own() {
     for (size_t i = 0; mask >> i; i++)
       if (mask >> i & 1u) {
-        c10::IValue& e = (*stack)[first + i];
+        c10::IValue& e = (*stack)[i];
         c10::IValue owned(e);  // a real reference
         c10::MaybeOwnedTraits<c10::IValue>::destroyBorrow(e);
         e = std::move(owned);
@@ -860,7 +859,7 @@ template <class... A>
 c10::IValue unboxed_call(const c10::OperatorHandle& op, const A&... args) {
   torch::jit::Stack st;
   st.reserve(sizeof...(A) + 1);
-  Borrowed b{&st, 0, 0};
+  Borrowed b{&st, 0};
   (push_arg(st, b.mask, args), ...);
   native_run(op, &st, &b);
   return std::move(st.back());
