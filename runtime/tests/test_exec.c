@@ -1120,6 +1120,118 @@ TPU_TEST(exec_dot_output_destinations) {
   tpuir_graph_free(g);
 }
 
+/* Outputs of nodes that write their value whole (index_select, concat,
+ * ...: tpux__writes_whole_value) go straight into their destination like a
+ * dot's, and are read there by later users; not when the destination is
+ * strided or overlaps an operand read at or after the node. S = X[:, idx]
+ * (index_select along the last dim: one element per index), Q = cat(X, X)
+ * and Z = S + S, with destinations fresh and offset (0), S strided (1), S
+ * over X (2, in place), Q over X (3): every output equals the reference
+ * computed from X's old contents; only the refused destination is written
+ * by an output copy (step profile). */
+TPU_TEST(exec_whole_value_output_destinations) {
+  enum { R = 64, C = 96, K = 150 };
+  int64_t xs[2] = {R, C}, ss[2] = {R, K}, qs[2] = {2 * R, C}, ks[1] = {K};
+  tpuir_graph *g = tpuir_graph_new();
+  tpuir_val X = tpuir_param(g, TPU_F32, 2, xs), I = tpuir_param(g, TPU_I64, 1, ks);
+  tpuir_val S = tpuir_index_select(g, X, 1, I);
+  tpuir_val xx[2] = {X, X};
+  tpuir_val Q = tpuir_concat(g, 2, xx, 0);
+  tpuir_val Z = tpuir_binary(g, TPUIR_ADD, S, S);
+  tpuir_val outs[3] = {S, Q, Z};
+  CHECK_OK(tpuir_set_outputs(g, 3, outs));
+  tpux_plan *p = NULL;
+  CHECK_OK(tpux_plan_new(g, &p));
+  uint64_t seed = 5;
+  int64_t idx[K];
+  for (int k = 0; k < K; k++) idx[k] = (int64_t)(trand_next(&seed) % C);
+  for (int mode = 0; mode < 4; mode++) {
+    /* X (at offset 3) and room for an S or Q written over it */
+    float *xb = calloc(3 + 2 * R * K + 2 * R * C, sizeof(float)), x0[R * C];
+    float *sb = calloc(8 + 2 * R * K, sizeof(float)), *qb = calloc(8 + 2 * R * C, sizeof(float));
+    float *zb = calloc(R * K, sizeof(float));
+    for (int i = 0; i < R * C; i++) x0[i] = xb[3 + i] = (float)trand(&seed, -4, 4);
+    tpu_view xv, iv, sv, qv, zv;
+    tpu_view_init_contiguous(&xv, xb, TPU_F32, 2, xs);
+    xv.offset = 3;
+    tpu_view_init_contiguous(&iv, idx, TPU_I64, 1, ks);
+    tpu_view_init_contiguous(&sv, sb, TPU_F32, 2, ss);
+    tpu_view_init_contiguous(&qv, qb, TPU_F32, 2, qs);
+    tpu_view_init_contiguous(&zv, zb, TPU_F32, 2, ss);
+    sv.offset = qv.offset = 8;
+    if (mode == 1) sv.strides[0] = 2 * K; /* every other row */
+    if (mode == 2) sv.base = xb, sv.offset = 3;
+    if (mode == 3) qv.base = xb, qv.offset = 3;
+    tpu_view ins[2] = {xv, iv}, ov[3] = {sv, qv, zv};
+    tpux_profile_read(NULL, 0, 1);
+    tpux_profile_enable(1);
+    CHECK_OK(tpux_plan_run(p, 2, ins, 3, ov));
+    tpux_profile_enable(0);
+    tpux_profile_entry e[64];
+    int ne = tpux_profile_read(e, 64, 1), copies = 0;
+    for (int i = 0; i < ne && i < 64; i++)
+      if (strstr(e[i].label, "(output copy)")) copies += (int)e[i].count;
+    CHECK(copies == (mode == 0 ? 0 : 1)); /* the refused destination gets a copy */
+    int bad = 0;
+    for (int i = 0; i < R && !bad; i++)
+      for (int k = 0; k < K && !bad; k++) {
+        float want = x0[i * C + idx[k]];
+        bad = ((float *)sv.base)[sv.offset + i * sv.strides[0] + k] != want ||
+              zb[i * K + k] != want + want;
+      }
+    for (int i = 0; i < 2 * R * C && !bad; i++)
+      bad = ((float *)qv.base)[qv.offset + i] != x0[i % (R * C)];
+    if (bad) fprintf(stderr, "whole-value outputs, mode %d: wrong values\n", mode);
+    CHECK(!bad);
+    for (int i = 0; i < 8 && mode < 2; i++) CHECK(sb[i] == 0 && qb[i] == 0); /* before the offset */
+    free(xb); free(sb); free(qb); free(zb);
+  }
+  tpux_plan_free(p);
+  tpuir_graph_free(g);
+}
+
+/* index_select along the last dim (one element per index, a typed load and
+ * store per index: 1, 2, 4, 8 and 16 bytes) against a reference, on a
+ * transposed (strided) operand. */
+TPU_TEST(exec_index_select_last_dim_dtypes) {
+  const int dts[5] = {TPU_BOOL, TPU_BF16, TPU_F32, TPU_I64, TPU_C128};
+  int64_t xs[3] = {3, 40, 50}, ks[1] = {77};
+  for (int q = 0; q < 5; q++) {
+    int dt = dts[q];
+    size_t es = tpu_dtype_size(dt);
+    uint64_t seed = 17 + q;
+    unsigned char *am = malloc(3 * 40 * 50 * es), *om = malloc(3 * 50 * 77 * es);
+    for (size_t i = 0; i < 3 * 40 * 50 * es; i++) am[i] = (unsigned char)trand_next(&seed);
+    if (dt == TPU_BOOL)
+      for (size_t i = 0; i < 3 * 40 * 50; i++) am[i] &= 1;
+    tpu_view at; /* [3, 50, 40]: the last two dims of a [3, 40, 50] array swapped */
+    tpu_view_init_contiguous(&at, am, dt, 3, xs);
+    at.sizes[1] = 50; at.sizes[2] = 40; at.strides[1] = 1; at.strides[2] = 50;
+    int64_t ts[3] = {3, 50, 40}, os[3] = {3, 50, 77};
+    tarr I = ta_new(TPU_I64, 1, ks);
+    tpu_view ov;
+    tpu_view_init_contiguous(&ov, om, dt, 3, os);
+    for (int k = 0; k < 77; k++) tv_seti(&I.v, k, (int64_t)(trand_next(&seed) % 40));
+    tpuir_graph *g = tpuir_graph_new();
+    tpuir_val X = tpuir_param(g, dt, 3, ts), Ix = tpuir_param(g, TPU_I64, 1, ks);
+    tpuir_val S = tpuir_index_select(g, X, 2, Ix);
+    CHECK_OK(tpuir_set_outputs(g, 1, &S));
+    tpu_view ins[2] = {at, I.v};
+    CHECK_OK(tpux_run(g, 2, ins, 1, &ov));
+    int bad = 0;
+    for (int64_t i = 0; i < 3 * 50 && !bad; i++)
+      for (int k = 0; k < 77 && !bad; k++) {
+        int64_t b = i / 50, r = i % 50, c = tv_geti(&I.v, k);
+        int64_t so = b * at.strides[0] + r * at.strides[1] + c * at.strides[2];
+        bad = memcmp(am + so * (int64_t)es, om + (i * 77 + k) * (int64_t)es, es) != 0;
+      }
+    if (bad) fprintf(stderr, "index_select last dim, %s: wrong values\n", tpu_dtype_name(dt));
+    CHECK(!bad);
+    tpuir_graph_free(g);
+    free(am); free(om); free(I.mem);
+  }
+}
+
 /* ---- tpux_copy ---------------------------------------------------------------- */
 
 TPU_TEST(exec_copy_convert_and_overlap) {

@@ -684,6 +684,46 @@ TPU_TEST(exec_philox_known_answers) {
   tpuir_graph_free(g);
 }
 
+/* Whole draws against the scalar definition, element by element: 2051
+ * elements (two full tiles, whose counters run 8 to a vector step, and a
+ * 3-element tail), BITS exactly, NORMAL f64 and f32 against Box-Muller with
+ * libm's log and cos in double (within 1e-12 relative; f32 within one
+ * float rounding of it). */
+TPU_TEST(exec_rng_tiles_match_scalar_definition) {
+  enum { N = 2051 };
+  int64_t sz[1] = {N};
+  const uint64_t seed = 0x0123456789abcdefull, off = 77;
+  tpuir_graph *g = tpuir_graph_new();
+  tpuir_val outs[3] = {tpuir_rng(g, TPUIR_RNG_BITS, TPU_I64, 1, sz, seed, off),
+                       tpuir_rng(g, TPUIR_RNG_NORMAL, TPU_F64, 1, sz, seed, off),
+                       tpuir_rng(g, TPUIR_RNG_NORMAL, TPU_F32, 1, sz, seed, off)};
+  CHECK_OK(tpuir_set_outputs(g, 3, outs));
+  static uint64_t bits[N];
+  static double nd[N];
+  static float nf[N];
+  tpu_view ov[3];
+  tpu_view_init_contiguous(&ov[0], bits, TPU_I64, 1, sz);
+  tpu_view_init_contiguous(&ov[1], nd, TPU_F64, 1, sz);
+  tpu_view_init_contiguous(&ov[2], nf, TPU_F32, 1, sz);
+  CHECK_OK(tpux_run(g, 0, NULL, 3, ov));
+  int bad = 0;
+  for (int i = 0; i < N && !bad; i++) {
+    uint32_t ctr[4] = {(uint32_t)i, 0, (uint32_t)off, 0}, w[4];
+    tpux__philox(ctr, seed, w);
+    uint64_t w01 = (uint64_t)w[1] << 32 | w[0], w23 = (uint64_t)w[3] << 32 | w[2];
+    double z64 = sqrt(-2.0 * log((double)((w01 >> 11) + 1) * 0x1p-53)) *
+                 cos(6.283185307179586 * ((double)(w23 >> 11) * 0x1p-53));
+    double z32 = sqrt(-2.0 * log((double)((w[0] >> 8) + 1) * 0x1p-24)) *
+                 cos(6.283185307179586 * ((double)(w[1] >> 8) * 0x1p-24));
+    bad = bits[i] != w01 || fabs(nd[i] - z64) > 1e-12 * (1 + fabs(z64)) ||
+          fabs(nf[i] - z32) > 0x1p-23 * fabs(z32) + 1e-12;
+    if (bad) fprintf(stderr, "rng element %d: bits %llx/%llx normal %.17g/%.17g f32 %.9g/%.9g\n", i,
+                     (unsigned long long)bits[i], (unsigned long long)w01, nd[i], z64, nf[i], z32);
+  }
+  CHECK(!bad);
+  tpuir_graph_free(g);
+}
+
 TPU_TEST(exec_rng_properties) {
   int64_t n = 200000;
   int64_t sz[1] = {n};

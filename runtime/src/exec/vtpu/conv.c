@@ -37,7 +37,8 @@
  *
  * REDUCE_WINDOW / WINDOW_ARGMAX: direct loops over output elements (in
  * parallel chunks), the window walked as an odometer over its dims with the
- * valid range of the innermost window dim computed up front. SUM
+ * valid range of the innermost window dim computed up front; f32 windows
+ * over the last two dims only (2-D pooling) by output rows (rw2_rows). SUM
  * accumulates in double (int64 for ints), MAX follows PyTorch's max-pool
  * rule (val > max || isnan(val)).
  */
@@ -925,6 +926,68 @@ static void rw_range(void *ctx, int64_t e0, int64_t e1) {
   }
 }
 
+/* Windows over the last two dims only (2-D max/avg pooling, any leading
+ * dims, undilated) of an f32 value: a task per output row of a plane, the
+ * window's bounds found once per row and per column instead of walking an
+ * odometer per element; same visiting order and arithmetic as rw_range. */
+static int rw2_fits(const rw_job *J) {
+  int R = J->rank;
+  if (R < 2 || J->dt != TPU_F32 || J->dl[R - 2] != 1 || J->dl[R - 1] != 1) return 0;
+  for (int d = 0; d < R - 2; d++)
+    if (J->w[d] != 1 || J->s[d] != 1 || J->lo[d] != 0 || J->osz[d] != J->xsz[d] ||
+        (J->op == TPUIR_WINDOW_ARGMAX && J->imul[d] != 0))
+      return 0;
+  return J->op != TPUIR_WINDOW_ARGMAX || (J->imul[R - 1] == 1 && J->imul[R - 2] == J->xsz[R - 1]);
+}
+
+#define RW2_VISIT(...)                                  \
+  for (int64_t kh = ka; kh < kb; kh++)                  \
+    for (int64_t kw = la; kw < lb; kw++) {              \
+      int64_t h = h0 + kh, w = w0 + kw;                 \
+      double v = x[h * hs + w * ws];                    \
+      __VA_ARGS__;                                      \
+    }
+
+static void rw2_rows(void *ctx, int64_t r0, int64_t r1) {
+  const rw_job *J = ctx;
+  const int R = J->rank;
+  const int64_t H = J->xsz[R - 2], W = J->xsz[R - 1], OH = J->osz[R - 2], OW = J->osz[R - 1];
+  const int64_t KH = J->w[R - 2], KW = J->w[R - 1], hs = J->xs[R - 2], ws = J->xs[R - 1];
+  for (int64_t r = r0; r < r1; r++) {
+    int64_t plane = r / OH, oh = r - plane * OH, off = 0;
+    for (int d = R - 3; d >= 0; d--) {
+      off += plane % J->xsz[d] * J->xs[d];
+      plane /= J->xsz[d];
+    }
+    const float *x = (const float *)J->xb + off;
+    int64_t h0 = oh * J->s[R - 2] - J->lo[R - 2];
+    int64_t ka = h0 < 0 ? -h0 : 0, kb = H - h0 < KH ? H - h0 : KH;
+    for (int64_t ow = 0, e = r * OW; ow < OW; ow++, e++) {
+      int64_t w0 = ow * J->s[R - 1] - J->lo[R - 1];
+      int64_t la = w0 < 0 ? -w0 : 0, lb = W - w0 < KW ? W - w0 : KW;
+      if (J->op == TPUIR_WINDOW_ARGMAX) {
+        double m = -INFINITY;
+        int64_t mi = -1;
+        RW2_VISIT({ /* (selects, not branches: random data mispredicts) */
+          int64_t i = h * W + w;
+          int up = (v > m) | (v != v) | (mi < 0);
+          m = up ? v : m;
+          mi = up ? i : mi;
+        });
+        ((int64_t *)J->y)[e] = mi;
+      } else if (J->kind == TPUIR_RED_MAX) {
+        double m = -INFINITY;
+        RW2_VISIT(double t = v > m ? v : m; m = v != v ? v : t);
+        ((float *)J->y)[e] = (float)m;
+      } else {
+        double acc = 0;
+        RW2_VISIT(acc += v);
+        ((float *)J->y)[e] = (float)acc;
+      }
+    }
+  }
+}
+
 static int eval_window(xctx *c, int t) {
   const tpuir_node *n = tpuir_get_node(c->g, t);
   const tpu_view *x = &c->vals[n->in[0]].v;
@@ -961,6 +1024,12 @@ static int eval_window(xctx *c, int t) {
   if (total == 0) return TPU_OK;
   int64_t grain = XK_GRAIN / (win > 0 ? win : 1);
   if (grain < 1) grain = 1;
+  if (rw2_fits(&J)) {
+    int64_t ow = n->sizes[n->ndim - 1], rows = total / ow, rgrain = grain / ow + 1;
+    if (rows <= rgrain) rw2_rows(&J, 0, rows);
+    else tpurt_parallel_for(rows, rgrain, rw2_rows, &J);
+    return TPU_OK;
+  }
   if (total <= grain) rw_range(&J, 0, total);
   else tpurt_parallel_for(total, grain, rw_range, &J);
   return TPU_OK;

@@ -391,6 +391,10 @@ int tpux_copy(const tpu_view *dst, const tpu_view *src) {
  * values; see exec/vtpu/internal.h). */
 int tpux__alloc_value(xctx *c, int t) {
   const tpuir_node *n = tpuir_get_node(c->g, t);
+  if (c->node_out && t == c->node_t) { /* the output itself (exec/vtpu/variant.c, var_direct) */
+    c->vals[t].v = *c->node_out;
+    return TPU_OK;
+  }
   int64_t numel = 1;
   for (int i = 0; i < n->ndim; i++) numel *= n->sizes[i];
   void *m = tpux__alloc((size_t)numel * tpu_dtype_size(n->dtype));
@@ -400,6 +404,16 @@ int tpux__alloc_value(xctx *c, int t) {
   c->vals[t].mem = m;
   tpu_view_init_contiguous(&c->vals[t].v, m, n->dtype, n->ndim, n->sizes);
   return TPU_OK;
+}
+
+int tpux__writes_whole_value(int op) {
+  switch (op) {
+  case TPUIR_DOT_GENERAL: case TPUIR_CONCAT: case TPUIR_PAD: case TPUIR_INDEX_SELECT:
+  case TPUIR_GATHER: case TPUIR_INDEX_ADD: case TPUIR_SCATTER_ADD: case TPUIR_RNG:
+  case TPUIR_IOTA:
+    return 1;
+  default: return 0;
+  }
 }
 
 /* A CONVERT the plan keeps out of regions (a parameter's bf16 copy for the

@@ -193,11 +193,7 @@ static void idot_range(void *ctx, int64_t b, int64_t e) {
 
 /* Where dot t's value goes (see exec/vtpu/internal.h). */
 int tpux__dot_value(xctx *c, int t) {
-  if (c->dot_out) { /* the output itself (exec/vtpu/variant.c, var_direct) */
-    c->vals[t].v = *c->dot_out;
-    return TPU_OK;
-  }
-  return c->vals[t].mem ? TPU_OK : tpux__alloc_value(c, t);
+  return c->vals[t].mem && !(c->node_out && t == c->node_t) ? TPU_OK : tpux__alloc_value(c, t);
 }
 
 int tpux__eval_dot(xctx *c, int t) {

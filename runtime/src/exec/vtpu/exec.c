@@ -281,14 +281,15 @@ static int run_steps(const xvar *v, xctx *c, const tpu_view *ins, const tpu_view
     const xstep *st = &v->steps[i];
     double t0 = prof && st->kind != XS_FREE ? tpux__profile_now() : 0;
     int o = (st->kind == XS_NODE || st->kind == XS_DOT_EPI) ? st->k - 1 : -1;
-    c->dot_out = o >= 0 && tpu_view_is_contiguous(&outs[o]) ? &outs[o] : NULL;
+    c->node_out = o >= 0 && tpu_view_is_contiguous(&outs[o]) ? &outs[o] : NULL;
+    c->node_t = st->t;
     if (st->kind == XS_NODE) rc = eval_node(c, st->t, ins);
     else if (st->kind == XS_CHECK) rc = tpux__check_index(c, st->t);
     else if (st->kind != XS_FREE) rc = run_region(v, st, c, outs, out_done);
-    if (c->dot_out && rc == TPU_OK && !c->vals[st->t].mem &&
-        tpux__views_same(&c->vals[st->t].v, c->dot_out))
+    if (c->node_out && rc == TPU_OK && !c->vals[st->t].mem &&
+        tpux__views_same(&c->vals[st->t].v, c->node_out))
       out_done[o] = 1; /* (a complex dot computes into its own temporary) */
-    c->dot_out = NULL;
+    c->node_out = NULL;
     if (t0 > 0) {
       int view = st->kind == XS_NODE && tpux__is_view_op(tpuir_get_node(c->g, st->t)->op);
       tpux__profile_step(c->g, st->kind, st->t, st->kind == XS_NODE ? 0 : st->nm,
@@ -353,7 +354,7 @@ int tpux_plan_run(tpux_plan *p, int nin, const tpu_view *ins, int nout, const tp
   rc = run_pattern(p, ins, outs, s, &npairs);
   if (rc == TPU_OK) rc = tpux__variant_get(p, flags, npairs, s->pairs, &v, &tmp);
   if (rc == TPU_OK) {
-    xctx c = {p->g, s->vals, p->virt, NULL};
+    xctx c = {p->g, s->vals, p->virt, NULL, -1};
     int prof = tpux__profile_on();
     double t0 = prof ? tpux__profile_now() : 0;
     rc = run_steps(v, &c, ins, outs, s->out_done, prof);

@@ -168,7 +168,7 @@ int tpux__eval_gather(xctx *c, int t) {
   j.dim = n->dim;
   j.es = tpu_dtype_size(x->dtype);
   j.x = (const char *)x->base + x->offset * (int64_t)j.es;
-  j.out = c->vals[t].mem;
+  j.out = tpux__value_data(c, t);
   j.ix = ix;
   for (int d = 0; d < n->ndim; d++) {
     j.sz[d] = n->sizes[d];
@@ -247,6 +247,33 @@ static void isel_range(void *ctx, int64_t tb, int64_t te) {
   }
 }
 
+/* index_select of single elements (no inner dims: the last dim, as in
+ * nearest-neighbour upsampling): a task per outer row, its offsets found
+ * once, then one typed load and store per index. */
+#define ISEL_ROW(T)                                                       \
+  do {                                                                    \
+    const T *a = (const T *)j->a + offa;                                  \
+    T *b = (T *)j->b + offb;                                              \
+    for (int64_t k = 0; k < j->nidx; k++) b[k * j->db] = a[j->ix[k] * j->da]; \
+  } while (0)
+
+static void isel_rows(void *ctx, int64_t tb, int64_t te) {
+  isel_job *j = ctx;
+  for (int64_t o = tb; o < te; o++) {
+    int64_t offa = lin_off(j->no, j->osz, j->oa, o), offb = lin_off(j->no, j->osz, j->ob, o);
+    switch (j->es) {
+    case 1: ISEL_ROW(uint8_t); break;
+    case 2: ISEL_ROW(uint16_t); break;
+    case 4: ISEL_ROW(uint32_t); break;
+    case 8: ISEL_ROW(uint64_t); break;
+    default:
+      for (int64_t k = 0; k < j->nidx; k++)
+        copy_elem(j->es, j->b + (offb + k * j->db) * (int64_t)j->es,
+                  j->a + (offa + j->ix[k] * j->da) * (int64_t)j->es);
+    }
+  }
+}
+
 /* Fill the outer/inner layout of j from views a and b around dim. */
 static void isel_layout(isel_job *j, const tpu_view *a, const tpu_view *b,
                         int dim) {
@@ -308,7 +335,11 @@ int tpux__eval_index_select(xctx *c, int t) {
   j.ix = ix;
   j.nidx = ni;
   int64_t ntask = j.nouter * ni;
-  if (ntask > 0 && j.ninner > 0) {
+  if (ntask > 0 && j.ninner == 1) {
+    int64_t grain = XK_GRAIN / ni + 1;
+    if (j.nouter <= grain) isel_rows(&j, 0, j.nouter);
+    else tpurt_parallel_for(j.nouter, grain, isel_rows, &j);
+  } else if (ntask > 0 && j.ninner > 0) {
     int64_t grain = XK_GRAIN / j.ninner;
     if (grain < 1) grain = 1;
     if (ntask <= grain) isel_range(&j, 0, ntask);

@@ -296,14 +296,27 @@ typedef struct xctx {
   xv *vals;
   const char *virt; /* the plan's virt (IOTA nodes regions compute as they
                        load them), or NULL; borrowed */
-  const tpu_view *dot_out; /* where the dot being run writes its value (a
-                              contiguous output; NULL: a temporary) */
+  const tpu_view *node_out; /* where node node_t (the step's node) writes
+                               its value (a contiguous output of its shape
+                               and dtype; NULL: a temporary) */
+  int node_t;
 } xctx;
 
-/* Allocate a contiguous temporary for node t's result into c->vals[t]. */
+/* Node t's value: the output c->node_out when t is c->node_t (see
+ * tpux__writes_whole_value), else a new contiguous temporary, into
+ * c->vals[t]. Write it through its view (base + offset), not vals[t].mem. */
 int tpux__alloc_value(xctx *c, int t);
-/* Dot t's value: the output c->dot_out when set, else a temporary (unless
- * one is there already) (exec/vtpu/dot.c). */
+/* Element 0 of value t (its view's base + offset). */
+static inline char *tpux__value_data(const xctx *c, int t) {
+  const tpu_view *v = &c->vals[t].v;
+  return (char *)v->base + v->offset * (int64_t)tpu_dtype_size(v->dtype);
+}
+/* Whether op's evaluation (not in a region) allocates its value with
+ * tpux__alloc_value and writes all of it, reading its operands only, so
+ * that it may be written straight into an output (exec/vtpu/plan.c). */
+int tpux__writes_whole_value(int op);
+/* Dot t's value: tpux__alloc_value, unless one is there already
+ * (exec/vtpu/dot.c). */
 int tpux__dot_value(xctx *c, int t);
 /* CONVERT node t evaluated alone, its value in the operand's memory order
  * when the operand is dense (exec/vtpu/copy.c). */

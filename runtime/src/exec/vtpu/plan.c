@@ -255,8 +255,10 @@ static void plan_lifetimes(tpux_plan *p) {
 }
 
 /* Values that may be written straight into their output's destination,
- * whatever the bindings: a region member or a DOT_GENERAL's value that is
- * one output only, computed after every node that can fail; its users
+ * whatever the bindings: a region member or the value of a node that
+ * writes it whole (tpux__writes_whole_value: a DOT_GENERAL, CONCAT,
+ * INDEX_SELECT, ...) that is one output only, computed after every node
+ * that can fail (or by the last one, which fails before writing); its users
  * then read it in the destination. Whether a parameter still needed later
  * or another output overlaps the destination is the variant's part (the
  * run's aliasing pattern). Also lists the PARAM nodes (binding checks)
@@ -271,8 +273,10 @@ static void plan_candidates(tpux_plan *p) {
   }
   for (int i = 0; i < p->nout; i++) {
     int t = p->outv[i], R = p->reg[t];
-    int dot = R < 0 && tpuir_get_node(g, t)->op == TPUIR_DOT_GENERAL;
-    if (dot ? t < p->last_fail : R < 0 || p->rfail[R] || p->rlast[R] < p->last_fail) continue;
+    const tpuir_node *n = tpuir_get_node(g, t);
+    int whole = R < 0 && tpux__writes_whole_value(n->op) &&
+                (n->op == TPUIR_DOT_GENERAL || !tpux__is_complex_node(g, n));
+    if (whole ? t < p->last_fail : R < 0 || p->rfail[R] || p->rlast[R] < p->last_fail) continue;
     int ok = 1;
     for (int j = 0; j < p->nout; j++) ok &= j == i || p->outv[j] != t;
     if (ok) p->cand[p->ncand++] = i;

@@ -104,7 +104,7 @@ int tpux__eval_iota(xctx *c, int t) {
   int rc = tpux__alloc_value(c, t);
   if (rc) return rc;
   const tpuir_node *n = tpuir_get_node(c->g, t);
-  iota_job j = {c->vals[t].mem, n->dtype, 1, n->sizes[n->dim], 1};
+  iota_job j = {tpux__value_data(c, t), n->dtype, 1, n->sizes[n->dim], 1};
   for (int i = n->dim + 1; i < n->ndim; i++) j.inner *= n->sizes[i];
   for (int i = 0; i < n->ndim; i++) j.total *= n->sizes[i];
   if (j.total == 0) return TPU_OK;

@@ -290,7 +290,7 @@ static void schedule_pos(vbuild *B, xvar *v, int t) {
     schedule_epi(B, v, t);
   } else {
     xstep *s = emit(v, XS_NODE, t);
-    if (tpuir_get_node(p->g, t)->op == TPUIR_DOT_GENERAL) s->k = B->direct_out[t] + 1;
+    if (tpux__writes_whole_value(tpuir_get_node(p->g, t)->op)) s->k = B->direct_out[t] + 1;
   }
   for (int u = p->chead[t]; u >= 0; u = p->cnext[u]) emit(v, XS_CHECK, u);
   if (p->head[t] < 0) return;
