@@ -1190,9 +1190,10 @@ TPU_TEST(exec_whole_value_output_destinations) {
   tpuir_graph_free(g);
 }
 
-/* index_select along the last dim (one element per index, a typed load and
- * store per index: 1, 2, 4, 8 and 16 bytes) against a reference, on a
- * transposed (strided) operand. */
+/* index_select and gather along the last dim (one element per index, a
+ * typed load and store per index: 1, 2, 4, 8 and 16 bytes; gather's
+ * indices a strided view) against a reference, on a transposed (strided)
+ * operand. */
 TPU_TEST(exec_index_select_last_dim_dtypes) {
   const int dts[5] = {TPU_BOOL, TPU_BF16, TPU_F32, TPU_I64, TPU_C128};
   int64_t xs[3] = {3, 40, 50}, ks[1] = {77};
@@ -1201,6 +1202,7 @@ TPU_TEST(exec_index_select_last_dim_dtypes) {
     size_t es = tpu_dtype_size(dt);
     uint64_t seed = 17 + q;
     unsigned char *am = malloc(3 * 40 * 50 * es), *om = malloc(3 * 50 * 77 * es);
+    unsigned char *gm = malloc(3 * 50 * 77 * es);
     for (size_t i = 0; i < 3 * 40 * 50 * es; i++) am[i] = (unsigned char)trand_next(&seed);
     if (dt == TPU_BOOL)
       for (size_t i = 0; i < 3 * 40 * 50; i++) am[i] &= 1;
@@ -1209,26 +1211,34 @@ TPU_TEST(exec_index_select_last_dim_dtypes) {
     at.sizes[1] = 50; at.sizes[2] = 40; at.strides[1] = 1; at.strides[2] = 50;
     int64_t ts[3] = {3, 50, 40}, os[3] = {3, 50, 77};
     tarr I = ta_new(TPU_I64, 1, ks);
-    tpu_view ov;
+    int64_t gs[3] = {77, 50, 3};
+    tarr G = ta_new(TPU_I64, 3, gs); /* gather's indices: [3, 50, 77] through a transpose */
+    tpu_view gi = G.v, ov, gv;
+    gi.sizes[0] = 3; gi.sizes[2] = 77; gi.strides[0] = 1; gi.strides[2] = 150;
     tpu_view_init_contiguous(&ov, om, dt, 3, os);
+    tpu_view_init_contiguous(&gv, gm, dt, 3, os);
     for (int k = 0; k < 77; k++) tv_seti(&I.v, k, (int64_t)(trand_next(&seed) % 40));
+    for (int64_t i = 0; i < 3 * 50 * 77; i++) tv_seti(&gi, i, (int64_t)(trand_next(&seed) % 40));
     tpuir_graph *g = tpuir_graph_new();
     tpuir_val X = tpuir_param(g, dt, 3, ts), Ix = tpuir_param(g, TPU_I64, 1, ks);
-    tpuir_val S = tpuir_index_select(g, X, 2, Ix);
-    CHECK_OK(tpuir_set_outputs(g, 1, &S));
-    tpu_view ins[2] = {at, I.v};
-    CHECK_OK(tpux_run(g, 2, ins, 1, &ov));
+    tpuir_val Gx = tpuir_param(g, TPU_I64, 3, os);
+    tpuir_val outs[2] = {tpuir_index_select(g, X, 2, Ix), tpuir_gather(g, X, 2, Gx)};
+    CHECK_OK(tpuir_set_outputs(g, 2, outs));
+    tpu_view ins[3] = {at, I.v, gi}, ovs[2] = {ov, gv};
+    CHECK_OK(tpux_run(g, 3, ins, 2, ovs));
     int bad = 0;
     for (int64_t i = 0; i < 3 * 50 && !bad; i++)
       for (int k = 0; k < 77 && !bad; k++) {
-        int64_t b = i / 50, r = i % 50, c = tv_geti(&I.v, k);
+        int64_t b = i / 50, r = i % 50, c = tv_geti(&I.v, k), cg = tv_geti(&gi, i * 77 + k);
         int64_t so = b * at.strides[0] + r * at.strides[1] + c * at.strides[2];
-        bad = memcmp(am + so * (int64_t)es, om + (i * 77 + k) * (int64_t)es, es) != 0;
+        int64_t sg = b * at.strides[0] + r * at.strides[1] + cg * at.strides[2];
+        bad = memcmp(am + so * (int64_t)es, om + (i * 77 + k) * (int64_t)es, es) != 0 ||
+              memcmp(am + sg * (int64_t)es, gm + (i * 77 + k) * (int64_t)es, es) != 0;
       }
-    if (bad) fprintf(stderr, "index_select last dim, %s: wrong values\n", tpu_dtype_name(dt));
+    if (bad) fprintf(stderr, "index_select/gather last dim, %s: wrong values\n", tpu_dtype_name(dt));
     CHECK(!bad);
     tpuir_graph_free(g);
-    free(am); free(om); free(I.mem);
+    free(am); free(om); free(gm); free(I.mem); free(G.mem);
   }
 }
 

@@ -11,45 +11,58 @@
 
 #include "exec/vtpu/internal.h"
 
-/* Contiguous int64 copy of an index view (caller frees). */
-static int load_indices(const tpu_view *idx, int64_t **out, int64_t *n) {
-  *out = NULL;
-  *n = tpu_view_numel(idx);
-  int64_t *m = tpux__alloc((size_t)*n * 8);
+/* Indices as contiguous int64: the view itself when it is one, else a
+ * copy in own (the caller frees own with tpux__free; NULL when borrowed). */
+typedef struct idx_list {
+  const int64_t *ix;
+  int64_t n;
+  void *own;
+} idx_list;
+
+static int load_indices(const tpu_view *idx, idx_list *L) {
+  L->n = tpu_view_numel(idx);
+  L->own = NULL;
+  if (idx->dtype == TPU_I64 && tpu_view_is_contiguous(idx)) {
+    L->ix = (const int64_t *)idx->base + idx->offset;
+    return TPU_OK;
+  }
+  int64_t *m = tpux__alloc((size_t)L->n * 8);
   if (!m) return tpu_error(TPU_E_OOM, "index: out of host memory");
   tpu_view d;
   tpu_view_init_contiguous(&d, m, TPU_I64, idx->ndim, idx->sizes);
-  int rc = *n ? tpux__copy_nocheck(&d, idx) : TPU_OK;
+  int rc = L->n ? tpux__copy_nocheck(&d, idx) : TPU_OK;
   if (rc) {
     tpux__free(m);
     return rc;
   }
-  *out = m;
+  L->ix = m;
+  L->own = m;
   return TPU_OK;
 }
 
-/* Node n's indices (the view iv) as a contiguous int64 copy, range-checked
- * against dim n->dim of its operand in[0] (caller frees *ix; nothing to
- * free on error). An index out of range is TPU_E_INDEX (tpu_ir.h), message
- * "index out of range in self" for index_select, else "index 5 is out of
- * bounds for dimension 1 with size 3" (torch CPU's text; the lowering
- * re-reports gather/scatter/index_add as RuntimeError, like PyTorch). */
+/* Node n's indices (the view iv) as contiguous int64 (load_indices; the
+ * caller frees L->own, nothing to free on error), range-checked against
+ * dim n->dim of its operand in[0]. An index out of range is TPU_E_INDEX
+ * (tpu_ir.h), message "index out of range in self" for index_select, else
+ * "index 5 is out of bounds for dimension 1 with size 3" (torch CPU's
+ * text; the lowering re-reports gather/scatter/index_add as RuntimeError,
+ * like PyTorch). */
 static int checked_indices(const tpuir_graph *g, const tpuir_node *n, const tpu_view *iv,
-                           int64_t **ix, int64_t *ni) {
-  int rc = load_indices(iv, ix, ni);
+                           idx_list *L) {
+  int rc = load_indices(iv, L);
   if (rc) return rc;
   const tpuir_node *x = tpuir_get_node(g, n->in[0]);
   int64_t size = x->ndim ? x->sizes[n->dim] : 1;
-  for (int64_t i = 0; i < *ni && !rc; i++)
-    if ((*ix)[i] < 0 || (*ix)[i] >= size) {
+  for (int64_t i = 0; i < L->n && !rc; i++)
+    if (L->ix[i] < 0 || L->ix[i] >= size) {
       if (n->op == TPUIR_INDEX_SELECT) rc = tpu_error(TPU_E_INDEX, "index out of range in self");
       else rc = tpu_error(TPU_E_INDEX,
                           "index %lld is out of bounds for dimension %d with size %lld",
-                          (long long)(*ix)[i], n->dim, (long long)size);
+                          (long long)L->ix[i], n->dim, (long long)size);
     }
   if (rc) {
-    tpux__free(*ix);
-    *ix = NULL;
+    tpux__free(L->own);
+    L->own = NULL;
   }
   return rc;
 }
@@ -68,9 +81,9 @@ int tpux__index_source(const tpuir_graph *g, int v) {
 
 int tpux__check_index(xctx *c, int t) {
   const tpuir_node *n = tpuir_get_node(c->g, t);
-  int64_t *ix = NULL, ni = 0;
-  int rc = checked_indices(c->g, n, &c->vals[tpux__index_source(c->g, n->in[1])].v, &ix, &ni);
-  tpux__free(ix);
+  idx_list L;
+  int rc = checked_indices(c->g, n, &c->vals[tpux__index_source(c->g, n->in[1])].v, &L);
+  tpux__free(L.own); /* (NULL after an error) */
   return rc;
 }
 
@@ -152,15 +165,48 @@ static void gather_range(void *ctx, int64_t b, int64_t e) {
   }
 }
 
+/* Gather along the last dim: a task per row (its offset found once), one
+ * typed load and store per index. */
+#define GATHER_ROW(T)                                                        \
+  do {                                                                       \
+    const T *xr = (const T *)j->x + off;                                     \
+    T *o = (T *)j->out + r * w;                                              \
+    for (int64_t k = 0; k < w; k++) o[k] = xr[ix[k] * xd];                   \
+  } while (0)
+
+static void gather_rows(void *ctx, int64_t r0, int64_t r1) {
+  gather_job *j = ctx;
+  const int64_t w = j->sz[j->nd - 1], xd = j->xs[j->nd - 1];
+  for (int64_t r = r0; r < r1; r++) {
+    int64_t off = 0, q = r;
+    for (int d = j->nd - 2; d >= 0; d--) {
+      off += q % j->sz[d] * j->xs[d];
+      q /= j->sz[d];
+    }
+    const int64_t *ix = j->ix + r * w;
+    switch (j->es) {
+    case 1: GATHER_ROW(uint8_t); break;
+    case 2: GATHER_ROW(uint16_t); break;
+    case 4: GATHER_ROW(uint32_t); break;
+    case 8: GATHER_ROW(uint64_t); break;
+    default:
+      for (int64_t k = 0; k < w; k++)
+        copy_elem(j->es, j->out + (r * w + k) * (int64_t)j->es, j->x + (off + ix[k] * xd) * (int64_t)j->es);
+    }
+  }
+}
+
 int tpux__eval_gather(xctx *c, int t) {
   const tpuir_node *n = tpuir_get_node(c->g, t);
   const tpu_view *x = &c->vals[n->in[0]].v, *iv = &c->vals[n->in[1]].v;
-  int64_t *ix = NULL, ni = 0;
-  int rc = checked_indices(c->g, n, iv, &ix, &ni);
+  idx_list L;
+  int rc = checked_indices(c->g, n, iv, &L);
   if (rc) return rc;
+  const int64_t *ix = L.ix;
+  int64_t ni = L.n;
   rc = tpux__alloc_value(c, t);
   if (rc || ni == 0) {
-    tpux__free(ix);
+    tpux__free(L.own);
     return rc;
   }
   gather_job j;
@@ -176,12 +222,16 @@ int tpux__eval_gather(xctx *c, int t) {
   }
   if (n->ndim == 0) {
     copy_elem(j.es, j.out, j.x);
+  } else if (j.dim == n->ndim - 1) {
+    int64_t w = n->sizes[n->ndim - 1], rows = ni / w, grain = XK_GRAIN / w + 1;
+    if (rows <= grain) gather_rows(&j, 0, rows);
+    else tpurt_parallel_for(rows, grain, gather_rows, &j);
   } else if (ni <= XK_GRAIN) {
     gather_range(&j, 0, ni);
   } else {
     tpurt_parallel_for(ni, XK_GRAIN, gather_range, &j);
   }
-  tpux__free(ix);
+  tpux__free(L.own);
   return TPU_OK;
 }
 
@@ -320,12 +370,14 @@ static void isel_layout(isel_job *j, const tpu_view *a, const tpu_view *b,
 int tpux__eval_index_select(xctx *c, int t) {
   const tpuir_node *n = tpuir_get_node(c->g, t);
   const tpu_view *x = &c->vals[n->in[0]].v, *iv = &c->vals[n->in[1]].v;
-  int64_t *ix = NULL, ni = 0;
-  int rc = checked_indices(c->g, n, iv, &ix, &ni);
+  idx_list L;
+  int rc = checked_indices(c->g, n, iv, &L);
   if (rc) return rc;
+  const int64_t *ix = L.ix;
+  int64_t ni = L.n;
   rc = tpux__alloc_value(c, t);
   if (rc) {
-    tpux__free(ix);
+    tpux__free(L.own);
     return rc;
   }
   const tpu_view *out = &c->vals[t].v;
@@ -345,7 +397,7 @@ int tpux__eval_index_select(xctx *c, int t) {
     if (ntask <= grain) isel_range(&j, 0, ntask);
     else tpurt_parallel_for(ntask, grain, isel_range, &j);
   }
-  tpux__free(ix);
+  tpux__free(L.own);
   return TPU_OK;
 }
 
@@ -353,13 +405,15 @@ int tpux__eval_index_add(xctx *c, int t) {
   const tpuir_node *n = tpuir_get_node(c->g, t);
   const tpu_view *base = &c->vals[n->in[0]].v, *iv = &c->vals[n->in[1]].v,
                  *src = &c->vals[n->in[2]].v;
-  int64_t *ix = NULL, ni = 0;
-  int rc = checked_indices(c->g, n, iv, &ix, &ni);
+  idx_list L;
+  int rc = checked_indices(c->g, n, iv, &L);
   if (rc) return rc;
+  const int64_t *ix = L.ix;
+  int64_t ni = L.n;
   rc = tpux__alloc_value(c, t);
   if (!rc) rc = tpux__copy_nocheck(&c->vals[t].v, base);
   if (rc) {
-    tpux__free(ix);
+    tpux__free(L.own);
     return rc;
   }
   const tpu_view *out = &c->vals[t].v;
@@ -379,7 +433,7 @@ int tpux__eval_index_add(xctx *c, int t) {
     if (ntask <= grain) isel_range(&j, 0, ntask);
     else tpurt_parallel_for(ntask, grain, isel_range, &j);
   }
-  tpux__free(ix);
+  tpux__free(L.own);
   return TPU_OK;
 }
 
@@ -419,13 +473,15 @@ int tpux__eval_scatter_add(xctx *c, int t) {
   const tpuir_node *n = tpuir_get_node(c->g, t);
   const tpu_view *base = &c->vals[n->in[0]].v, *iv = &c->vals[n->in[1]].v,
                  *src = &c->vals[n->in[2]].v;
-  int64_t *ix = NULL, ni = 0;
-  int rc = checked_indices(c->g, n, iv, &ix, &ni);
+  idx_list L;
+  int rc = checked_indices(c->g, n, iv, &L);
   if (rc) return rc;
+  const int64_t *ix = L.ix;
+  int64_t ni = L.n;
   rc = tpux__alloc_value(c, t);
   if (!rc) rc = tpux__copy_nocheck(&c->vals[t].v, base);
   if (rc || ni == 0) {
-    tpux__free(ix);
+    tpux__free(L.own);
     return rc;
   }
   const tpu_view *out = &c->vals[t].v;
@@ -464,6 +520,6 @@ int tpux__eval_scatter_add(xctx *c, int t) {
   if (grain < 1) grain = 1;
   if (lines <= grain) scat_range(&j, 0, lines);
   else tpurt_parallel_for(lines, grain, scat_range, &j);
-  tpux__free(ix);
+  tpux__free(L.own);
   return TPU_OK;
 }
