@@ -16,7 +16,6 @@
  * the result.
  */
 #include <immintrin.h>
-#include <math.h>
 
 #include "exec/vtpu/internal.h"
 
