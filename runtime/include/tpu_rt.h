@@ -120,8 +120,10 @@ TPU_API int tpurt_stream_enqueue(tpurt_stream *s, tpurt_task_fn run,
 TPU_API int tpurt_stream_synchronize(tpurt_stream *s);
 /* 1 if every enqueued task has finished, 0 otherwise. */
 TPU_API int tpurt_stream_query(tpurt_stream *s);
-/* Back-pressure, like CUDA's bounded launch queue: block the calling
- * thread while more than max_pending tasks are queued or running on s.
+/* Back-pressure, like CUDA's bounded launch queue: when more than
+ * max_pending tasks are queued or running on s, block the calling thread
+ * until at most max_pending / 2 are (one wake-up per half queue, not one
+ * per task).
  * Returns at once when called by a task of any stream (a worker must never
  * wait for queue space: it could be what frees it). Errors stay sticky for
  * the next synchronize. */

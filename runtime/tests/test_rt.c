@@ -17,6 +17,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <ftw.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -1016,4 +1017,80 @@ TPU_TEST(rt_stream_throttle) {
   CHECK(atomic_load(&ran) == 40);
   tpurt_stream_throttle(NULL, 0);
   CHECK_OK(tpurt_stream_synchronize(s));
+}
+
+/* A task that keeps the worker busy for ~us microseconds (no sleep). */
+static int spin_us(void *ctx) {
+  long us = (long)(intptr_t)ctx;
+  struct timespec a, b;
+  clock_gettime(CLOCK_MONOTONIC, &a);
+  do clock_gettime(CLOCK_MONOTONIC, &b);
+  while ((b.tv_sec - a.tv_sec) * 1000000L + (b.tv_nsec - a.tv_nsec) / 1000 < us);
+  return TPU_OK;
+}
+
+/* Times the calling thread went to sleep (voluntary context switches). */
+static long sleeps(void) {
+  struct rusage ru;
+  getrusage(RUSAGE_THREAD, &ru);
+  return ru.ru_nvcsw;
+}
+
+typedef struct waiter {
+  tpurt_stream *s;
+  uint64_t ticket, seen; /* seen: `done` when the wait returned */
+  _Atomic int back;
+} waiter;
+
+static void *waiter_main(void *arg) {
+  waiter *w = arg;
+  tpurt__stream_wait_completed(tpurt_stream_device(w->s), tpurt_stream_id(w->s), w->ticket);
+  w->seen = tpurt__stream_completed(tpurt_stream_device(w->s), tpurt_stream_id(w->s));
+  atomic_store(&w->back, 1);
+  return NULL;
+}
+
+TPU_TEST(rt_stream_waiters_woken_when_due) {
+  /* a synchronize behind a long queue sleeps once: the worker wakes it when
+   * its ticket is reached, not after every task (each wake took a core
+   * from the work being waited for) */
+  tpurt_stream *s = tpurt_stream_create(0);
+  CHECK(s);
+  for (int i = 0; i < 400; i++) CHECK_OK(tpurt_stream_enqueue(s, spin_us, NULL, (void *)(intptr_t)25));
+  long z = sleeps();
+  CHECK_OK(tpurt_stream_synchronize(s));
+  long n = sleeps() - z;
+  CHECK(n < 40); /* one per task (~400) before */
+  /* throttling: one sleep per half queue, not one per task */
+  z = sleeps();
+  for (int i = 0; i < 1000; i++) {
+    CHECK_OK(tpurt_stream_enqueue(s, spin_us, NULL, (void *)(intptr_t)5));
+    tpurt_stream_throttle(s, 64);
+    uint64_t e = tpurt__stream_enqueued(0, tpurt_stream_id(s));
+    CHECK(e - tpurt__stream_completed(0, tpurt_stream_id(s)) <= 64);
+  }
+  n = sleeps() - z;
+  CHECK(n < 200); /* ~1000 - 64 before */
+  CHECK_OK(tpurt_stream_synchronize(s));
+  /* waiters with different tickets: each wakes once its own is reached */
+  uint64_t base = tpurt__stream_enqueued(0, tpurt_stream_id(s));
+  for (int i = 0; i < 300; i++) CHECK_OK(tpurt_stream_enqueue(s, spin_us, NULL, (void *)(intptr_t)20));
+  waiter w[3];
+  pthread_t th[3];
+  for (int k = 0; k < 3; k++) {
+    w[k] = (waiter){s, base + 100 * (uint64_t)(3 - k), 0, 0}; /* 300, 200, 100 */
+    CHECK(pthread_create(&th[k], NULL, waiter_main, &w[k]) == 0);
+  }
+  CHECK_OK(tpurt_stream_synchronize(s));
+  for (int k = 0; k < 3; k++) {
+    for (int ms = 0; ms < 10000 && !atomic_load(&w[k].back); ms++) {
+      struct timespec ts = {0, 1000 * 1000};
+      nanosleep(&ts, NULL);
+    }
+    CHECK(atomic_load(&w[k].back)); /* else a waiter was never woken */
+    if (atomic_load(&w[k].back)) {
+      pthread_join(th[k], NULL);
+      CHECK(w[k].seen >= w[k].ticket);
+    }
+  }
 }

@@ -63,6 +63,7 @@ struct tpurt_stream {
   _Alignas(64) _Atomic uint64_t done;
   _Alignas(64) int pad_;
   int waiters;                /* threads waiting on cv_done */
+  uint64_t wake_at;           /* smallest `done` a waiter needs (UINT64_MAX: none) */
   int worker_idle;            /* worker is waiting on cv_work */
   int started;                /* worker thread exists */
   int err_code;               /* sticky error (first one wins) */
@@ -101,6 +102,7 @@ static tpurt_stream *stream_new(int dev, int id) {
   memset(s, 0, sizeof *s);
   s->dev = dev;
   s->id = id;
+  s->wake_at = UINT64_MAX;
   pthread_mutex_init(&s->mu, NULL);
   pthread_cond_init(&s->cv_work, NULL);
   pthread_cond_init(&s->cv_done, NULL);
@@ -184,13 +186,23 @@ uint64_t tpurt__stream_completed(int dev, int sid) {
   return s ? atomic_load_explicit(&s->done, memory_order_acquire) : 0;
 }
 
-/* Sleep until `ticket` tasks of s have finished. */
+/* Sleep until `ticket` tasks of s have finished (mu held). Each waiter
+ * lowers wake_at to its ticket, so the worker wakes the waiters once the
+ * first of them can go, not after every task (a synchronize behind a long
+ * queue was woken and put back to sleep once per task, taking a core from
+ * the work it waits for). */
+static void wait_done_locked(tpurt_stream *s, uint64_t ticket) {
+  s->waiters++;
+  while (atomic_load_explicit(&s->done, memory_order_relaxed) < ticket) {
+    if (ticket < s->wake_at) s->wake_at = ticket;
+    pthread_cond_wait(&s->cv_done, &s->mu);
+  }
+  s->waiters--;
+}
+
 static void wait_done(tpurt_stream *s, uint64_t ticket) {
   pthread_mutex_lock(&s->mu);
-  s->waiters++;
-  while (atomic_load_explicit(&s->done, memory_order_relaxed) < ticket)
-    pthread_cond_wait(&s->cv_done, &s->mu);
-  s->waiters--;
+  wait_done_locked(s, ticket);
   pthread_mutex_unlock(&s->mu);
 }
 
@@ -252,9 +264,12 @@ static void *worker_main(void *arg) {
     } else if (t.br) {
       t.br->status = TPU_OK;
     }
-    atomic_store_explicit(&s->done, atomic_load_explicit(&s->done, memory_order_relaxed) + 1,
-                          memory_order_release);
-    if (s->waiters) pthread_cond_broadcast(&s->cv_done);
+    uint64_t done = atomic_load_explicit(&s->done, memory_order_relaxed) + 1;
+    atomic_store_explicit(&s->done, done, memory_order_release);
+    if (s->waiters && done >= s->wake_at) { /* woken waiters not done yet re-register */
+      s->wake_at = UINT64_MAX;
+      pthread_cond_broadcast(&s->cv_done);
+    }
   }
   return NULL;
 }
@@ -351,13 +366,7 @@ int tpurt_stream_synchronize(tpurt_stream *s) {
   char msg[RT_MSG_LEN];
   spin_until(&s->done, atomic_load_explicit(&s->enq, memory_order_acquire));
   pthread_mutex_lock(&s->mu);
-  uint64_t target = atomic_load_explicit(&s->enq, memory_order_relaxed);
-  if (atomic_load_explicit(&s->done, memory_order_relaxed) < target) {
-    s->waiters++;
-    while (atomic_load_explicit(&s->done, memory_order_relaxed) < target)
-      pthread_cond_wait(&s->cv_done, &s->mu);
-    s->waiters--;
-  }
+  wait_done_locked(s, atomic_load_explicit(&s->enq, memory_order_relaxed));
   int code = s->err_code;
   if (code != TPU_OK) {
     memcpy(msg, s->err_msg, sizeof msg);
@@ -369,13 +378,14 @@ int tpurt_stream_synchronize(tpurt_stream *s) {
   return TPU_OK;
 }
 
-/* Block while more than max_pending tasks are pending (see tpu_rt.h). */
+/* Past max_pending pending tasks, wait until at most half are (see
+ * tpu_rt.h). */
 void tpurt_stream_throttle(tpurt_stream *s, uint64_t max_pending) {
   if (!s || tl_worker) return;
   uint64_t e = atomic_load_explicit(&s->enq, memory_order_acquire);
   if (e <= max_pending) return;
   if (atomic_load_explicit(&s->done, memory_order_acquire) < e - max_pending)
-    wait_done(s, e - max_pending);
+    wait_done(s, e - max_pending / 2);
 }
 
 /* 1 if every task enqueued on `s` has finished. */
