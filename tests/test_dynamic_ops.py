@@ -57,6 +57,43 @@ def test_nonzero_after_pending_work():
     assert_close(torch.nonzero(y), torch.nonzero((x * 2).relu()))
 
 
+def test_scans_as_cpu_and_into_outputs():
+    """cumsum runs as a cumulative reduce_window (a linear scan on the vTPU,
+    floats accumulated in double like PyTorch CPU: the same bits), written
+    straight into out= views and in place."""
+    g = torch.Generator().manual_seed(3)
+    x = torch.randn(37, 300, generator=g)
+    for d in (0, 1, -1):
+        assert torch.equal(x.to(DEV).cumsum(d).cpu(), x.cumsum(d))
+    assert torch.equal(x.t().to(DEV).cumsum(1).cpu(), x.t().cumsum(1))       # strided lines
+    assert torch.equal(x.to(DEV).t().cumsum(1).cpu(), x.t().cumsum(1))
+    i = torch.randint(-9, 9, (5, 64, 3), generator=g)
+    assert torch.equal(i.to(DEV).cumsum(1).cpu(), i.cumsum(1))
+    assert torch.equal(i.int().to(DEV).cumsum(2).cpu(), i.int().cumsum(2))   # int32 -> int64
+    big = torch.zeros(41, 300, device=DEV)
+    torch.cumsum(x.to(DEV), 0, out=big[2:39])                                 # offset destination
+    assert torch.equal(big.cpu()[2:39], x.cumsum(0))
+    assert big.cpu()[:2].abs().sum() == 0 and big.cpu()[39:].abs().sum() == 0
+    y = x.to(DEV)
+    y.cumsum_(1)
+    assert torch.equal(y.cpu(), x.cumsum(1))
+    h = x.to(torch.bfloat16)
+    assert_close(h.to(DEV).cumsum(1), h.cumsum(1))
+
+
+def test_compaction_large_masks():
+    """nonzero / boolean indexing on masks of ~50% density (the false
+    elements' slots follow the true ones')."""
+    g = torch.Generator().manual_seed(4)
+    x = torch.randn(300, 301, generator=g)
+    for m in (x > 0, x > 2.5, torch.zeros_like(x, dtype=torch.bool), torch.ones_like(x, dtype=torch.bool)):
+        assert torch.equal(m.to(DEV).nonzero().cpu(), m.nonzero())
+        assert torch.equal(x.to(DEV)[m.to(DEV)].cpu(), x[m])
+        assert torch.equal(torch.masked_select(x.to(DEV), m.to(DEV)).cpu(), x[m])
+    xi = (x * 3).to(torch.int16)
+    assert torch.equal(xi.to(DEV).nonzero().cpu(), xi.nonzero())
+
+
 @pytest.mark.parametrize("dtype", DTYPES)
 def test_masked_select(dtype):
     x = _sample((3, 5), dtype)

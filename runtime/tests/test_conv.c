@@ -488,10 +488,16 @@ TPU_TEST(reduce_window_and_argmax) {
       /* undilated windows over the last two dims (f32: by output rows) */
       {2, {40, 70}, {5, 4}, {3, 2}, {2, 1}, {2, 3}, {1, 1}},
       {3, {2, 9, 8}, {1, 2, 2}, {1, 2, 2}, {0, 0, 0}, {0, 1, 1}, {1, 1, 1}},
+      /* cumulative windows (cumsum / cummax, run as scans): along the last
+       * dim (9 lines: groups of 4 and one left), along a middle dim */
+      {2, {9, 70}, {1, 70}, {1, 1}, {0, 69}, {0, 0}, {1, 1}},
+      {3, {3, 40, 5}, {1, 40, 1}, {1, 1, 1}, {0, 39, 0}, {0, 0, 0}, {1, 1, 1}},
+      /* nearly one (padding 28 + 1): plain windows */
+      {2, {6, 30}, {1, 30}, {1, 1}, {0, 28}, {0, 1}, {1, 1}},
   };
-  int dts[4] = {TPU_F32, TPU_F64, TPU_BF16, TPU_I32};
+  int dts[5] = {TPU_F32, TPU_F64, TPU_BF16, TPU_I32, TPU_I64};
   for (size_t ci = 0; ci < sizeof cases / sizeof cases[0]; ci++)
-    for (int di = 0; di < 4; di++) {
+    for (int di = 0; di < 5; di++) {
       const wcase *c = &cases[ci];
       int dt = dts[di];
       tarr X = ta_new(dt, c->rank, c->sz);

@@ -616,6 +616,14 @@ tpuir_val tpulw__shift_along(tpulw__b *b, tpuir_val v, int dim, int64_t k, tpuir
 tpuir_val tpulw__scan_op(tpulw__b *b, tpuir_val x, int dim, int op, double ident) {
   tpulw__shape s = tpulw__info(b, x);
   if (s.ndim == 0) return x;
+  int64_t n = s.sizes[dim];
+  if ((op == TPUIR_ADD || op == TPUIR_MAX) && s.dtype != TPU_BOOL && n > 1) {
+    int64_t w[TPU_MAX_DIMS], lo[TPU_MAX_DIMS] = {0}, hi[TPU_MAX_DIMS] = {0};
+    for (int d = 0; d < s.ndim; d++) w[d] = d == dim ? n : 1;
+    lo[dim] = n - 1;
+    return tpuir_reduce_window(b->g, op == TPUIR_ADD ? TPUIR_RED_SUM : TPUIR_RED_MAX, x, w,
+                               NULL, lo, hi, NULL);
+  }
   tpuir_val id = tpulw__const(b, s.dtype, ident);
   for (int64_t k = 1; k < s.sizes[dim] && x >= 0; k *= 2)
     x = tpulw__bin(b, op, tpulw__shift_along(b, x, dim, k, id), x);

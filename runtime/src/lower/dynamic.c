@@ -8,8 +8,8 @@
  * input's data (tpug_synchronize_for_host: it flushes pending Fused Eager
  * ops and waits for the device) and read the input in C - the vTPU's device memory is host memory - to
  * count the output size (number of nonzeros / unique values). The VALUES
- * are then produced by an ordinary IR graph: a prefix count (log-step
- * scan) gives each selected element its output slot, scatter_add of the
+ * are then produced by an ordinary IR graph: a prefix count (a cumulative
+ * reduce_window) gives each selected element its output slot, scatter_add of the
  * element positions into those slots gives the source index of every
  * output element, and index_select reads the values. The unique ops
  * sort with TPUIR_SORT (stable; slices lexicographically, one sort per
@@ -62,41 +62,48 @@ static void dyn_read(int dt, const char *p, double *f, int64_t *i) {
   }
 }
 
-/* Number of nonzero elements of v (after dyn_sync). */
-static int64_t dyn_count_nz(const tpu_view *v) {
+/* Number of nonzero elements of v (see lower/internal.h): a row (last dim)
+ * at a time; rows of bytes (bool masks) counted in one loop. */
+int64_t tpulw__count_nz(const tpu_view *v) {
   int64_t n = tpu_view_numel(v), k = 0;
-  int fl = tpu_dtype_is_float(v->dtype);
-  for (int64_t j = 0; j < n; j++) {
-    double f;
-    int64_t i;
-    dyn_read(v->dtype, dyn_elem(v, j), &f, &i);
-    k += fl ? (f != 0) : (i != 0);
+  if (n == 0) return 0;
+  int nd = v->ndim, dt = v->dtype, fl = tpu_dtype_is_float(dt);
+  int64_t len = nd ? v->sizes[nd - 1] : 1, st = nd ? v->strides[nd - 1] : 0;
+  int64_t es = (int64_t)tpu_dtype_size(dt), q[TPU_MAX_DIMS] = {0};
+  const char *base = (const char *)v->base + v->offset * es;
+  for (int64_t r = 0; r < n / len; r++) {
+    int64_t off = 0;
+    for (int d = 0; d < nd - 1; d++) off += q[d] * v->strides[d];
+    const char *p = base + off * es;
+    if (es == 1) { /* bool, u8, i8: nonzero bytes */
+      const uint8_t *b = (const uint8_t *)p;
+      for (int64_t j = 0; j < len; j++) k += b[j * st] != 0;
+    } else {
+      for (int64_t j = 0; j < len; j++) {
+        double f;
+        int64_t i;
+        dyn_read(dt, p + j * st * es, &f, &i);
+        k += fl ? (f != 0) : (i != 0);
+      }
+    }
+    for (int d = nd - 2; d >= 0 && ++q[d] == v->sizes[d]; d--) q[d] = 0;
   }
   return k;
 }
 
 /* ---- graph helpers ------------------------------------------------------ */
 
-/* Inclusive prefix sum of a rank-1 int64 value of length n (log-step). */
-static tpuir_val dyn_scan(tpulw__b *b, tpuir_val x, int64_t n) {
-  tpuir_val zero = tpulw__const(b, TPU_I64, 0);
-  for (int64_t k = 1; k < n && x >= 0; k *= 2) {
-    int64_t lo = k, hi = -k, in = 0;
-    x = tpulw__bin(b, TPUIR_ADD, x, tpuir_pad(b->g, x, zero, &lo, &hi, &in));
-  }
-  return x;
-}
-
-/* Positions (int64 [k]) of the true elements of the rank-1 bool m of
- * length n, in order; k is their number (counted by the caller). */
-static tpuir_val dyn_compact(tpulw__b *b, tpuir_val m, int64_t n, int64_t k) {
-  tpuir_val c = dyn_scan(b, tpulw__convert(b, m, TPU_I64), n);
-  tpuir_val slot = tpulw__sel(b, m, tpulw__bin_c(b, TPUIR_SUB, c, 1),
-                          tpulw__const(b, TPU_I64, (double)k));
-  int64_t k1 = k + 1;
-  tpuir_val base = tpulw__full(b, TPU_I64, 1, &k1, 0);
+/* Positions of the true elements of m (see lower/internal.h). Each
+ * element's position is scattered to its slot: the true ones' in order
+ * first, then the false ones' (k + their rank among them), a permutation,
+ * so no two updates meet (one shared slot for every false element chained
+ * their adds through memory). */
+tpuir_val tpulw__compact(tpulw__b *b, tpuir_val m, int64_t n, int64_t k) {
+  tpuir_val c = tpulw__scan_op(b, tpulw__convert(b, m, TPU_I64), 0, TPUIR_ADD, 0);
   tpuir_val pos = tpuir_iota(b->g, TPU_I64, 1, &n, 0);
-  tpuir_val r = tpuir_scatter_add(b->g, base, 0, slot, pos);
+  tpuir_val slot = tpulw__sel(b, m, tpulw__bin_c(b, TPUIR_SUB, c, 1),
+                              tpulw__bin(b, TPUIR_SUB, tpulw__bin_c(b, TPUIR_ADD, pos, (double)k), c));
+  tpuir_val r = tpuir_scatter_add(b->g, tpulw__full(b, TPU_I64, 1, &n, 0), 0, slot, pos);
   int64_t st = 0, lim = k, str = 1;
   return tpuir_slice(b->g, r, &st, &lim, &str);
 }
@@ -126,9 +133,9 @@ static int nonzero_fn(tpulw__b *b) {
   if (rc < 0) return rc;
   const tpu_view *v = &self->view;
   int nd = v->ndim;
-  int64_t n = tpu_view_numel(v), k = dyn_count_nz(v);
+  int64_t n = tpu_view_numel(v), k = tpulw__count_nz(v);
   tpuir_val flat = dyn_flat(b, tpulw__tensor(b, self));
-  tpuir_val idx = dyn_compact(b, dyn_nz(b, flat), n, k);
+  tpuir_val idx = tpulw__compact(b, dyn_nz(b, flat), n, k);
   LW_TRY(idx);
   int64_t os[2] = {k, nd};
   if (nd == 0) return tpulw__result(b, tpulw__full(b, TPU_I64, 2, os, 0));
@@ -163,8 +170,8 @@ static int masked_select_fn(tpulw__b *b) {
   if (rc < 0) return rc;
   tpulw__shape bs = tpulw__info(b, vs[0]);
   int64_t n = tpulw__numel(&bs), nm = tpu_view_numel(&mask->view);
-  int64_t k = nm ? dyn_count_nz(&mask->view) * (n / nm) : 0;
-  tpuir_val idx = dyn_compact(b, dyn_flat(b, vs[1]), n, k);
+  int64_t k = nm ? tpulw__count_nz(&mask->view) * (n / nm) : 0;
+  tpuir_val idx = tpulw__compact(b, dyn_flat(b, vs[1]), n, k);
   LW_TRY(idx);
   return tpulw__result(b, tpuir_index_select(b->g, dyn_flat(b, vs[0]), 0, idx));
 }
@@ -282,7 +289,7 @@ static int unique2_fn(tpulw__b *b) {
   tpuir_val perm = tpuir_sort(b->g, x, 0, 0, TPUIR_SORT_INDICES);
   tpuir_val xs = tpuir_gather(b->g, x, 0, perm);
   tpuir_val first = dyn_first(b, xs, n);
-  tpuir_val rank = tpulw__bin_c(b, TPUIR_SUB, dyn_scan(b, tpulw__convert(b, first, TPU_I64), n), 1);
+  tpuir_val rank = tpulw__bin_c(b, TPUIR_SUB, tpulw__scan_op(b, tpulw__convert(b, first, TPU_I64), 0, TPUIR_ADD, 0), 1);
   tpuir_val inv = tpuir_scatter_add(b->g, tpulw__full(b, TPU_I64, 1, &n, 0), 0, perm, rank);
   LW_TRY(inv);
   return dyn_unique_results(b, self, xs, first, rank, inv, n, u);
@@ -306,7 +313,7 @@ static int unique_consecutive_fn(tpulw__b *b) {
   if (u < 0) return tpu_error(TPU_E_OOM, "unique_consecutive: out of host memory");
   tpuir_val x = dyn_flat(b, tpulw__tensor(b, self));
   tpuir_val first = n == 0 ? tpulw__full(b, TPU_BOOL, 1, &n, 1) : dyn_first(b, x, n);
-  tpuir_val rank = tpulw__bin_c(b, TPUIR_SUB, dyn_scan(b, tpulw__convert(b, first, TPU_I64), n), 1);
+  tpuir_val rank = tpulw__bin_c(b, TPUIR_SUB, tpulw__scan_op(b, tpulw__convert(b, first, TPU_I64), 0, TPUIR_ADD, 0), 1);
   LW_TRY(rank);
   return dyn_unique_results(b, self, x, first, rank, rank, n, u);
 }
@@ -459,7 +466,7 @@ static int unique_dim_fn(tpulw__b *b, const tpulw_tensor *self, int64_t dim_arg,
     tpuir_val parts[2] = {tpulw__full(b, TPU_BOOL, 1, &one, 1), ne};
     first = tpuir_concat(b->g, 2, parts, 0);
   }
-  tpuir_val rank = tpulw__bin_c(b, TPUIR_SUB, dyn_scan(b, tpulw__convert(b, first, TPU_I64), n), 1);
+  tpuir_val rank = tpulw__bin_c(b, TPUIR_SUB, tpulw__scan_op(b, tpulw__convert(b, first, TPU_I64), 0, TPUIR_ADD, 0), 1);
   tpuir_val invv = consecutive ? rank
                                : tpuir_scatter_add(b->g, tpulw__full(b, TPU_I64, 1, &n, 0), 0, order, rank);
   int64_t u1 = u + 1, st = 0, str = 1;
@@ -528,7 +535,7 @@ static int repeat_interleave_fn(tpulw__b *b) {
   b->out_rule = LW_OUT_SAME;
   if (total == 0) return tpulw__result(b, tpulw__full(b, dt, 1, &total, 0));
   tpuir_val r = tpulw__convert(b, tpulw__tensor(b, rep), TPU_I64);
-  tpuir_val start = tpulw__bin(b, TPUIR_SUB, dyn_scan(b, r, n), r);
+  tpuir_val start = tpulw__bin(b, TPUIR_SUB, tpulw__scan_op(b, r, 0, TPUIR_ADD, 0), r);
   tpuir_val slot = tpulw__sel(b, tpulw__bin_c(b, TPUIR_GT, r, 0), start, tpulw__const(b, TPU_I64, (double)total));
   int64_t t1 = total + 1, st = 0, str = 1;
   tpuir_val a = tpuir_scatter_add(b->g, tpulw__full(b, TPU_I64, 1, &t1, 0), 0, slot,

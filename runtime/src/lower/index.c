@@ -352,33 +352,8 @@ typedef struct adv {
 static int mask_count(int dev, const tpu_view *v, int64_t *k) {
   int rc = tpug_synchronize_for_host(dev);
   if (rc < 0) return rc;
-  int64_t n = tpu_view_numel(v), c = 0;
-  for (int64_t j = 0; j < n; j++) {
-    int64_t lin = j, off = v->offset;
-    for (int d = v->ndim - 1; d >= 0; d--) {
-      off += (lin % v->sizes[d]) * v->strides[d];
-      lin /= v->sizes[d];
-    }
-    c += ((const uint8_t *)v->base)[off] != 0;
-  }
-  *k = c;
+  *k = tpulw__count_nz(v);
   return TPU_OK;
-}
-
-/* Row-major positions (int64 [k]) of the true elements of the rank-1 bool
- * m of length n: a log-step prefix count gives each true element its slot,
- * scatter_add of the positions into those slots collects them. */
-static tpuir_val mask_compact(tpulw__b *b, tpuir_val m, int64_t n, int64_t k) {
-  tpuir_val c = tpulw__convert(b, m, TPU_I64), zero = tpulw__const(b, TPU_I64, 0);
-  for (int64_t s = 1; s < n && c >= 0; s *= 2) {
-    int64_t lo = s, hi = -s, in = 0;
-    c = tpulw__bin(b, TPUIR_ADD, c, tpuir_pad(b->g, c, zero, &lo, &hi, &in));
-  }
-  tpuir_val slot = tpulw__sel(b, m, tpulw__bin_c(b, TPUIR_SUB, c, 1), tpulw__const(b, TPU_I64, (double)k));
-  int64_t k1 = k + 1, st = 0, lim = k, str = 1;
-  tpuir_val pos = tpuir_iota(b->g, TPU_I64, 1, &n, 0);
-  tpuir_val r = tpuir_scatter_add(b->g, tpulw__full(b, TPU_I64, 1, &k1, 0), 0, slot, pos);
-  return tpuir_slice(b->g, r, &st, &lim, &str);
 }
 
 /* Expand mask t (indexing self dims from `at`) into one int64 [k] index
@@ -407,7 +382,7 @@ static int mask_expand(tpulw__b *b, const tpu_view *sv, const tpulw_tensor *t, i
   if (rc < 0) return rc;
   tpuir_val mk = tpulw__reshape(b, tpulw__tensor(b, t), 1, &n);
   if (mv->dtype != TPU_BOOL) mk = tpulw__bin(b, TPUIR_NE, mk, tpulw__const(b, mv->dtype, 0));
-  tpuir_val idx = mask_compact(b, mk, n, k);
+  tpuir_val idx = tpulw__compact(b, mk, n, k);
   LW_TRY(idx);
   int64_t stride = 1;
   for (int d = mv->ndim - 1; d >= 0; d--) {

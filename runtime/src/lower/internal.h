@@ -312,8 +312,18 @@ tpuir_val tpulw__pnorm_last(tpulw__b *b, tpuir_val d, double p);
  * entries take `fill` (a rank-0 value of v's dtype). */
 tpuir_val tpulw__shift_along(tpulw__b *b, tpuir_val v, int dim, int64_t k, tpuir_val fill);
 /* Inclusive scan of x along dim with a binary elementwise op whose
- * identity is `ident` (log-step doubling). */
+ * identity is `ident`: ADD and MAX (not bool) as one reduce_window whose
+ * window spans the dim with size - 1 padding before (XLA's cumsum; the
+ * vTPU runs it as a linear scan), other ops by log-step doubling. */
 tpuir_val tpulw__scan_op(tpulw__b *b, tpuir_val x, int dim, int op, double ident);
+/* Number of nonzero elements of v, read on the host (the caller waits for
+ * the device first: tpug_synchronize_for_host). lower/dynamic.c. */
+int64_t tpulw__count_nz(const tpu_view *v);
+/* Row-major positions (int64 [k]) of the true elements of the rank-1 bool
+ * m of length n, in order; k is their number (tpulw__count_nz): a prefix
+ * count gives each its slot, scatter_add collects the positions.
+ * lower/dynamic.c. */
+tpuir_val tpulw__compact(tpulw__b *b, tpuir_val m, int64_t n, int64_t k);
 /* The "self" argument if it is a tpu tensor, else NULL. */
 const tpulw_tensor *tpulw__tpu_self(tpulw__b *b);
 /* Bit mask of all nd dims. */

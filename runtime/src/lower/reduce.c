@@ -1,8 +1,9 @@
 /* lower/reduce.c - reductions: sum/mean/prod/nansum, max/min/amax/amin/
  * aminmax, argmax/argmin, var/std(_mean), all/any, logsumexp, vector
- * norms, renorm, count_nonzero, segment_reduce; scans along a dim by
- * log-step doubling: cumsum/cumprod, logcumsumexp, cummax/cummin (value +
- * index pairs with PyTorch CPU's tie/NaN rule).
+ * norms, renorm, count_nonzero, segment_reduce; scans along a dim:
+ * cumsum (a cumulative reduce_window, tpulw__scan_op), cumprod,
+ * logcumsumexp and cummax/cummin (value + index pairs with PyTorch CPU's
+ * tie/NaN rule) by log-step doubling.
  */
 #include <math.h>
 #include <string.h>
@@ -380,22 +381,6 @@ static int norm_fn(tpulw__b *b) {
   return tpulw__result_as(b, r, dt);
 }
 
-/* inclusive scan along dim by log-step doubling (Hillis-Steele) */
-static tpuir_val scan(tpulw__b *b, tpuir_val x, int dim, int op) {
-  tpulw__shape s = tpulw__info(b, x);
-  if (s.ndim == 0) return x;
-  int64_t n = s.sizes[dim];
-  tpuir_val ident = tpulw__const(b, s.dtype, op == TPUIR_MUL ? 1 : 0);
-  for (int64_t k = 1; k < n && x >= 0; k *= 2) {
-    int64_t lo[TPU_MAX_DIMS] = {0}, hi[TPU_MAX_DIMS] = {0}, in[TPU_MAX_DIMS] = {0};
-    lo[dim] = k;
-    hi[dim] = -k;
-    tpuir_val sh = tpuir_pad(b->g, x, ident, lo, hi, in);
-    x = tpulw__bin(b, op, x, sh);
-  }
-  return x;
-}
-
 static int cumsum_fn(tpulw__b *b) {
   const tpulw_tensor *self;
   int rc = get_self(b, &self);
@@ -410,8 +395,8 @@ static int cumsum_fn(tpulw__b *b) {
   rc = tpulw__wrap_dim(tpulw__int(b, "dim", 0), s.ndim, &dim);
   if (rc < 0) return rc;
   int cdt = tpulw__opmath(dt);
-  tpuir_val r = scan(b, tpulw__convert(b, x, cdt), dim,
-                     b->op == R_CUMSUM ? TPUIR_ADD : TPUIR_MUL);
+  tpuir_val r = b->op == R_CUMSUM ? tpulw__scan_op(b, tpulw__convert(b, x, cdt), dim, TPUIR_ADD, 0)
+                                   : tpulw__scan_op(b, tpulw__convert(b, x, cdt), dim, TPUIR_MUL, 1);
   return tpulw__result_as(b, r, dt);
 }
 

@@ -792,6 +792,16 @@ static inline int64_t rw_loadi(int dt, const char *p) {
   }
 }
 
+/* A float window result as dtype dt (f16/bf16 rounded from f32). */
+static inline void rw_store(int dt, char *p, double v) {
+  switch (dt) {
+  case TPU_F32: *(float *)p = (float)v; break;
+  case TPU_F64: *(double *)p = v; break;
+  case TPU_BF16: *(uint16_t *)p = tpu_f32_to_bf16((float)v); break;
+  default: *(uint16_t *)p = tpu_f32_to_f16((float)v); break;
+  }
+}
+
 /* One output element at multi-index q: walks its window. */
 #define RW_WALK(VISIT)                                                         \
   do {                                                                         \
@@ -886,13 +896,7 @@ static void rw_range(void *ctx, int64_t e0, int64_t e1) {
           double v = rw_load(dt, ep);
           if (v > m || isnan(v)) m = v;
         });
-        char *yp = J->y + e * es;
-        switch (dt) {
-        case TPU_F32: *(float *)yp = (float)m; break;
-        case TPU_F64: *(double *)yp = m; break;
-        case TPU_BF16: *(uint16_t *)yp = tpu_f32_to_bf16((float)m); break;
-        default: *(uint16_t *)yp = tpu_f32_to_f16((float)m); break;
-        }
+        rw_store(dt, J->y + e * es, m);
       } else {
         int64_t m = INT64_MIN;
         RW_WALK({
@@ -905,13 +909,7 @@ static void rw_range(void *ctx, int64_t e0, int64_t e1) {
       if (isf) {
         double acc = 0;
         RW_WALK({ acc += rw_load(dt, ep); });
-        char *yp = J->y + e * es;
-        switch (dt) {
-        case TPU_F32: *(float *)yp = (float)acc; break;
-        case TPU_F64: *(double *)yp = acc; break;
-        case TPU_BF16: *(uint16_t *)yp = tpu_f32_to_bf16((float)acc); break;
-        default: *(uint16_t *)yp = tpu_f32_to_f16((float)acc); break;
-        }
+        rw_store(dt, J->y + e * es, acc);
       } else {
         uint64_t acc = 0;
         RW_WALK({ acc += (uint64_t)rw_loadi(dt, ep); });
@@ -988,6 +986,140 @@ static void rw2_rows(void *ctx, int64_t r0, int64_t r1) {
   }
 }
 
+/* ---- cumulative windows (scans) ------------------------------------------ */
+
+/* XLA's form of cumsum / cummax: along one dim d the window spans the whole
+ * dim with size - 1 padding before, every other dim is untouched, so output
+ * k along d reduces x[0..k]. Run as a running sum / max per line, O(n)
+ * instead of O(n^2); the same accumulation order and types as rw_range
+ * (doubles for floats, wrapping int64), so the same bits. d, or -1 when
+ * the window is not of this form. */
+static int rw_scan_dim(const rw_job *J) {
+  if (J->op != TPUIR_REDUCE_WINDOW || J->nact != 1) return -1;
+  int d = J->act[0];
+  for (int e = 0; e < J->rank; e++)
+    if (J->s[e] != 1 || J->dl[e] != 1 || J->osz[e] != J->xsz[e] ||
+        (e != d && J->lo[e] != 0))
+      return -1;
+  return J->w[d] == J->xsz[d] && J->lo[d] == J->xsz[d] - 1 ? d : -1;
+}
+
+#define SCAN_LINES 64 /* lines scanned side by side */
+
+typedef struct scan_job {
+  const rw_job *J;
+  int d;
+  int64_t n, inner; /* size of d; elements after d */
+} scan_job;
+
+/* Offset (elements) in x of line l's first element: l over the dims other
+ * than d, row-major. */
+static int64_t scan_line_off(const scan_job *S, int64_t l) {
+  const rw_job *J = S->J;
+  int64_t off = 0;
+  for (int e = J->rank - 1; e >= 0; e--) {
+    if (e == S->d) continue;
+    off += l % J->xsz[e] * J->xs[e];
+    l /= J->xsz[e];
+  }
+  return off;
+}
+
+#define SCAN_LOOP(ACC, INIT, LOAD, STEP, STORE)                                  \
+  do {                                                                           \
+    ACC acc[SCAN_LINES];                                                         \
+    for (int64_t q = 0; q < m; q++) acc[q] = (INIT);                             \
+    for (int64_t k = 0; k < n; k++) {                                            \
+      for (int64_t q = 0; q < m; q++) {                                          \
+        const char *xp = xb + (xo[q] + k * xsd) * es;                            \
+        char *yp = y + (k * inner + q * ys) * es;                                \
+        ACC v = (LOAD);                                                          \
+        STEP;                                                                    \
+        STORE;                                                                   \
+      }                                                                          \
+    }                                                                            \
+  } while (0)
+
+/* f32 lines summed into doubles, the loop of the common cumsum(-1): 4
+ * lines at a time (independent add chains: one line waits on each add's
+ * latency), y's lines n apart. */
+static void scan_f32_lines(const char *xb, const int64_t *xo, int64_t xs, float *y, int64_t n,
+                           int64_t m) {
+  int64_t q = 0;
+  for (; q + 4 <= m; q += 4) {
+    const float *x0 = (const float *)xb + xo[q], *x1 = (const float *)xb + xo[q + 1];
+    const float *x2 = (const float *)xb + xo[q + 2], *x3 = (const float *)xb + xo[q + 3];
+    float *y0 = y + q * n;
+    double a0 = 0, a1 = 0, a2 = 0, a3 = 0;
+    for (int64_t k = 0; k < n; k++) {
+      a0 += x0[k * xs];
+      a1 += x1[k * xs];
+      a2 += x2[k * xs];
+      a3 += x3[k * xs];
+      y0[k] = (float)a0;
+      y0[n + k] = (float)a1;
+      y0[2 * n + k] = (float)a2;
+      y0[3 * n + k] = (float)a3;
+    }
+  }
+  for (; q < m; q++) {
+    const float *x = (const float *)xb + xo[q];
+    double a = 0;
+    for (int64_t k = 0; k < n; k++) {
+      a += x[k * xs];
+      y[q * n + k] = (float)a;
+    }
+  }
+}
+
+static void scan_range(void *ctx, int64_t l0, int64_t l1) {
+  const scan_job *S = ctx;
+  const rw_job *J = S->J;
+  const int dt = J->dt, isf = tpu_dtype_is_float(dt), mx = J->kind == TPUIR_RED_MAX;
+  const int64_t es = (int64_t)tpu_dtype_size(dt), xsd = J->xs[S->d], n = S->n, inner = S->inner;
+  const int64_t ys = inner == 1 ? n : 1; /* between lines in y: side by side unless inner is 1 */
+  const char *xb = J->xb;
+  int64_t xo[SCAN_LINES];
+  for (int64_t l = l0; l < l1;) {
+    int64_t o = l / inner, j = l - o * inner, m = inner == 1 ? SCAN_LINES : inner - j;
+    if (m > SCAN_LINES) m = SCAN_LINES;
+    if (m > l1 - l) m = l1 - l;
+    for (int64_t q = 0; q < m; q++) xo[q] = scan_line_off(S, l + q);
+    char *y = J->y + ((o * n) * inner + j) * es;
+    if (dt == TPU_F32 && !mx && inner == 1)
+      scan_f32_lines(xb, xo, xsd, (float *)y, n, m);
+    else if (dt == TPU_F32 && !mx)
+      SCAN_LOOP(double, 0, *(const float *)xp, acc[q] += v, *(float *)yp = (float)acc[q]);
+    else if (isf && !mx)
+      SCAN_LOOP(double, 0, rw_load(dt, xp), acc[q] += v, rw_store(dt, yp, acc[q]));
+    else if (isf)
+      SCAN_LOOP(double, -INFINITY, rw_load(dt, xp), if (v > acc[q] || isnan(v)) acc[q] = v,
+                rw_store(dt, yp, acc[q]));
+    else if (dt == TPU_I64 && !mx)
+      SCAN_LOOP(uint64_t, 0, (uint64_t) * (const int64_t *)xp, acc[q] += v,
+                *(int64_t *)yp = (int64_t)acc[q]);
+    else if (!mx)
+      SCAN_LOOP(uint64_t, 0, (uint64_t)rw_loadi(dt, xp), acc[q] += v,
+                int64_t r = (int64_t)acc[q]; tpux__store(dt, yp, 1, 1, &r));
+    else
+      SCAN_LOOP(int64_t, INT64_MIN, rw_loadi(dt, xp), if (v > acc[q]) acc[q] = v,
+                tpux__store(dt, yp, 1, 1, &acc[q]));
+    l += m;
+  }
+}
+
+/* Run a cumulative window along d: lines shared out to the threads. */
+static void rw_scan(const rw_job *J, int d) {
+  scan_job S = {J, d, J->xsz[d], 1};
+  for (int e = d + 1; e < J->rank; e++) S.inner *= J->xsz[e];
+  int64_t lines = 1;
+  for (int e = 0; e < J->rank; e++)
+    if (e != d) lines *= J->xsz[e];
+  int64_t grain = XK_GRAIN / S.n + 1;
+  if (lines <= grain) scan_range(&S, 0, lines);
+  else tpurt_parallel_for(lines, grain, scan_range, &S);
+}
+
 static int eval_window(xctx *c, int t) {
   const tpuir_node *n = tpuir_get_node(c->g, t);
   const tpu_view *x = &c->vals[n->in[0]].v;
@@ -1000,7 +1132,7 @@ static int eval_window(xctx *c, int t) {
   J.dt = x->dtype;
   J.rank = n->ndim;
   J.xb = (const char *)x->base + x->offset * (int64_t)tpu_dtype_size(x->dtype);
-  J.y = c->vals[t].v.base;
+  J.y = tpux__value_data(c, t);
   int64_t total = 1, win = 1;
   for (int d = 0; d < n->ndim; d++) {
     J.xs[d] = x->strides[d];
@@ -1022,6 +1154,11 @@ static int eval_window(xctx *c, int t) {
     }
   }
   if (total == 0) return TPU_OK;
+  int sd = rw_scan_dim(&J);
+  if (sd >= 0) {
+    rw_scan(&J, sd);
+    return TPU_OK;
+  }
   int64_t grain = XK_GRAIN / (win > 0 ? win : 1);
   if (grain < 1) grain = 1;
   if (rw2_fits(&J)) {

@@ -410,7 +410,7 @@ int tpux__writes_whole_value(int op) {
   switch (op) {
   case TPUIR_DOT_GENERAL: case TPUIR_CONCAT: case TPUIR_PAD: case TPUIR_INDEX_SELECT:
   case TPUIR_GATHER: case TPUIR_INDEX_ADD: case TPUIR_SCATTER_ADD: case TPUIR_RNG:
-  case TPUIR_IOTA:
+  case TPUIR_IOTA: case TPUIR_REDUCE_WINDOW: case TPUIR_WINDOW_ARGMAX:
     return 1;
   default: return 0;
   }

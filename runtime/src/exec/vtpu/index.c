@@ -461,11 +461,18 @@ static void scat_range(void *ctx, int64_t b, int64_t e) {
     int64_t oo = lin_off(j->nl, j->lsz, j->lo, line);
     int64_t so = lin_off(j->nl, j->lsz, j->ls, line);
     int64_t io = lin_off(j->nl, j->lsz, j->li, line);
-    for (int64_t k = 0; k < len; k++) {
-      int64_t target = j->ix[io + k * istride];
-      add_elem(j->dt, j->out + (oo + target * (j->nd ? j->os[j->dim] : 0)) * es,
-               j->src + (so + k * (j->nd ? j->ss[j->dim] : 0)) * es);
+    int64_t ost = j->nd ? j->os[j->dim] : 0, sst = j->nd ? j->ss[j->dim] : 0;
+    if (j->dt == TPU_I64) { /* positions (nonzero's compaction), counts */
+      int64_t *o = (int64_t *)j->out + oo;
+      const int64_t *s = (const int64_t *)j->src + so;
+      for (int64_t k = 0; k < len; k++)
+        o[j->ix[io + k * istride] * ost] = (int64_t)((uint64_t)o[j->ix[io + k * istride] * ost] +
+                                                     (uint64_t)s[k * sst]);
+      continue;
     }
+    for (int64_t k = 0; k < len; k++)
+      add_elem(j->dt, j->out + (oo + j->ix[io + k * istride] * ost) * es,
+               j->src + (so + k * sst) * es);
   }
 }
 
