@@ -24,6 +24,7 @@ import torch
 import torch.nn.functional as F
 
 import torch_tpu  # noqa: F401  (registers the tpu device)
+from hostinfo import cpu_model
 
 # name, Cin, Cout, H (input), kernel, stride, padding
 LAYERS = [
@@ -35,21 +36,6 @@ LAYERS = [
     ("3x3 256->256 @14", 256, 256, 14, 3, 1, 1),
     ("3x3 512->512 @7", 512, 512, 7, 3, 1, 1),
 ]
-
-
-def cpu_model():
-    """The CPU's model name and its bf16 matrix/vector ISA flags."""
-    try:
-        with open("/proc/cpuinfo") as f:
-            txt = f.read()
-    except OSError:
-        return "unknown CPU"
-    name = next((ln.split(":", 1)[1].strip() for ln in txt.splitlines()
-                 if ln.startswith("model name")), "unknown CPU")
-    flags = next((ln.split(":", 1)[1].split() for ln in txt.splitlines()
-                  if ln.startswith("flags")), [])
-    isa = [f for f in ("amx_bf16", "avx512_bf16", "avx512f", "avx2") if f in flags]
-    return f"{name} ({', '.join(isa) or 'no AVX2'})"
 
 
 def best_times(fns, reps):
