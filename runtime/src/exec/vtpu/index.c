@@ -165,35 +165,36 @@ static void gather_range(void *ctx, int64_t b, int64_t e) {
   }
 }
 
-/* Gather along the last dim: a task per row (its offset found once), one
- * typed load and store per index. */
-#define GATHER_ROW(T)                                                        \
-  do {                                                                       \
-    const T *xr = (const T *)j->x + off;                                     \
-    T *o = (T *)j->out + r * w;                                              \
-    for (int64_t k = 0; k < w; k++) o[k] = xr[ix[k] * xd];                   \
+/* One row of single elements taken by index: b[k * db] = a[ix[k] * da]
+ * for k < n, one typed load and store each (gather along the last dim,
+ * index_select with no inner dims). */
+#define TAKE_ROW(T)                                                                \
+  do {                                                                             \
+    const T *a_ = (const T *)a;                                                    \
+    T *b_ = (T *)b;                                                                \
+    for (int64_t k = 0; k < n; k++) b_[k * db] = a_[ix[k] * da];                   \
   } while (0)
 
+static void take_row(size_t es, char *b, int64_t db, const char *a, int64_t da,
+                     const int64_t *ix, int64_t n) {
+  switch (es) {
+  case 1: TAKE_ROW(uint8_t); break;
+  case 2: TAKE_ROW(uint16_t); break;
+  case 4: TAKE_ROW(uint32_t); break;
+  case 8: TAKE_ROW(uint64_t); break;
+  default:
+    for (int64_t k = 0; k < n; k++)
+      copy_elem(es, b + k * db * (int64_t)es, a + ix[k] * da * (int64_t)es);
+  }
+}
+
+/* Gather along the last dim: a task per row (its offset found once). */
 static void gather_rows(void *ctx, int64_t r0, int64_t r1) {
   gather_job *j = ctx;
-  const int64_t w = j->sz[j->nd - 1], xd = j->xs[j->nd - 1];
-  for (int64_t r = r0; r < r1; r++) {
-    int64_t off = 0, q = r;
-    for (int d = j->nd - 2; d >= 0; d--) {
-      off += q % j->sz[d] * j->xs[d];
-      q /= j->sz[d];
-    }
-    const int64_t *ix = j->ix + r * w;
-    switch (j->es) {
-    case 1: GATHER_ROW(uint8_t); break;
-    case 2: GATHER_ROW(uint16_t); break;
-    case 4: GATHER_ROW(uint32_t); break;
-    case 8: GATHER_ROW(uint64_t); break;
-    default:
-      for (int64_t k = 0; k < w; k++)
-        copy_elem(j->es, j->out + (r * w + k) * (int64_t)j->es, j->x + (off + ix[k] * xd) * (int64_t)j->es);
-    }
-  }
+  const int64_t w = j->sz[j->nd - 1], xd = j->xs[j->nd - 1], es = (int64_t)j->es;
+  for (int64_t r = r0; r < r1; r++)
+    take_row(j->es, j->out + r * w * es, 1, j->x + lin_off(j->nd - 1, j->sz, j->xs, r) * es, xd,
+             j->ix + r * w, w);
 }
 
 int tpux__eval_gather(xctx *c, int t) {
@@ -299,29 +300,13 @@ static void isel_range(void *ctx, int64_t tb, int64_t te) {
 
 /* index_select of single elements (no inner dims: the last dim, as in
  * nearest-neighbour upsampling): a task per outer row, its offsets found
- * once, then one typed load and store per index. */
-#define ISEL_ROW(T)                                                       \
-  do {                                                                    \
-    const T *a = (const T *)j->a + offa;                                  \
-    T *b = (T *)j->b + offb;                                              \
-    for (int64_t k = 0; k < j->nidx; k++) b[k * j->db] = a[j->ix[k] * j->da]; \
-  } while (0)
-
+ * once. */
 static void isel_rows(void *ctx, int64_t tb, int64_t te) {
   isel_job *j = ctx;
-  for (int64_t o = tb; o < te; o++) {
-    int64_t offa = lin_off(j->no, j->osz, j->oa, o), offb = lin_off(j->no, j->osz, j->ob, o);
-    switch (j->es) {
-    case 1: ISEL_ROW(uint8_t); break;
-    case 2: ISEL_ROW(uint16_t); break;
-    case 4: ISEL_ROW(uint32_t); break;
-    case 8: ISEL_ROW(uint64_t); break;
-    default:
-      for (int64_t k = 0; k < j->nidx; k++)
-        copy_elem(j->es, j->b + (offb + k * j->db) * (int64_t)j->es,
-                  j->a + (offa + j->ix[k] * j->da) * (int64_t)j->es);
-    }
-  }
+  const int64_t es = (int64_t)j->es;
+  for (int64_t o = tb; o < te; o++)
+    take_row(j->es, j->b + lin_off(j->no, j->osz, j->ob, o) * es, j->db,
+             j->a + lin_off(j->no, j->osz, j->oa, o) * es, j->da, j->ix, j->nidx);
 }
 
 /* Fill the outer/inner layout of j from views a and b around dim. */
@@ -457,19 +442,11 @@ static void scat_range(void *ctx, int64_t b, int64_t e) {
   int64_t es = (int64_t)j->es, len = j->nd ? j->isz[j->dim] : 1;
   int64_t istride = 1; /* stride of dim in the contiguous index array */
   for (int d = j->dim + 1; d < j->nd; d++) istride *= j->isz[d];
+  const int64_t ost = j->nd ? j->os[j->dim] : 0, sst = j->nd ? j->ss[j->dim] : 0;
   for (int64_t line = b; line < e; line++) {
     int64_t oo = lin_off(j->nl, j->lsz, j->lo, line);
     int64_t so = lin_off(j->nl, j->lsz, j->ls, line);
     int64_t io = lin_off(j->nl, j->lsz, j->li, line);
-    int64_t ost = j->nd ? j->os[j->dim] : 0, sst = j->nd ? j->ss[j->dim] : 0;
-    if (j->dt == TPU_I64) { /* positions (nonzero's compaction), counts */
-      int64_t *o = (int64_t *)j->out + oo;
-      const int64_t *s = (const int64_t *)j->src + so;
-      for (int64_t k = 0; k < len; k++)
-        o[j->ix[io + k * istride] * ost] = (int64_t)((uint64_t)o[j->ix[io + k * istride] * ost] +
-                                                     (uint64_t)s[k * sst]);
-      continue;
-    }
     for (int64_t k = 0; k < len; k++)
       add_elem(j->dt, j->out + (oo + j->ix[io + k * istride] * ost) * es,
                j->src + (so + k * sst) * es);

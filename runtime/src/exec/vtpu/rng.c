@@ -19,8 +19,8 @@
 
 #include "exec/vtpu/internal.h"
 
-/* One block, scalar: the definition the C tests check the draws against
- * (philox_lanes below computes a tile of them). */
+/* One block, scalar: the definition (the C tests check the draws against
+ * it; philox8 below computes 8 at a time, this the rest). */
 void tpux__philox(const uint32_t ctr[4], uint64_t seed, uint32_t out[4]) {
   uint32_t c0 = ctr[0], c1 = ctr[1], c2 = ctr[2], c3 = ctr[3];
   uint32_t k0 = (uint32_t)seed, k1 = (uint32_t)(seed >> 32);
@@ -52,28 +52,14 @@ typedef struct rng_job {
 } rng_job;
 
 /* tpux__philox of the counters (lo + k, hi) for k in [k0, n), word q into
- * w[q][k], one lane per counter in 32-bit arithmetic (the low word's carry
- * into the next). */
+ * w[q][k]. */
 static void philox_lanes(uint64_t lo, uint64_t hi, uint64_t seed, int64_t k0, int64_t n,
                          uint32_t w[4][XK_TILE]) {
-  const uint32_t l0 = (uint32_t)lo, l1 = (uint32_t)(lo >> 32);
   for (int64_t k = k0; k < n; k++) {
-    uint32_t c0 = l0 + (uint32_t)k, c1 = l1 + (c0 < l0), c2 = (uint32_t)hi, c3 = (uint32_t)(hi >> 32);
-    uint32_t k0w = (uint32_t)seed, k1w = (uint32_t)(seed >> 32);
-    for (int r = 0; r < 10; r++) {
-      uint64_t p0 = (uint64_t)0xD2511F53u * c0, p1 = (uint64_t)0xCD9E8D57u * c2;
-      uint32_t n0 = (uint32_t)(p1 >> 32) ^ c1 ^ k0w, n2 = (uint32_t)(p0 >> 32) ^ c3 ^ k1w;
-      c1 = (uint32_t)p1;
-      c3 = (uint32_t)p0;
-      c0 = n0;
-      c2 = n2;
-      k0w += 0x9E3779B9u;
-      k1w += 0xBB67AE85u;
-    }
-    w[0][k] = c0;
-    w[1][k] = c1;
-    w[2][k] = c2;
-    w[3][k] = c3;
+    uint64_t c = lo + (uint64_t)k;
+    uint32_t ctr[4] = {(uint32_t)c, (uint32_t)(c >> 32), (uint32_t)hi, (uint32_t)(hi >> 32)}, out[4];
+    tpux__philox(ctr, seed, out);
+    for (int q = 0; q < 4; q++) w[q][k] = out[q];
   }
 }
 
