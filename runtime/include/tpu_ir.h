@@ -191,7 +191,10 @@ typedef int32_t tpuir_val; /* >= 0: value id; < 0: tpu_status error */
   X(LDL_SOLVE, "ldl_solve", 3, LINALG, NEVER, linalg)                    /* custom call: sytrs */ \
   /* user kernels (ir/custom.c): a C function registered with the executor \
    * (tpux_kernel_register), see tpuir_custom_call */ \
-  X(CUSTOM_CALL, "custom_call", -1, CUSTOM, NEVER, custom)
+  X(CUSTOM_CALL, "custom_call", -1, CUSTOM, NEVER, custom) \
+  /* fused attention (ir/attention.c): softmax(q k^T * scale + bias) v, packed results */ \
+  X(ATTENTION, "attention", -1, ATTENTION, NEVER, attention) \
+  X(ATTENTION_GRAD, "attention_grad", -1, ATTENTION, NEVER, attention)
 
 typedef enum tpuir_op {
 #define TPUIR_ENUM_(id, name, arity, cls, fails, attrs) TPUIR_##id,
@@ -217,7 +220,8 @@ typedef enum tpuir_op_class {
   TPUIR_CLASS_FFT,
   TPUIR_CLASS_SPECIAL1,  /* elementwise special function of one operand */
   TPUIR_CLASS_SPECIAL2,  /* elementwise special function of two operands */
-  TPUIR_CLASS_CUSTOM     /* a user kernel (operands in `list`) */
+  TPUIR_CLASS_CUSTOM,    /* a user kernel (operands in `list`) */
+  TPUIR_CLASS_ATTENTION  /* fused attention and its gradient (operands in `list`) */
 } tpuir_op_class;
 
 typedef enum tpuir_fails {
@@ -637,6 +641,33 @@ TPU_API tpuir_val tpuir_special_binary(tpuir_graph *g, int op, tpuir_val a,
 TPU_API tpuir_val tpuir_custom_call(tpuir_graph *g, uint64_t key, int nops,
                             const tpuir_val *ops, int result, int nresults,
                             int dtype, int ndim, const int64_t *sizes);
+
+/* ---- fused attention (ir/attention.c) ---------------------------------- */
+/* Scaled dot-product attention over [B, H, T, E] operands, the scores never
+ * stored whole (the vTPU runs it block by block, ARCHITECTURE §4 numerics:
+ * both products at `precision` like DOT_GENERAL, softmax in f32):
+ *   S = q k^T * scale + bias (bias [B, H, Tq, Tk], any float dtype, or -1
+ *   for none), with causal != 0 also -inf where key j > query i (the
+ *   top-left aligned triangle of torch's is_causal);
+ *   out = softmax(S) v, lse = logsumexp of each row of S.
+ * q [B, H, Tq, E], k [B, H, Tk, E], v [B, H, Tk, Ev]: one float dtype (f32,
+ * bf16 or f16); bias of the same shape family. A row whose every score is
+ * -inf gives NaN (as softmax does). Result: f32 [B, H, Tq, Ev + 1], out in
+ * [..., :Ev] and lse in [..., Ev] (one node: the two share all the work).
+ * Node attributes: list = (q, k, v[, bias]), kind = precision, a[0] =
+ * causal, a[1] = the bits of the double scale. */
+TPU_API tpuir_val tpuir_attention(tpuir_graph *g, tpuir_val q, tpuir_val k, tpuir_val v,
+                                  tpuir_val bias, double scale, int causal, int precision);
+/* Its gradient from the forward's out and lse (f32 [B, H, Tq]) and dout
+ * (the gradient of out, [B, H, Tq, Ev], q's dtype or f32): the scores are
+ * recomputed, P = exp(S - lse). Result: f32 [B, H, Tq*E + Tk*E + Tk*Ev],
+ * per (b, h) dq [Tq, E], dk [Tk, E] and dv [Tk, Ev] row-major one after the
+ * other. Node attributes as tpuir_attention's; list = (q, k, v, out, dout,
+ * lse[, bias]). */
+TPU_API tpuir_val tpuir_attention_grad(tpuir_graph *g, tpuir_val q, tpuir_val k, tpuir_val v,
+                                       tpuir_val out, tpuir_val dout, tpuir_val lse,
+                                       tpuir_val bias, double scale, int causal,
+                                       int precision);
 
 /* ---- outputs and inspection ------------------------------------------ */
 /* Declare the graph's results (in order). A value may appear twice and may

@@ -180,6 +180,12 @@ static void attr_custom(sbuf *s, const tpuir_node *n) {
             (int)n->kind);
 }
 
+static void attr_attention(sbuf *s, const tpuir_node *n) {
+  double scale;
+  memcpy(&scale, &n->a[1], sizeof scale);
+  sb_printf(s, " {scale=%g, causal=%d, precision=%d}", scale, (int)n->a[0], (int)n->kind);
+}
+
 typedef void (*attr_fn)(sbuf *, const tpuir_node *);
 static const attr_fn k_attr[TPUIR_NUM_OPS] = {
 #define ATTR_FN_(id, name, arity, cls, fails, attrs) [TPUIR_##id] = attr_##attrs,

@@ -121,6 +121,9 @@ extern const tpulw__row tpulw__rows_complex[];
 extern const int tpulw__nrows_complex;
 extern const tpulw__row tpulw__rows_fft[];
 extern const int tpulw__nrows_fft;
+/* torch_tpu::sdpa_fwd / sdpa_bwd (lower/attention.c) */
+extern const tpulw__row tpulw__rows_attention[];
+extern const int tpulw__nrows_attention;
 
 /* 1 if any tensor / dtype / Scalar argument is complex (lower/complex.c):
  * such a call needs a row with LW_COMPLEX_OK or LW_COMPLEX_ONLY. */

@@ -27,7 +27,7 @@
 /* Every IR op must have a StableHLO expression in node() below (or report
  * TPU_E_UNSUPPORTED there). A new line in TPUIR_OPS (tpu_ir.h) fails this
  * check until it has one; then update the count. */
-_Static_assert(TPUIR_NUM_OPS == 136, "new IR op: give it a StableHLO expression (exec/pjrt/emit.c node())");
+_Static_assert(TPUIR_NUM_OPS == 138, "new IR op: give it a StableHLO expression (exec/pjrt/emit.c node())");
 
 typedef struct ty {
   int dt, nd;

@@ -58,7 +58,7 @@
  * a kernel line in exec/vtpu/elementwise.c and complex.c. A new line in
  * TPUIR_OPS (tpu_ir.h) fails this check until it has one; then update the
  * count. */
-_Static_assert(TPUIR_NUM_OPS == 136, "new IR op: give it an evaluation in the vTPU (exec/vtpu/exec.c)");
+_Static_assert(TPUIR_NUM_OPS == 138, "new IR op: give it an evaluation in the vTPU (exec/vtpu/exec.c)");
 
 static int eval_view(xctx *c, int t, const tpuir_node *n) {
   const tpu_view *x = &c->vals[n->in[0]].v;
@@ -148,6 +148,7 @@ static int eval_node(xctx *c, int t, const tpu_view *ins) {
   case TPUIR_LDL: case TPUIR_LDL_SOLVE:
     return tpux__eval_linalg(c, t);
   case TPUIR_CUSTOM_CALL: return tpux__eval_custom(c, t);
+  case TPUIR_ATTENTION: case TPUIR_ATTENTION_GRAD: return tpux__eval_attention(c, t);
   case TPUIR_CONVERT: return tpux__eval_convert(c, t); /* kept out of regions */
   default:
     if (tpux__is_view_op(n->op)) return eval_view(c, t, n);

@@ -406,6 +406,8 @@ int tpux__eval_region_reduce(xctx *c, int n, const int32_t *members,
 int tpux__eval_const(xctx *c, int t);
 /* A user kernel call node (exec/vtpu/kernel.c). */
 int tpux__eval_custom(xctx *c, int t);
+/* TPUIR_ATTENTION / TPUIR_ATTENTION_GRAD (exec/vtpu/attention.c). */
+int tpux__eval_attention(xctx *c, int t);
 int tpux__eval_iota(xctx *c, int t);
 int tpux__eval_rng(xctx *c, int t);
 int tpux__eval_concat(xctx *c, int t);
