@@ -287,7 +287,8 @@ int tpux__eval_attention(xctx *c, int t) {
   else
     j.ot = OT_F32;
   j.prec = dt == TPU_F16 ? TPU_PREC_FP32 : n->kind; /* f16 x f16 products are exact in f32 */
-  /* a block's scores, probabilities and gradient stay within ~256 KB */
+  /* a block's scores S [BQ, Tk] hold 32K floats (128 KB), so S, P and dP
+   * of a block stay in a core's L2 */
   int64_t bq = 32768 / (j.Tk > 0 ? j.Tk : 1);
   j.BQ = bq < 16 ? 16 : bq > 256 ? 256 : bq;
   if (j.BQ > j.Tq) j.BQ = j.Tq > 0 ? j.Tq : 1;
