@@ -326,6 +326,10 @@ int64_t fused_sdp_choice(const at::Tensor& q, const at::Tensor& k, const at::Ten
   if (!ex || std::strcmp(ex->name, "vtpu") != 0) return math;
   if (!at::globalContext().userEnabledOverrideableSDP() || dropout_p != 0.0) return math;
   if (q.dim() != 4 || k.dim() != 4 || v.dim() != 4 || q.is_nested()) return math;
+  // torch.compile with dynamic shapes: reading symbolic sizes here would
+  // specialize them (the math path keeps them symbolic)
+  for (const at::Tensor* t : {&q, &k, &v})
+    if (t->unsafeGetTensorImpl()->has_symbolic_sizes_strides()) return math;
   auto st = q.scalar_type();
   if ((st != at::kFloat && st != at::kBFloat16 && st != at::kHalf) || k.scalar_type() != st ||
       v.scalar_type() != st)
