@@ -315,9 +315,10 @@ bool has_compatible_shallow_copy_type(const at::Tensor& self, const at::Tensor& 
 // per call, the scores never stored whole, lse kept for the backward) for
 // the calls that kernel takes: 4-D query/key/value with the same batch and
 // heads, no dropout, a mask that needs no gradient (not with is_causal: the
-// math path raises CPU's error), inference or causal attention, unless the
-// user disabled the backend (torch.nn.attention.sdpa_kernel). Otherwise, and on PJRT (where XLA fuses
-// the math path itself), the math path decomposes into native ops.
+// math path raises CPU's error), inference or causal attention, static
+// shapes, unless the user disabled the backend (torch.nn.attention.sdpa_kernel).
+// Otherwise, and on PJRT (where XLA fuses the math path itself), the math
+// path decomposes into native ops.
 int64_t fused_sdp_choice(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
                          const std::optional<at::Tensor>& mask, double dropout_p, bool is_causal,
                          std::optional<double>, bool) {

@@ -46,6 +46,16 @@ static void load_row(const tpu_view *x, int64_t b, int64_t h, int64_t row, int64
              x->strides[3], cols, dst);
 }
 
+/* Bytes of an operand element. */
+static inline size_t op_size(const at_job *j) { return j->ot == OT_BF16 ? 2 : 4; }
+
+/* s[0, n) = exp(s - m) (m = -inf with every s = -inf: NaN, as softmax). */
+static void exp_shifted(float *s, int64_t n, float m) {
+  for (int64_t c = 0; c < n; c++) s[c] -= m;
+  if (!tpux__vmath_f32(TPUIR_EXP, n, s, s, NULL))
+    for (int64_t c = 0; c < n; c++) s[c] = expf(s[c]);
+}
+
 /* n f32 values (stride 1 in src, sd in dst) into the operand format. */
 static void put(const at_job *j, void *dst, int64_t sd, const float *src, int64_t n) {
   if (j->ot == OT_BF16) {
@@ -64,7 +74,7 @@ static void put(const at_job *j, void *dst, int64_t sd, const float *src, int64_
  * transposed ([cols, rows]) into t, each when not NULL. */
 static void load_operand(const at_job *j, const tpu_view *x, int64_t b, int64_t h,
                          int64_t rows, int64_t cols, void *dst, void *t, float *tmp) {
-  size_t es = j->ot == OT_BF16 ? 2 : 4;
+  size_t es = op_size(j);
   for (int64_t r = 0; r < rows; r++) {
     load_row(x, b, h, r, cols, tmp);
     if (dst) put(j, (char *)dst + r * cols * es, 1, tmp, cols);
@@ -76,7 +86,7 @@ static void load_operand(const at_job *j, const tpu_view *x, int64_t b, int64_t 
  * and transposed into t (when not NULL). */
 static void to_operand(const at_job *j, const float *src, int64_t rows, int64_t cols, void *dst,
                        void *t) {
-  size_t es = j->ot == OT_BF16 ? 2 : 4;
+  size_t es = op_size(j);
   put(j, dst, 1, src, rows * cols);
   if (t)
     for (int64_t r = 0; r < rows; r++) put(j, (char *)t + r * es, rows, src + r * cols, cols);
@@ -98,7 +108,7 @@ static int mm(const at_job *j, int64_t m, int64_t n, int64_t k, float alpha, con
  * k transposed ([E, Tk]). */
 static int scores(const at_job *j, int64_t b, int64_t h, const void *Q, const void *Kt,
                   int64_t q0, int64_t nq, int64_t kend, float *s, float *tmp) {
-  size_t es = j->ot == OT_BF16 ? 2 : 4;
+  size_t es = op_size(j);
   /* alpha 1: oneDNN then writes s itself (no finishing pass) */
   int rc = mm(j, nq, kend, j->E, 1.f, (const char *)Q + q0 * j->E * es, j->E, 1, Kt, j->Tk, 1,
               0.f, s, kend);
@@ -131,7 +141,7 @@ typedef struct at_buf {
 enum { NBUF = 14 };
 
 static int buf_alloc(const at_job *j, int grad, at_buf *w, void **mem) {
-  size_t es = j->ot == OT_BF16 ? 2 : 4, n[NBUF];
+  size_t es = op_size(j), n[NBUF];
   int64_t blk = j->BQ * j->Tk, wide = j->Tk > j->Ev ? j->Tk : j->Ev;
   wide = wide > j->E ? wide : j->E;
   n[0] = (size_t)(j->Tq * j->E) * es;                    /* Q */
@@ -173,9 +183,7 @@ static int fwd_pair(const at_job *j, int64_t b, int64_t h, at_buf *w) {
     for (int64_t i = 0; i < nq; i++) {
       float *s = w->S + i * kend, m = -INFINITY;
       for (int64_t c = 0; c < kend; c++) m = s[c] > m ? s[c] : m;
-      for (int64_t c = 0; c < kend; c++) s[c] -= m; /* all -inf: NaN, as softmax */
-      if (!tpux__vmath_f32(TPUIR_EXP, kend, s, s, NULL))
-        for (int64_t c = 0; c < kend; c++) s[c] = expf(s[c]);
+      exp_shifted(s, kend, m);
       float l = 0.f;
       for (int64_t c = 0; c < kend; c++) l += s[c];
       float inv = 1.f / l;
@@ -191,7 +199,7 @@ static int fwd_pair(const at_job *j, int64_t b, int64_t h, at_buf *w) {
 
 static int bwd_pair(const at_job *j, int64_t b, int64_t h, at_buf *w) {
   int64_t Tq = j->Tq, Tk = j->Tk, E = j->E, Ev = j->Ev;
-  size_t es = j->ot == OT_BF16 ? 2 : 4;
+  size_t es = op_size(j);
   load_operand(j, j->q, b, h, Tq, E, w->Q, NULL, w->row);
   load_operand(j, j->k, b, h, Tk, E, w->K, w->Kt, w->row);
   load_operand(j, j->v, b, h, Tk, Ev, NULL, w->Vt, w->row);
@@ -216,9 +224,7 @@ static int bwd_pair(const at_job *j, int64_t b, int64_t h, at_buf *w) {
       int64_t off = j->lse->offset + b * j->lse->strides[0] + h * j->lse->strides[1] +
                     (q0 + i) * j->lse->strides[2];
       float l = ((const float *)j->lse->base)[off]; /* f32 (tpuir_attention_grad) */
-      for (int64_t c = 0; c < kend; c++) s[c] -= l;
-      if (!tpux__vmath_f32(TPUIR_EXP, kend, s, s, NULL))
-        for (int64_t c = 0; c < kend; c++) s[c] = expf(s[c]);
+      exp_shifted(s, kend, l);
     }
     to_operand(j, w->S, nq, kend, w->P, w->Pt);
     const char *dOb = (const char *)w->dO + q0 * Ev * es;
