@@ -87,6 +87,7 @@ bench: build
 	$(PY) benchmarks/fused_eager.py --steps 3
 	$(PY) benchmarks/vtpu_jit.py --rounds 3
 	$(PY) benchmarks/c_kernel.py
+	$(PY) benchmarks/inference.py --reps 3
 	$(PY) benchmarks/ops.py
 
 # Full-dtype OpInfo sweep (CI runs the float32 form inside test-py).

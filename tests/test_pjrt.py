@@ -98,6 +98,37 @@ def test_pjrt_matches_cpu_and_trains():
 
 
 @needs_plugin
+def test_transformer_inference_fast_path_on_pjrt():
+    """Eval-mode nn.MultiheadAttention (with and without the weights) and
+    nn.TransformerEncoderLayer lower to explicit scores on PJRT (its emitter
+    has no attention node) and match CPU."""
+    rc, out = run_child("""
+        import torch, torch_tpu
+        torch.manual_seed(0)
+        x = torch.randn(2, 7, 16)
+        kpm = torch.zeros(2, 7, dtype=torch.bool)
+        kpm[0, -2:] = True
+        mha = torch.nn.MultiheadAttention(16, 4, batch_first=True).eval()
+        layer = torch.nn.TransformerEncoderLayer(16, 4, 32, dropout=0.0, batch_first=True).eval()
+        with torch.no_grad(), torch.tpu.precision(torch.tpu.Precision.HIGHEST):
+            for nw in (False, True):
+                r = mha(x, x, x, key_padding_mask=kpm, need_weights=nw)
+                o = mha.to("tpu")(x.to("tpu"), x.to("tpu"), x.to("tpu"),
+                                  key_padding_mask=kpm.to("tpu"), need_weights=nw)
+                mha.to("cpu")
+                torch.testing.assert_close(o[0].cpu(), r[0], atol=2e-5, rtol=2e-5)
+                assert (o[1] is None) == (not nw)
+                if nw:
+                    torch.testing.assert_close(o[1].cpu(), r[1], atol=2e-6, rtol=2e-5)
+            r = layer(x)
+            torch.testing.assert_close(layer.to("tpu")(x.to("tpu")).cpu(), r, atol=3e-5, rtol=3e-5)
+        assert torch_tpu.pjrt.stats()["fallbacks"] == 0
+        print("OK")
+    """, TORCH_TPU_BACKEND="pjrt")
+    assert rc == 0 and "OK" in out, out
+
+
+@needs_plugin
 def test_torch_compile_runs_through_pjrt():
     """torch.compile(backend="tpu") replays its captured programs through the
     same executor: a compiled MLP trains like the CPU model."""

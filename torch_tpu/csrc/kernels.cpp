@@ -906,6 +906,12 @@ void native_run(const c10::OperatorHandle& op, torch::jit::Stack* stack, Borrowe
       std::vector<at::Tensor> rest(fresh.begin() + next, fresh.end());
       next = fresh.size();
       rets.emplace_back(rest);
+    } else if (next == fresh.size() && next > 0 &&
+               r.type()->kind() == c10::TypeKind::TensorType) {
+      // a lowering may leave trailing Tensor returns out: undefined, as CPU
+      // returns them (_native_multi_head_attention's weights without
+      // need_weights)
+      rets.emplace_back(at::Tensor());
     } else {
       TORCH_CHECK(next < fresh.size(), "torch_tpu: lowering of ", qual, " produced too few outputs");
       at::Tensor& t = fresh[next++];

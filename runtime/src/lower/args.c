@@ -365,6 +365,14 @@ tpuir_val tpulw__tensor(tpulw__b *b, const tpulw_tensor *t) {
   return v;
 }
 
+tpuir_val tpulw__tensor_compact(tpulw__b *b, const tpulw_tensor *t) {
+  if (!t || t->device < 0) return tpulw__tensor(b, t);
+  tpulw_tensor c = *t;
+  for (int d = 0; d < c.view.ndim; d++)
+    if (c.view.strides[d] == 0) c.view.sizes[d] = 1;
+  return tpulw__tensor(b, &c);
+}
+
 tpuir_val tpulw__convert(tpulw__b *b, tpuir_val v, int dtype) {
   if (v < 0) return v;
   tpulw__shape s = tpulw__info(b, v);

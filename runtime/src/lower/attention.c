@@ -77,16 +77,24 @@ static tpuir_val last_slice(tpulw__b *b, tpuir_val v, int64_t lo, int64_t hi) {
   return tpuir_slice(b->g, v, st, lim, one);
 }
 
+tpuir_val tpulw__attention(tpulw__b *b, tpuir_val q, tpuir_val k, tpuir_val v, tpuir_val bias,
+                           double scale, int causal, tpuir_val *lse) {
+  tpuir_val r = tpuir_attention(b->g, q, k, v, bias, scale, causal, b->ctx->precision);
+  if (r < 0) return r;
+  tpulw__shape s = tpulw__info(b, r);
+  int64_t Ev = s.sizes[3] - 1, ls[3] = {s.sizes[0], s.sizes[1], s.sizes[2]};
+  if (lse) *lse = tpulw__reshape(b, last_slice(b, r, Ev, Ev + 1), 3, ls);
+  return last_slice(b, r, 0, Ev);
+}
+
 static int sdpa_fwd(tpulw__b *b) {
   sdpa_args a;
   int rc = sdpa_setup(b, &a);
   if (rc) return rc;
-  tpuir_val r = tpuir_attention(b->g, a.q, a.k, a.v, a.bias, a.scale, a.causal,
-                                b->ctx->precision);
-  LW_TRY(r);
-  int64_t ls[3] = {a.B, a.H, a.Tq};
-  if ((rc = tpulw__result_as(b, last_slice(b, r, 0, a.Ev), a.dt)) < 0) return rc;
-  return tpulw__result(b, tpulw__reshape(b, last_slice(b, r, a.Ev, a.Ev + 1), 3, ls));
+  tpuir_val lse, out = tpulw__attention(b, a.q, a.k, a.v, a.bias, a.scale, a.causal, &lse);
+  LW_TRY(out);
+  if ((rc = tpulw__result_as(b, out, a.dt)) < 0) return rc;
+  return tpulw__result(b, lse);
 }
 
 static int sdpa_bwd(tpulw__b *b) {

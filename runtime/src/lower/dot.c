@@ -37,6 +37,12 @@ static tpuir_val dot(tpulw__b *b, tpuir_val l, tpuir_val r, int nb,
 /* accumulation / epilogue dtype for an operand dtype */
 static int acc_dtype(int dt) { return tpulw__opmath(dt); }
 
+tpuir_val tpulw__gelu_or_relu(tpulw__b *b, tpuir_val x, int gelu) {
+  if (!gelu) return tpulw__bin_c(b, TPUIR_MAX, x, 0.0);
+  tpuir_val e = tpulw__un(b, TPUIR_ERF, tpulw__bin_c(b, TPUIR_MUL, x, M_SQRT1_2));
+  return tpulw__bin(b, TPUIR_MUL, tpulw__bin_c(b, TPUIR_MUL, x, 0.5), tpulw__bin_c(b, TPUIR_ADD, e, 1.0));
+}
+
 static int mm_fn(tpulw__b *b) {
   int op = b->op;
   const char *n1 = "self", *n2 = "mat2";
@@ -172,12 +178,7 @@ static int mm_fn(tpulw__b *b) {
     r = tpulw__bin(b, TPUIR_ADD, sv_, r);
   }
   if (op == L_ADDMM_ACT) {
-    if (tpulw__int(b, "use_gelu", 0)) {
-      tpuir_val e = tpulw__un(b, TPUIR_ERF, tpulw__bin_c(b, TPUIR_MUL, r, M_SQRT1_2));
-      r = tpulw__bin(b, TPUIR_MUL, tpulw__bin_c(b, TPUIR_MUL, r, 0.5), tpulw__bin_c(b, TPUIR_ADD, e, 1.0));
-    } else {
-      r = tpulw__bin_c(b, TPUIR_MAX, r, 0.0);
-    }
+    r = tpulw__gelu_or_relu(b, r, (int)tpulw__int(b, "use_gelu", 0));
   }
   return tpulw__result_as(b, r, dt);
 

@@ -124,6 +124,10 @@ extern const int tpulw__nrows_fft;
 /* torch_tpu::sdpa_fwd / sdpa_bwd (lower/attention.c) */
 extern const tpulw__row tpulw__rows_attention[];
 extern const int tpulw__nrows_attention;
+/* _native_multi_head_attention, _transformer_encoder_layer_fwd,
+ * _masked_softmax, _transform_bias_rescale_qkv (lower/transformer.c) */
+extern const tpulw__row tpulw__rows_transformer[];
+extern const int tpulw__nrows_transformer;
 
 /* 1 if any tensor / dtype / Scalar argument is complex (lower/complex.c):
  * such a call needs a row with LW_COMPLEX_OK or LW_COMPLEX_ONLY. */
@@ -219,6 +223,10 @@ int64_t tpulw__numel(const tpulw__shape *s);
  * bound to the view (identical views share one parameter), or a constant
  * for a 0-dim CPU tensor. */
 tpuir_val tpulw__tensor(tpulw__b *b, const tpulw_tensor *t);
+/* t's value without its expanded dims: the view with every stride-0 dim at
+ * size 1 (broadcastable to t's shape), so work on an expanded tensor runs
+ * at its real size. */
+tpuir_val tpulw__tensor_compact(tpulw__b *b, const tpulw_tensor *t);
 /* Operand value converted to dtype (scalars: rank-0 constants). */
 tpuir_val tpulw__opnd_val(tpulw__b *b, const tpulw__opnd *o, int dtype);
 /* Rank-0 constant of dtype with value v (ints/bool converted like C). */
@@ -289,6 +297,18 @@ int tpulw__topk_last(tpulw__b *b, tpuir_val x, int64_t k, int largest, tpuir_val
  * "amin" (lower/dynamic.c); declares the result (self's dtype). */
 int tpulw__scatter_reduce(tpulw__b *b, const tpulw_tensor *self, int d, tpuir_val idx, tpuir_val src,
                       const char *reduce, int include_self);
+/* Layer norm of x (opmath dtype) over dims [axis, ndim) with optional
+ * weight and bias (NULL: none), as native_layer_norm; mean and rstd (kept
+ * dims) if asked (lower/nn.c). */
+tpuir_val tpulw__layer_norm(tpulw__b *b, tpuir_val x, int axis, const tpuir_val *w,
+                           const tpuir_val *bias, double eps, tpuir_val *mean, tpuir_val *rstd);
+/* _addmm_activation's epilogue: exact (erf) gelu, or relu (lower/dot.c). */
+tpuir_val tpulw__gelu_or_relu(tpulw__b *b, tpuir_val x, int gelu);
+/* softmax(q k^T * scale + bias) v of 4-D q, k, v ([B, H, T, E]) as one
+ * TPUIR_ATTENTION node (bias -1 or broadcast to [B, H, Tq, Tk]): f32
+ * [B, H, Tq, Ev]; lse (f32 [B, H, Tq]) if asked (lower/attention.c). */
+tpuir_val tpulw__attention(tpulw__b *b, tpuir_val q, tpuir_val k, tpuir_val v, tpuir_val bias,
+                           double scale, int causal, tpuir_val *lse);
 /* Sum-reduce dims (mask bit d set) of v; keepdim keeps size-1 dims. */
 tpuir_val tpulw__reduce_dims(tpulw__b *b, int kind, tpuir_val v, uint32_t mask,
                          int keepdim);

@@ -53,6 +53,7 @@ static void table_init(void) {
       {tpulw__rows_fft, tpulw__nrows_fft, LW_COMPLEX_OK},
       {tpulw__rows_special, tpulw__nrows_special, LW_ELEMENTWISE},
       {tpulw__rows_attention, tpulw__nrows_attention, 0},
+      {tpulw__rows_transformer, tpulw__nrows_transformer, 0},
   };
   int total = 0;
   for (size_t f = 0; f < sizeof fam / sizeof fam[0]; f++) total += fam[f].n;

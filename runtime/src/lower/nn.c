@@ -104,6 +104,29 @@ static tpuir_val opt_param(tpulw__b *b, const char *name, int cdt) {
 }
 #define ABSENT(v) ((v) == -1000)
 
+tpuir_val tpulw__layer_norm(tpulw__b *b, tpuir_val x, int axis, const tpuir_val *w,
+                           const tpuir_val *bias, double eps, tpuir_val *mean, tpuir_val *rstd) {
+  if (x < 0) return x;
+  tpulw__shape s = tpulw__info(b, x);
+  uint32_t m = 0;
+  int64_t n = 1;
+  for (int d = axis; d < s.ndim; d++) {
+    m |= 1u << d;
+    n *= s.sizes[d];
+  }
+  tpuir_val mu = tpulw__bin_c(b, TPUIR_DIV, tpulw__reduce_dims(b, TPUIR_RED_SUM, x, m, 1), (double)n);
+  tpuir_val d = tpulw__bin(b, TPUIR_SUB, x, mu);
+  tpuir_val var = tpulw__bin_c(b, TPUIR_DIV, tpulw__reduce_dims(b, TPUIR_RED_SUM, tpulw__bin(b, TPUIR_MUL, d, d), m, 1),
+                           (double)n);
+  tpuir_val rs = tpulw__un(b, TPUIR_RSQRT, tpulw__bin_c(b, TPUIR_ADD, var, eps));
+  tpuir_val y = tpulw__bin(b, TPUIR_MUL, d, rs);
+  if (w) y = tpulw__bin(b, TPUIR_MUL, y, *w);
+  if (bias) y = tpulw__bin(b, TPUIR_ADD, y, *bias);
+  if (mean) *mean = mu;
+  if (rstd) *rstd = rs;
+  return y;
+}
+
 static int layer_norm_fn(tpulw__b *b) {
   const tpulw_tensor *in = tpulw__tensor_arg(b, "input");
   if (!in) return tpu_error(TPU_E_UNSUPPORTED, "layer_norm: no input");
@@ -118,22 +141,9 @@ static int layer_norm_fn(tpulw__b *b) {
   if ((dt == TPU_F16 || dt == TPU_BF16) && w && w->view.dtype == TPU_F32) sdt = TPU_F32;
   int cdt = tpulw__opmath(dt);
   tpuir_val x = tpulw__convert(b, tpulw__tensor(b, in), cdt);
-  tpulw__shape s = tpulw__info(b, x);
-  uint32_t m = 0;
-  int64_t n = 1;
-  for (int d = axis; d < s.ndim; d++) {
-    m |= 1u << d;
-    n *= s.sizes[d];
-  }
-  tpuir_val mean = tpulw__bin_c(b, TPUIR_DIV, tpulw__reduce_dims(b, TPUIR_RED_SUM, x, m, 1), (double)n);
-  tpuir_val d = tpulw__bin(b, TPUIR_SUB, x, mean);
-  tpuir_val var = tpulw__bin_c(b, TPUIR_DIV, tpulw__reduce_dims(b, TPUIR_RED_SUM, tpulw__bin(b, TPUIR_MUL, d, d), m, 1),
-                           (double)n);
-  tpuir_val rstd = tpulw__un(b, TPUIR_RSQRT, tpulw__bin_c(b, TPUIR_ADD, var, tpulw__float(b, "eps", 1e-5)));
-  tpuir_val y = tpulw__bin(b, TPUIR_MUL, d, rstd);
-  tpuir_val wv = opt_param(b, "weight", cdt), bv = opt_param(b, "bias", cdt);
-  if (!ABSENT(wv)) y = tpulw__bin(b, TPUIR_MUL, y, wv);
-  if (!ABSENT(bv)) y = tpulw__bin(b, TPUIR_ADD, y, bv);
+  tpuir_val wv = opt_param(b, "weight", cdt), bv = opt_param(b, "bias", cdt), mean, rstd;
+  tpuir_val y = tpulw__layer_norm(b, x, axis, ABSENT(wv) ? NULL : &wv, ABSENT(bv) ? NULL : &bv,
+                                  tpulw__float(b, "eps", 1e-5), &mean, &rstd);
   if ((rc = tpulw__result_as(b, y, dt)) < 0) return rc;
   if ((rc = tpulw__result_as(b, mean, sdt)) < 0) return rc;
   return tpulw__result_as(b, rstd, sdt);
