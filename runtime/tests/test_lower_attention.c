@@ -16,14 +16,6 @@
 #define NARGS(...) ((int)(sizeof((tpulw_arg[]){__VA_ARGS__}) / sizeof(tpulw_arg)))
 #define RUN(name, ...) lt_run(name, "", ARGS(__VA_ARGS__), NARGS(__VA_ARGS__))
 
-static void fill(tpu_view *v, unsigned seed) {
-  uint32_t s = seed * 2654435761u + 1;
-  int64_t n = tpu_view_numel(v);
-  for (int64_t i = 0; i < n; i++) {
-    s = s * 1664525u + 1013904223u;
-    lt_set(v, i, ((s >> 8) / 16777216.0) * 2 - 1);
-  }
-}
 
 /* One (batch, head) of attention in float64: q [Tq, E], k [Tk, E], v [Tk,
  * Ev] row-major, bias [Tq, Tk] or NULL; P (probabilities), o and lse out.
@@ -94,11 +86,11 @@ static void check_sdpa(int *tpu_test_failed_, int64_t B, int64_t H, int64_t Tq, 
   tpu_view q = lt_new(TPU_F32, 4, SZ(B, H, Tq, E)), k = lt_new(TPU_F32, 4, SZ(B, H, Tk, E)),
            v = lt_new(TPU_F32, 4, SZ(B, H, Tk, Ev)), go = lt_new(TPU_F32, 4, SZ(B, H, Tq, Ev));
   tpu_view bias = lt_new(TPU_F32, 2, SZ(Tq, Tk)); /* broadcast over batch and heads */
-  fill(&q, 1);
-  fill(&k, 2);
-  fill(&v, 3);
-  fill(&go, 4);
-  fill(&bias, 5);
+  lt_fill_rand(&q, 1);
+  lt_fill_rand(&k, 2);
+  lt_fill_rand(&v, 3);
+  lt_fill_rand(&go, 4);
+  lt_fill_rand(&bias, 5);
   const double scale = 0.3;
   tpulw_arg ba = with_bias ? lt_tensor("attn_bias", bias) : lt_none("attn_bias");
   lt_result f = RUN("torch_tpu::sdpa_fwd", lt_tensor("query", q), lt_tensor("key", k),
@@ -164,11 +156,11 @@ TPU_TEST(lower_native_mha_as_float64) {
   tpu_view x = lt_new(TPU_F32, 3, SZ(B, L, E)), w = lt_new(TPU_F32, 2, SZ(3 * E, E)),
            bw = lt_new(TPU_F32, 1, SZ(3 * E)), wp = lt_new(TPU_F32, 2, SZ(E, E)),
            bp = lt_new(TPU_F32, 1, SZ(E)), m = lt_new(TPU_BOOL, 2, SZ(B, L));
-  fill(&x, 11);
-  fill(&w, 12);
-  fill(&bw, 13);
-  fill(&wp, 14);
-  fill(&bp, 15);
+  lt_fill_rand(&x, 11);
+  lt_fill_rand(&w, 12);
+  lt_fill_rand(&bw, 13);
+  lt_fill_rand(&wp, 14);
+  lt_fill_rand(&bp, 15);
   lt_set(&m, L - 1, 1);
   lt_set(&m, L - 2, 1);
   /* reference: projections, per-head attention, output projection */

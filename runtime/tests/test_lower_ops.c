@@ -25,15 +25,6 @@
     for (int k_ = 0; k_ < n_; k_++) CHECK((info).sizes[k_] == want_[k_]);    \
   } while (0)
 
-/* deterministic pseudo-random fill in [-1, 1) */
-static void fill_rand(tpu_view *v, unsigned seed) {
-  uint32_t s = seed * 2654435761u + 1;
-  int64_t n = tpu_view_numel(v);
-  for (int64_t i = 0; i < n; i++) {
-    s = s * 1664525u + 1013904223u;
-    lt_set(v, i, ((s >> 8) / 16777216.0) * 2 - 1);
-  }
-}
 
 /* ---- reductions --------------------------------------------------------- */
 
@@ -225,8 +216,8 @@ static void ref_mm(const tpu_view *a, const tpu_view *b, double *out, int64_t m,
 
 TPU_TEST(lower_mm_bmm_addmm) {
   tpu_view a = lt_new(TPU_F32, 2, SZ(3, 5)), bb = lt_new(TPU_F32, 2, SZ(5, 4));
-  fill_rand(&a, 1);
-  fill_rand(&bb, 2);
+  lt_fill_rand(&a, 1);
+  lt_fill_rand(&bb, 2);
   double want[12];
   ref_mm(&a, &bb, want, 3, 5, 4, 1);
   lt_result r = RUN("mm", "", lt_tensor("self", a), lt_tensor("mat2", bb));
@@ -255,8 +246,8 @@ TPU_TEST(lower_mm_bmm_addmm) {
   lt_result_free(&r);
   /* bmm */
   tpu_view p = lt_new(TPU_F32, 3, SZ(2, 3, 5)), q = lt_new(TPU_F32, 3, SZ(2, 5, 2));
-  fill_rand(&p, 3);
-  fill_rand(&q, 4);
+  lt_fill_rand(&p, 3);
+  lt_fill_rand(&q, 4);
   double wb[12];
   ref_mm(&p, &q, wb, 3, 5, 2, 2);
   r = RUN("bmm", "", lt_tensor("self", p), lt_tensor("mat2", q));
@@ -340,7 +331,7 @@ TPU_TEST(lower_softmax_and_backward) {
 
 TPU_TEST(lower_layer_norm_fwd_bwd) {
   tpu_view x = lt_new(TPU_F32, 2, SZ(3, 4));
-  fill_rand(&x, 7);
+  lt_fill_rand(&x, 7);
   tpu_view w = lt_from(TPU_F32, 1, SZ(4), ARR(1, 2, 0.5, -1));
   tpu_view bias = lt_from(TPU_F32, 1, SZ(4), ARR(0, 1, 0, 2));
   int64_t ns[1] = {4};
@@ -369,7 +360,7 @@ TPU_TEST(lower_layer_norm_fwd_bwd) {
   lt_result_free(&r);
   /* backward vs finite differences of sum(g * y) */
   tpu_view g = lt_new(TPU_F32, 2, SZ(3, 4));
-  fill_rand(&g, 9);
+  lt_fill_rand(&g, 9);
   int64_t mask[3] = {1, 1, 1};
   r = RUN("native_layer_norm_backward", "", lt_tensor("grad_out", g), lt_tensor("input", x),
           lt_ints("normalized_shape", ns, 1), lt_tensor("mean", mv), lt_tensor("rstd", rv),
@@ -780,8 +771,8 @@ TPU_TEST(lower_more_activations_and_binary) {
 TPU_TEST(lower_group_norm_backward) {
   /* N=1, C=4, HxW=2, groups=2: compare with the layer-norm-per-group math */
   tpu_view x = lt_new(TPU_F32, 3, SZ(1, 4, 2)), g = lt_new(TPU_F32, 3, SZ(1, 4, 2));
-  fill_rand(&x, 11);
-  fill_rand(&g, 12);
+  lt_fill_rand(&x, 11);
+  lt_fill_rand(&g, 12);
   tpu_view w = lt_from(TPU_F32, 1, SZ(4), ARR(1, -2, 0.5, 3));
   double mean[2], rstd[2];
   for (int k = 0; k < 2; k++) {
@@ -838,7 +829,7 @@ TPU_TEST(lower_sort_topk_isin_histc) {
   lt_result_free(&r);
   /* long rows use k rounds of max/argmax */
   tpu_view big = lt_new(TPU_F32, 1, SZ(5000));
-  fill_rand(&big, 5);
+  lt_fill_rand(&big, 5);
   lt_set(&big, 1234, 7);
   lt_set(&big, 4321, 6);
   r = RUN("topk", "", lt_tensor("self", big), lt_int("k", 2), lt_int("dim", 0),

@@ -180,6 +180,16 @@ static inline void lt_free(tpu_view *v) {
   v->base = NULL;
 }
 
+/* deterministic pseudo-random fill in [-1, 1) */
+static inline void lt_fill_rand(tpu_view *v, unsigned seed) {
+  uint32_t s = seed * 2654435761u + 1;
+  int64_t n = tpu_view_numel(v);
+  for (int64_t i = 0; i < n; i++) {
+    s = s * 1664525u + 1013904223u;
+    lt_set(v, i, ((s >> 8) / 16777216.0) * 2 - 1);
+  }
+}
+
 /* ---- the runner ---------------------------------------------------------- */
 typedef struct lt_result {
   int rc;       /* first error (prepare, launch or synchronize) */
