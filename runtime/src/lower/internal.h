@@ -297,6 +297,9 @@ int tpulw__topk_last(tpulw__b *b, tpuir_val x, int64_t k, int largest, tpuir_val
  * "amin" (lower/dynamic.c); declares the result (self's dtype). */
 int tpulw__scatter_reduce(tpulw__b *b, const tpulw_tensor *self, int d, tpuir_val idx, tpuir_val src,
                       const char *reduce, int include_self);
+/* softmax (log: log_softmax) of x over the dims in mask m, max-shifted
+ * (lower/nn.c). */
+tpuir_val tpulw__softmax(tpulw__b *b, tpuir_val x, uint32_t m, int log);
 /* Layer norm of x (opmath dtype) over dims [axis, ndim) with optional
  * weight and bias (NULL: none), as native_layer_norm; mean and rstd (kept
  * dims) if asked (lower/nn.c). */

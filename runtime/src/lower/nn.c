@@ -16,6 +16,14 @@ enum {
 
 /* ---- softmax ------------------------------------------------------------ */
 
+tpuir_val tpulw__softmax(tpulw__b *b, tpuir_val x, uint32_t m, int log) {
+  tpuir_val sh = tpulw__bin(b, TPUIR_SUB, x, tpulw__reduce_dims(b, TPUIR_RED_MAX, x, m, 1));
+  tpuir_val e = tpulw__un(b, TPUIR_EXP, sh);
+  tpuir_val sum = tpulw__reduce_dims(b, TPUIR_RED_SUM, e, m, 1);
+  return log ? tpulw__bin(b, TPUIR_SUB, sh, tpulw__un(b, TPUIR_LOG, sum))
+             : tpulw__bin(b, TPUIR_DIV, e, sum);
+}
+
 static int softmax_fn(tpulw__b *b) {
   const tpulw_tensor *self = tpulw__tensor_arg(b, "self");
   if (!self) return tpu_error(TPU_E_UNSUPPORTED, "softmax: no self");
@@ -30,15 +38,9 @@ static int softmax_fn(tpulw__b *b) {
   int dim;
   rc = tpulw__wrap_dim(tpulw__int(b, "dim", -1), s.ndim, &dim);
   if (rc < 0) return rc;
-  uint32_t m = s.ndim ? 1u << dim : 0;
-  tpuir_val mx = tpulw__reduce_dims(b, TPUIR_RED_MAX, x, m, 1);
   if (tpulw__numel(&s) == 0) return tpulw__result_as(b, x, rdt);
-  tpuir_val sh = tpulw__bin(b, TPUIR_SUB, x, mx);
-  tpuir_val e = tpulw__un(b, TPUIR_EXP, sh);
-  tpuir_val sum = tpulw__reduce_dims(b, TPUIR_RED_SUM, e, m, 1);
-  tpuir_val r = b->op == N_SOFTMAX ? tpulw__bin(b, TPUIR_DIV, e, sum)
-                                   : tpulw__bin(b, TPUIR_SUB, sh, tpulw__un(b, TPUIR_LOG, sum));
-  return tpulw__result_as(b, r, rdt);
+  return tpulw__result_as(b, tpulw__softmax(b, x, s.ndim ? 1u << dim : 0, b->op == N_LOG_SOFTMAX),
+                          rdt);
 }
 
 static int softmax_bw_fn(tpulw__b *b) {

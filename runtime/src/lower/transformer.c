@@ -27,8 +27,6 @@
 #include "lower/internal.h"
 #include "tpu_exec.h"
 
-enum { T_MHA = 1, T_ENCODER, T_MASKED_SOFTMAX, T_QKV };
-
 /* x @ w^T + bias (bias < 0: none) over x's last dim: x [..., K] (any
  * dtype; converted to w's), w [N, K] -> [..., N] in acc. */
 static tpuir_val linear(tpulw__b *b, tpuir_val x, tpuir_val w, tpuir_val bias, int acc) {
@@ -123,10 +121,7 @@ static tpuir_val mask_for(tpulw__b *b, const tpulw_tensor *mt, int nd, const int
 static tpuir_val masked_softmax(tpulw__b *b, tpuir_val s, tpuir_val masked) {
   tpulw__shape ss = tpulw__info(b, s);
   if (masked >= 0) s = tpulw__sel(b, masked, tpulw__const(b, ss.dtype, -INFINITY), s);
-  uint32_t last = ss.ndim ? 1u << (ss.ndim - 1) : 0;
-  tpuir_val e = tpulw__un(b, TPUIR_EXP,
-                          tpulw__bin(b, TPUIR_SUB, s, tpulw__reduce_dims(b, TPUIR_RED_MAX, s, last, 1)));
-  return tpulw__bin(b, TPUIR_DIV, e, tpulw__reduce_dims(b, TPUIR_RED_SUM, e, last, 1));
+  return tpulw__softmax(b, s, ss.ndim ? 1u << (ss.ndim - 1) : 0, 0);
 }
 
 /* The arguments of _native_multi_head_attention (and the attention part of
@@ -355,9 +350,9 @@ static int qkv_fn(tpulw__b *b) {
 }
 
 const tpulw__row tpulw__rows_transformer[] = {
-    {"_masked_softmax", masked_softmax_fn, T_MASKED_SOFTMAX},
-    {"_native_multi_head_attention", mha_fn, T_MHA},
-    {"_transform_bias_rescale_qkv", qkv_fn, T_QKV},
-    {"_transformer_encoder_layer_fwd", encoder_fn, T_ENCODER},
+    {"_masked_softmax", masked_softmax_fn, 0},
+    {"_native_multi_head_attention", mha_fn, 0},
+    {"_transform_bias_rescale_qkv", qkv_fn, 0},
+    {"_transformer_encoder_layer_fwd", encoder_fn, 0},
 };
 const int tpulw__nrows_transformer = sizeof tpulw__rows_transformer / sizeof tpulw__rows_transformer[0];
