@@ -88,6 +88,7 @@ bench: build
 	$(PY) benchmarks/vtpu_jit.py --rounds 3
 	$(PY) benchmarks/c_kernel.py
 	$(PY) benchmarks/inference.py --reps 3
+	$(PY) benchmarks/attention.py
 	$(PY) benchmarks/ops.py
 
 # Full-dtype OpInfo sweep (CI runs the float32 form inside test-py).

@@ -102,14 +102,25 @@ def test_backward_as_cpu(B, H, Tq, Tk, E, Ev, causal, mask):
         torch.testing.assert_close(got.cpu().double(), want, atol=5e-5, rtol=5e-5)
 
 
-def test_causal_training_through_autograd():
-    q, k, v = _qkv(2, 4, 48, 48, 16, 16)
+@pytest.mark.parametrize("causal,mask", [(True, None), (False, None), (False, "bool"),
+                                         (False, "float")])
+def test_training_through_autograd(causal, mask):
+    """Training takes the fused kernel (forward and backward nodes) with or
+    without the causal mask; a mask that needs no gradient is a bias."""
+    q, k, v = _qkv(2, 4, 48, 40, 16, 16)
     go = torch.randn(2, 4, 48, 16)
-    ref, rgrads = _ref(q, k, v, causal=True, grad=go)
+    m = _mask(mask, 2, 48, 40)
+    ref, rgrads = _ref(q, k, v, mask=m, causal=causal, grad=go)
     ts = [t.to(DEV).requires_grad_() for t in (q, k, v)]
-    assert torch._fused_sdp_choice(*ts, None, 0.0, True) == FUSED
-    out = F.scaled_dot_product_attention(*ts, is_causal=True)
-    out.backward(go.to(DEV))
+    md = None if m is None else m.to(DEV)
+    assert torch._fused_sdp_choice(*ts, md, 0.0, causal) == FUSED
+
+    def step():
+        out = F.scaled_dot_product_attention(*ts, attn_mask=md, is_causal=causal)
+        out.backward(go.to(DEV))
+        return out
+    out, rep = _profiled(step)
+    assert " attention float32" in rep and " attention_grad float32" in rep, rep
     torch.testing.assert_close(out.detach().cpu().double(), ref, atol=2e-5, rtol=2e-5)
     for t, want in zip(ts, rgrads):
         torch.testing.assert_close(t.grad.cpu().double(), want, atol=5e-5, rtol=5e-5)
@@ -155,10 +166,10 @@ def test_backend_choice():
     assert torch._fused_sdp_choice(q, k[:, :1].expand(1, 2, 8, 4).contiguous()[:, :1], v) == MATH
     assert torch._fused_sdp_choice(q, k.double(), v) == MATH                        # dtypes
     qg = q.clone().requires_grad_()
-    assert torch._fused_sdp_choice(qg, k, v) == MATH         # training, no causal mask
+    assert torch._fused_sdp_choice(qg, k, v) == FUSED        # training
     assert torch._fused_sdp_choice(qg, k, v, None, 0.0, True) == FUSED
-    with torch.no_grad():
-        assert torch._fused_sdp_choice(qg, k, v) == FUSED
+    assert torch._fused_sdp_choice(qg, k, v, m.float()) == FUSED  # a mask needing no gradient
+    assert torch._fused_sdp_choice(qg, k, v, m.float().requires_grad_()) == MATH
     with sdpa_kernel([SDPBackend.MATH]):
         assert torch._fused_sdp_choice(q, k, v) == MATH
     # the math path still raises CPU's error for a mask with is_causal
@@ -193,3 +204,37 @@ def test_multihead_attention_module():
         out, rep = _profiled(lambda: mdev(*(x.to(DEV),) * 3, need_weights=False)[0])
     assert " attention float32" in rep, rep
     torch.testing.assert_close(out.cpu(), ref, atol=1e-5, rtol=1e-5)
+
+
+@pytest.mark.parametrize("compiled", [False, True])
+def test_results_in_the_inputs_layout(compiled):
+    """The output has the query's dim order and each gradient its input's
+    layout, as torch's meta functions (and CPU's / CUDA's kernels) give
+    them: a model's `out.transpose(1, 2).view(B, T, C)` works, eager and
+    under torch.compile (which also saves the kernel's RNG outputs for the
+    backward, checking that they are tensors: device ones, so the forward
+    and backward are each captured as one program)."""
+    B, T, H, E = 2, 24, 4, 8
+    C = H * E
+    x = torch.randn(B, T, 3 * C)
+
+    def f(x, causal):
+        q, k, v = (t.view(B, T, H, E).transpose(1, 2) for t in x.split(C, dim=-1))
+        o = F.scaled_dot_product_attention(q, k, v, is_causal=causal)
+        return o.transpose(1, 2).view(B, T, C).square().sum()
+
+    c0 = torch.tpu._get_cache_stats()["compile"]
+    for causal in (False, True):
+        xc = x.clone().requires_grad_()
+        f(xc, causal).backward()
+        xd = x.to(DEV).requires_grad_()
+        run = torch.compile(f, backend="tpu") if compiled else f
+        loss, rep = _profiled(lambda: run(xd, causal))
+        loss.backward()
+        if not compiled:
+            assert " attention float32" in rep, rep
+        torch.testing.assert_close(xd.grad.cpu(), xc.grad, atol=1e-4, rtol=1e-4)
+    if compiled:
+        c1 = torch.tpu._get_cache_stats()["compile"]
+        assert c1.get("captures", 0) - c0.get("captures", 0) >= 4, c1
+        assert c1.get("broken_captures", 0) == c0.get("broken_captures", 0), c1

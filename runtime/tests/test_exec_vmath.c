@@ -292,3 +292,40 @@ TPU_TEST(exec_vmath_specials) {
       }
     }
 }
+
+/* exp_sum (a softmax row: s = exp(s - m) and its sum, one pass) at every
+ * width: the same bits as the elementwise exp of s - m, the sum within a
+ * few float roundings of the double sum of those values, nothing past n
+ * written; all -inf with m = -inf gives NaN, as softmax. */
+TPU_TEST(exec_vmath_exp_sum) {
+  enum { N = 300 };
+  static const int64_t lens[] = {0, 1, 5, 7, 8, 9, 15, 16, 17, 31, 33, 256, 299};
+  float s[N + 1], ref[N], inf_row[9];
+  for (int w = 16; w >= 4; w /= 2) {
+    float probe = 0.f;
+    if (isnan(tpux__vmath_exp_sum_width(w, &probe, 0, 0.f))) continue; /* CPU lacks w */
+    for (size_t t = 0; t < sizeof lens / sizeof lens[0]; t++) {
+      int64_t n = lens[t];
+      float m = -INFINITY;
+      for (int64_t i = 0; i < n; i++) {
+        s[i] = -30.0f + 35.0f * (float)((i * 7919 + t * 104729) % 1000) / 1000.0f;
+        if (i % 11 == 3) s[i] = -INFINITY; /* a masked key */
+        m = s[i] > m ? s[i] : m;
+      }
+      s[n] = 42.0f; /* must stay */
+      for (int64_t i = 0; i < n; i++) ref[i] = s[i] - m;
+      CHECK(tpux__vmath_f32_width(w, TPUIR_EXP, n, ref, ref, NULL) == 1);
+      float l = tpux__vmath_exp_sum_width(w, s, n, m);
+      double want = 0.0;
+      for (int64_t i = 0; i < n; i++) want += ref[i];
+      CHECK(memcmp(s, ref, (size_t)n * sizeof(float)) == 0);
+      CHECK(s[n] == 42.0f);
+      CHECK(fabs(l - want) <= 1e-6 * want + (n == 0 ? 0.0 : 1e-30));
+      if (n == 0) CHECK(l == 0.f);
+    }
+    for (int i = 0; i < 9; i++) inf_row[i] = -INFINITY;
+    CHECK(isnan(tpux__vmath_exp_sum_width(w, inf_row, 9, -INFINITY)));
+  }
+  float probe = 0.f;
+  CHECK(isnan(tpux__vmath_exp_sum_width(3, &probe, 1, 0.f)) && probe == 0.f);
+}

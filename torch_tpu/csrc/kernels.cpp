@@ -10,6 +10,7 @@
 #include "tpu_exec.h"
 
 #include <ATen/EmptyTensor.h>
+#include <ATen/ExpandUtils.h>
 #include <ATen/InferSize.h>
 #include <ATen/MemoryOverlap.h>
 #include <ATen/TensorUtils.h>
@@ -27,6 +28,7 @@
 #include <algorithm>
 #include <cstring>
 #include <map>
+#include <numeric>
 #include <mutex>
 
 namespace torch_tpu {
@@ -315,10 +317,10 @@ bool has_compatible_shallow_copy_type(const at::Tensor& self, const at::Tensor& 
 // per call, the scores never stored whole, lse kept for the backward) for
 // the calls that kernel takes: 4-D query/key/value with the same batch and
 // heads, no dropout, a mask that needs no gradient (not with is_causal: the
-// math path raises CPU's error), inference or causal attention, static
-// shapes, unless the user disabled the backend (torch.nn.attention.sdpa_kernel).
-// Otherwise, and on PJRT (where XLA fuses the math path itself), the math
-// path decomposes into native ops.
+// math path raises CPU's error), static shapes, unless the user disabled
+// the backend (torch.nn.attention.sdpa_kernel). Otherwise, and on PJRT
+// (where XLA fuses the math path itself), the math path decomposes into
+// native ops.
 int64_t fused_sdp_choice(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
                          const std::optional<at::Tensor>& mask, double dropout_p, bool is_causal,
                          std::optional<double>, bool) {
@@ -339,20 +341,45 @@ int64_t fused_sdp_choice(const at::Tensor& q, const at::Tensor& k, const at::Ten
       v.size(1) != q.size(1) || k.size(3) != q.size(3) || v.size(2) != k.size(2))
     return math;
   if (mask && mask->defined() && (is_causal || mask->requires_grad())) return math;
-  // Training without the causal mask stays on the math path: its batched
-  // GEMMs beat the fused backward's per-head ones on the host's matrix unit
-  // ([8,8,256,64] fwd+bwd 45-49 vs 52-68 ms on a Zen 3); the fused forward
-  // wins everywhere and the causal backward skips the masked half.
-  bool grad = at::GradMode::is_enabled() &&
-              (q.requires_grad() || k.requires_grad() || v.requires_grad());
-  if (grad && !is_causal) return math;
   return static_cast<int64_t>(at::SDPBackend::overrideable);
 }
 
+// torch's meta functions of the overrideable backend (what torch.compile
+// traces against) give its results their inputs' layouts: the output
+// query's dim order (alloc_with_matching_layout), each gradient its
+// input's (empty_like). r in the layout of `like` (sizes `shape`): as it
+// is, or copied into it.
+at::Tensor in_layout_of(const at::Tensor& r, const at::Tensor& like, at::IntArrayRef shape) {
+  std::vector<int64_t> st;
+  if (shape != like.sizes()) {
+    std::vector<int64_t> order(like.dim());
+    std::iota(order.begin(), order.end(), 0);
+    std::stable_sort(order.begin(), order.end(),
+                     [&](int64_t a, int64_t b) { return like.stride(a) > like.stride(b); });
+    st.assign(like.dim(), 0);
+    int64_t stride = 1;
+    for (auto it = order.rbegin(); it != order.rend(); ++it) {
+      st[*it] = stride;
+      stride *= shape[*it];
+    }
+  } else if (like.is_non_overlapping_and_dense()) {
+    st = like.strides().vec();
+  } else {
+    st = at::infer_dense_strides(like.sizes(), like.strides());
+  }
+  if (r.strides() == at::IntArrayRef(st)) return r;
+  at::Tensor t = empty_strided(shape, st, r.scalar_type(), std::nullopt, r.device(), std::nullopt);
+  t.copy_(r);
+  return t;
+}
+
 // The overrideable backend's forward and backward call the native
-// torch_tpu::sdpa_fwd / sdpa_bwd (lower/attention.c); the extra results of
-// the backend's schema (sequence offsets and RNG state of other backends)
-// are undefined, max_q / max_k the sequence lengths.
+// torch_tpu::sdpa_fwd / sdpa_bwd (lower/attention.c); of the extra results
+// of the backend's schema, the sequence offsets and debug mask are
+// undefined, max_q / max_k the sequence lengths, and the RNG seed and
+// offset (no dropout here) empty 0-dim int64 tensors, as the meta function
+// has them (torch.compile saves them for the backward and checks that they
+// are tensors; on the device, so a captured program has no host output).
 std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor, c10::SymInt, c10::SymInt, at::Tensor,
            at::Tensor, at::Tensor>
 sdpa_overrideable(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
@@ -368,8 +395,9 @@ sdpa_overrideable(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
                            const at::Tensor&, const at::Tensor&, const at::Tensor&,
                            const std::optional<at::Tensor>&, bool, std::optional<double>)>();
   auto [out, lse] = op.call(q, k, v, bias, is_causal, scale);
-  return {out, lse, at::Tensor(), at::Tensor(), c10::SymInt(q.size(2)), c10::SymInt(k.size(2)),
-          at::Tensor(), at::Tensor(), at::Tensor()};
+  at::Tensor seed = at::empty({}, q.options().dtype(at::kLong));
+  return {in_layout_of(out, q, out.sizes()), lse, at::Tensor(), at::Tensor(),
+          c10::SymInt(q.size(2)), c10::SymInt(k.size(2)), seed, seed.clone(), at::Tensor()};
 }
 
 std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> sdpa_overrideable_backward(
@@ -390,7 +418,8 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> sdpa_overrideable_bac
   std::optional<at::Tensor> b;
   if (bias.defined()) b = bias;
   auto [dq, dk, dv] = op.call(grad_out, q, k, v, out, lse, b, is_causal, scale);
-  return {dq, dk, dv, at::Tensor()};
+  return {in_layout_of(dq, q, q.sizes()), in_layout_of(dk, k, k.sizes()),
+          in_layout_of(dv, v, v.sizes()), at::Tensor()};
 }
 
 // ---- CPU fallback (explicit and counted) -----------------------------------------------

@@ -65,6 +65,14 @@ void (*tpux__vmath_f32_vec(int op, int width))(void);
  * file's kernels (native kernels embed vkern.h and inline it), else NULL.
  * Static string. */
 const char *tpux__vmath_f32_src(int op, int width);
+/* s[0, n) = exp(s - m) (tpux__vmath_f32's exp, the same bits), returning
+ * their sum in one pass (a softmax row's numerator and denominator; summed
+ * in the width's lanes, so the last bits of the sum depend on the width);
+ * NaN for m = -inf with every s = -inf, as softmax. */
+float tpux__vmath_exp_sum(float *s, int64_t n, float m);
+/* The same at a given vector width (as tpux__vmath_f32_width); returns
+ * NaN without touching s when this CPU lacks that width. */
+float tpux__vmath_exp_sum_width(int width, float *s, int64_t n, float m);
 
 /* Round a float to bf16 / f16 precision (RNE), as stored. */
 static inline float xk_round_bf16(float f) {

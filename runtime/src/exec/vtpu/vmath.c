@@ -21,6 +21,7 @@
  * set once.
  */
 #include <immintrin.h>
+#include <math.h>
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
@@ -308,6 +309,62 @@ const char *tpux__vmath_f32_src(int op, int width) {
   vfn f;
   if (width > host_width() || !fn_of(op, &f)) return NULL;
   return width == 16 ? f.src16 : width == 8 ? f.src8 : NULL;
+}
+
+/* exp(s - m) over a row and its sum: 16 / 8 lanes (the tail through a
+ * masked vector whose lanes past n count 0), SSE2 through vmath. */
+T512 static float exp_sum16(float *s, int64_t n, float m) {
+  __m512 acc = _mm512_setzero_ps(), mv = _mm512_set1_ps(m);
+  int64_t c = 0;
+  for (; c + 16 <= n; c += 16) {
+    __m512 e = exp16(_mm512_sub_ps(_mm512_loadu_ps(s + c), mv));
+    _mm512_storeu_ps(s + c, e);
+    acc = _mm512_add_ps(acc, e);
+  }
+  if (c < n) {
+    __mmask16 k = (__mmask16)((1u << (n - c)) - 1u);
+    __m512 e = exp16(_mm512_sub_ps(_mm512_maskz_loadu_ps(k, s + c), mv));
+    _mm512_mask_storeu_ps(s + c, k, e);
+    acc = _mm512_mask_add_ps(acc, k, acc, e);
+  }
+  return _mm512_reduce_add_ps(acc);
+}
+
+T256 static float exp_sum8(float *s, int64_t n, float m) {
+  __m256 acc = _mm256_setzero_ps(), mv = _mm256_set1_ps(m);
+  int64_t c = 0;
+  for (; c + 8 <= n; c += 8) {
+    __m256 e = exp8(_mm256_sub_ps(_mm256_loadu_ps(s + c), mv));
+    _mm256_storeu_ps(s + c, e);
+    acc = _mm256_add_ps(acc, e);
+  }
+  if (c < n) {
+    __m256i k = _mm256_cmpgt_epi32(_mm256_set1_epi32((int)(n - c)),
+                                   _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+    __m256 e = exp8(_mm256_sub_ps(_mm256_maskload_ps(s + c, k), mv));
+    _mm256_maskstore_ps(s + c, k, e);
+    acc = _mm256_add_ps(acc, _mm256_and_ps(e, _mm256_castsi256_ps(k)));
+  }
+  __m128 h = _mm_add_ps(_mm256_castps256_ps128(acc), _mm256_extractf128_ps(acc, 1));
+  h = _mm_add_ps(h, _mm_movehl_ps(h, h));
+  return _mm_cvtss_f32(_mm_add_ss(h, _mm_shuffle_ps(h, h, 1)));
+}
+
+/* See exec/vtpu/internal.h. */
+float tpux__vmath_exp_sum_width(int w, float *s, int64_t n, float m) {
+  if (w > host_width() || (w != 16 && w != 8 && w != 4)) return NAN;
+  if (w == 16) return exp_sum16(s, n, m);
+  if (w == 8) return exp_sum8(s, n, m);
+  for (int64_t c = 0; c < n; c++) s[c] -= m;
+  run4(&(vfn){.u4 = Sleef_expf4_u10}, n, s, s, NULL);
+  float l = 0.f;
+  for (int64_t c = 0; c < n; c++) l += s[c];
+  return l;
+}
+
+/* See exec/vtpu/internal.h. */
+float tpux__vmath_exp_sum(float *s, int64_t n, float m) {
+  return tpux__vmath_exp_sum_width(engine_width(), s, n, m);
 }
 
 /* See exec/vtpu/internal.h. */
