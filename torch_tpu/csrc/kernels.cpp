@@ -17,7 +17,6 @@
 #include <ATen/core/dispatch/Dispatcher.h>
 #include <ATen/native/CPUFallback.h>
 #include <ATen/SDPBackend.h>
-#include <c10/core/GradMode.h>
 #include <ATen/native/transformers/attention.h>
 #include <c10/util/SmallVector.h>
 #include <ATen/ops/_conj_physical.h>
@@ -395,9 +394,10 @@ sdpa_overrideable(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
                            const at::Tensor&, const at::Tensor&, const at::Tensor&,
                            const std::optional<at::Tensor>&, bool, std::optional<double>)>();
   auto [out, lse] = op.call(q, k, v, bias, is_causal, scale);
-  at::Tensor seed = at::empty({}, q.options().dtype(at::kLong));
+  auto rng = q.options().dtype(at::kLong);
   return {in_layout_of(out, q, out.sizes()), lse, at::Tensor(), at::Tensor(),
-          c10::SymInt(q.size(2)), c10::SymInt(k.size(2)), seed, seed.clone(), at::Tensor()};
+          c10::SymInt(q.size(2)), c10::SymInt(k.size(2)), at::empty({}, rng), at::empty({}, rng),
+          at::Tensor()};
 }
 
 std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> sdpa_overrideable_backward(
