@@ -345,8 +345,10 @@ int64_t fused_sdp_choice(const at::Tensor& q, const at::Tensor& k, const at::Ten
 
 // torch's meta functions of the overrideable backend (what torch.compile
 // traces against) give its results their inputs' layouts: the output
-// query's dim order (alloc_with_matching_layout), each gradient its
-// input's (empty_like). r in the layout of `like` (sizes `shape`): as it
+// query's dim order (alloc_with_matching_layout of _meta_registrations.py,
+// which puts stride-0 dims innermost; ATen's copy in sdp_utils.h puts them
+// outermost, so it is not used here), each gradient its input's
+// (empty_like). r in the layout of `like` (sizes `shape`): as it
 // is, or copied into it.
 at::Tensor in_layout_of(const at::Tensor& r, const at::Tensor& like, at::IntArrayRef shape) {
   std::vector<int64_t> st;

@@ -355,8 +355,10 @@ float tpux__vmath_exp_sum_width(int w, float *s, int64_t n, float m) {
   if (w > host_width() || (w != 16 && w != 8 && w != 4)) return NAN;
   if (w == 16) return exp_sum16(s, n, m);
   if (w == 8) return exp_sum8(s, n, m);
+  vfn f;
+  fn_of(TPUIR_EXP, &f); /* the elementwise exp's 4-lane function */
   for (int64_t c = 0; c < n; c++) s[c] -= m;
-  run4(&(vfn){.u4 = Sleef_expf4_u10}, n, s, s, NULL);
+  run4(&f, n, s, s, NULL);
   float l = 0.f;
   for (int64_t c = 0; c < n; c++) l += s[c];
   return l;
