@@ -875,6 +875,60 @@ TPU_TEST(exec_large_elementwise_parallel) {
   tpuir_graph_free(g);
 }
 
+/* A float32 operand broadcast along rows ([R] -> [R, C]: x - mean over
+ * rows) read by the tile engine as a per-tile scalar: as operand b and a,
+ * read by two instructions, read after its buffer is rewritten, and where
+ * an instruction cannot take it so (a fused pair); rows of one tile,
+ * several with a tail, and short rows that run linear tiles. Every
+ * element exact against the same float arithmetic. */
+TPU_TEST(exec_row_broadcast_scalars) {
+  static const int64_t cols[] = {300, 1024, 2051, 40003};
+  for (int ci = 0; ci < 4; ci++)
+    for (int form = 0; form < 5; form++) {
+      int64_t sz[2] = {5, cols[ci]}, rs[1] = {5}, n = sz[0] * sz[1];
+      tpuir_graph *g = tpuir_graph_new();
+      tpuir_val x = tpuir_param(g, TPU_F32, 2, sz), mp = tpuir_param(g, TPU_F32, 1, rs);
+      int64_t d0[1] = {0};
+      tpuir_val m = tpuir_broadcast_in_dim(g, mp, 2, sz, d0), r;
+      switch (form) {
+      case 0: r = tpuir_binary(g, TPUIR_SUB, x, m); break;
+      case 1: r = tpuir_binary(g, TPUIR_DIV, m, x); break;
+      case 2: /* two readers, the second one after a unary */
+        r = tpuir_binary(g, TPUIR_MUL, tpuir_unary(g, TPUIR_NEG, tpuir_binary(g, TPUIR_SUB, x, m)), m);
+        break;
+      case 3: /* a fused pair (x - m) * m: read as a tile */
+        r = tpuir_binary(g, TPUIR_MUL, tpuir_binary(g, TPUIR_SUB, x, m), m);
+        break;
+      default: r = tpuir_binary(g, TPUIR_MAX, tpuir_binary(g, TPUIR_ADD, x, x), m); break;
+      }
+      tarr X = ta_new(TPU_F32, 2, sz), M = ta_new(TPU_F32, 1, rs), O = ta_new(TPU_F32, 2, sz);
+      uint64_t seed = 11 + (uint64_t)form;
+      ta_fill(&X.v, &seed, -3, 3);
+      ta_fill(&M.v, &seed, -3, 3);
+      tpu_view ins[2] = {X.v, M.v};
+      CHECK_OK(run1(g, r, 2, ins, &O.v));
+      const float *xp = X.mem, *mv = M.mem, *op = O.mem;
+      int64_t bad = 0;
+      for (int64_t i = 0; i < n; i++) {
+        float a = xp[i], b = mv[i / sz[1]], want;
+        switch (form) {
+        case 0: want = a - b; break;
+        case 1: want = b / a; break;
+        case 2: want = -(a - b) * b; break;
+        case 3: want = (a - b) * b; break;
+        default: want = a + a > b ? a + a : b; break;
+        }
+        bad += memcmp(&want, &op[i], 4) != 0;
+      }
+      if (bad) fprintf(stderr, "  cols %lld form %d: %lld wrong\n", (long long)sz[1], form, (long long)bad);
+      CHECK(bad == 0);
+      free(X.mem);
+      free(M.mem);
+      free(O.mem);
+      tpuir_graph_free(g);
+    }
+}
+
 /* ---- errors ----------------------------------------------------------------- */
 
 TPU_TEST(exec_int_errors_leave_output) {

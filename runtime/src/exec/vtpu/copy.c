@@ -147,7 +147,9 @@ typedef struct raw_job {
     } else if (ss == 0) {                                                    \
       T v_ = s_[0];                                                          \
       for (int64_t i = 0; i < n; i++) d_[i * ds] = v_;                       \
-    } else if (ds == 1)                                                      \
+    } else if (ds == 1 && ss == -1) /* a flip: vector loads and shuffles */ \
+      for (int64_t i = 0; i < n; i++) d_[i] = s_[-i];                        \
+    else if (ds == 1)                                                        \
       for (int64_t i = 0; i < n; i++) d_[i] = s_[i * ss];                    \
     else                                                                     \
       for (int64_t i = 0; i < n; i++) d_[i * ds] = s_[i * ss];               \

@@ -209,6 +209,9 @@ typedef struct xk_prog {
   int8_t direct_jit[XK_MAX_ARR];
   int8_t load_const[XK_MAX_ARR]; /* all strides 0: filled once per thread */
   int8_t buf_const[XK_MAX_BUF];  /* the buffer of such a load (never reused) */
+  /* set during tpux__prog_run only: a row-broadcast f32 load that the tile
+   * engine's kernels read in place as a per-tile scalar (row mode) */
+  int8_t load_row[XK_MAX_ARR];
   /* set by tpux__prog_finish: the scratch a run needs (scratch_bytes: the
    * tile buffers, float-class ones 4 bytes an element, at boff[], then the
    * run's instruction plan at moff, see tpux__prog_fill_consts), the
