@@ -1192,15 +1192,39 @@ static int row_tiles(const xk_prog *p, const xk_space *s, char *dense) {
   return 0;
 }
 
+/* The instructions reading buffer b before it is rewritten: whether each
+ * has a vector kernel of a two-operand float op that may take b as a
+ * scalar (mode 0: nothing changed), or switch them to the scalar-operand
+ * kernels (1) or back to the vector ones tpux__prog_finish gave them (2). */
+static int row_readers(xk_prog *p, int b, int mode) {
+  for (int j = 0; j < p->nins; j++) {
+    const xk_ins *in = &p->ins[j];
+    int ra = in->a == b, rb = in->b == b;
+    if (ra || rb || in->c == b) {
+      if (mode == 0 && !(p->fn[j] && p->fs[j] < 0 && in->c < 0 && ra != rb && !p->merged[j] &&
+                         !(j > 0 && p->merged[j - 1]) && fast_binary(in->op, 0, 0)))
+        return 0;
+      if (mode > 0) {
+        int on = mode == 1;
+        p->fn[j] = fast_binary(in->op, on && ra, on && rb);
+        p->fa[j] = on && ra ? in->b : in->a;
+        p->fs[j] = on ? (int16_t)b : -1;
+      }
+    }
+    if (in->r == b) break; /* rewritten: later reads are of another value */
+  }
+  return 1;
+}
+
 /* Row-broadcast loads as per-tile scalars (row mode, tile engine): a
  * float32 operand with inner stride 0 (x - mean over rows, a per-channel
  * scale over [N, C, HxW]) was gathered into a tile of copies that the
  * kernel then streamed beside the other operand (Strict [4,8,32768] -
  * [4,8,1] at 2.6x torch's time). When every instruction reading it before
  * its buffer is rewritten has a scalar-operand kernel, those kernels take
- * the row's element in place. Marks p->load_row and patches the kernels
- * (the caller restores them); returns how many loads it took. Not where a
- * store may overlap a load (stores wait for the tile end there). */
+ * the row's element in place. Marks p->load_row and switches the kernels
+ * (row_scalars_undo puts them back); returns how many loads it took. Not
+ * where a store may overlap a load (stores wait for the tile end there). */
 static int row_scalars(xk_prog *p) {
   const xk_space *s = &p->sp;
   int nd = s->nd, taken = 0;
@@ -1211,27 +1235,22 @@ static int row_scalars(xk_prog *p) {
     int b = p->load[k].buf;
     int ok = !p->load_const[k] && !ar->iota && ar->dt == TPU_F32 && ar->st[nd - 1] == 0;
     for (int q = 0; q < p->nstore && ok; q++) ok = p->store[q].buf != b || p->store_prod[q] >= 0;
-    for (int pass = 0; pass < 2 && ok; pass++) /* check every reader, then patch them */
-      for (int j = 0; j < p->nins; j++) {
-        const xk_ins *in = &p->ins[j];
-        int ra = in->a == b, rb = in->b == b;
-        if (ra || rb || in->c == b) {
-          if (!pass) {
-            ok = p->fn[j] && p->fs[j] < 0 && in->c < 0 && ra != rb && !p->merged[j] &&
-                 !(j > 0 && p->merged[j - 1]) && fast_binary(in->op, 0, 0);
-            if (!ok) break;
-          } else {
-            p->fn[j] = fast_binary(in->op, ra, rb);
-            p->fa[j] = ra ? in->b : in->a;
-            p->fs[j] = (int16_t)b;
-          }
-        }
-        if (in->r == b) break; /* rewritten: later reads are of another value */
-      }
+    ok = ok && row_readers(p, b, 0);
+    if (ok) row_readers(p, b, 1);
     p->load_row[k] = (int8_t)ok;
     taken += ok;
   }
   return taken;
+}
+
+/* The program as built again, for its other runs (reduce windows, GEMM
+ * epilogue blocks). */
+static void row_scalars_undo(xk_prog *p) {
+  for (int k = 0; k < p->nload; k++)
+    if (p->load_row[k]) {
+      row_readers(p, p->load[k].buf, 2);
+      p->load_row[k] = 0;
+    }
 }
 
 int tpux__prog_run(xk_prog *p) {
@@ -1247,16 +1266,8 @@ int tpux__prog_run(xk_prog *p) {
   /* per-tile scalars need tiles within a row: rows of a tile or more
    * (shorter ones stay linear tiles, a program start per row would cost
    * more than the gathers) */
-  xk_fast_fn fn0[XK_MAX_INS];
-  int16_t fa0[XK_MAX_INS], fs0[XK_MAX_INS];
-  int scalars = 0;
-  if (!p->jit && p->sp.nd >= 2 && (rows || j.row >= XK_TILE)) {
-    memcpy(fn0, p->fn, sizeof fn0);
-    memcpy(fa0, p->fa, sizeof fa0);
-    memcpy(fs0, p->fs, sizeof fs0);
-    scalars = row_scalars(p);
-    rows |= scalars > 0;
-  }
+  int scalars = !p->jit && p->sp.nd >= 2 && (rows || j.row >= XK_TILE) && row_scalars(p);
+  rows |= scalars;
   int64_t ntiles, tile_len;
   if (rows) {
     j.cpr = (j.row + p->pt - 1) / p->pt;
@@ -1270,12 +1281,7 @@ int tpux__prog_run(xk_prog *p) {
   if (grain < 1) grain = 1;
   if (ntiles <= grain) prog_range(&j, 0, ntiles);
   else tpurt_parallel_for(ntiles, grain, prog_range, &j);
-  if (scalars) { /* the program as built, for other runs (windows) */
-    memcpy(p->fn, fn0, sizeof fn0);
-    memcpy(p->fa, fa0, sizeof fa0);
-    memcpy(p->fs, fs0, sizeof fs0);
-    memset(p->load_row, 0, sizeof p->load_row);
-  }
+  if (scalars) row_scalars_undo(p);
   return tpux__prog_status(p);
 }
 

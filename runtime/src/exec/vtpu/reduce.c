@@ -284,20 +284,19 @@ __attribute__((target("avx2"))) static void sum_rows_f64_avx2(int64_t nrows, int
 }
 
 __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
-static void fold_rows(int kind, int cls, int64_t nrows, int64_t n, int64_t rst,
-                      const void *restrict buf, acc_t *restrict acc) {
+static void fold_rows_generic(int kind, int cls, int64_t nrows, int64_t n, int64_t rst,
+                              const void *restrict buf, acc_t *restrict acc) {
   FOLD_DISPATCH(FOLD_ROWS);
 }
 
-/* fold_rows, with float sums at AVX2 width where the engine runs it. */
-static void fold_rows_any(int kind, int cls, int64_t nrows, int64_t n, int64_t rst,
-                          const void *buf, acc_t *acc) {
+static void fold_rows(int kind, int cls, int64_t nrows, int64_t n, int64_t rst,
+                      const void *buf, acc_t *acc) {
   if (kind == TPUIR_RED_SUM && cls != XK_I64 && tpux__vmath_width() >= 8) {
     if (cls == XK_F32) sum_rows_f32_avx2(nrows, n, rst, buf, &acc->d);
     else sum_rows_f64_avx2(nrows, n, rst, buf, &acc->d);
     return;
   }
-  fold_rows(kind, cls, nrows, n, rst, buf, acc);
+  fold_rows_generic(kind, cls, nrows, n, rst, buf, acc);
 }
 
 /* operand offset of kept linear index o (first `nk` kept dims) */
@@ -393,7 +392,7 @@ static void fold_block(const red_plan *p, const char *src, int64_t rst,
                        acc_t *acc) {
   int64_t es = (int64_t)p->es;
   if (st == 1 && p->dt == xk_native(p->cls)) {
-    fold_rows_any(p->kind, p->cls, R, len, rst, src, acc); /* straight from memory */
+    fold_rows(p->kind, p->cls, R, len, rst, src, acc); /* straight from memory */
     return;
   }
   if (len > XK_TILE) { /* (a fused plan's wide block) column pieces of a tile */
@@ -409,7 +408,7 @@ static void fold_block(const red_plan *p, const char *src, int64_t rst,
     int64_t q = R - i < per ? R - i : per;
     for (int64_t j = 0; j < q; j++)
       tpux__load(p->dt, src + (i + j) * rst * es, st, len, (char *)buf + j * len * ces);
-    fold_rows_any(p->kind, p->cls, q, len, len, buf, acc);
+    fold_rows(p->kind, p->cls, q, len, len, buf, acc);
   }
 }
 
@@ -906,7 +905,7 @@ static int red_execute(red_plan *p, char *out) {
    * (outputs in order) */
   for (int64_t g = 0; g < p->ngroups && p->nchunks > 1; g++) {
     acc_t *a = p->part + g * p->nchunks * p->glen;
-    fold_rows_any(p->kind, p->fl ? XK_F64 : XK_I64, p->nchunks - 1, p->glen, p->glen,
+    fold_rows(p->kind, p->fl ? XK_F64 : XK_I64, p->nchunks - 1, p->glen, p->glen,
               a + p->glen, a);
   }
   union { float f[XK_TILE]; double d[XK_TILE]; int64_t i[XK_TILE]; } cb;
